@@ -1,0 +1,1 @@
+"""Pure operations (custom autograd where needed). No registry, no measurement."""

@@ -1,0 +1,98 @@
+"""Measurement: peak allocated, peak reserved/resident, step time and FLOPs of any technique.
+
+``measure`` and ``timeline`` validate their arguments here, in the caller's process (bad input is a
+ValueError naming the value), then run in a fresh subprocess unless ``isolate=False``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..registry import get_technique, load_plugin
+from ..technique import Technique
+from .devices import parse_device, parse_dtype
+from .inprocess import measure_in_process, skeleton, timeline_in_process, memory_method
+from .record import Measurement, Timeline, TimelineEvent, fmt_mib
+from .runner import WorkerFailed, run_in_subprocess
+from .step import MODES
+
+__all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare"]
+
+
+def prepare(name: str | type[Technique], params: dict[str, Any], device: str, dtype: str, mode: str,
+            plugins=()) -> tuple[Technique, Any, Any]:
+    """Validate everything up front: returns ``(technique instance, torch.device, torch.dtype)``.
+
+    Raises:
+        ValueError: unknown technique, parameter, value out of range, device, dtype or mode.
+        TechniqueUnavailable: the technique cannot run on that device.
+    """
+    for p in plugins:
+        load_plugin(p)
+    cls = name if isinstance(name, type) and issubclass(name, Technique) else get_technique(name)
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
+    dev, dt = parse_device(device), parse_dtype(dtype)
+    technique = cls(**params)
+    technique.check_available(dev)
+    return technique, dev, dt
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name}={value!r} is not valid: expected an integer >= 1")
+
+
+def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
+            iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool = True,
+            timeout: float = 900.0, plugins=(), **params: Any) -> Measurement:
+    """Measure one technique on one configuration.
+
+    Args:
+        name: registered technique name (or the class).
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
+        mode: ``train`` (forward + backward + SGD step) or ``infer`` (forward under no_grad).
+        iterations: allocation-measured steps; ``allocated_after_step_bytes`` has one entry each.
+        repeats: timed steps; ``step_time_s`` is their median (seconds).
+        check: compare outputs/gradients with the workload reference first.
+        isolate: run in a fresh subprocess (default).  Pass False when the caller already is one.
+        timeout: seconds before an isolated run is abandoned (status ``error``).
+        plugins: plug-in files to load first.
+        **params: workload and technique parameters (``chunk_size=2500``, ``batch=4096``...).
+
+    Returns:
+        a :class:`Measurement`; failures inside the run are rows with status ``oom`` or ``error``.
+
+    Example:
+        >>> m = memlab.measure("slice_loop", n=10000, chunk_size=2500)   # doctest: +SKIP
+        >>> m.peak_allocated_bytes                                        # bytes above baseline
+    """
+    _positive("iterations", iterations)
+    _positive("repeats", repeats)
+    technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
+    if not isolate:
+        return measure_in_process(technique, dev, dt, mode=mode, iterations=iterations, repeats=repeats,
+                                  seed=seed, check=check)
+    request = {"kind": "measure", "technique": technique.name, "params": technique.config, "device": device,
+               "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
+               "check": check}
+    try:
+        return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout))
+    except (WorkerFailed, ValueError) as exc:
+        return skeleton(technique, str(dev), dtype, mode).replace(
+            status="error", error=str(exc)[:500], memory_method=memory_method(dev))
+
+
+def timeline(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
+             seed: int = 0, isolate: bool = True, timeout: float = 900.0, plugins=(), **params: Any) -> Timeline:
+    """Allocated bytes over one step as a sequence of events ``(op, stack, phase, delta, live)``.
+
+    ``live_bytes`` is above the step's baseline.  Raises :class:`WorkerFailed` when the isolated
+    run crashes (a timeline has no error row).
+    """
+    technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
+    if not isolate:
+        return timeline_in_process(technique, dev, dt, mode=mode, seed=seed)
+    request = {"kind": "timeline", "technique": technique.name, "params": technique.config, "device": device,
+               "dtype": dtype, "mode": mode, "seed": seed}
+    return Timeline.from_dict(run_in_subprocess(type(technique), request, timeout))

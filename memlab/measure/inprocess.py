@@ -1,0 +1,185 @@
+"""Measuring one configuration in the current process (the subprocess worker calls this too)."""
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from ..technique import Technique
+from . import alloc_trace, resident
+from .devices import device_label
+from .environment import environment
+from .record import Measurement, Timeline, TimelineEvent
+from .step import baseline_objects, make_step, tensors_bytes
+from .verify import verify_technique
+
+__all__ = ["measure_in_process", "timeline_in_process", "skeleton", "memory_method"]
+
+
+def memory_method(device: torch.device) -> dict[str, str]:
+    """What each memory figure means on ``device`` (stored on every Measurement)."""
+    if device.type == "cuda":
+        return {
+            "allocated": "torch.cuda.max_memory_allocated() during the step minus memory_allocated() before it: bytes of live tensors, exact, rounded to the allocator's 512-byte blocks",
+            "reserved": "torch.cuda.max_memory_reserved() during the step minus memory_reserved() before it: segments the caching allocator holds, free cached blocks included",
+            "device_used": "torch.cuda.mem_get_info(): total minus free device memory after the steps, as nvidia-smi shows it (CUDA context and other processes included)",
+        }
+    return {
+        "allocated": "exact: replay of the PyTorch profiler's allocation and free events (profile_memory=True) over each step; bytes of live tensors above the baseline",
+        "reserved": "resident: process VmHWM during one step (reset through /proc/self/clear_refs) minus VmRSS before it; page-granular, includes allocator overhead; CPU has no caching allocator",
+        "device_used": "not applicable on CPU",
+    }
+
+
+def skeleton(technique: Technique, device: str, dtype: str, mode: str) -> Measurement:
+    """A Measurement carrying only the identity of the configuration (used for error rows)."""
+    return Measurement(
+        technique=technique.name, workload=technique.workload.name, family=technique.family(),
+        params=dict(technique.config), device=device, dtype=dtype, mode=mode,
+        samples_per_step=technique.samples_per_step(), peer=technique.peer,
+    )
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+
+
+def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
+                       iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True) -> Measurement:
+    """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
+
+    Order: reference check (own problem, freed), build, one warm-up step, resident high-water step,
+    ``repeats`` timed steps, one FLOP-counted step, then ``iterations`` allocation-traced steps.
+    OOM becomes status ``oom``; any other exception status ``error`` with the message.
+    """
+    dtype_name = str(dtype).replace("torch.", "")
+    base = skeleton(technique, device_label(device), dtype_name, mode)
+    try:
+        return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
+        status = "oom" if _is_oom(exc) else "error"
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return base.replace(status=status, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                            memory_method=memory_method(device), environment=environment(device))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check) -> Measurement:
+    technique.check_available(device)
+    fields: dict[str, Any] = {}
+    if check:
+        v = verify_technique(technique, device, dtype, mode=mode, seed=seed)
+        fields.update(max_abs_error=v.max_abs_error, errors_by_tensor=v.errors,
+                      tolerance=(v.rtol, v.atol), matches_reference=v.ok)
+        del v
+        gc.collect()
+
+    problem = technique.build(device, dtype, seed)
+    step, optimizer = make_step(technique, problem, mode)
+    step()  # warm-up: lazy initialisation, optimizer state
+    _sync(device)
+    gc.collect()
+    params = [p for p in problem.model.parameters()]
+    fields["param_count"] = sum(p.numel() for p in params)
+    fields["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
+    fields["allocated_baseline_bytes"] = tensors_bytes(baseline_objects(problem, optimizer))
+
+    # resident / reserved around one step
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        reserved0 = torch.cuda.memory_reserved(device)
+        step()
+        _sync(device)
+        fields["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(device) - reserved0
+        fields["reserved_baseline_bytes"] = reserved0
+    elif resident.reset_high_water():
+        rss0 = resident.read_kib("VmRSS")
+        step()
+        hwm = resident.read_kib("VmHWM")
+        if rss0 is not None and hwm is not None:
+            fields["peak_reserved_bytes"] = max(0, hwm - rss0)
+            fields["reserved_baseline_bytes"] = rss0
+
+    times = []
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    if times:
+        fields["step_times_s"] = tuple(times)
+        fields["step_time_s"] = statistics.median(times)
+        fields["samples_per_s"] = base.samples_per_step / fields["step_time_s"] if fields["step_time_s"] > 0 else None
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step()
+    fields["flops"] = int(counter.get_total_flops())
+    gc.collect()
+
+    if device.type == "cuda":
+        peaks, after = [], []
+        start = torch.cuda.memory_allocated(device)
+        for _ in range(iterations):
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            step()
+            _sync(device)
+            peaks.append(torch.cuda.max_memory_allocated(device) - before)
+            after.append(torch.cuda.memory_allocated(device) - start)
+        free, total = torch.cuda.mem_get_info(device)
+        fields["device_used_bytes"] = total - free
+    else:
+        events, windows = alloc_trace.trace_allocations(step, device, iterations)
+        stats = alloc_trace.iteration_stats(events, windows)
+        peaks, after = list(stats.peaks), list(stats.after)
+    fields["peak_allocated_per_iteration_bytes"] = tuple(peaks)
+    fields["allocated_after_step_bytes"] = tuple(after)
+    fields["peak_allocated_bytes"] = max(peaks) if peaks else None
+    fields["extra"] = technique.describe(problem)
+    fields["memory_method"] = memory_method(device)
+    fields["environment"] = environment(device)
+    return base.replace(**fields)
+
+
+def timeline_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *,
+                        mode: str = "train", seed: int = 0) -> Timeline:
+    """Allocated bytes event by event over one step (after a warm-up step), on CPU or CUDA.
+
+    Uses the profiler's allocation events on both devices (see NOTE [ exact CPU allocated bytes ]).
+    """
+    technique.check_available(device)
+    problem = technique.build(device, dtype, seed)
+    step, optimizer = make_step(technique, problem, mode)
+    step()
+    _sync(device)
+    gc.collect()
+    baseline = tensors_bytes(baseline_objects(problem, optimizer))
+    events, windows = alloc_trace.trace_allocations(step, device, 1)
+    iters = [w for w in windows if w.name.startswith("iteration")]
+    live = 0
+    out = []
+    for e in events:
+        if iters and not (iters[0].start_ns <= e.time_ns <= iters[0].end_ns):
+            continue
+        live += e.delta_bytes
+        out.append(TimelineEvent(op=e.op, stack=e.stack, phase=alloc_trace.phase_of(e.time_ns, windows),
+                                 delta_bytes=e.delta_bytes, live_bytes=live))
+    return Timeline(technique=technique.name, params=dict(technique.config), device=device_label(device),
+                    dtype=str(dtype).replace("torch.", ""), mode=mode, events=tuple(out),
+                    baseline_bytes=baseline, method=memory_method(device)["allocated"] if device.type == "cpu"
+                    else "profiler allocation events (profile_memory=True) on the CUDA device")

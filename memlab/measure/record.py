@@ -1,0 +1,176 @@
+"""The records measurement produces: :class:`Measurement` and :class:`Timeline` (frozen, JSON)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MiB", "fmt_mib"]
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "oom", "error")
+MiB = 1024 * 1024
+
+
+def fmt_mib(n: int | float | None) -> str:
+    """Bytes as MiB with one decimal (``'87.3 MiB'``); ``'-'`` for None."""
+    return "-" if n is None else f"{n / MiB:.1f} MiB"
+
+
+def _tupled(v: Any) -> Any:
+    return tuple(v) if isinstance(v, list) else v
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured configuration of one technique.  All memory figures are bytes, times seconds.
+
+    Memory figures (see ``memory_method`` for how they were obtained on this device):
+        peak_allocated_bytes: highest tensor bytes live during one step, *above*
+            ``allocated_baseline_bytes`` (max over the measured iterations).
+        allocated_baseline_bytes: bytes of the tensors the problem holds before a step:
+            parameters, buffers, inputs, upstream gradient and optimizer state.
+        peak_reserved_bytes: CUDA: ``max_memory_reserved`` during the step minus
+            ``memory_reserved`` before it; CPU: process resident high-water mark (VmHWM) during one
+            step minus the resident size (VmRSS) before it.
+        reserved_baseline_bytes: the reserved (CUDA) / resident (CPU) bytes before the step.
+        device_used_bytes: CUDA only: device memory in use after the steps as the driver (and
+            nvidia-smi) sees it, all processes and the CUDA context included.
+        allocated_after_step_bytes: per iteration, tensor bytes live after the step minus the
+            baseline before the first measured step; growth here is a leak.
+    """
+
+    technique: str
+    workload: str
+    family: str
+    params: dict[str, Any]
+    device: str
+    dtype: str
+    mode: str
+    status: str = "ok"
+    error: str | None = None
+    peak_allocated_bytes: int | None = None
+    allocated_baseline_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    reserved_baseline_bytes: int | None = None
+    device_used_bytes: int | None = None
+    allocated_after_step_bytes: tuple[int, ...] = ()
+    peak_allocated_per_iteration_bytes: tuple[int, ...] = ()
+    step_time_s: float | None = None
+    step_times_s: tuple[float, ...] = ()
+    samples_per_step: int | None = None
+    samples_per_s: float | None = None
+    flops: int | None = None
+    max_abs_error: float | None = None
+    errors_by_tensor: dict[str, float] = field(default_factory=dict)
+    tolerance: tuple[float, float] | None = None
+    matches_reference: bool | None = None
+    param_count: int | None = None
+    param_bytes: int | None = None
+    peer: bool = False
+    memory_method: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"status={self.status!r} is not one of {STATUSES}")
+        if self.mode not in ("train", "infer"):
+            raise ValueError(f"mode={self.mode!r} is not 'train' or 'infer'")
+
+    # -- serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(self.to_json())
+
+    def to_json(self, **kw: Any) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=_json_default, **kw)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Measurement":
+        """Rebuild from :meth:`to_dict` output.  Raises ValueError on missing or unknown keys."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a Measurement must be a JSON object, got {type(data).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"unknown Measurement field(s): {', '.join(unknown)}")
+        required = [f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in data]
+        if missing:
+            raise ValueError(f"Measurement is missing field(s): {', '.join(missing)}")
+        return cls(**{k: _tupled(v) for k, v in data.items()})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Measurement":
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> "Measurement":
+        return dataclasses.replace(self, **changes)
+
+    # -- human output --------------------------------------------------------------------------
+    def summary(self) -> str:
+        """One line: technique, key parameters, peak allocated/reserved in MiB, step time."""
+        args = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
+        if self.status != "ok":
+            return f"{self.technique} [{args}] {self.device} {self.mode}: {self.status.upper()} {self.error or ''}".rstrip()
+        t = "-" if self.step_time_s is None else f"{self.step_time_s * 1e3:.1f} ms"
+        return (
+            f"{self.technique} [{args}] {self.device} {self.dtype} {self.mode}: "
+            f"peak allocated {fmt_mib(self.peak_allocated_bytes)}, "
+            f"peak {'resident' if self.device == 'cpu' else 'reserved'} {fmt_mib(self.peak_reserved_bytes)}, "
+            f"step {t}"
+        )
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """One allocation (``delta_bytes`` > 0) or free (< 0) during a step.
+
+    Attributes:
+        op: innermost operator that allocated or freed (e.g. ``aten::zeros``).
+        stack: enclosing operators, outermost first (at most 4), e.g.
+            ``('SliceBackward0', 'aten::slice_backward', 'aten::zeros', 'aten::empty')``.
+        phase: ``forward``, ``backward``, ``optimizer`` or ``other``.
+        live_bytes: tensor bytes live after this event, above the step's baseline.
+    """
+
+    op: str
+    stack: tuple[str, ...]
+    phase: str
+    delta_bytes: int
+    live_bytes: int
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Allocated bytes over one step, event by event (the picture a memory profiler shows)."""
+
+    technique: str
+    params: dict[str, Any]
+    device: str
+    dtype: str
+    mode: str
+    events: tuple[TimelineEvent, ...]
+    baseline_bytes: int
+    method: str
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((e.live_bytes for e in self.events), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self), sort_keys=True, default=_json_default))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Timeline":
+        events = tuple(TimelineEvent(**{**e, "stack": tuple(e["stack"])}) for e in data["events"])
+        return cls(**{**data, "events": events})
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")

@@ -1,0 +1,73 @@
+"""Checking a technique against its workload's reference: outputs and every gradient."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..technique import Technique
+
+__all__ = ["Verification", "verify_technique"]
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Max absolute error per tensor (``output``, ``grad:<name>``), the tolerance and the verdict."""
+
+    errors: dict[str, float]
+    rtol: float
+    atol: float
+    ok: bool
+
+    @property
+    def max_abs_error(self) -> float:
+        return max(self.errors.values(), default=0.0)
+
+
+def verify_technique(technique: Technique, device: torch.device, dtype: torch.dtype, *,
+                     mode: str = "train", seed: int = 0) -> Verification:
+    """Compare ``technique.forward`` with the workload reference on one seeded problem.
+
+    In ``train`` mode the gradients of every parameter and grad-requiring input (taken with
+    ``problem.grad_output``) are compared too; in ``infer`` mode both run under ``no_grad``.
+    A tensor passes when ``|a - b| <= atol + rtol * |b|`` elementwise (``torch.allclose``).
+    """
+    dtype_name = str(dtype).replace("torch.", "")
+    rtol, atol = technique.workload.tolerances.get(dtype_name, (1e-3, 1e-3))
+    problem = technique.build(device, dtype, seed)
+    errors: dict[str, float] = {}
+    ok = True
+
+    def compare(name: str, got: torch.Tensor | None, want: torch.Tensor | None) -> None:
+        nonlocal ok
+        if got is None or want is None:
+            errors[name] = float("inf") if (got is None) != (want is None) else 0.0
+            ok = ok and errors[name] == 0.0
+            return
+        if got.shape != want.shape:
+            errors[name] = float("inf")
+            ok = False
+            return
+        g, w = got.detach().double(), want.detach().double()
+        errors[name] = float((g - w).abs().max()) if g.numel() else 0.0
+        ok = ok and bool(torch.allclose(g, w, rtol=rtol, atol=atol))
+
+    if mode == "infer":
+        with torch.no_grad():
+            out = technique.forward(problem)
+            ref = technique.reference(problem)
+        compare("output", out, ref)
+        return Verification(errors, rtol, atol, ok)
+
+    names = [f"grad:{n}" for n, p in problem.model.named_parameters() if p.requires_grad]
+    names += [f"grad:{n}" for n, t in problem.inputs.items() if t.requires_grad]
+    leaves = problem.leaves()
+    out = technique.forward(problem)
+    grads = torch.autograd.grad(out, leaves, problem.grad_output, allow_unused=True) if leaves else ()
+    out = out.detach()
+    ref = technique.reference(problem)
+    ref_grads = torch.autograd.grad(ref, leaves, problem.grad_output, allow_unused=True) if leaves else ()
+    compare("output", out, ref.detach())
+    for name, g, r in zip(names, grads, ref_grads):
+        compare(name, g, r)
+    return Verification(errors, rtol, atol, ok)

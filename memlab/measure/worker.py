@@ -1,0 +1,35 @@
+"""Subprocess entry point: ``python -m memlab.measure.worker REQUEST.json RESULT.json``.
+
+Reads a request written by :mod:`memlab.measure.runner`, measures in this fresh process and writes
+the Measurement (or Timeline) JSON to the result path atomically.  Plug-ins arrive through
+``MEMLAB_PLUGINS``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from ..atomic import write_text_atomic
+
+
+def main(argv: list[str]) -> int:
+    request_path, result_path = argv
+    with open(request_path) as f:
+        req = json.load(f)
+    from ..registry import get_technique
+    from .devices import parse_device, parse_dtype
+    from .inprocess import measure_in_process, timeline_in_process
+
+    technique = get_technique(req["technique"])(**req["params"])
+    device, dtype = parse_device(req["device"]), parse_dtype(req["dtype"])
+    if req["kind"] == "timeline":
+        result = timeline_in_process(technique, device, dtype, mode=req["mode"], seed=req["seed"]).to_dict()
+    else:
+        result = measure_in_process(technique, device, dtype, mode=req["mode"], iterations=req["iterations"],
+                                    repeats=req["repeats"], seed=req["seed"], check=req["check"]).to_dict()
+    write_text_atomic(result_path, json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,149 @@
+"""``memlab.Technique``: the common interface of every memory-saving technique.
+
+Subclassing registers a technique under a name; nothing else lists it::
+
+    class SliceLoop(Technique, name="slice_loop"):
+        workload = ChainedMatmul
+        params = {"chunk_size": Param(2500, low=1, doc="rows per chunk")}
+
+        def forward(self, problem):          # the technique's path
+            ...
+
+A technique states its workload (the maths), its own tunable parameters (the workload's are shared),
+and how it computes the workload's output from a :class:`~memlab.workload.Problem`.  Optionally it
+overrides :meth:`build` (e.g. a dense layer instead of TT cores) and :meth:`describe` (analytic
+expectations and which code path ran, stored in ``Measurement.extra``).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from .params import Param, resolve_params
+from .workload import Problem, Workload, _same_definition
+
+__all__ = ["Technique", "TechniqueUnavailable"]
+
+_TECHNIQUES: dict[str, type["Technique"]] = {}
+
+
+class TechniqueUnavailable(RuntimeError):
+    """The technique cannot run here (device, optional dependency, torch version).
+
+    A subclass of RuntimeError that memlab reports as such; it never measures something else.
+    """
+
+
+class Technique:
+    """Base class.  Subclass with ``name="..."`` to register.
+
+    Class attributes:
+        workload: the :class:`Workload` subclass whose maths this technique computes.
+        params: the technique's own parameters (``chunk_size``...); the workload's are added.
+        baseline: True for the workload's no-savings reference technique.
+        twin: name of the no-savings technique that runs the same code path, if any.
+        peer: True for third-party comparators (MemCNN, RevLib, tensorly-torch).
+        devices: device types the technique supports.
+    """
+
+    name: ClassVar[str] = ""
+    workload: ClassVar[type[Workload]]
+    params: ClassVar[Mapping[str, Param]] = {}
+    baseline: ClassVar[bool] = False
+    twin: ClassVar[str | None] = None
+    peer: ClassVar[bool] = False
+    devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+
+    def __init_subclass__(cls, name: str | None = None, **kw):
+        super().__init_subclass__(**kw)
+        if name is None:
+            return
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"technique name {name!r} must be an identifier like 'slice_loop'")
+        if not (isinstance(getattr(cls, "workload", None), type) and issubclass(cls.workload, Workload)):
+            raise TypeError(f"technique {name!r} must set `workload` to a memlab.Workload subclass")
+        clash = set(cls.params) & set(cls.workload.params)
+        if clash:
+            raise ValueError(f"technique {name!r} redefines workload parameter(s) {sorted(clash)}")
+        if name in _TECHNIQUES and not _same_definition(_TECHNIQUES[name], cls):
+            other = _TECHNIQUES[name]
+            raise ValueError(
+                f"technique name {name!r} is already registered by "
+                f"{other.__module__}.{other.__qualname__}; choose another name"
+            )
+        cls.name = name
+        _TECHNIQUES[name] = cls
+
+    def __init__(self, **params: Any):
+        self.config = self.resolve(params)
+        workload_cfg = {k: v for k, v in self.config.items() if k in self.workload.params}
+        self.problem_spec = self.workload(workload_cfg)
+        self.validate()
+
+    # -- description ---------------------------------------------------------------------------
+    @classmethod
+    def family(cls) -> str:
+        return cls.workload.family
+
+    @classmethod
+    def all_params(cls) -> dict[str, Param]:
+        """Workload parameters plus the technique's own, by name."""
+        return {**cls.workload.params, **cls.params}
+
+    @classmethod
+    def resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        return resolve_params(cls.all_params(), given, owner=f"technique {cls.name!r}")
+
+    @classmethod
+    def summary(cls) -> str:
+        doc = (cls.__doc__ or "").strip().splitlines()
+        return doc[0] if doc else ""
+
+    @classmethod
+    def source_file(cls) -> str | None:
+        import inspect
+
+        try:
+            return inspect.getfile(cls)
+        except (TypeError, OSError):
+            return None
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Cross-parameter checks beyond ranges (e.g. divisibility); raise ValueError."""
+
+    def check_available(self, device: torch.device) -> None:
+        """Raise :class:`TechniqueUnavailable` when this technique cannot run on ``device``."""
+        if device.type not in self.devices:
+            raise TechniqueUnavailable(
+                f"technique {self.name!r} does not support device {device.type!r}; "
+                f"supported: {', '.join(self.devices)}"
+            )
+
+    def build(self, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Problem:
+        """Seeded problem for one step; default: the workload's."""
+        return self.problem_spec.build(device, dtype, seed)
+
+    def forward(self, problem: Problem) -> torch.Tensor:
+        """The technique's computation of the workload output (autograd-enabled in training)."""
+        raise NotImplementedError
+
+    def reference(self, problem: Problem) -> torch.Tensor:
+        """The workload reference on this technique's problem (plain autograd)."""
+        return self.problem_spec.reference(problem)
+
+    def describe(self, problem: Problem) -> dict[str, Any]:
+        """JSON-serialisable facts stored in ``Measurement.extra`` (analytic floors, path taken)."""
+        return {}
+
+    def samples_per_step(self) -> int:
+        return self.problem_spec.samples_per_step()
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{type(self).__name__}({args})"
+
+
+def registered() -> dict[str, type[Technique]]:
+    return _TECHNIQUES
