@@ -93,6 +93,8 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
     params = [p for p in problem.model.parameters()]
     fields["param_count"] = sum(p.numel() for p in params)
     fields["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
+    if mode == "train":
+        fields["grad_bytes"] = sum(t.numel() * t.element_size() for t in problem.leaves())
     fields["allocated_baseline_bytes"] = tensors_bytes(baseline_objects(problem, optimizer))
 
     # resident / reserved around one step

@@ -37,6 +37,8 @@ class Measurement:
         reserved_baseline_bytes: the reserved (CUDA) / resident (CPU) bytes before the step.
         device_used_bytes: CUDA only: device memory in use after the steps as the driver (and
             nvidia-smi) sees it, all processes and the CUDA context included.
+        grad_bytes: bytes of the gradients one training step produces (parameters and
+            grad-requiring inputs); part of the peak, so ``peak - grad_bytes`` bounds activations.
         allocated_after_step_bytes: per iteration, tensor bytes live after the step minus the
             baseline before the first measured step; growth here is a leak.
     """
@@ -68,6 +70,7 @@ class Measurement:
     matches_reference: bool | None = None
     param_count: int | None = None
     param_bytes: int | None = None
+    grad_bytes: int | None = None
     peer: bool = False
     memory_method: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

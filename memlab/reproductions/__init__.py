@@ -1,0 +1,71 @@
+"""Seed reproductions: one module per user report in ``shared/seeds/``.
+
+Contract of a reproduction module ``memlab/reproductions/<name>.py`` (auto-discovered)::
+
+    SEED = "chunked-slicing-backward-spike"   # stem of the report file in shared/seeds/
+    TITLE = "For loop on slices creates multiple intermediate gradients"
+    CLAIM = "one line: what the user claimed"
+
+    def reproduce(quick: bool = False) -> dict: ...
+
+``reproduce`` runs memlab measurements (CPU, subprocess-isolated) and returns a JSON-serialisable
+dict with at least::
+
+    {"verdict": "reproduced" | "not reproduced on this device" | "reproduced with caveat",
+     "summary": "a few sentences with the numbers",
+     "measurements": [Measurement.to_dict(), ...],
+     "timelines": [Timeline.to_dict(), ...],          # may be empty
+     "figure": {"type": "bar" | "line", "title": str, "x_label": str, "y_label": str,
+                "x": [...], "series": {"name": [y values]}, "log_x": bool, "log_y": bool}}
+
+:func:`run_all` writes ``<SEED>.json`` per module into a folder (``data/reproductions`` in the
+repository), atomically, adding ``seed``, ``title``, ``claim`` and ``environment``.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+from ..atomic import write_text_atomic
+
+__all__ = ["list_reproductions", "run_all", "run_one"]
+
+
+def list_reproductions() -> dict[str, ModuleType]:
+    """Reproduction modules by SEED."""
+    mods = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        mod = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(mod, "SEED") and hasattr(mod, "reproduce"):
+            mods[mod.SEED] = mod
+    return mods
+
+
+def run_one(mod: ModuleType, out_dir: Path, quick: bool = False) -> Path:
+    import torch
+
+    from ..measure.environment import environment
+
+    data = dict(mod.reproduce(quick=quick))
+    data.update(seed=mod.SEED, title=mod.TITLE, claim=mod.CLAIM, quick=quick,
+                environment=environment(torch.device("cpu")))
+    path = Path(out_dir) / f"{mod.SEED}.json"
+    write_text_atomic(path, json.dumps(data, sort_keys=True, indent=1))
+    return path
+
+
+def run_all(out_dir: Path, quick: bool = False, only: list[str] | None = None,
+            progress: Callable[[str], None] = lambda s: None) -> list[Path]:
+    paths = []
+    for seed, mod in list_reproductions().items():
+        if only and seed not in only:
+            continue
+        progress(f"reproducing {seed} ...")
+        paths.append(run_one(mod, out_dir, quick))
+    return paths
