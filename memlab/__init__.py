@@ -6,17 +6,58 @@ Public API::
     memlab.list_techniques(), memlab.get_technique(name), memlab.load_plugin(path)
     memlab.measure(name, *, device="cpu", dtype="float32", mode="train", **params) -> Measurement
     memlab.timeline(name, ...) -> Timeline
-"""
-from ._version import __version__
-from .measure import Measurement, Timeline, TimelineEvent, measure, timeline
-from .measure.verify import Verification, verify_technique
-from .params import Param
-from .registry import get_technique, list_families, list_techniques, load_plugin
-from .technique import Technique, TechniqueUnavailable
-from .workload import Problem, Workload, get_workload, list_workloads
 
-__all__ = [
-    "__version__", "Technique", "TechniqueUnavailable", "Workload", "Problem", "Param",
-    "list_techniques", "list_families", "get_technique", "load_plugin", "get_workload", "list_workloads",
-    "measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "Verification", "verify_technique",
-]
+# NOTE [ lazy top-level imports ]
+``import memlab`` does not import torch: the results reader (:mod:`memlab.results`) and the site
+builder (:mod:`memlab.site`) only read files and must run where torch is absent or slow to load.
+The public names below are imported from their modules on first access (PEP 562 ``__getattr__``).
+``memlab.measure`` is both a subpackage and the public function; the import system binds the
+subpackage onto this module when it is first loaded, so :class:`_Package` keeps the function there
+(the same binding the eager ``from .measure import measure`` used to leave).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+
+from ._version import __version__
+
+_EXPORTS = {
+    "Technique": ".technique", "TechniqueUnavailable": ".technique",
+    "Workload": ".workload", "Problem": ".workload", "get_workload": ".workload", "list_workloads": ".workload",
+    "Param": ".params",
+    "list_techniques": ".registry", "list_families": ".registry", "get_technique": ".registry",
+    "load_plugin": ".registry",
+    "measure": ".measure", "timeline": ".measure", "Measurement": ".measure", "Timeline": ".measure",
+    "TimelineEvent": ".measure",
+    "Verification": ".measure.verify", "verify_technique": ".measure.verify",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    try:
+        module = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'memlab' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """See NOTE [ lazy top-level imports ]: ``memlab.measure`` stays the function."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "measure" and isinstance(value, types.ModuleType):
+            value = value.measure
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
