@@ -1,0 +1,185 @@
+"""Row-chunked evaluation of a per-row function whose backward never builds a full-size temporary.
+
+``slice_accumulate(fn, x, *params, chunk_size=c)`` computes ``cat([fn(x[s:e], *params) ...])`` over
+row chunks of ``x`` (dim 0) and differentiates it chunk by chunk.
+
+# NOTE [ slice_backward spike ]
+Writing ``y[s:e] = fn(x[s:e], w)`` in a Python loop lowers the forward peak, but autograd saves every
+chunk's intermediates for backward (so the training peak does not drop) and the backward of each
+``x[s:e]`` slice (``SliceBackward0`` -> ``aten::slice_backward``) allocates a zero-filled gradient the
+size of the whole ``x`` and copies the chunk's gradient into it; those full-size gradients are then
+summed into ``x.grad``.  Here the loop lives inside one autograd node instead: forward runs under
+``no_grad`` and saves only ``x`` and ``params``; backward recomputes one chunk at a time with grad
+enabled, writes that chunk's input gradient straight into rows ``[s, e)`` of ONE preallocated
+``grad_x`` and adds the chunk's parameter gradients into one accumulator per parameter.  Live memory
+in backward is therefore: the output, ``grad_x``, the parameter accumulators and one chunk's
+recomputed graph (its intermediates, its gradients and the chunk's parameter-gradient temporaries).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import torch
+
+__all__ = ["slice_accumulate", "ChunkVJP"]
+
+#: ``chunk_vjp(x_chunk, grad_chunk, params, grad_x_chunk, grad_params) -> None``: writes the chunk's
+#: input gradient into ``grad_x_chunk`` (a [rows, ...] view of the preallocated ``grad_x``; None when
+#: ``x`` needs no gradient) and ADDS each parameter's gradient into ``grad_params[i]`` (None where
+#: that parameter needs no gradient).  Called with grad mode disabled.
+ChunkVJP = Callable[
+    [torch.Tensor, torch.Tensor, Sequence[torch.Tensor], Optional[torch.Tensor], Sequence[Optional[torch.Tensor]]],
+    None,
+]
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """Settings of one call, passed to the autograd Function as a single argument."""
+
+    fn: Callable[..., torch.Tensor]
+    chunk_size: int
+    chunk_vjp: Optional[ChunkVJP]
+
+
+def _bounds(n: int, chunk_size: int):
+    for s in range(0, n, chunk_size):
+        yield s, min(s + chunk_size, n)
+
+
+def _checked_chunk(out: object, rows: int, s: int, e: int) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"slice_accumulate: fn must return a Tensor, got {type(out).__name__} for rows [{s}, {e})")
+    if out.dim() < 1 or out.shape[0] != rows:
+        raise ValueError(
+            f"slice_accumulate: fn must return [rows, ...] for rows [{s}, {e}) ({rows} rows); "
+            f"got shape {tuple(out.shape)} (fn must act on each row independently)"
+        )
+    return out
+
+
+def _forward_loop(spec: _Spec, x: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The chunk loop without autograd: y [N, ...] preallocated from the first chunk's shape."""
+    n = x.shape[0]
+    y: Optional[torch.Tensor] = None
+    for s, e in _bounds(n, spec.chunk_size):
+        out = _checked_chunk(spec.fn(x[s:e], *params), e - s, s, e)
+        if y is None:
+            y = out.new_empty((n, *out.shape[1:]))
+        elif out.shape[1:] != y.shape[1:] or out.dtype != y.dtype:
+            raise ValueError(
+                f"slice_accumulate: fn returned {tuple(out.shape)} {out.dtype} for rows [{s}, {e}) but "
+                f"[rows, {', '.join(map(str, y.shape[1:]))}] {y.dtype} for the first chunk"
+            )
+        y[s:e].copy_(out)
+        del out
+    assert y is not None  # n >= 1 is checked by the public function
+    return y
+
+
+def _autograd_chunk_vjp(fn):
+    """The default per-chunk backward: recompute ``fn`` on the chunk with autograd and differentiate."""
+
+    def vjp(x_chunk, grad_chunk, params, grad_x_chunk, grad_params):
+        want_x = grad_x_chunk is not None
+        with torch.enable_grad():
+            xc = x_chunk.detach().requires_grad_(want_x)
+            ps = [p.detach().requires_grad_(g is not None) for p, g in zip(params, grad_params)]
+            out = fn(xc, *ps)
+            inputs = ([xc] if want_x else []) + [p for p, g in zip(ps, grad_params) if g is not None]
+            grads = torch.autograd.grad(out, inputs, grad_chunk, allow_unused=True)
+            del out
+        k = 0
+        if want_x:
+            if grads[0] is None:
+                grad_x_chunk.zero_()
+            else:
+                grad_x_chunk.copy_(grads[0])
+            k = 1
+        for acc in grad_params:
+            if acc is None:
+                continue
+            if grads[k] is not None:
+                acc.add_(grads[k])
+            k += 1
+
+    return vjp
+
+
+class _SliceAccumulate(torch.autograd.Function):
+    """Private: forward = chunk loop under no_grad; backward = chunk loop of recompute + accumulate."""
+
+    @staticmethod
+    def forward(ctx, spec: _Spec, x: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
+        ctx.spec = spec
+        ctx.save_for_backward(x, *params)
+        return _forward_loop(spec, x, params)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_y: torch.Tensor):
+        spec: _Spec = ctx.spec
+        x, *params = ctx.saved_tensors
+        need_x = ctx.needs_input_grad[1]
+        need_p = ctx.needs_input_grad[2:]
+        grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if need_x else None
+        grad_params = [torch.zeros_like(p) if need else None for p, need in zip(params, need_p)]
+        vjp = spec.chunk_vjp or _autograd_chunk_vjp(spec.fn)
+        for s, e in _bounds(x.shape[0], spec.chunk_size):
+            vjp(x[s:e], grad_y[s:e], params, None if grad_x is None else grad_x[s:e], grad_params)
+        return (None, grad_x, *grad_params)
+
+
+def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor, chunk_size: int,
+                     chunk_vjp: Optional[ChunkVJP] = None) -> torch.Tensor:
+    """``torch.cat([fn(x[s:e], *params) for each row chunk])`` with a backward that never holds more
+    than one chunk's graph and never allocates a full-size gradient per chunk.
+
+    Memory/compute trade-off: forward runs ``fn`` chunk by chunk under ``no_grad`` and saves only
+    ``x`` and ``params`` (no activation); backward runs ``fn`` again on each chunk (one extra forward
+    in total), writes that chunk's gradient into rows ``[s, e)`` of one preallocated ``grad_x`` (only
+    when ``x`` requires grad) and adds the chunk's parameter gradients into one zero-initialised
+    accumulator per grad-requiring parameter.  See NOTE [ slice_backward spike ].  Without grad (no
+    input requires it or grad mode is off) it is just the chunk loop.
+
+    Args:
+        fn: per-row function ``fn(x_chunk [rows, ...], *params) -> [rows, ...]``; rows must be
+            independent (row ``i`` of the output depends only on row ``i`` of ``x``).
+        x: [N, ...] input, chunked along dim 0; may or may not require grad.
+        *params: tensors passed whole to every call (weights); each may or may not require grad.
+        chunk_size: rows per chunk, >= 1 (keyword-only); the last chunk may be shorter and
+            ``chunk_size >= N`` is a single chunk.
+        chunk_vjp: optional hand-written per-chunk backward (see :data:`ChunkVJP`) that writes the
+            chunk's input gradient in place and accumulates parameter gradients in place; the
+            default recomputes ``fn`` with autograd and adds its gradients (one parameter-sized
+            temporary per parameter per chunk).
+
+    Returns:
+        y: [N, ...] equal to ``torch.cat([fn(x[s:e], *params) ...])``.
+
+    Raises:
+        ValueError: ``chunk_size`` < 1, ``x`` with no rows, or ``fn`` returning the wrong rows.
+        TypeError: ``x`` or a param is not a Tensor, or ``chunk_size`` is not an int.
+
+    Example:
+        >>> f = lambda xc, w1, w2: (xc @ w1) @ w2
+        >>> y = slice_accumulate(f, x, w1, w2, chunk_size=2500)   # [10000, 256] -> [10000, 256]
+        >>> y.backward(grad_y)   # x.grad, w1.grad, w2.grad; peak holds one [2500, 1024] hidden
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"slice_accumulate: chunk_size must be an int >= 1, got {chunk_size!r}")
+    if chunk_size < 1:
+        raise ValueError(f"slice_accumulate: chunk_size={chunk_size} is not valid; expected an int >= 1")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"slice_accumulate: x must be a Tensor, got {type(x).__name__}")
+    if x.dim() < 1 or x.shape[0] < 1:
+        raise ValueError(f"slice_accumulate: x must have at least one row along dim 0, got shape {tuple(x.shape)}")
+    for i, p in enumerate(params):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError(f"slice_accumulate: params[{i}] must be a Tensor, got {type(p).__name__}")
+    spec = _Spec(fn, chunk_size, chunk_vjp)
+    if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *params)):
+        with torch.no_grad():
+            return _forward_loop(spec, x, params)
+    return _SliceAccumulate.apply(spec, x, *params)
