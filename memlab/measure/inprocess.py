@@ -40,6 +40,7 @@ def skeleton(technique: Technique, device: str, dtype: str, mode: str) -> Measur
         technique=technique.name, workload=technique.workload.name, family=technique.family(),
         params=dict(technique.config), device=device, dtype=dtype, mode=mode,
         samples_per_step=technique.samples_per_step(), peer=technique.peer,
+        extra={"baseline": technique.baseline, "twin": technique.twin},
     )
 
 
@@ -152,7 +153,7 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
     fields["peak_allocated_per_iteration_bytes"] = tuple(peaks)
     fields["allocated_after_step_bytes"] = tuple(after)
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
-    fields["extra"] = technique.describe(problem)
+    fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **technique.describe(problem)}
     fields["memory_method"] = memory_method(device)
     fields["environment"] = environment(device)
     return base.replace(**fields)

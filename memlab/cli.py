@@ -1,0 +1,294 @@
+"""``memlab`` command line: argument parsing and exit codes only; the work happens elsewhere.
+
+Exit status: 0 success, 1 a measurement failed (status oom/error) where one was asked for,
+2 bad input (unknown technique, parameter out of range, unknown device...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main"]
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit status 2."""
+
+
+def _parse_params(cls, pairs: Sequence[str]) -> dict[str, Any]:
+    specs = cls.all_params()
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--param {pair!r} is not of the form name=value")
+        if key not in specs:
+            raise UsageError(f"technique {cls.name!r} has no parameter {key!r}; valid parameters: {', '.join(sorted(specs))}")
+        out[key] = specs[key].parse(key, text)
+    return out
+
+
+def _load_plugins(args) -> None:
+    from .registry import load_plugin
+
+    for p in args.plugin or []:
+        load_plugin(p)
+
+
+def _cmd_list(args) -> int:
+    from .registry import get_technique, list_techniques
+
+    names = list_techniques(args.family)
+    if args.json:
+        rows = []
+        for n in names:
+            c = get_technique(n)
+            rows.append({"name": n, "family": c.family(), "workload": c.workload.name, "summary": c.summary(),
+                         "baseline": c.baseline, "peer": c.peer, "twin": c.twin,
+                         "params": {k: {"default": p.default, "valid": p.describe_range(), "doc": p.doc}
+                                    for k, p in sorted(c.all_params().items())}})
+        print(json.dumps(rows, indent=1, sort_keys=True, default=list))
+        return 0
+    by_family: dict[str, list[str]] = {}
+    for n in names:
+        by_family.setdefault(get_technique(n).family(), []).append(n)
+    for fam in sorted(by_family):
+        print(f"{fam}:")
+        for n in by_family[fam]:
+            c = get_technique(n)
+            tags = "".join([" [baseline]" if c.baseline else "", " [peer]" if c.peer else ""])
+            print(f"  {n}{tags} (workload {c.workload.name}): {c.summary()}")
+            for k, p in sorted(c.all_params().items()):
+                print(f"      {k} = {p.default!r:<12} {p.describe_range()}{'  - ' + p.doc if p.doc else ''}")
+    return 0
+
+
+def _measure_kwargs(args) -> dict[str, Any]:
+    return {"device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
+            "repeats": args.repeats, "isolate": not args.in_process, "timeout": args.timeout}
+
+
+def _cmd_measure(args) -> int:
+    from .measure import measure
+    from .measure.record import fmt_mib
+    from .registry import get_technique
+
+    cls = get_technique(args.name)
+    params = _parse_params(cls, args.param or [])
+    m = measure(cls, **_measure_kwargs(args), **params)
+    if args.json:
+        print(m.to_json())
+        return 0 if m.status == "ok" else 1
+    print(m.summary())
+    if m.status == "ok":
+        label = "resident" if m.device == "cpu" else "reserved"
+        rows = [
+            ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
+            (f"peak {label}", fmt_mib(m.peak_reserved_bytes), "above baseline " + fmt_mib(m.reserved_baseline_bytes)),
+            ("allocated after step", ", ".join(fmt_mib(b) for b in m.allocated_after_step_bytes), "per iteration, above baseline"),
+            ("step time", f"{m.step_time_s * 1e3:.1f} ms" if m.step_time_s else "-", f"median of {len(m.step_times_s)}"),
+            ("throughput", f"{m.samples_per_s:.1f} samples/s" if m.samples_per_s else "-", ""),
+            ("FLOPs", f"{m.flops:.3e}" if m.flops is not None else "-", "per step"),
+            ("max |error| vs reference", f"{m.max_abs_error:.2e}" if m.max_abs_error is not None else "-",
+             "" if m.matches_reference is None else ("within" if m.matches_reference else "OUTSIDE") + f" rtol/atol {m.tolerance}"),
+        ]
+        for k, v in sorted(m.extra.items()):
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in ("baseline", "twin"):
+                rows.append((k, fmt_mib(v) if k.endswith("_bytes") else str(v), ""))
+        w = max(len(r[0]) for r in rows)
+        for k, v, note in rows:
+            print(f"  {k:<{w}}  {v}  {note}".rstrip())
+        print(f"  allocated: {m.memory_method.get('allocated', '')}")
+        print(f"  {label}: {m.memory_method.get('reserved', '')}")
+    return 0 if m.status == "ok" else 1
+
+
+class _Progress:
+    """A one-line progress bar on stderr (a line per item when stderr is not a terminal)."""
+
+    def __init__(self, stream=sys.stderr):
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.started = None
+
+    def __call__(self, done, total, point, m, seconds) -> None:
+        import time
+
+        from .measure.record import fmt_mib
+
+        if self.started is None:
+            self.started = time.perf_counter()
+        params = " ".join(f"{k}={v}" for k, v in sorted(point.params.items()))
+        width = 20
+        filled = int(width * done / max(total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        if m is None and done < total and seconds == 0.0:
+            line = f"[{bar}] {done}/{total} measuring {point.technique} {params}"
+            if self.tty:
+                self.stream.write("\r\033[K" + line)
+                self.stream.flush()
+            return
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / done * (total - done) if done else 0
+        result = "skipped" if m is None else (fmt_mib(m.peak_allocated_bytes) if m.status == "ok" else m.status.upper())
+        line = f"[{bar}] {done}/{total} {point.technique} {params}: {result} ({seconds:.1f} s, ETA {eta:.0f} s)"
+        self.stream.write(("\r\033[K" if self.tty else "") + line + "\n")
+        self.stream.flush()
+
+
+def _cmd_sweep(args) -> int:
+    from .sweep import format_table, plan_sweep, run_sweep
+
+    points = plan_sweep(args.family, quick=args.quick, techniques=args.technique)
+    if not points:
+        raise UsageError("nothing to sweep: no technique matches")
+    kw = _measure_kwargs(args)
+    device, dtype, mode = kw.pop("device"), kw.pop("dtype"), kw.pop("mode")
+    from .measure import prepare
+
+    prepare(points[0].technique, {}, device, dtype, mode)  # validate device/dtype/mode before starting
+    out = None
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        out = open(args.out, "a" if args.append else "w", encoding="utf-8")
+    rows = []
+    try:
+        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), **kw):
+            rows.append(m)
+    except KeyboardInterrupt:
+        print(f"\nmemlab: interrupted; {len(rows)} finished measurement(s) kept" +
+              (f" in {args.out}" if args.out else ""), file=sys.stderr)
+        return 130
+    finally:
+        if out is not None:
+            out.close()
+    print(format_table(rows))
+    if rows and rows[0].device == "cpu":
+        print("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
+              "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
+    if args.out:
+        print(f"wrote {len(rows)} measurement(s) to {args.out}")
+    return 0
+
+
+def _cmd_timeline(args) -> int:
+    from .atomic import write_text_atomic
+    from .measure import timeline
+    from .measure.record import fmt_mib
+    from .registry import get_technique
+
+    cls = get_technique(args.name)
+    params = _parse_params(cls, args.param or [])
+    tl = timeline(cls, device=args.device, dtype=args.dtype, mode=args.mode, isolate=not args.in_process, **params)
+    text = json.dumps(tl.to_dict(), sort_keys=True)
+    if args.out:
+        write_text_atomic(args.out, text)
+        print(f"wrote {len(tl.events)} events to {args.out}; peak {fmt_mib(tl.peak_bytes)} above baseline")
+        return 0
+    if args.json:
+        print(text)
+        return 0
+    for e in tl.events:
+        print(f"{e.phase:<9} {e.delta_bytes / 2**20:+9.1f} MiB  live {fmt_mib(e.live_bytes):>11}  {' > '.join(e.stack) or e.op}")
+    print(f"peak {fmt_mib(tl.peak_bytes)} above baseline {fmt_mib(tl.baseline_bytes)}")
+    return 0
+
+
+def _cmd_reproduce(args) -> int:
+    from .reproductions import list_reproductions, run_all
+
+    known = list_reproductions()
+    for s in args.only or []:
+        if s not in known:
+            raise UsageError(f"unknown seed {s!r}; available: {', '.join(sorted(known))}")
+    paths = run_all(Path(args.out), quick=args.quick, only=args.only, progress=lambda s: print(s, file=sys.stderr))
+    for p in paths:
+        print(f"wrote {p}")
+    return 0
+
+
+def _cmd_site(args) -> int:
+    from .site import build_site
+
+    index = build_site(Path(args.results), Path(args.data), Path(args.out), extra_runs=[Path(p) for p in args.run or []])
+    print(index)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plugin", action="append", metavar="FILE.py",
+                        help="a Python file defining memlab.Technique subclasses (repeatable)")
+    meas = argparse.ArgumentParser(add_help=False)
+    meas.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    meas.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16 (default float32)")
+    meas.add_argument("--mode", default="train", help="train (forward+backward+SGD step) or infer (no_grad forward)")
+    meas.add_argument("--iterations", type=int, default=5, help="allocation-measured steps (default 5)")
+    meas.add_argument("--repeats", type=int, default=5, help="timed steps; the median is reported (default 5)")
+    meas.add_argument("--timeout", type=float, default=900.0, help="seconds per isolated measurement (default 900)")
+    meas.add_argument("--in-process", action="store_true", help="measure in this process instead of a fresh subprocess")
+
+    p = argparse.ArgumentParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
+                                parents=[common])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("list", parents=[common], help="list techniques, their workload and parameters")
+    s.add_argument("--family")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_list)
+
+    s = sub.add_parser("measure", parents=[common, meas], help="measure one technique")
+    s.add_argument("name")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE", help="workload/technique parameter (repeatable)")
+    s.add_argument("--json", action="store_true", help="print one Measurement JSON object (bytes)")
+    s.set_defaults(func=_cmd_measure)
+
+    s = sub.add_parser("sweep", parents=[common, meas], help="measure every technique of a family over its grid")
+    s.add_argument("--family")
+    s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
+    s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
+    s.add_argument("--out", help="JSON Lines file; each measurement is written as soon as it finishes")
+    s.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    s.set_defaults(func=_cmd_sweep)
+
+    s = sub.add_parser("timeline", parents=[common, meas], help="allocated bytes over one step, event by event")
+    s.add_argument("name")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE")
+    s.add_argument("--json", action="store_true")
+    s.add_argument("--out", help="write the Timeline JSON here")
+    s.set_defaults(func=_cmd_timeline)
+
+    s = sub.add_parser("reproduce", parents=[common], help="re-run the seed-report reproductions")
+    s.add_argument("--out", default="data/reproductions")
+    s.add_argument("--quick", action="store_true")
+    s.add_argument("--only", action="append", metavar="SEED")
+    s.set_defaults(func=_cmd_reproduce)
+
+    s = sub.add_parser("site", parents=[common], help="build the static results site")
+    s.add_argument("--results", default="results", help="asv results directory (default results)")
+    s.add_argument("--data", default="data", help="memlab data directory (sweeps, timelines, reproductions)")
+    s.add_argument("--out", default="html", help="output directory (default html)")
+    s.add_argument("--run", action="append", metavar="FILE.jsonl", help="extra sweep JSON Lines file (repeatable)")
+    s.set_defaults(func=_cmd_site)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from .technique import TechniqueUnavailable
+
+    try:
+        _load_plugins(args)
+        return args.func(args)
+    except (UsageError, ValueError, TechniqueUnavailable, FileNotFoundError, ImportError) as exc:
+        print(f"memlab: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
