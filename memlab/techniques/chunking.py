@@ -1,33 +1,76 @@
 """Chunking family: ways to compute ``y = (x @ w1) @ w2`` over row chunks of x.
 
-See the chunked-slicing report: a Python loop over slices lowers the forward peak, but autograd's
-``slice_backward`` allocates a full-size zero gradient per slice in backward.
+See the chunked-slicing report and NOTE [ slice_backward spike ] in
+:mod:`memlab.functional.slice_accumulate`: a Python loop over slices lowers the forward peak, but
+autograd keeps every chunk's hidden for backward and ``slice_backward`` allocates a full-size zero
+gradient per slice of x.  Every technique here reports the analytic floor of NOTE [ chained-matmul
+analytic floor ] (:mod:`memlab.workloads.chained_matmul`) in ``describe()`` so that the measured peak
+can be shown as a ratio to it.
 """
 from __future__ import annotations
 
+from typing import Any, Literal
+
 import torch
 
+from ..functional.chained_matmul import chained_matmul, chained_matmul_chunk_vjp
+from ..functional.slice_accumulate import slice_accumulate
 from ..params import Param
-from ..technique import Technique
-from ..workloads.chained_matmul import ChainedMatmul
+from ..technique import Technique, TechniqueUnavailable
+from ..workloads.chained_matmul import ChainedMatmul, analytic_floor
 
-__all__ = ["Unchunked", "SliceLoop"]
+__all__ = ["Unchunked", "SliceLoop", "VmapChunk", "EinsumChunk", "CheckpointChunk", "SliceAccumulate"]
 
 CHUNK_SIZE = Param(2500, low=1, high=10_000_000, doc="rows of x per chunk (the last may be shorter)")
 
+SliceAccumulateBackward = Literal["manual", "autograd"]
+EINSUM_EQUATION = "bi,ij,jk->bk"
 
-class Unchunked(Technique, name="unchunked"):
-    """The reference: one (x @ w1) @ w2 over all rows; saves the full [n, hidden] activation."""
+
+def _bounds(n: int, c: int):
+    for st in range(0, n, c):
+        yield st, min(st + c, n)
+
+
+class _ChainedMatmulTechnique(Technique):
+    """Shared by the family (not registered): remembers the mode it last ran in and reports the floor.
+
+    The mode is taken from grad mode at the last ``forward`` (a training step runs it with grad
+    enabled, an inference step under ``no_grad``), so ``describe`` after a measurement reports the
+    floor of the mode that was measured; both modes' floors are always included as well.
+    """
 
     workload = ChainedMatmul
-    baseline = True
+    _last_mode: str | None = None
+
+    def chunk_rows(self) -> int | None:
+        return self.config.get("chunk_size")
 
     def forward(self, problem):
+        self._last_mode = "train" if torch.is_grad_enabled() else "infer"
         m = problem.model
-        return (problem.inputs["x"] @ m.w1) @ m.w2
+        return self._compute(problem.inputs["x"], m.w1, m.w2)
+
+    def _compute(self, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def describe(self, problem) -> dict[str, Any]:
+        floor = analytic_floor(self.problem_spec.config, self.chunk_rows(), problem.inputs["x"].element_size())
+        n = self.problem_spec.config["n"]
+        c = floor.chunk_rows
+        return {**floor.to_extra(self._last_mode), "num_chunks": -(-n // c)}
 
 
-class SliceLoop(Technique, name="slice_loop"):
+class Unchunked(_ChainedMatmulTechnique, name="unchunked"):
+    """The reference: one (x @ w1) @ w2 over all rows; saves the full [n, hidden] activation."""
+
+    baseline = True
+
+    def _compute(self, x, w1, w2):
+        return chained_matmul(x, w1, w2)
+
+
+class SliceLoop(_ChainedMatmulTechnique, name="slice_loop"):
     """The report's loop: ``y[st:ed] = (x[st:ed] @ w1) @ w2`` into an empty y.
 
     Forward holds one chunk's hidden [chunk, hidden] at a time but autograd saves each chunk's
@@ -35,14 +78,131 @@ class SliceLoop(Technique, name="slice_loop"):
     gradient the size of x (``slice_backward``).
     """
 
-    workload = ChainedMatmul
     params = {"chunk_size": CHUNK_SIZE}
 
-    def forward(self, problem):
-        x = problem.inputs["x"]
-        m = problem.model
+    def _compute(self, x, w1, w2):
         c = self.config["chunk_size"]
-        y = x.new_empty(x.shape[0], m.w2.shape[1])
-        for st in range(0, x.shape[0], c):
-            y[st : st + c] = (x[st : st + c] @ m.w1) @ m.w2
+        y = x.new_empty(x.shape[0], w2.shape[1])
+        for st, ed in _bounds(x.shape[0], c):
+            y[st:ed] = (x[st:ed] @ w1) @ w2
         return y
+
+
+class VmapChunk(_ChainedMatmulTechnique, name="vmap_chunk"):
+    """``torch.func.vmap(f, in_dims=(0, None, None), chunk_size=c)`` over rows of x.
+
+    vmap runs ``f`` on chunks of ``c`` rows and concatenates the outputs; under autograd every
+    chunk's hidden is saved for backward, so training keeps the full [n, hidden] anyway.
+    """
+
+    params = {"chunk_size": CHUNK_SIZE}
+
+    def _compute(self, x, w1, w2):
+        def row(xr, a, b):  # [d] -> [d]
+            return (xr @ a) @ b
+
+        return torch.func.vmap(row, in_dims=(0, None, None), chunk_size=self.config["chunk_size"])(x, w1, w2)
+
+
+class EinsumChunk(_ChainedMatmulTechnique, name="einsum_chunk"):
+    """The chunk loop over ``torch.einsum("bi,ij,jk->bk", x[st:ed], w1, w2)`` into an empty y.
+
+    With opt_einsum, torch picks the contraction order: for these shapes it forms ``w1 @ w2`` [d, d]
+    first and never builds a [chunk, hidden] hidden (a different, cheaper computation of the same
+    maths).  ``opt_einsum=False`` turns it off for this call (left-to-right order, as the report
+    intended).  ``describe`` records whether opt_einsum was available and enabled and the path.
+    """
+
+    params = {
+        "chunk_size": CHUNK_SIZE,
+        "opt_einsum": Param(True, doc="let opt_einsum choose the contraction order (False: left to right)"),
+    }
+
+    def check_available(self, device):
+        super().check_available(device)
+        if self.config["opt_einsum"] and not torch.backends.opt_einsum.is_available():
+            raise TechniqueUnavailable(
+                "einsum_chunk with opt_einsum=True needs the opt-einsum package (pip install opt-einsum); "
+                "pass opt_einsum=False for the left-to-right order"
+            )
+
+    def _compute(self, x, w1, w2):
+        c = self.config["chunk_size"]
+        y = x.new_empty(x.shape[0], w2.shape[1])
+        with torch.backends.opt_einsum.flags(enabled=self.config["opt_einsum"]):
+            if self.config["opt_einsum"] and not torch.backends.opt_einsum.enabled:
+                raise TechniqueUnavailable("opt_einsum requested but torch.backends.opt_einsum is not enabled")
+            for st, ed in _bounds(x.shape[0], c):
+                y[st:ed] = torch.einsum(EINSUM_EQUATION, x[st:ed], w1, w2)
+        return y
+
+    def describe(self, problem):
+        out = super().describe(problem)
+        cfg = self.problem_spec.config
+        used = bool(self.config["opt_einsum"] and torch.backends.opt_einsum.is_available())
+        out.update(
+            opt_einsum_available=bool(torch.backends.opt_einsum.is_available()),
+            opt_einsum_enabled=bool(self.config["opt_einsum"]),
+            opt_einsum_used=used,
+            opt_einsum_strategy=torch.backends.opt_einsum.strategy if used else None,
+            einsum_equation=EINSUM_EQUATION,
+        )
+        if used:
+            import opt_einsum
+
+            c = min(self.config["chunk_size"], cfg["n"])
+            path, _ = opt_einsum.contract_path(
+                EINSUM_EQUATION, (c, cfg["d"]), (cfg["d"], cfg["hidden"]), (cfg["hidden"], cfg["d"]),
+                shapes=True, optimize=torch.backends.opt_einsum.strategy)
+            out["einsum_path"] = [list(p) for p in path]
+            out["contraction_order"] = "x @ (w1 @ w2)" if list(path[0]) == [1, 2] else "(x @ w1) @ w2"
+        else:
+            out["einsum_path"] = None
+            out["contraction_order"] = "(x @ w1) @ w2"
+        return out
+
+
+class CheckpointChunk(_ChainedMatmulTechnique, name="checkpoint_chunk"):
+    """``torch.utils.checkpoint`` (non-reentrant) per chunk, outputs concatenated with ``torch.cat``.
+
+    Saves only each chunk's inputs (the ``x[st:ed]`` view, w1, w2) and recomputes the chunk's hidden
+    in backward; the slice of x still goes through ``slice_backward`` (one x-sized gradient per
+    chunk) and ``torch.cat`` briefly holds the chunk outputs and y together.
+    """
+
+    params = {"chunk_size": CHUNK_SIZE}
+
+    def _compute(self, x, w1, w2):
+        from torch.utils.checkpoint import checkpoint
+
+        c = self.config["chunk_size"]
+        outs = [checkpoint(chained_matmul, x[st:ed], w1, w2, use_reentrant=False)
+                for st, ed in _bounds(x.shape[0], c)]
+        return torch.cat(outs)
+
+
+class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
+    """The fix the report asks for: :func:`~memlab.functional.slice_accumulate.slice_accumulate`.
+
+    Forward: the chunk loop under ``no_grad``, saving only x, w1, w2.  Backward: per chunk,
+    recompute and write the chunk's x-gradient into one preallocated ``grad_x``, adding grad_w1 /
+    grad_w2 into one accumulator each.  ``backward="manual"`` (default) uses
+    :func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp` (one [chunk, hidden] tensor at
+    a time, gradients written in place); ``backward="autograd"`` is the generic path any per-row
+    function gets (recompute under autograd: hidden and its gradient together, plus per-chunk
+    weight-gradient temporaries).
+    """
+
+    params = {
+        "chunk_size": CHUNK_SIZE,
+        "backward": Param("manual", choices=("manual", "autograd"),
+                          doc="per-chunk backward: hand-written in place, or autograd recomputation"),
+    }
+
+    def _compute(self, x, w1, w2):
+        kind: SliceAccumulateBackward = self.config["backward"]
+        vjp = chained_matmul_chunk_vjp if kind == "manual" else None
+        return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"], chunk_vjp=vjp)
+
+    def describe(self, problem):
+        return {**super().describe(problem), "backward_path": self.config["backward"]}
