@@ -110,9 +110,9 @@ def _cmd_measure(args) -> int:
 class _Progress:
     """A one-line progress bar on stderr (a line per item when stderr is not a terminal)."""
 
-    def __init__(self, stream=sys.stderr):
-        self.stream = stream
-        self.tty = stream.isatty()
+    def __init__(self, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
         self.started = None
 
     def __call__(self, done, total, point, m, seconds) -> None:
@@ -198,6 +198,23 @@ def _cmd_timeline(args) -> int:
     return 0
 
 
+def _cmd_check(args) -> int:
+    from .checks import check_all
+    from .registry import get_technique
+
+    for n in args.name or []:
+        get_technique(n)
+    failed = 0
+    for name, v in check_all(args.name or None):
+        if isinstance(v, str):
+            print(f"SKIP  {name}: {v}")
+            continue
+        failed += not v.ok
+        worst = max(v.errors, key=v.errors.get) if v.errors else "-"
+        print(f"{'PASS' if v.ok else 'FAIL'}  {name}: max |error| {v.max_abs_error:.2e} ({worst}), rtol={v.rtol:g} atol={v.atol:g}")
+    return 1 if failed else 0
+
+
 def _cmd_reproduce(args) -> int:
     from .reproductions import list_reproductions, run_all
 
@@ -260,6 +277,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--out", help="write the Timeline JSON here")
     s.set_defaults(func=_cmd_timeline)
+
+    s = sub.add_parser("check", parents=[common], help="check techniques against their workload reference (float64, CPU)")
+    s.add_argument("name", nargs="*")
+    s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("reproduce", parents=[common], help="re-run the seed-report reproductions")
     s.add_argument("--out", default="data/reproductions")

@@ -54,6 +54,9 @@ class Technique:
     twin: ClassVar[str | None] = None
     peer: ClassVar[bool] = False
     devices: ClassVar[tuple[str, ...]] = ("cpu", "cuda")
+    #: parameters added to the workload's ``check_params`` for the automatic reference check
+    #: (e.g. a chunk size that does not divide the check's row count)
+    check_params: ClassVar[Mapping[str, Any]] = {}
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -139,6 +142,11 @@ class Technique:
 
     def samples_per_step(self) -> int:
         return self.problem_spec.samples_per_step()
+
+    @classmethod
+    def for_check(cls) -> "Technique":
+        """An instance on the small configuration used by the automatic reference check."""
+        return cls(**{**cls.workload.check_params, **cls.check_params})
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())

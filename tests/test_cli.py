@@ -1,0 +1,71 @@
+"""CLI: bad input is one line, exit status 2, no traceback; JSON keeps bytes."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from memlab.cli import main
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["measure", "nope"], "unknown technique 'nope'; available:"),
+    (["measure", "slice_loop", "--param", "chunk_size=0"], "chunk_size=0 is out of range: expected integer in [1,"),
+    (["measure", "slice_loop", "--param", "rank=4"], "technique 'slice_loop' has no parameter 'rank'"),
+    (["measure", "slice_loop", "--param", "n"], "is not of the form name=value"),
+    (["measure", "slice_loop", "--device", "tpu"], "device='tpu' is not valid; valid devices: cpu, cuda, cuda:N"),
+    (["measure", "slice_loop", "--dtype", "int8"], "dtype='int8' is not valid; valid dtypes:"),
+    (["measure", "slice_loop", "--mode", "eval"], "mode='eval' is not valid; valid modes: train, infer"),
+    (["measure", "slice_loop", "--iterations", "0"], "iterations=0 is not valid"),
+    (["sweep", "--family", "nofamily"], "unknown family 'nofamily'; available:"),
+    (["list", "--plugin", "/does/not/exist.py"], "does not exist"),
+])
+def test_bad_input_exit_2_one_line(argv, match, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("memlab: error: ") and match in err
+    assert "\n" not in err and "Traceback" not in err
+
+
+def test_cuda_without_gpu_is_a_clean_error(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    assert main(["measure", "slice_loop", "--device", "cuda"]) == 2
+    assert "no CUDA GPU is available" in capsys.readouterr().err
+
+
+def test_console_script_error_has_no_traceback():
+    p = subprocess.run([sys.executable, "-m", "memlab", "measure", "slice_loop", "--param", "chunk_size=0"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert "Traceback" not in p.stderr and "chunk_size=0" in p.stderr
+
+
+def test_measure_json_and_human_output(capsys):
+    assert main(["measure", "slice_loop", "--param", "n=64", "--param", "d=8", "--param", "hidden=16",
+                 "--param", "chunk_size=20", "--iterations", "1", "--repeats", "1", "--in-process", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert isinstance(rec["peak_allocated_bytes"], int) and rec["params"]["chunk_size"] == 20
+    assert main(["measure", "unchunked", "--param", "n=64", "--param", "d=8", "--param", "hidden=16",
+                 "--iterations", "1", "--repeats", "1", "--in-process"]) == 0
+    out = capsys.readouterr().out
+    assert "MiB" in out and "VmHWM" in out
+
+
+def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert main(["sweep", "--technique", "unchunked", "--technique", "slice_loop", "--quick", "--out", str(out),
+                 "--iterations", "1", "--repeats", "1"]) == 0
+    lines = out.read_text().splitlines()
+    assert len(lines) >= 2 and all(json.loads(l)["status"] == "ok" for l in lines)
+    text = capsys.readouterr()
+    assert "peak alloc" in text.out and "/" in text.err  # table on stdout, progress on stderr
+
+
+def test_list_json(capsys):
+    assert main(["list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    sl = next(r for r in rows if r["name"] == "slice_loop")
+    assert sl["params"]["chunk_size"]["valid"].startswith("integer in [1,")
