@@ -56,10 +56,10 @@ def test_measure_json_and_human_output(capsys):
 
 def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
-    assert main(["sweep", "--technique", "unchunked", "--technique", "slice_loop", "--quick", "--out", str(out),
+    assert main(["sweep", "--technique", "unchunked", "--quick", "--out", str(out),
                  "--iterations", "1", "--repeats", "1"]) == 0
     lines = out.read_text().splitlines()
-    assert len(lines) >= 2 and all(json.loads(l)["status"] == "ok" for l in lines)
+    assert len(lines) >= 1 and all(json.loads(l)["status"] == "ok" for l in lines)
     text = capsys.readouterr()
     assert "peak alloc" in text.out and "/" in text.err  # table on stdout, progress on stderr
 

@@ -1,0 +1,46 @@
+# memlab: two commands do all setup on a fresh machine.
+#   make demo   venv + install + quick CPU sweep + site; prints the path of index.html
+#   make test   venv + install + the test suite
+# torch is pinned in pyproject.toml only (torch==2.13.0: a local CPU wheel on our machines).
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+OUT    ?= out
+
+.PHONY: install demo test sweep data site clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[site,test,bench]"
+	touch $@
+
+install: $(VENV)/.installed
+
+## quick CPU sweep of every family (about a minute per family), then the site
+demo: install
+	@mkdir -p $(OUT)
+	$(BIN)/memlab sweep --quick --out $(OUT)/demo-sweep.jsonl
+	@$(BIN)/memlab site --results results --data data --run $(OUT)/demo-sweep.jsonl --out $(OUT)/site > $(OUT)/.site-path \
+	  && echo "site: $$(cat $(OUT)/.site-path)" \
+	  || echo "site builder not available yet; the sweep table is above ($(OUT)/demo-sweep.jsonl)"
+
+test: install
+	$(BIN)/python -m pytest -q
+
+## full sweeps and timelines committed under data/ (CPU, tens of minutes)
+data: install
+	$(BIN)/memlab sweep --family chunking --out data/sweeps/chunking.jsonl
+	$(BIN)/memlab sweep --family tensor_train --out data/sweeps/tensor_train.jsonl
+	$(BIN)/memlab sweep --family reversible --out data/sweeps/reversible.jsonl
+	$(BIN)/memlab reproduce --out data/reproductions
+
+site: install
+	$(BIN)/memlab site --results results --data data --out $(OUT)/site
+
+clean:
+	rm -rf $(OUT) $(VENV) .asv/html
+
+-include Makefile.asv
