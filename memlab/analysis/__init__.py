@@ -1,0 +1,1 @@
+"""Analyses built on memlab's measurements and timelines (e.g. the slice_backward allocations)."""

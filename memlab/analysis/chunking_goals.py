@@ -1,0 +1,93 @@
+"""Check the chunking issue's benchmark goals with subprocess-isolated measurements.
+
+Run ``python -m memlab.analysis.chunking_goals [--n 10000 --d 256 --hidden 1024] [--out FILE.jsonl]``.
+
+Goals (CPU, float32, train mode, default size n=10000 d=256 hidden=1024):
+
+* memory: ``slice_accumulate`` peak allocated <= 1.15x the analytic floor (NOTE [ chained-matmul
+  analytic floor ]) for every chunk size n/4 .. n/100, and flat: the peak at n/100 at most 3% above
+  the peak at n/4;
+* time: ``slice_accumulate`` median step time <= 1.3x ``unchunked``'s at chunk >= n/10, both measured
+  in this one run (``unchunked`` is measured first and last; the ratio divides by the mean of its
+  two medians, which spreads slow drift of a shared machine over the run).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["check_goals", "main", "DIVISORS", "MEMORY_BOUND", "FLAT_BOUND", "TIME_BOUND"]
+
+DIVISORS = (4, 10, 20, 40, 100)
+MEMORY_BOUND = 1.15
+FLAT_BOUND = 1.03
+TIME_BOUND = 1.3
+
+
+def check_goals(n: int = 10000, d: int = 256, hidden: int = 1024, backward: str = "manual",
+                repeats: int = 7, rows: list | None = None) -> dict[str, Any]:
+    """Measure and evaluate the goals; returns a JSON-serialisable dict with every number."""
+    import memlab
+
+    size = dict(n=n, d=d, hidden=hidden)
+    rows = rows if rows is not None else []
+
+    def run(name: str, **kw: Any):
+        m = memlab.measure(name, repeats=repeats, iterations=2, **size, **kw)
+        rows.append(m.to_dict())
+        if m.status != "ok":
+            raise RuntimeError(f"{name} {kw}: {m.status} {m.error}")
+        print(m.summary(), file=sys.stderr, flush=True)
+        return m
+
+    ref_first = run("unchunked")
+    points = []
+    for k in DIVISORS:
+        c = max(1, n // k)
+        m = run("slice_accumulate", chunk_size=c, backward=backward)
+        floor = m.extra["analytic_floor_bytes"]
+        points.append({"divisor": k, "chunk_size": c, "peak_bytes": m.peak_allocated_bytes, "floor_bytes": floor,
+                       "ratio": m.peak_allocated_bytes / floor, "step_time_s": m.step_time_s,
+                       "matches_reference": m.matches_reference})
+    ref_last = run("unchunked")
+    t_ref = (ref_first.step_time_s + ref_last.step_time_s) / 2
+    for p in points:
+        p["time_ratio_vs_unchunked"] = p["step_time_s"] / t_ref
+    growth = points[-1]["peak_bytes"] / points[0]["peak_bytes"]
+    mem_ok = all(p["ratio"] <= MEMORY_BOUND for p in points)
+    time_points = [p for p in points if p["chunk_size"] >= n // 10]
+    time_ok = all(p["time_ratio_vs_unchunked"] <= TIME_BOUND for p in time_points)
+    return {
+        "size": size, "backward": backward, "points": points,
+        "unchunked_step_time_s": [ref_first.step_time_s, ref_last.step_time_s],
+        "unchunked_peak_bytes": ref_first.peak_allocated_bytes,
+        "memory_goal_met": mem_ok, "max_ratio": max(p["ratio"] for p in points),
+        "flat_growth": growth, "flat_goal_met": growth <= FLAT_BOUND,
+        "time_goal_met": time_ok, "time_ratios": {p["chunk_size"]: p["time_ratio_vs_unchunked"] for p in time_points},
+        "all_correct": all(p["matches_reference"] for p in points),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10000)
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--backward", choices=("manual", "autograd"), default="manual")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--out", help="append the raw measurements (JSON Lines) here")
+    args = ap.parse_args(argv)
+    rows: list = []
+    result = check_goals(args.n, args.d, args.hidden, args.backward, args.repeats, rows)
+    if args.out:
+        with open(args.out, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r, sort_keys=True) + "\n")
+    print(json.dumps(result, indent=1, sort_keys=True))
+    return 0 if (result["memory_goal_met"] and result["flat_goal_met"] and result["time_goal_met"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
