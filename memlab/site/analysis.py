@@ -1,0 +1,133 @@
+"""Summaries of measurement rows (tidy DataFrames from :mod:`memlab.results`) for the site.
+
+Pure functions on DataFrames: which parameter a family sweeps, how rows group into lines, the
+Pareto front of throughput against peak memory, and the best technique for memory against the
+family's baseline.  Memory in bytes, throughput in samples/s.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["SETTING", "settings", "in_setting", "swept_param", "line_labels", "pareto_front", "comparable",
+           "savings", "param_text", "sort_key"]
+
+#: A family's rows are only compared within one setting: device, dtype and mode.
+SETTING = ("device", "dtype", "mode")
+
+
+def sort_key(value: Any) -> tuple:
+    """Numbers before strings, numbers by value; a total order for mixed parameter values."""
+    if isinstance(value, bool):
+        return (1, str(value))
+    if isinstance(value, numbers.Real):
+        return (0, float(value), "")
+    return (1, json.dumps(value, sort_keys=True, default=str))
+
+
+def settings(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
+    """The distinct (device, dtype, mode) of ``rows``, sorted."""
+    return sorted({tuple(r) for r in rows[list(SETTING)].itertuples(index=False)})
+
+
+def in_setting(rows: pd.DataFrame, setting: tuple[str, str, str]) -> pd.DataFrame:
+    """The rows of one (device, dtype, mode)."""
+    mask = pd.Series(True, index=rows.index)
+    for column, value in zip(SETTING, setting):
+        mask &= rows[column] == value
+    return rows[mask]
+
+
+def _values(rows: pd.DataFrame) -> dict[str, set[str]]:
+    seen: dict[str, set[str]] = {}
+    for params in rows["params"]:
+        for k, v in params.items():
+            seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+    return seen
+
+
+def swept_param(rows: pd.DataFrame) -> str | None:
+    """The parameter a set of rows sweeps: of those taking more than one value, the one with the
+    most distinct values (ties by name); None when no parameter varies."""
+    varying = {k: len(v) for k, v in _values(rows).items() if len(v) > 1}
+    if not varying:
+        return None
+    return sorted(varying, key=lambda k: (-varying[k], k))[0]
+
+
+def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:
+    """One label per row naming its line: the technique plus every other varying parameter, and
+    the run file when the same configuration comes from several runs."""
+    varying = sorted(k for k, v in _values(rows).items() if len(v) > 1 and k != swept)
+
+    def label(row) -> str:
+        others = [f"{k}={row.params[k]}" for k in varying if k in row.params]
+        return row.technique + (f" ({', '.join(others)})" if others else "")
+
+    labels = pd.Series([label(r) for r in rows.itertuples()], index=rows.index, dtype=object)
+    keys = labels + "\0" + rows["params_key"]
+    if keys.duplicated().any() and rows["run"].nunique() > 1:
+        labels = labels + " [" + rows["run"] + "]"
+    return labels
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points (memory, throughput) no other point beats on both counts (less or
+    equal memory and more or equal throughput, one strictly), sorted by memory."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1], i))
+    front, best = [], -math.inf
+    for i in order:
+        if points[i][1] > best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def comparable(base_params: dict, params: dict) -> bool:
+    """True when ``params`` agree with ``base_params`` on every parameter both have (the workload
+    configuration the baseline ran)."""
+    return all(params[k] == v for k, v in base_params.items() if k in params)
+
+
+def param_text(params: dict, skip: dict | None = None) -> str:
+    """``k=v`` pairs in name order, leaving out those equal in ``skip``."""
+    skip = skip or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if not (k in skip and skip[k] == v))
+
+
+def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
+    """The best technique for memory against ``baseline`` in one family and setting.
+
+    Picks the baseline row (ok, lowest ``params_key`` among those with the most comparable rows),
+    then, per technique, its comparable ok row with the lowest ``peak_allocated_bytes``.
+
+    Returns:
+        None without an ok baseline row; else ``{"baseline": row, "techniques": [entries]}``,
+        entries sorted by peak (the first is the best, possibly the baseline itself), each with
+        ``row``, ``saving`` (1 - peak / baseline peak) and ``throughput_ratio`` (samples/s over the
+        baseline's, None when either is unknown).
+    """
+    ok = rows[rows["status"] == "ok"]
+    bases = ok[ok["technique"] == baseline].sort_values("params_key", kind="stable")
+    if bases.empty:
+        return None
+    counts = [sum(comparable(b.params, p) for p in ok["params"]) for b in bases.itertuples()]
+    base = bases.iloc[counts.index(max(counts))]
+    cands = ok[[comparable(base["params"], p) for p in ok["params"]]]
+    entries = []
+    for tech, group in cands.groupby("technique", sort=True):
+        best = group.sort_values(["peak_allocated_bytes", "params_key"], kind="stable").iloc[0]
+        tp, btp = best["samples_per_s"], base["samples_per_s"]
+        ratio = float(tp / btp) if _num(tp) and _num(btp) and btp > 0 else None
+        peak, bpeak = best["peak_allocated_bytes"], base["peak_allocated_bytes"]
+        entries.append({"row": best, "saving": (1 - peak / bpeak) if bpeak else None, "throughput_ratio": ratio})
+    entries.sort(key=lambda e: (e["row"]["peak_allocated_bytes"], e["row"]["technique"]))
+    return {"baseline": base, "techniques": entries}
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)

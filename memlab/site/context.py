@@ -1,0 +1,267 @@
+"""Page contexts, built by small ``context -> context`` steps (see :data:`STEPS`).
+
+The context is a dict.  :func:`load_inputs` adds the data (DataFrames and dicts from
+:mod:`memlab.results`); each later step adds one kind of page to ``context["pages"]``: a dict with
+``template``, ``path`` (relative to the site root), ``title`` and what the template shows.
+Charts are ``{"id", "figure"}`` with ``figure`` the canonical JSON of a plotly figure.
+"""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from .. import results as R
+from . import analysis as A
+from . import figures as F
+from .text import env_caption, fmt_mib, fmt_ms, fmt_num, fmt_pct, slugs, verdict_class
+
+__all__ = ["STEPS", "build_context", "load_inputs"]
+
+Context = dict[str, Any]
+
+
+def load_inputs(ctx: Context) -> Context:
+    """Read results, sweeps (plus ``extra_runs``), timelines and reproductions; collect warnings."""
+    data_dir: Path = ctx["data_dir"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", R.ResultsWarning)
+        runs = R.load_runs([*R.find_sweep_files(data_dir), *ctx["extra_runs"]])
+        asv = R.load_asv_results(ctx["results_dir"]) if Path(ctx["results_dir"]).exists() else None
+        machines = R.load_asv_machines(ctx["results_dir"]) if asv is not None else {}
+        timelines = R.load_timelines(sorted((data_dir / "timelines").glob("*.json")))
+        seeds = R.load_reproductions(sorted((data_dir / "reproductions").glob("*.json")))
+        baselines = R.family_baselines(runs) if len(runs) else {}
+    problems = [str(w.message) for w in caught if issubclass(w.category, R.ResultsWarning)]
+    for w in caught:  # pass them on to the caller, once each
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if asv is None:
+        asv = pd.DataFrame(columns=list(R.ASV_COLUMNS))
+    return {**ctx, "runs": runs, "asv": asv, "machines": machines, "timelines": timelines, "seeds": seeds,
+            "baselines": baselines, "problems": problems, "pages": []}
+
+
+def _row_dict(r: Any, skip: dict | None = None) -> dict[str, Any]:
+    """A measurement row as table cells (strings; the template escapes them)."""
+    return {
+        "technique": r.technique, "peer": bool(r.peer), "params": A.param_text(r.params, skip),
+        "status": r.status, "error": r.error or "", "device": r.device,
+        "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_reserved": fmt_mib(r.peak_reserved_bytes),
+        "floor": fmt_mib(r.analytic_floor_bytes), "step": fmt_ms(r.step_time_s),
+        "throughput": fmt_num(r.samples_per_s), "matches": {True: "yes", False: "NO"}.get(r.matches_reference, "-"),
+    }
+
+
+def _chart(counter: list[int], figure: dict, caption: str = "") -> dict[str, str]:
+    counter[0] += 1
+    return {"id": f"chart-{counter[0]}", "figure": F.to_json(figure), "caption": caption}
+
+
+def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], family: str, counter: list[int]) -> dict:
+    device, dtype, mode = setting
+    swept = A.swept_param(rows[rows["status"] == "ok"]) if (rows["status"] == "ok").any() else None
+    labels = A.line_labels(rows, swept)
+    colors = F.palette(rows["technique"])
+    second = "resident" if device == "cpu" else "reserved"
+    head = f"{family} · {device} · {dtype} · {mode}"
+    charts = []
+    if (rows["status"] == "ok").any():
+        if swept:
+            charts.append(_chart(counter, F.memory_vs_param(
+                rows, labels, swept, "peak_allocated_bytes", f"Peak allocated vs {swept} ({head})",
+                "peak allocated (MiB)", colors, floor=True),
+                "Solid: measured; dotted: the technique's analytic floor; dashed/diamonds: peers."))
+            if rows["peak_reserved_bytes"].notna().any():
+                charts.append(_chart(counter, F.memory_vs_param(
+                    rows, labels, swept, "peak_reserved_bytes", f"Peak {second} vs {swept} ({head})",
+                    f"peak {second} (MiB)", colors)))
+        else:
+            charts.append(_chart(counter, F.memory_by_technique(rows, labels, f"Peak memory ({head})", colors)))
+        if rows["samples_per_s"].notna().any():
+            charts.append(_chart(counter, F.throughput_vs_peak(rows, labels, f"Throughput vs peak allocated ({head})",
+                                                               colors),
+                          "The grey step line is the Pareto front: no other point has less memory and more throughput."))
+    table = sorted((r for r in rows.itertuples()), key=lambda r: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run))
+    return {"device": device, "dtype": dtype, "mode": mode, "swept": swept, "charts": charts,
+            "rows": [_row_dict(r) for r in table], "environments": env_caption(rows),
+            "second": second}
+
+
+def add_family_pages(ctx: Context) -> Context:
+    """One page per family: memory vs the swept parameter, throughput vs peak, a table per setting."""
+    runs = ctx["runs"]
+    families = sorted(set(runs["family"])) if len(runs) else []
+    paths = slugs(families, "family")
+    pages = []
+    for family in families:
+        rows = runs[runs["family"] == family]
+        counter = [0]
+        sections = [_setting_section(A.in_setting(rows, s), s, family, counter)
+                    for s in A.settings(rows)]
+        pages.append({"template": "family.html", "path": paths[family], "title": f"Family: {family}",
+                      "family": family, "baseline": ctx["baselines"].get(family), "sections": sections,
+                      "peers": sorted(set(rows.loc[rows["peer"], "technique"]))})
+    return {**ctx, "family_paths": paths, "pages": ctx["pages"] + pages}
+
+
+def _overview_entry(family: str, setting: tuple, rows: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
+    device, dtype, mode = setting
+    entry: dict[str, Any] = {"family": family, "device": device, "dtype": dtype, "mode": mode,
+                             "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None}
+    result = A.savings(rows, baseline) if baseline else None
+    if result is None:
+        return entry
+    base = result["baseline"]
+    entry["baseline_params"] = A.param_text(base["params"])
+    entry["baseline_peak"] = fmt_mib(base["peak_allocated_bytes"])
+    for e in result["techniques"]:
+        r = e["row"]
+        entry["techniques"].append({
+            "technique": r["technique"], "peer": bool(r["peer"]), "is_baseline": r["technique"] == baseline,
+            "params": A.param_text(r["params"], base["params"]), "peak": fmt_mib(r["peak_allocated_bytes"]),
+            "saving": "baseline" if r["technique"] == baseline else fmt_pct(-e["saving"] if e["saving"] is not None else None),
+            "throughput": "baseline" if r["technique"] == baseline else
+            fmt_pct(e["throughput_ratio"] - 1 if e["throughput_ratio"] is not None else None),
+            "matches": {True: "yes", False: "NO"}.get(r["matches_reference"], "-")})
+    entry["best"] = entry["techniques"][0] if entry["techniques"] else None
+    return entry
+
+
+def add_overview_page(ctx: Context) -> Context:
+    """The index: per family and setting the best technique for memory, its saving and throughput
+    cost against the baseline, where the numbers come from; links to every other page."""
+    runs = ctx["runs"]
+    entries = []
+    for family in sorted(set(runs["family"])) if len(runs) else []:
+        rows = runs[runs["family"] == family]
+        for s in A.settings(rows):
+            entry = _overview_entry(family, s, A.in_setting(rows, s),
+                                    ctx["baselines"].get(family))
+            entries.append({**entry, "path": ctx["family_paths"][family]})
+    seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
+              "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"]]
+    page = {"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
+            "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs),
+            "run_files": sorted({Path(p).name for p in runs["source"]}) if len(runs) else []}
+    return {**ctx, "pages": [page] + ctx["pages"]}
+
+
+def add_history_page(ctx: Context) -> Context:
+    """Each asv benchmark across commits, one chart per benchmark and machine."""
+    asv, counter, sections = ctx["asv"], [0], []
+    for bench, frame in asv.groupby("benchmark", sort=True):
+        charts = []
+        for machine, mframe in frame.groupby("machine", sort=True):
+            info = ctx["machines"].get(machine, {})
+            desc = ", ".join(f"{k} {v}" for k, v in sorted(info.items()) if k != "machine" and v not in (None, ""))
+            envs = ", ".join(sorted(set(mframe["env"].dropna())))
+            charts.append(_chart(counter, F.history(mframe, f"{bench} on {machine}"),
+                                 f"machine {machine}: {desc or 'no machine.json details'}; asv environment {envs or '-'}"))
+        sections.append({"benchmark": bench, "unit": frame["unit"].iloc[0] or "", "charts": charts,
+                         "commits": int(frame["commit"].nunique())})
+    page = {"template": "history.html", "path": "history.html", "title": "History (asv)", "sections": sections,
+            "machines": sorted(ctx["machines"])}
+    return {**ctx, "pages": ctx["pages"] + [page]}
+
+
+def _timeline_label(tl: dict) -> str:
+    return tl["technique"] + (f" ({A.param_text(tl['params'])})" if tl["params"] else "")
+
+
+def _top_allocations(tl: dict, n: int = 5) -> list[dict[str, str]]:
+    """The ``n`` call stacks that allocated the most bytes in backward (or overall)."""
+    events = [e for e in tl["events"] if e["delta_bytes"] > 0]
+    back = [e for e in events if e["phase"] == "backward"] or events
+    totals: dict[tuple, list[int]] = {}
+    for e in back:
+        t = totals.setdefault((e["op"], tuple(e["stack"]), e["phase"]), [0, 0])
+        t[0] += e["delta_bytes"]
+        t[1] += 1
+    top = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))[:n]
+    return [{"op": k[0], "stack": " › ".join(k[1]), "phase": k[2], "bytes": fmt_mib(v[0]), "count": str(v[1])}
+            for k, v in top]
+
+
+def _timeline_section(tl: dict, counter: list[int], title: str | None = None) -> dict[str, Any]:
+    label = _timeline_label(tl)
+    peak = max((e["live_bytes"] for e in tl["events"]), default=0)
+    return {"label": label, "device": tl["device"], "dtype": tl["dtype"], "mode": tl["mode"],
+            "peak": fmt_mib(peak), "baseline": fmt_mib(tl["baseline_bytes"]), "method": tl.get("method", ""),
+            "events": len(tl["events"]), "source": Path(tl["source"]).name, "top": _top_allocations(tl),
+            "chart": _chart(counter, F.timeline(tl, title or f"{label} · {tl['device']} · {tl['dtype']} · {tl['mode']}"))}
+
+
+def add_timelines_page(ctx: Context) -> Context:
+    """Memory over one step per technique, with op names on hover, and an overlay per setting."""
+    counter, overlays = [0], []
+    groups: dict[tuple, list[dict]] = {}
+    for tl in ctx["timelines"]:
+        groups.setdefault((tl["device"], tl["dtype"], tl["mode"]), []).append(tl)
+    for key in sorted(groups):
+        tls = groups[key]
+        if len(tls) > 1:
+            overlays.append(_chart(counter, F.timelines_overlay(tls, [_timeline_label(t) for t in tls],
+                                                                f"All timelines · {' · '.join(key)}")))
+    sections = [_timeline_section(tl, counter) for tl in ctx["timelines"]]
+    page = {"template": "timelines.html", "path": "timelines.html", "title": "Timelines", "overlays": overlays,
+            "sections": sections}
+    return {**ctx, "pages": ctx["pages"] + [page]}
+
+
+def add_seed_pages(ctx: Context) -> Context:
+    """One page per seed reproduction: the claim, the verdict, the summary, the figure, the rows."""
+    paths = slugs([s["seed"] for s in ctx["seeds"]], "seed")
+    pages = []
+    for s in ctx["seeds"]:
+        counter = [0]
+        rows = s["measurements"]
+        env = s.get("environment") if isinstance(s.get("environment"), dict) else {}
+        pages.append({
+            "template": "seed.html", "path": paths[s["seed"]], "title": s["title"], "seed": s["seed"],
+            "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
+            "summary": s["summary"], "quick": bool(s.get("quick", False)),
+            "figure": _chart(counter, F.seed_figure(s["figure"])) if s.get("figure") else None,
+            "rows": [_row_dict(r) for r in rows.itertuples()],
+            "environments": env_caption(rows) if len(rows) else [],
+            "environment": sorted((str(k), str(v)) for k, v in env.items() if v not in (None, "")),
+            "timelines": [_timeline_section(tl, counter) for tl in s["timelines"]]})
+    return {**ctx, "seed_paths": paths, "pages": ctx["pages"] + pages}
+
+
+def add_methodology_page(ctx: Context) -> Context:
+    """What the memory figures mean; the method strings recorded on the measurements, by device."""
+    methods: dict[tuple[str, str, str], None] = {}
+    runs = ctx["runs"]
+    for device, mm in zip(runs["device"], runs["memory_method"]) if len(runs) else []:
+        for k, v in sorted((mm or {}).items()):
+            methods[(device.split(":")[0], str(k), str(v))] = None
+    page = {"template": "methodology.html", "path": "methodology.html", "title": "Methodology",
+            "methods": [{"device": d, "figure": k, "method": v} for d, k, v in sorted(methods)]}
+    return {**ctx, "pages": ctx["pages"] + [page]}
+
+
+def add_nav(ctx: Context) -> Context:
+    """The navigation bar every page shows."""
+    nav = [("Overview", "index.html")]
+    nav += [(f"Family: {f}", p) for f, p in sorted(ctx["family_paths"].items())]
+    nav += [("Timelines", "timelines.html"), ("History", "history.html")]
+    nav += [(f"Seed: {s}", p) for s, p in sorted(ctx["seed_paths"].items())]
+    nav += [("Methodology", "methodology.html")]
+    return {**ctx, "nav": [{"title": t, "path": p} for t, p in nav]}
+
+
+STEPS: tuple[Callable[[Context], Context], ...] = (
+    load_inputs, add_family_pages, add_seed_pages, add_overview_page, add_history_page, add_timelines_page,
+    add_methodology_page, add_nav,
+)
+
+
+def build_context(results_dir: Path, data_dir: Path, extra_runs: Sequence[Path] = ()) -> Context:
+    """Run :data:`STEPS` from the inputs; returns the final context (``pages``, ``nav``, data)."""
+    ctx: Context = {"results_dir": Path(results_dir), "data_dir": Path(data_dir),
+                    "extra_runs": [Path(p) for p in extra_runs]}
+    for step in STEPS:
+        ctx = step(ctx)
+    return ctx

@@ -1,0 +1,271 @@
+"""Plotly figures as plain JSON-ready dicts (``{"data": [...], "layout": {...}}``).
+
+Built by hand rather than through ``plotly.graph_objects`` so the output is small, has no
+template blob and is byte-for-byte stable.  Every string that came from results goes through
+:func:`esc`: plotly renders a subset of HTML in names and hover text, so ``<`` ``>`` ``&`` are
+entity-escaped (plotly displays the entities as the characters).  Memory is shown in MiB
+(bytes / 2**20), throughput in samples/s, time in ms.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any, Iterable
+
+import pandas as pd
+
+from .analysis import pareto_front, sort_key
+
+__all__ = ["esc", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
+           "throughput_vs_peak", "history", "timeline", "timelines_overlay", "seed_figure"]
+
+MiB = 1024 * 1024
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#7f7f7f", "#bcbd22")
+_PEER_SYMBOL, _PEER_DASH = "diamond-open", "dash"
+_PHASE_COLORS = {"forward": "rgba(31,119,180,0.08)", "backward": "rgba(214,39,40,0.08)",
+                 "optimizer": "rgba(44,160,44,0.08)"}
+
+
+def esc(text: Any) -> str:
+    """``text`` as a string safe for plotly's pseudo-HTML (names, hover text, titles)."""
+    return html.escape(str(text), quote=False)
+
+
+def mib(n: Any) -> float | None:
+    return None if n is None or (isinstance(n, float) and math.isnan(n)) else round(n / MiB, 4)
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def to_json(fig: dict) -> str:
+    """Canonical JSON: sorted keys, no spaces, no NaN."""
+    return json.dumps(fig, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def palette(names: Iterable[str]) -> dict[str, str]:
+    """A stable colour per name (names sorted first)."""
+    return {n: _COLORS[i % len(_COLORS)] for i, n in enumerate(sorted(set(names)))}
+
+
+def _axis(title: str, values: list[Any] | None = None, kind: str | None = None) -> dict[str, Any]:
+    """An axis; log when all values are positive numbers spanning a factor of 10 or more."""
+    axis: dict[str, Any] = {"title": {"text": esc(title)}, "zeroline": False}
+    if kind:
+        axis["type"] = kind
+    elif values:
+        nums = [_num(v) for v in values]
+        if all(n is not None for n in nums):
+            if min(nums) > 0 and max(nums) / min(nums) >= 10:
+                axis["type"] = "log"
+        else:
+            axis["type"] = "category"
+    return axis
+
+
+def _layout(title: str, xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
+    return {"title": {"text": esc(title)}, "xaxis": xaxis, "yaxis": yaxis, "hovermode": "closest",
+            "margin": {"l": 70, "r": 20, "t": 50, "b": 60}, "legend": {"orientation": "v"},
+            "height": 420, **kw}
+
+
+def _style(tech_color: str, peer: bool) -> dict[str, Any]:
+    return {"line": {"color": tech_color, "dash": _PEER_DASH if peer else "solid"},
+            "marker": {"color": tech_color, "symbol": _PEER_SYMBOL if peer else "circle", "size": 8}}
+
+
+def _hover(row: Any, extra: str = "") -> str:
+    lines = [f"<b>{esc(row.technique)}</b>" + (" (peer)" if row.peer else "")]
+    lines += [f"{esc(k)}={esc(v)}" for k, v in sorted(row.params.items())]
+    lines.append(f"peak allocated {mib(row.peak_allocated_bytes)} MiB")
+    if _num(row.peak_reserved_bytes) is not None:
+        lines.append(f"peak {'resident' if row.device == 'cpu' else 'reserved'} {mib(row.peak_reserved_bytes)} MiB")
+    if _num(row.samples_per_s) is not None:
+        lines.append(f"{row.samples_per_s:.4g} samples/s")
+    return "<br>".join(lines + ([extra] if extra else []))
+
+
+def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: str, title: str,
+                    y_title: str, colors: dict[str, str], floor: bool = False) -> dict[str, Any]:
+    """Peak memory (``column``, bytes -> MiB) against the swept parameter, one line per label.
+
+    A label whose rows lack the swept parameter (a baseline without chunks) is one measurement:
+    it is drawn as a flat line across the swept range.  With ``floor``, each line's
+    ``analytic_floor_bytes`` is drawn beside it, dotted, in the same colour.
+    """
+    ok = rows[(rows["status"] == "ok") & rows[column].notna()]
+    xs = sorted({r[swept] for r in ok["params"] if swept in r}, key=sort_key)
+    traces = []
+    for label in sorted(set(labels[ok.index])):
+        group = ok[labels[ok.index] == label]
+        tuples = list(group.itertuples())
+        first = tuples[0]
+        style = _style(colors[first.technique], bool(first.peer))
+        name = esc(label) + (" (peer)" if first.peer else "")
+        have = sorted((r for r in tuples if swept in r.params), key=lambda r: sort_key(r.params[swept]))
+        if have:
+            x, rowset, mode = [r.params[swept] for r in have], have, "lines+markers"
+        elif len(tuples) == 1 and xs:
+            x, rowset = [xs[0], xs[-1]], [first] * 2
+            style["line"]["dash"], mode = "dashdot", "lines"
+            name += f" (no {esc(swept)})"
+        else:
+            continue
+        traces.append({"type": "scatter", "mode": mode, "name": name, "x": x,
+                       "y": [mib(getattr(r, column)) for r in rowset], "hoverinfo": "text",
+                       "hovertext": [_hover(r) for r in rowset], **style, "legendgroup": name})
+        floors = [_num(r.analytic_floor_bytes) for r in rowset]
+        if floor and any(f is not None for f in floors):
+            traces.append({"type": "scatter", "mode": "lines", "name": f"{name} analytic floor", "x": x,
+                           "y": [mib(f) for f in floors], "hoverinfo": "x+y+name", "legendgroup": name,
+                           "line": {"color": style["line"]["color"], "dash": "dot", "width": 1.5}})
+    return {"data": traces, "layout": _layout(title, _axis(swept, xs), _axis(y_title, kind=_log_if_wide(traces)))}
+
+
+def _log_if_wide(traces: list[dict]) -> str:
+    ys = [y for t in traces for y in t["y"] if y is not None]
+    return "log" if ys and min(ys) > 0 and max(ys) / min(ys) >= 30 else "linear"
+
+
+def memory_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
+    """Bars of peak allocated and peak reserved/resident per configuration (nothing is swept)."""
+    ok = rows[rows["status"] == "ok"].assign(_label=labels).sort_values(["_label", "params_key"], kind="stable")
+    names = [esc(l) + (" (peer)" if p else "") for l, p in zip(ok["_label"], ok["peer"])]
+    second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
+    data = [
+        {"type": "bar", "name": "peak allocated", "x": names, "y": [mib(v) for v in ok["peak_allocated_bytes"]],
+         "marker": {"color": [colors[t] for t in ok["technique"]]}, "hoverinfo": "text",
+         "hovertext": [_hover(r) for r in ok.itertuples()]},
+        {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
+         "marker": {"color": "rgba(120,120,120,0.6)"}},
+    ]
+    return {"data": data, "layout": _layout(title, _axis("technique", kind="category"), _axis("MiB"),
+                                            barmode="group")}
+
+
+def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
+    """Samples/s against peak allocated MiB, markers per label, the Pareto front as a line."""
+    ok = rows[(rows["status"] == "ok") & rows["samples_per_s"].notna() & rows["peak_allocated_bytes"].notna()]
+    traces = []
+    for label in sorted(set(labels[ok.index])):
+        group = ok[labels[ok.index] == label]
+        peer = bool(group.iloc[0]["peer"])
+        style = _style(colors[group.iloc[0]["technique"]], peer)
+        traces.append({"type": "scatter", "mode": "markers", "name": esc(label) + (" (peer)" if peer else ""),
+                       "x": [mib(v) for v in group["peak_allocated_bytes"]], "y": [float(v) for v in group["samples_per_s"]],
+                       "hoverinfo": "text", "hovertext": [_hover(r) for r in group.itertuples()],
+                       "marker": {**style["marker"], "size": 10}})
+    points = [(float(m), float(t)) for m, t in zip(ok["peak_allocated_bytes"], ok["samples_per_s"])]
+    front = pareto_front(points)
+    if front:
+        traces.append({"type": "scatter", "mode": "lines", "name": "Pareto front",
+                       "x": [mib(points[i][0]) for i in front], "y": [points[i][1] for i in front],
+                       "line": {"color": "rgba(0,0,0,0.45)", "width": 6, "shape": "hv"}, "hoverinfo": "skip"})
+        traces.insert(0, traces.pop())  # draw the front beneath the markers
+    xs = [p[0] for p in points]
+    return {"data": traces, "layout": _layout(title, _axis("peak allocated (MiB)", xs), _axis("throughput (samples/s)"))}
+
+
+def history(frame: pd.DataFrame, title: str) -> dict[str, Any]:
+    """One asv benchmark on one machine across commits: a line per parameter combination.
+
+    ``frame`` holds :func:`memlab.results.load_asv_results` rows; bytes are shown in MiB and
+    seconds in ms; x is the commit date (UTC), hover names the commit.
+    """
+    unit = frame["unit"].iloc[0]
+    scale, y_title = {"bytes": (1 / MiB, "MiB"), "seconds": (1e3, "ms")}.get(unit, (1.0, unit or "value"))
+    traces = []
+    for key, group in frame.groupby("params_key", sort=True):
+        group = group.sort_values(["date_ms", "commit"], kind="stable")
+        params = group.iloc[0]["params"]
+        name = esc(", ".join(f"{k}={v}" for k, v in params.items())) or "(no parameters)"
+        dates = [_utc(d) for d in group["date_ms"]]
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": dates,
+                       "y": [round(v * scale, 6) for v in group["value"]], "hoverinfo": "text",
+                       "hovertext": [f"{name}<br>commit {esc(c[:10])}<br>{round(v * scale, 4)} {esc(y_title)}"
+                                     for c, v in zip(group["commit"], group["value"])]})
+    return {"data": traces, "layout": _layout(title, _axis("commit date (UTC)", kind="date"), _axis(y_title))}
+
+
+def _utc(ms: Any) -> str | None:
+    import datetime as _dt
+
+    n = _num(ms)
+    if n is None:
+        return None
+    return _dt.datetime.fromtimestamp(n / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _event_hover(e: dict, i: int) -> str:
+    sign = "+" if e["delta_bytes"] >= 0 else "-"
+    stack = " › ".join(esc(s) for s in e["stack"]) or "?"
+    return (f"#{i} <b>{esc(e['op'])}</b> ({esc(e['phase'])})<br>{stack}<br>"
+            f"{sign}{mib(abs(e['delta_bytes']))} MiB → {mib(e['live_bytes'])} MiB live")
+
+
+def timeline(tl: dict, title: str) -> dict[str, Any]:
+    """Live MiB over one step, event by event (a step line), phases shaded, the peak annotated."""
+    events = tl["events"]
+    x = list(range(1, len(events) + 1))
+    y = [mib(e["live_bytes"]) for e in events]
+    shapes, start = [], 0
+    for i in range(1, len(events) + 1):
+        if i == len(events) or events[i]["phase"] != events[start]["phase"]:
+            color = _PHASE_COLORS.get(events[start]["phase"])
+            if color:
+                shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": start + 0.5, "x1": i + 0.5,
+                               "y0": 0, "y1": 1, "fillcolor": color, "line": {"width": 0}, "layer": "below"})
+            start = i
+    annotations = []
+    if events:
+        k = max(range(len(events)), key=lambda i: (events[i]["live_bytes"], -i))
+        annotations.append({"x": k + 1, "y": y[k], "text": f"peak {y[k]} MiB: {esc(events[k]['op'])}",
+                            "showarrow": True, "arrowhead": 2, "ax": 0, "ay": -30})
+    trace = {"type": "scatter", "mode": "lines+markers", "name": esc(tl["technique"]), "x": x, "y": y,
+             "line": {"shape": "hv", "color": _COLORS[0]}, "marker": {"size": 4}, "hoverinfo": "text",
+             "hovertext": [_event_hover(e, i + 1) for i, e in enumerate(events)]}
+    return {"data": [trace], "layout": _layout(title, _axis("allocation event", kind="linear"),
+                                               _axis("live tensor memory above baseline (MiB)"),
+                                               shapes=shapes, annotations=annotations, showlegend=False)}
+
+
+def timelines_overlay(timelines: list[dict], labels: list[str], title: str) -> dict[str, Any]:
+    """Several timelines on one chart; x is the fraction of the step's events (0..1)."""
+    colors = palette(labels)
+    traces = []
+    for tl, label in zip(timelines, labels):
+        n = max(len(tl["events"]), 1)
+        traces.append({"type": "scatter", "mode": "lines", "name": esc(label),
+                       "x": [round((i + 1) / n, 6) for i in range(len(tl["events"]))],
+                       "y": [mib(e["live_bytes"]) for e in tl["events"]],
+                       "line": {"shape": "hv", "color": colors[label]}, "hoverinfo": "text",
+                       "hovertext": [f"{esc(label)}<br>" + _event_hover(e, i + 1) for i, e in enumerate(tl["events"])]})
+    return {"data": traces, "layout": _layout(title, _axis("fraction of the step's allocation events", kind="linear"),
+                                              _axis("live tensor memory above baseline (MiB)"))}
+
+
+def seed_figure(spec: dict) -> dict[str, Any]:
+    """A reproduction's ``figure`` spec (``type`` bar/line, ``x``, ``series``, labels, log flags)."""
+    kind = spec["type"]
+    traces = []
+    x = [esc(v) if isinstance(v, str) else v for v in spec["x"]]
+    for i, (name, ys) in enumerate(sorted(spec["series"].items())):
+        trace = {"type": "bar" if kind == "bar" else "scatter", "name": esc(name), "x": x,
+                 "y": [_num(v) for v in ys], "marker": {"color": _COLORS[i % len(_COLORS)]}}
+        if kind == "line":
+            trace["mode"] = "lines+markers"
+        traces.append(trace)
+    xaxis = _axis(spec.get("x_label", ""), kind="log" if spec.get("log_x") else
+                  ("category" if any(isinstance(v, str) for v in spec["x"]) else "linear"))
+    yaxis = _axis(spec.get("y_label", ""), kind="log" if spec.get("log_y") else "linear")
+    return {"data": traces, "layout": _layout(spec.get("title", ""), xaxis, yaxis,
+                                              **({"barmode": "group"} if kind == "bar" else {}))}
