@@ -13,6 +13,12 @@ def test_error_and_oom_in_process(patterns):
     assert m.status == "oom" and "out of memory" in m.error
 
 
+def test_real_allocator_oom_is_a_row(patterns):
+    m = memlab.measure("pattern_huge", isolate=False, rows=10, cols=10)
+    assert m.status == "oom", m.error
+    assert "281474976710656" in m.error
+
+
 def test_crash_and_timeout_become_error_rows(patterns):
     m = memlab.measure("pattern_crash", check=False, rows=10, cols=10)
     assert m.status == "error" and "exited with code 3" in m.error

@@ -96,3 +96,14 @@ class Hangs(Technique, name="pattern_hang"):
     def forward(self, problem):
         os.kill(os.getpid(), signal.SIGSTOP)
         return problem.inputs["x"] * problem.model.w
+
+
+class Huge(Technique, name="pattern_huge"):
+    """Asks the real allocator for 256 TiB: an actual out-of-memory on CPU and CUDA."""
+
+    workload = PatternWorkload
+
+    def forward(self, problem):
+        x = problem.inputs["x"]
+        big = torch.empty(1 << 48, dtype=torch.uint8, device=x.device)
+        return x * problem.model.w + big[:1].float()
