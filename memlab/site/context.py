@@ -106,10 +106,11 @@ def add_family_pages(ctx: Context) -> Context:
     return {**ctx, "family_paths": paths, "pages": ctx["pages"] + pages}
 
 
-def _overview_entry(family: str, setting: tuple, rows: pd.DataFrame, baseline: str | None) -> dict[str, Any]:
+def _overview_entry(family: str, setting: tuple, rows: pd.DataFrame, baseline: str | None,
+                    counter: list[int]) -> dict[str, Any]:
     device, dtype, mode = setting
     entry: dict[str, Any] = {"family": family, "device": device, "dtype": dtype, "mode": mode,
-                             "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None}
+                             "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None, "chart": None}
     result = A.savings(rows, baseline) if baseline else None
     if result is None:
         return entry
@@ -126,6 +127,9 @@ def _overview_entry(family: str, setting: tuple, rows: pd.DataFrame, baseline: s
             fmt_pct(e["throughput_ratio"] - 1 if e["throughput_ratio"] is not None else None),
             "matches": {True: "yes", False: "NO"}.get(r["matches_reference"], "-")})
     entry["best"] = entry["techniques"][0] if entry["techniques"] else None
+    items = [(e["row"]["technique"], e["row"]["technique"] == baseline, bool(e["row"]["peer"]),
+              e["row"]["peak_allocated_bytes"]) for e in result["techniques"]]
+    entry["chart"] = _chart(counter, F.lowest_peaks(items, f"Lowest peak allocated per technique ({family} · {device})"))
     return entry
 
 
@@ -133,12 +137,11 @@ def add_overview_page(ctx: Context) -> Context:
     """The index: per family and setting the best technique for memory, its saving and throughput
     cost against the baseline, where the numbers come from; links to every other page."""
     runs = ctx["runs"]
-    entries = []
+    entries, counter = [], [0]
     for family in sorted(set(runs["family"])) if len(runs) else []:
         rows = runs[runs["family"] == family]
         for s in A.settings(rows):
-            entry = _overview_entry(family, s, A.in_setting(rows, s),
-                                    ctx["baselines"].get(family))
+            entry = _overview_entry(family, s, A.in_setting(rows, s), ctx["baselines"].get(family), counter)
             entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"]]
@@ -190,7 +193,7 @@ def _timeline_section(tl: dict, counter: list[int], title: str | None = None) ->
     return {"label": label, "device": tl["device"], "dtype": tl["dtype"], "mode": tl["mode"],
             "peak": fmt_mib(peak), "baseline": fmt_mib(tl["baseline_bytes"]), "method": tl.get("method", ""),
             "events": len(tl["events"]), "source": Path(tl["source"]).name, "top": _top_allocations(tl),
-            "chart": _chart(counter, F.timeline(tl, title or f"{label} · {tl['device']} · {tl['dtype']} · {tl['mode']}"))}
+            "chart": _chart(counter, F.timeline(tl, title or f"{tl['technique']} · {tl['device']} · {tl['mode']}"))}
 
 
 def add_timelines_page(ctx: Context) -> Context:

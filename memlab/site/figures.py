@@ -18,7 +18,7 @@ import pandas as pd
 from .analysis import pareto_front, sort_key
 
 __all__ = ["esc", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
-           "throughput_vs_peak", "history", "timeline", "timelines_overlay", "seed_figure"]
+           "throughput_vs_peak", "lowest_peaks", "history", "timeline", "timelines_overlay", "seed_figure"]
 
 MiB = 1024 * 1024
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -251,6 +251,21 @@ def timelines_overlay(timelines: list[dict], labels: list[str], title: str) -> d
                        "hovertext": [f"{esc(label)}<br>" + _event_hover(e, i + 1) for i, e in enumerate(tl["events"])]})
     return {"data": traces, "layout": _layout(title, _axis("fraction of the step's allocation events", kind="linear"),
                                               _axis("live tensor memory above baseline (MiB)"))}
+
+
+def lowest_peaks(items: list[tuple[str, bool, bool, float]], title: str) -> dict[str, Any]:
+    """Horizontal bars: each technique's lowest peak allocated (bytes -> MiB) at the baseline's
+    configuration; ``items`` are ``(label, is_baseline, peer, peak_bytes)``, drawn top-down."""
+    items = list(reversed(items))
+    names = [esc(l) + (" (peer)" if peer else "") for l, _, peer, _ in items]
+    colors = ["#8c8c8c" if base else ("#c08a2c" if peer else _COLORS[0]) for _, base, peer, _ in items]
+    trace = {"type": "bar", "orientation": "h", "name": "peak allocated", "y": names,
+             "x": [mib(p) for *_, p in items], "marker": {"color": colors}, "hoverinfo": "x+y",
+             "text": [f"{p / MiB:.1f} MiB" for *_, p in items], "textposition": "auto"}
+    layout = _layout(title, _axis("peak allocated (MiB)", kind="linear"), _axis("", kind="category"),
+                     showlegend=False, height=max(160, 60 + 36 * len(items)))
+    layout["margin"] = {"l": 180, "r": 20, "t": 40, "b": 50}
+    return {"data": [trace], "layout": layout}
 
 
 def seed_figure(spec: dict) -> dict[str, Any]:
