@@ -1,0 +1,180 @@
+"""memlab.results: sweeps, asv results, timelines and reproductions -> validated DataFrames."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from memlab import results as R
+from site_fixtures import (BENCH, MiB, chunking_records, measurement, reproduction, timeline, write_asv_tree,
+                           write_jsonl)
+
+
+def test_load_runs_one_row_per_measurement(tmp_path):
+    path = write_jsonl(tmp_path / "chunking.jsonl", chunking_records())
+    df = R.load_runs([path])
+    assert list(df.columns) == list(R.RUN_COLUMNS)
+    assert len(df) == 6
+    assert list(df["technique"]) == ["unchunked", "slice_loop", "slice_loop", "slice_loop", "vmap_chunks", "slice_loop"]
+    assert list(df["peak_allocated_bytes"][:4]) == [20 * MiB, 13 * MiB, 14 * MiB, 16 * MiB]
+    assert list(df["status"]) == ["ok"] * 5 + ["oom"]
+    assert list(df["line"]) == [1, 2, 3, 4, 5, 6]
+    assert set(df["run"]) == {"chunking"}
+    assert df["peer"].tolist() == [False, False, False, False, True, False]
+    assert df["params_key"][1] == '{"chunk_size": 250, "d": 256, "n": 2000}'
+    assert df["analytic_floor_bytes"][0] == 14 * MiB
+    assert math.isnan(df["analytic_floor_bytes"][4])  # the peer states no floor
+
+
+def test_analytic_floor_follows_the_row_mode(tmp_path):
+    rec = measurement("t", "f", {}, MiB, mode="infer")
+    rec["extra"] = {"analytic_floor_bytes": 7, "analytic_floor_mode": "train"}
+    other = measurement("t", "f", {}, MiB, mode="infer")
+    other["extra"] = {"analytic_floor_bytes_by_mode": {"infer": 3, "train": 7}}
+    df = R.load_runs([write_jsonl(tmp_path / "a.jsonl", [rec, other])])
+    assert df["analytic_floor_bytes"][0] is None or math.isnan(df["analytic_floor_bytes"][0])
+    assert df["analytic_floor_bytes"][1] == 3
+
+
+def test_truncated_last_line_warns_naming_file_and_line(tmp_path):
+    path = write_jsonl(tmp_path / "partial.jsonl", chunking_records(), truncate_last=True)
+    with pytest.warns(R.ResultsWarning, match=r"partial\.jsonl:6: not valid JSON"):
+        df = R.load_runs([path])
+    assert len(df) == 5
+
+
+def test_invalid_records_warn_and_the_rest_load(tmp_path):
+    good = measurement("a", "f", {}, MiB)
+    bad_status = {**measurement("b", "f", {}, MiB), "status": "exploded"}
+    negative = {**measurement("c", "f", {}, MiB), "peak_allocated_bytes": -5}
+    not_object = [1, 2]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in (good, bad_status, negative, not_object)) + "\n")
+    with pytest.warns(R.ResultsWarning) as record:
+        df = R.load_runs([path])
+    assert list(df["technique"]) == ["a"]
+    messages = [str(w.message) for w in record]
+    assert any("mixed.jsonl:2" in m and "status='exploded'" in m for m in messages)
+    assert any("mixed.jsonl:3" in m and "peak_allocated_bytes" in m for m in messages)
+    assert any("mixed.jsonl:4" in m and "JSON object" in m for m in messages)
+
+
+def test_unreadable_file_and_unknown_fields_warn(tmp_path):
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00junk")
+    extra = write_jsonl(tmp_path / "newer.jsonl", [{**measurement("a", "f", {}, MiB), "shiny_new": 1}])
+    with pytest.warns(R.ResultsWarning) as record:
+        df = R.load_runs([binary, extra])
+    assert len(df) == 1
+    messages = " | ".join(str(w.message) for w in record)
+    assert "binary.jsonl: cannot read" in messages
+    assert "newer.jsonl: unknown measurement field(s) ignored: shiny_new" in messages
+
+
+def test_empty_input_has_the_columns():
+    df = R.load_runs([])
+    assert list(df.columns) == list(R.RUN_COLUMNS) and len(df) == 0
+
+
+def test_validate_measurement_messages():
+    assert R.validate_measurement(measurement("a", "f", {}, MiB)) == []
+    problems = R.validate_measurement({**measurement("a", "f", {}, MiB), "mode": "eval", "params": None})
+    assert any("mode='eval'" in p for p in problems) and any("'params'" in p for p in problems)
+    assert R.validate_measurement({**measurement("a", "f", {}, MiB), "peak_allocated_bytes": None}) == [
+        "status 'ok' but peak_allocated_bytes is null"]
+
+
+def test_family_baselines_from_data_then_mapping(tmp_path):
+    recs = [
+        measurement("mine", "custom", {}, MiB, baseline=True),
+        measurement("other", "custom", {}, MiB, baseline=False),
+        measurement("tt", "tensor_train", {}, MiB, baseline="dense_ref"),
+        measurement("rev", "reversible", {}, MiB),
+        measurement("x", "unknown_family", {}, MiB),
+    ]
+    df = R.load_runs([write_jsonl(tmp_path / "b.jsonl", recs)])
+    assert R.family_baselines(df) == {"custom": "mine", "tensor_train": "dense_ref", "reversible": "residual"}
+
+
+def test_conflicting_baselines_warn(tmp_path):
+    recs = [measurement("b", "f", {}, MiB, baseline=True), measurement("a", "f", {}, MiB, baseline=True)]
+    df = R.load_runs([write_jsonl(tmp_path / "c.jsonl", recs)])
+    with pytest.warns(R.ResultsWarning, match=r"family 'f': several techniques claim to be the baseline \(a, b\)"):
+        assert R.family_baselines(df) == {"f": "a"}
+
+
+def test_asv_results_columnar_format(tmp_path):
+    root = write_asv_tree(tmp_path / "results")
+    df = R.load_asv_results(root)
+    assert list(df.columns) == list(R.ASV_COLUMNS)
+    # 2 commits x (4 cpu combinations); cuda entries are NaN / null (skipped) and left out
+    assert len(df) == 8
+    assert set(df["benchmark"]) == {BENCH} and set(df["unit"]) == {"bytes"} and set(df["type"]) == {"track"}
+    first = df[df["commit"] == "a" * 40].sort_values("params_key")
+    assert first["params"].iloc[0] == {"technique": "slice_loop", "device": "cpu", "chunk_size": 100}
+    assert sorted(first["value"]) == [100.0, 200.0, 1000.0, 2000.0]
+    second = df[(df["commit"] == "b" * 40) & (df["params_key"] == first["params_key"].iloc[-1])]
+    assert second["value"].tolist() == [2000.0]  # unchunked, chunk_size=1000 doubled on commit b
+    assert R.load_asv_machines(root) == {"box": {"cpu": "Test CPU", "machine": "box", "num_cpu": "2",
+                                                 "os": "Linux", "ram": "8GB"}}
+
+
+def test_asv_malformed_files_warn_and_the_rest_load(tmp_path):
+    root = write_asv_tree(tmp_path / "results")
+    (root / "box" / "broken-env.json").write_text('{"commit_hash": "c", "results": ')
+    (root / "box" / "wrong-env.json").write_text(json.dumps({"commit_hash": "d", "results": {}, "version": 1}))
+    bad_len = json.loads((root / "box" / "aaaaaaaa-existing-py.json").read_text())
+    bad_len["results"][BENCH][0] = [1, 2, 3]
+    bad_len["commit_hash"] = "e" * 40
+    (root / "box" / "short-env.json").write_text(json.dumps(bad_len))
+    with pytest.warns(R.ResultsWarning) as record:
+        df = R.load_asv_results(root)
+    assert len(df) == 8
+    messages = " | ".join(str(w.message) for w in record)
+    assert "broken-env.json: cannot read JSON" in messages
+    assert "wrong-env.json: not an asv 0.6 results file (asv results api_version 1 is not 2)" in messages
+    assert "short-env.json: benchmark 'bench_chunking.ChainedMatmul.track_peak_allocated' has 3 results for 8" in messages
+
+
+def test_asv_without_benchmarks_json_names_params_by_position(tmp_path):
+    root = write_asv_tree(tmp_path / "results")
+    (root / "benchmarks.json").unlink()
+    with pytest.warns(R.ResultsWarning, match="benchmarks.json: missing"):
+        df = R.load_asv_results(root)
+    assert set(df["params"].iloc[0]) == {"param0", "param1", "param2"}
+
+
+def test_missing_asv_dir_warns(tmp_path):
+    with pytest.warns(R.ResultsWarning, match="no asv results directory"):
+        assert len(R.load_asv_results(tmp_path / "nope")) == 0
+
+
+def test_timelines_valid_and_malformed(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(timeline("slice_loop", {"chunk_size": 250})))
+    bad = tmp_path / "bad.json"
+    broken = timeline("x", {})
+    del broken["events"][2]["live_bytes"]
+    bad.write_text(json.dumps(broken))
+    with pytest.warns(R.ResultsWarning, match=r"bad\.json: invalid timeline \(event 2 lacks"):
+        out = R.load_timelines([good, bad])
+    assert [t["technique"] for t in out] == ["slice_loop"]
+    assert max(e["live_bytes"] for e in out[0]["events"]) == 14 * MiB
+
+
+def test_reproductions_validated(tmp_path):
+    ok = tmp_path / "seed-b.json"
+    ok.write_text(json.dumps(reproduction("seed-b")))
+    wrong = tmp_path / "seed-a.json"
+    wrong.write_text(json.dumps(reproduction("seed-a", verdict="probably")))
+    partial = reproduction("seed-c")
+    partial["measurements"].append({"technique": "half"})
+    (tmp_path / "seed-c.json").write_text(json.dumps(partial))
+    with pytest.warns(R.ResultsWarning) as record:
+        out = R.load_reproductions(sorted(tmp_path.glob("*.json")))
+    assert [s["seed"] for s in out] == ["seed-b", "seed-c"]
+    assert len(out[0]["measurements"]) == 2 and len(out[1]["measurements"]) == 2
+    messages = " | ".join(str(w.message) for w in record)
+    assert "seed-a.json: invalid reproduction (verdict 'probably' is not one of" in messages
+    assert "seed-c.json: measurement 2 invalid" in messages
