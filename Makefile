@@ -35,6 +35,7 @@ data: install
 	$(BIN)/memlab sweep --family chunking --out data/sweeps/chunking.jsonl
 	$(BIN)/memlab sweep --family tensor_train --out data/sweeps/tensor_train.jsonl
 	$(BIN)/memlab sweep --family reversible --out data/sweeps/reversible.jsonl
+	$(BIN)/memlab timelines --out-dir data/timelines
 	$(BIN)/memlab reproduce --out data/reproductions
 
 site: install

@@ -198,6 +198,28 @@ def _cmd_timeline(args) -> int:
     return 0
 
 
+def _cmd_timelines(args) -> int:
+    from .atomic import write_text_atomic
+    from .measure import timeline
+    from .measure.record import fmt_mib
+    from .registry import get_technique, list_families, list_techniques
+
+    if args.family is not None and args.family not in list_families():
+        raise UsageError(f"unknown family {args.family!r}; available: {', '.join(list_families())}")
+    out_dir = Path(args.out_dir)
+    names = [n for n in list_techniques(args.family) if not get_technique(n).peer or args.peers]
+    for i, name in enumerate(names, 1):
+        try:
+            tl = timeline(name, device=args.device, dtype=args.dtype, mode=args.mode)
+        except Exception as exc:  # noqa: BLE001 - one failure must not lose the others
+            print(f"[{i}/{len(names)}] {name}: FAILED {exc}", file=sys.stderr)
+            continue
+        path = out_dir / f"{get_technique(name).family()}-{name}-{args.mode}.json"
+        write_text_atomic(path, json.dumps(tl.to_dict(), sort_keys=True))
+        print(f"[{i}/{len(names)}] {name}: {len(tl.events)} events, peak {fmt_mib(tl.peak_bytes)} -> {path}", file=sys.stderr)
+    return 0
+
+
 def _cmd_check(args) -> int:
     from .checks import check_all
     from .registry import get_technique
@@ -277,6 +299,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.add_argument("--out", help="write the Timeline JSON here")
     s.set_defaults(func=_cmd_timeline)
+
+    s = sub.add_parser("timelines", parents=[common, meas], help="write one timeline per technique (default parameters)")
+    s.add_argument("--family")
+    s.add_argument("--peers", action="store_true", help="include peer comparators")
+    s.add_argument("--out-dir", default="data/timelines")
+    s.set_defaults(func=_cmd_timelines)
 
     s = sub.add_parser("check", parents=[common], help="check techniques against their workload reference (float64, CPU)")
     s.add_argument("name", nargs="*")
