@@ -43,11 +43,16 @@ def load_inputs(ctx: Context) -> Context:
             "baselines": baselines, "problems": problems, "pages": []}
 
 
+def _text(v: Any) -> str:
+    """A string cell; '' for None and for pandas' missing-value NaN."""
+    return "" if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
 def _row_dict(r: Any, skip: dict | None = None) -> dict[str, Any]:
     """A measurement row as table cells (strings; the template escapes them)."""
     return {
         "technique": r.technique, "peer": bool(r.peer), "params": A.param_text(r.params, skip),
-        "status": r.status, "error": r.error or "", "device": r.device,
+        "status": r.status, "error": _text(r.error), "device": r.device,
         "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_reserved": fmt_mib(r.peak_reserved_bytes),
         "floor": fmt_mib(r.analytic_floor_bytes), "step": fmt_ms(r.step_time_s),
         "throughput": fmt_num(r.samples_per_s), "matches": {True: "yes", False: "NO"}.get(r.matches_reference, "-"),

@@ -1,0 +1,225 @@
+"""memlab.site: analysis, page contexts, rendering; determinism, escaping, offline, no torch."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from memlab import results as R
+from memlab.site import analysis as A
+from memlab.site import build_site
+from memlab.site.context import build_context
+from memlab.site.render import MARKER
+from site_fixtures import EVIL, MiB, chunking_records, make_inputs, measurement, write_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _runs(tmp_path, records):
+    return R.load_runs([write_jsonl(tmp_path / "r.jsonl", records)])
+
+
+def _figures(html: str) -> list[dict]:
+    import html as htmlmod
+
+    return [json.loads(htmlmod.unescape(m)) for m in re.findall(r'data-figure="([^"]*)"', html)]
+
+
+# -- analysis -----------------------------------------------------------------------------------
+def test_pareto_front():
+    points = [(10, 100), (5, 50), (5, 40), (20, 100), (1, 10), (30, 200)]
+    assert A.pareto_front(points) == [4, 1, 0, 5]
+    assert A.pareto_front([]) == []
+
+
+def test_swept_param_and_labels(tmp_path):
+    df = _runs(tmp_path, chunking_records())
+    assert A.swept_param(df[df["status"] == "ok"]) == "chunk_size"
+    labels = A.line_labels(df, "chunk_size")
+    assert list(labels) == ["unchunked", "slice_loop", "slice_loop", "slice_loop", "vmap_chunks", "slice_loop"]
+    more = _runs(tmp_path, chunking_records() + [measurement("unchunked", "chunking", {"n": 4000, "d": 256}, MiB)])
+    assert A.swept_param(more) == "chunk_size"
+    assert A.line_labels(more, "chunk_size").iloc[-1] == "unchunked (n=4000)"
+    assert A.swept_param(df.iloc[:1]) is None
+
+
+def test_savings_against_the_baseline(tmp_path):
+    df = _runs(tmp_path, chunking_records())
+    out = A.savings(df, "unchunked")
+    assert out["baseline"]["technique"] == "unchunked"
+    got = [(e["row"]["technique"], e["row"]["peak_allocated_bytes"], round(e["saving"], 4), e["throughput_ratio"])
+           for e in out["techniques"]]
+    assert got == [("vmap_chunks", 10 * MiB, 0.5, 0.25), ("slice_loop", 13 * MiB, 0.35, 2750 / 4000),
+                   ("unchunked", 20 * MiB, 0.0, 1.0)]
+    assert A.savings(df, "nope") is None
+
+
+def test_comparable_ignores_other_workload_configs(tmp_path):
+    recs = chunking_records() + [measurement("slice_loop", "chunking", {"n": 9999, "d": 256, "chunk_size": 1}, MiB)]
+    out = A.savings(_runs(tmp_path, recs), "unchunked")
+    assert [e["row"]["peak_allocated_bytes"] for e in out["techniques"]][1] == 13 * MiB
+
+
+# -- contexts -----------------------------------------------------------------------------------
+def test_context_pages_and_overview(tmp_path):
+    results, data = make_inputs(tmp_path)
+    ctx = build_context(results, data)
+    assert [p["path"] for p in ctx["pages"]] == [
+        "index.html", "family-chunking.html", "seed-chunked-slicing.html", "history.html", "timelines.html",
+        "methodology.html"]
+    entry = ctx["pages"][0]["entries"][0]
+    assert (entry["family"], entry["device"], entry["baseline"]) == ("chunking", "cpu", "unchunked")
+    assert entry["best"]["technique"] == "vmap_chunks" and entry["best"]["peer"] is True
+    assert (entry["best"]["peak"], entry["best"]["saving"], entry["best"]["throughput"]) == ("10.0 MiB", "-50%", "-75%")
+    assert entry["environments"] == ["cpu: CPU Test CPU, 2 threads · torch 2.13.0+cpu · memlab 0.1.0 @ 0123456789ab (run chunking)"]
+    assert [n["title"] for n in ctx["nav"]] == ["Overview", "Family: chunking", "Timelines", "History",
+                                                "Seed: chunked-slicing", "Methodology"]
+    assert ctx["problems"] == []
+
+
+def test_family_figures_mark_floor_peers_and_pareto(tmp_path):
+    results, data = make_inputs(tmp_path)
+    family = build_context(results, data)["pages"][1]
+    section = family["sections"][0]
+    assert section["swept"] == "chunk_size"
+    alloc, resident, scatter = (json.loads(c["figure"]) for c in section["charts"])
+    names = [t["name"] for t in alloc["data"]]
+    assert names == ["slice_loop", "slice_loop analytic floor", "unchunked (no chunk_size)",
+                     "unchunked (no chunk_size) analytic floor", "vmap_chunks (peer)"]
+    assert alloc["data"][0]["x"] == [250, 500, 1000] and alloc["data"][0]["y"] == [13.0, 14.0, 16.0]
+    assert alloc["data"][1]["y"] == [7.0, 8.0, 10.0] and alloc["data"][1]["line"]["dash"] == "dot"
+    assert alloc["data"][2]["x"] == [250, 1000] and alloc["data"][2]["y"] == [20.0, 20.0]
+    peer = alloc["data"][4]
+    assert peer["line"]["dash"] == "dash" and peer["marker"]["symbol"] == "diamond-open"
+    assert resident["layout"]["yaxis"]["title"]["text"] == "peak resident (MiB)"
+    front = scatter["data"][0]
+    assert front["name"] == "Pareto front" and front["x"] == [10.0, 13.0, 20.0] and front["y"] == [1000.0, 2750.0, 4000.0]
+    assert [r["status"] for r in section["rows"]].count("oom") == 1
+
+
+# -- the built site ----------------------------------------------------------------------------
+def _digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_build_site_writes_every_page(tmp_path):
+    results, data = make_inputs(tmp_path)
+    index = build_site(results, data, tmp_path / "out")
+    assert index == tmp_path / "out" / "index.html"
+    names = sorted(p.name for p in (tmp_path / "out").glob("*.html"))
+    assert names == ["family-chunking.html", "history.html", "index.html", "methodology.html",
+                     "seed-chunked-slicing.html", "timelines.html"]
+    html = index.read_text()
+    assert "Best for memory" in html and "vmap_chunks" in html and "-50%" in html
+    seed = (tmp_path / "out" / "seed-chunked-slicing.html").read_text()
+    assert "slicing in a loop spikes memory in backward" in seed and "reproduced" in seed
+    history = _figures((tmp_path / "out" / "history.html").read_text())
+    assert len(history) == 1 and len(history[0]["data"]) == 4
+    assert history[0]["data"][0]["x"] == ["2023-11-14 22:13:20", "2023-11-15 22:13:20"]
+    timelines = _figures((tmp_path / "out" / "timelines.html").read_text())
+    assert len(timelines) == 3  # overlay + one per timeline
+    assert "aten::slice_backward" in (tmp_path / "out" / "timelines.html").read_text()
+
+
+def test_same_inputs_same_bytes(tmp_path):
+    results, data = make_inputs(tmp_path)
+    build_site(results, data, tmp_path / "one")
+    build_site(results, data, tmp_path / "two")
+    one, two = _digest(tmp_path / "one"), _digest(tmp_path / "two")
+    assert one == two and len(one) > 8
+    build_site(results, data, tmp_path / "one")  # rebuilding over a previous build replaces it
+    assert _digest(tmp_path / "one") == two
+
+
+def test_no_torch_import(tmp_path):
+    results, data = make_inputs(tmp_path)
+    code = ("import sys; from pathlib import Path; from memlab.site import build_site; "
+            f"build_site(Path({str(results)!r}), Path({str(data)!r}), Path({str(tmp_path / 'o')!r})); "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_strings_from_results_are_escaped(tmp_path):
+    results, data = make_inputs(tmp_path, evil=True)
+    build_site(results, data, tmp_path / "out")
+    pages = {p.name: p.read_text() for p in (tmp_path / "out").glob("*.html")}
+    assert any(EVIL.replace("<", "&lt;")[:20] in html or "&lt;script&gt;" in html for html in pages.values())
+    for name, html in pages.items():
+        assert "<script>window" not in html, name
+        assert "<img src=x" not in html, name
+        assert "onerror=window" not in html or "&lt;img" in html, name
+        for fig in _figures(html):  # plotly renders pseudo-HTML: names must arrive entity-escaped
+            text = json.dumps(fig)
+            assert "<script" not in text and "<img" not in text, name
+    evil_pages = [n for n in pages if n.startswith("family-") and n != "family-chunking.html"]
+    assert len(evil_pages) == 1 and re.fullmatch(r"family-[a-z0-9_-]+\.html", evil_pages[0])
+
+
+def test_offline_no_remote_references(tmp_path):
+    results, data = make_inputs(tmp_path)
+    build_site(results, data, tmp_path / "out")
+    for path in (tmp_path / "out").rglob("*"):
+        if path.suffix in (".html", ".css") or path.name == "site.js":
+            text = path.read_text()
+            assert not re.search(r"(src|href)\s*=\s*[\"']?(https?:)?//", text), path
+            assert not re.search(r"url\(\s*[\"']?(https?:)?//", text), path
+            assert "@import" not in text, path
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert '<script src="static/plotly.min.js" defer></script>' in html
+    assert "default-src 'self'" in html
+
+
+def test_shipped_plotly_is_the_packaged_one():
+    plotly = pytest.importorskip("plotly")
+    packaged = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    shipped = REPO / "site" / "static" / "plotly.min.js"
+    assert shipped.read_bytes()[:200] == packaged.read_bytes()[:200]  # the same plotly.js version
+
+
+def test_malformed_input_warns_and_is_listed(tmp_path):
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "zz-partial.jsonl", chunking_records(), truncate_last=True)
+    (data / "timelines" / "bad.json").write_text("{")
+    with pytest.warns(R.ResultsWarning) as record:
+        index = build_site(results, data, tmp_path / "out")
+    messages = [str(w.message) for w in record]
+    assert any("zz-partial.jsonl:6" in m for m in messages)
+    assert any("bad.json" in m for m in messages)
+    html = index.read_text()
+    assert "Data problems" in html and "zz-partial.jsonl:6: not valid JSON" in html
+
+
+def test_extra_runs_are_included(tmp_path):
+    results, data = make_inputs(tmp_path)
+    extra = write_jsonl(tmp_path / "quick.jsonl", [measurement("slice_loop", "chunking",
+                                                               {"n": 2000, "d": 256, "chunk_size": 125}, 11 * MiB)])
+    ctx = build_context(results, data, extra_runs=[extra])
+    assert "quick" in set(ctx["runs"]["run"])
+    build_site(results, data, tmp_path / "out", extra_runs=[extra])
+    assert "quick.jsonl" in (tmp_path / "out" / "index.html").read_text()
+
+
+def test_empty_inputs_still_build(tmp_path):
+    index = build_site(tmp_path / "no-results", tmp_path / "no-data", tmp_path / "out")
+    assert "No sweep measurements found" in index.read_text()
+    assert "No asv results found" in (tmp_path / "out" / "history.html").read_text()
+
+
+def test_refuses_to_overwrite_a_foreign_folder(tmp_path):
+    results, data = make_inputs(tmp_path)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    with pytest.raises(ValueError, match="non-empty folder that memlab did not build"):
+        build_site(results, data, tmp_path / "mine")
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
+    build_site(results, data, tmp_path / "site")
+    assert (tmp_path / "site" / MARKER).exists()
