@@ -264,7 +264,8 @@ def lowest_peaks(items: list[tuple[str, bool, bool, float]], title: str) -> dict
              "text": [f"{p / MiB:.1f} MiB" for *_, p in items], "textposition": "auto"}
     layout = _layout(title, _axis("peak allocated (MiB)", kind="linear"), _axis("", kind="category"),
                      showlegend=False, height=max(160, 60 + 36 * len(items)))
-    layout["margin"] = {"l": 180, "r": 20, "t": 40, "b": 50}
+    layout["margin"] = {"l": 20, "r": 20, "t": 40, "b": 50}
+    layout["yaxis"]["automargin"] = True
     return {"data": [trace], "layout": layout}
 
 

@@ -1,0 +1,246 @@
+"""The built site in a real browser: headless Chromium loads every page from a local HTTP server.
+
+Asserts per page: no console errors, no uncaught exceptions, no failed loads or CSP violations
+(Chrome's log), every chart element drawn by plotly with data in it, and no script injected through
+a technique name.  Saves a screenshot of the overview to ``test-artifacts/`` (or
+``$MEMLAB_TEST_ARTIFACTS``).
+
+Chromium is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``: JSON
+messages separated by NUL on file descriptors 3 and 4), so the test needs no Python packages
+beyond the standard library.  Debian's ``chromium`` package provides ``/usr/bin/chromium``; without
+it the test skips, unless ``CI`` is set, where it fails.
+"""
+from __future__ import annotations
+
+import base64
+import fcntl
+import functools
+import http.server
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from memlab.site import build_site
+from site_fixtures import make_inputs
+
+REPO = Path(__file__).resolve().parents[1]
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--remote-debugging-pipe", "--window-size=1280,900")
+
+# Resolves when every chart has been drawn (site.js sets data-drawn) or after 20 s.
+_CHARTS_JS = """new Promise(resolve => {
+  const t0 = Date.now();
+  const check = () => {
+    const charts = [...document.querySelectorAll('div.chart')];
+    if (charts.every(d => d.hasAttribute('data-drawn')) || Date.now() - t0 > 20000) {
+      resolve(JSON.stringify({pwned: window.__pwned === undefined ? null : window.__pwned,
+        charts: charts.map(d => ({id: d.id, drawn: d.getAttribute('data-drawn'),
+          traces: (d.data || []).length,
+          points: (d.data || []).reduce((n, t) => n + Math.max((t.x || []).length, (t.y || []).length), 0),
+          svg: d.querySelectorAll('svg.main-svg').length}))}));
+    } else { setTimeout(check, 50); }
+  };
+  check();
+})"""
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class Chromium:
+    """A headless Chromium driven over the DevTools protocol pipe."""
+
+    def __init__(self, binary: str):
+        self.profile = tempfile.mkdtemp(prefix="memlab-chromium-")
+        to_child, self._out = os.pipe()
+        self._in, from_child = os.pipe()
+        # The child's ends must not sit on fds 3 or 4, which the redirections below overwrite (bash:
+        # dash accepts single-digit fds only).
+        to_child, from_child = (self._high(fd) for fd in (to_child, from_child))
+        script = f'exec "$0" "$@" 3<&{to_child} 4>&{from_child}'
+        self.proc = subprocess.Popen(["bash", "-c", script, binary, *FLAGS, f"--user-data-dir={self.profile}",
+                                      "about:blank"], pass_fds=(to_child, from_child),
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(to_child)
+        os.close(from_child)
+        self._buf, self._id, self.events = b"", 0, []
+
+    @staticmethod
+    def _high(fd: int) -> int:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+        os.close(fd)
+        return high
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 60):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params or {}, **({"sessionId": session} if session else {})}
+        os.write(self._out, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self._receive(deadline)
+            if m.get("id") == self._id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m["result"]
+            self.events.append(m)
+
+    def wait_for(self, method: str, session: str, timeout: float = 60) -> dict:
+        for i, m in enumerate(self.events):
+            if m.get("method") == method and m.get("sessionId") == session:
+                return self.events.pop(i)
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self._receive(deadline)
+            if m.get("method") == method and m.get("sessionId") == session:
+                return m
+            self.events.append(m)
+
+    def _receive(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no message from chromium")
+            if select.select([self._in], [], [], left)[0]:
+                chunk = os.read(self._in, 1 << 20)
+                if not chunk:
+                    raise RuntimeError(f"chromium exited: {self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+                self._buf += chunk
+        raw, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(raw)
+
+    def errors(self, session: str) -> list[str]:
+        """Console errors, uncaught exceptions and error log entries (failed loads, CSP) so far."""
+        out = []
+        for m in self.events:
+            if m.get("sessionId") != session:
+                continue
+            p = m.get("params", {})
+            if m.get("method") == "Runtime.exceptionThrown":
+                out.append(f"exception: {p['exceptionDetails'].get('exception', {}).get('description') or p['exceptionDetails'].get('text')}")
+            elif m.get("method") == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append("console: " + " ".join(str(a.get("value", a.get("description"))) for a in p.get("args", [])))
+            elif m.get("method") == "Log.entryAdded" and p["entry"]["level"] == "error":
+                out.append(f"log: {p['entry'].get('text')} {p['entry'].get('url', '')}")
+        return out
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close", timeout=10)
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for fd in (self._in, self._out):
+            os.close(fd)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    binary = _chromium()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (apt-get install -y chromium); CI must run the browser test")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    b = Chromium(binary)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture()
+def served(tmp_path):
+    """Serve a folder on 127.0.0.1 at a random port; yields a function giving a page's URL."""
+    servers = []
+
+    def serve(folder: Path):
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(folder)))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return lambda page: f"http://127.0.0.1:{server.server_address[1]}/{page}"
+
+    yield serve
+    for s in servers:
+        s.shutdown()
+        s.server_close()
+
+
+def _visit(b: Chromium, url: str) -> tuple[dict, list[str], str]:
+    target = b.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = b.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    for method in ("Page.enable", "Runtime.enable", "Log.enable"):
+        b.send(method, session=session)
+    b.send("Page.navigate", {"url": url}, session=session)
+    b.wait_for("Page.loadEventFired", session)
+    state = b.send("Runtime.evaluate", {"expression": _CHARTS_JS, "awaitPromise": True, "returnByValue": True},
+                   session=session)["result"]["value"]
+    return json.loads(state), b.errors(session), session
+
+
+def _close(b: Chromium, session: str) -> None:
+    b.events = [m for m in b.events if m.get("sessionId") != session]
+    b.send("Page.close", session=session)
+
+
+def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, tmp_path):
+    results, data = make_inputs(tmp_path, evil=True)
+    out = tmp_path / "site"
+    build_site(results, data, out)
+    url = served(out)
+    pages = sorted(p.name for p in out.glob("*.html"))
+    assert len(pages) == 7
+    drawn = 0
+    for page in pages:
+        state, errors, session = _visit(browser, url(page))
+        assert errors == [], f"{page}: {errors}"
+        assert state["pwned"] is None, f"{page}: a technique name ran as script"
+        for chart in state["charts"]:
+            assert chart["drawn"] is not None and int(chart["drawn"]) > 0, f"{page} {chart}"
+            assert chart["traces"] > 0 and chart["points"] > 0 and chart["svg"] > 0, f"{page} {chart}"
+        drawn += len(state["charts"])
+        if page == "index.html":
+            assert len(state["charts"]) == 1  # chunking has a baseline; the other family has none
+            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+                                session=session)
+            folder = Path(os.environ.get("MEMLAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
+            folder.mkdir(parents=True, exist_ok=True)
+            png = base64.b64decode(shot["data"])
+            (folder / "site-overview.png").write_bytes(png)
+            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+        _close(browser, session)
+    assert drawn >= 10
+
+
+def test_the_harness_sees_errors(browser, served, tmp_path):
+    """A page with a console error, an exception and a missing script is reported (not blind)."""
+    (tmp_path / "bad.html").write_text(
+        "<!DOCTYPE html><html><head><link rel='icon' href='data:,'><script src='missing.js'></script></head>"
+        "<body><script>console.error('boom'); undefinedFunction();</script></body></html>")
+    state, errors, session = _visit(browser, served(tmp_path)("bad.html"))
+    _close(browser, session)
+    text = " | ".join(errors)
+    assert "console: boom" in text and "undefinedFunction" in text and "404" in text
+    assert state["charts"] == []
