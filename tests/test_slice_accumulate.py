@@ -1,0 +1,120 @@
+"""memlab.functional.slice_accumulate: same maths as the unchunked function, exact memory behaviour."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memlab.functional.chained_matmul import chained_matmul, chained_matmul_chunk_vjp
+from memlab.functional.slice_accumulate import slice_accumulate
+from memlab.measure.alloc_trace import iteration_stats, trace_allocations
+
+
+def tanh_chain(xc, w1, w2):
+    return torch.tanh(xc @ w1) @ w2
+
+
+def _problem(n=37, d=8, hidden=16, out=5, x_grad=True, w2_grad=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64).requires_grad_(x_grad)
+    w1 = torch.randn(d, hidden, generator=g, dtype=torch.float64).requires_grad_(True)
+    w2 = torch.randn(hidden, out, generator=g, dtype=torch.float64).requires_grad_(w2_grad)
+    gy = torch.randn(n, out, generator=g, dtype=torch.float64)
+    return x, w1, w2, gy
+
+
+def _grads(y, leaves, gy):
+    return torch.autograd.grad(y, leaves, gy)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 37, 100])  # 5 does not divide 37; 100 >= N
+@pytest.mark.parametrize("x_grad", [True, False])
+@pytest.mark.parametrize("w2_grad", [True, False])
+def test_matches_unchunked_function_and_grads(chunk_size, x_grad, w2_grad):
+    x, w1, w2, gy = _problem(x_grad=x_grad, w2_grad=w2_grad)
+    leaves = [t for t in (x, w1, w2) if t.requires_grad]
+    y = slice_accumulate(tanh_chain, x, w1, w2, chunk_size=chunk_size)
+    ref = tanh_chain(x, w1, w2)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(y, leaves, gy), _grads(ref, leaves, gy)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("chunk_size", [3, 37])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_hand_written_chunk_vjp_matches(chunk_size, x_grad):
+    x, w1, w2, gy = _problem(out=8, x_grad=x_grad)
+    leaves = [t for t in (x, w1, w2) if t.requires_grad]
+    y = slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk_size, chunk_vjp=chained_matmul_chunk_vjp)
+    ref = chained_matmul(x, w1, w2)
+    torch.testing.assert_close(y, ref)
+    for got, want in zip(_grads(y, leaves, gy), _grads(ref, leaves, gy)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_multi_dim_rows_and_param_without_grad():
+    x = torch.randn(10, 3, 4, dtype=torch.float64, requires_grad=True)
+    scale = torch.randn(4, dtype=torch.float64)  # no grad
+
+    def fn(xc, s):  # [rows, 3, 4] -> [rows, 3]
+        return (xc * s).sum(-1)
+
+    y = slice_accumulate(fn, x, scale, chunk_size=3)
+    torch.testing.assert_close(y, fn(x, scale))
+    (gx,) = torch.autograd.grad(y, [x], torch.ones_like(y))
+    torch.testing.assert_close(gx, scale.expand(10, 3, 4))
+
+
+def test_without_grad_is_a_plain_loop():
+    x, w1, w2, _ = _problem()
+    with torch.no_grad():
+        y = slice_accumulate(tanh_chain, x, w1, w2, chunk_size=4)
+    assert y.grad_fn is None and not y.requires_grad
+    torch.testing.assert_close(y, tanh_chain(x, w1, w2).detach())
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_chunk_size_below_one_is_a_value_error_naming_it(bad):
+    x, w1, w2, _ = _problem()
+    with pytest.raises(ValueError, match=rf"chunk_size={bad} is not valid; expected an int >= 1"):
+        slice_accumulate(tanh_chain, x, w1, w2, chunk_size=bad)
+
+
+def test_bad_arguments():
+    x, w1, w2, _ = _problem()
+    with pytest.raises(TypeError, match=r"chunk_size must be an int >= 1, got 2.5"):
+        slice_accumulate(tanh_chain, x, w1, w2, chunk_size=2.5)
+    with pytest.raises(TypeError, match=r"params\[1\] must be a Tensor, got float"):
+        slice_accumulate(tanh_chain, x, w1, 1.0, chunk_size=2)
+    with pytest.raises(ValueError, match=r"at least one row"):
+        slice_accumulate(tanh_chain, x[:0], w1, w2, chunk_size=2)
+    with pytest.raises(ValueError, match=r"fn must return \[rows, \.\.\.\] for rows \[0, 4\)"):
+        slice_accumulate(lambda xc, a, b: (xc @ a @ b).sum(0, keepdim=True), x, w1, w2, chunk_size=4)
+
+
+def _traced_peak(fn) -> int:
+    events, windows = trace_allocations(fn, torch.device("cpu"), 1)
+    return iteration_stats(events, windows).peaks[0]
+
+
+def test_backward_holds_one_chunk_not_one_x_sized_gradient_per_chunk():
+    """Exact bytes (float32): with the hand-written chunk backward, the step's peak is the output,
+    grad_x, both weight gradients and ONE [chunk, hidden] tensor, for every number of chunks."""
+    n, d, hidden = 600, 16, 64
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g).requires_grad_()
+    w1 = torch.randn(d, hidden, generator=g).requires_grad_()
+    w2 = torch.randn(hidden, d, generator=g).requires_grad_()
+    gy = torch.randn(n, d, generator=g)
+
+    def step(c):
+        def run():
+            y = slice_accumulate(chained_matmul, x, w1, w2, chunk_size=c, chunk_vjp=chained_matmul_chunk_vjp)
+            y.backward(gy)
+            del y
+            x.grad = w1.grad = w2.grad = None
+        return run
+
+    e = 4
+    fixed = (n * d) * 2 * e + 2 * d * hidden * e  # y, grad_x, grad_w1, grad_w2
+    for c in (600, 150, 7, 1):
+        assert _traced_peak(step(c)) == fixed + min(c, n) * hidden * e
