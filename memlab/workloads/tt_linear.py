@@ -1,0 +1,94 @@
+"""TT linear map: ``y = x @ W`` with ``W`` [prod(in_modes), prod(out_modes)] held as a tensor train.
+
+Shapes: ``x`` [batch, in_features] (requires grad: the layer sits inside a network), ``y`` and
+``grad_output`` [batch, out_features].  The problem's model is a
+:class:`~memlab.layers.TensorTrainLinear` whose cores are seeded (``W``'s entries have variance
+``1 / in_features``); the ``dense`` technique swaps in an ``nn.Linear`` holding the reconstructed
+weight, so every technique computes the same function.  Default: modes (10, 10, 10) -> (10, 10, 10)
+(1000 -> 1000, three cores), rank 8, batch 4096: the tt-layer report's setting.
+
+Reference: ``F.linear(x, W.T)`` with ``W`` reconstructed from the problem's own cores by one plain
+``einsum`` (or the dense layer's own weight), differentiated by plain autograd, so gradients with
+respect to the cores are comparable with every TT path.
+"""
+from __future__ import annotations
+
+import math
+import string
+
+import torch
+import torch.nn.functional as F
+
+from ..functional.tt import TTShape
+from ..params import Param
+from ..workload import Problem, Workload
+from .seeding import seeded_randn
+
+__all__ = ["TTLinear", "einsum_reconstruct"]
+
+_MODES = dict(low=1, high=4096, min_len=1, max_len=8)
+
+
+def einsum_reconstruct(cores) -> torch.Tensor:
+    """``W`` [in, out] from TT cores by a single ``torch.einsum`` (independent of :mod:`memlab.functional.tt`)."""
+    letters = iter(string.ascii_letters)
+    r = [next(letters) for _ in range(len(cores) + 1)]
+    n = [next(letters) for _ in cores]
+    m = [next(letters) for _ in cores]
+    spec = ",".join(f"{r[i]}{n[i]}{m[i]}{r[i + 1]}" for i in range(len(cores)))
+    spec += f"->{r[0]}{''.join(n)}{''.join(m)}{r[-1]}"
+    full = torch.einsum(spec, *cores)
+    in_f = math.prod(c.shape[1] for c in cores)
+    return full.reshape(in_f, -1)
+
+
+class TTLinear(Workload, name="tt_linear", family="tensor_train"):
+    """y = x @ W, W [prod(in_modes), prod(out_modes)] in TT format of rank `rank`, x [batch, in]."""
+
+    params = {
+        "batch": Param(4096, low=1, high=10_000_000, doc="rows of x (samples, or tokens, per step)"),
+        "rank": Param(8, low=1, high=4096, doc="TT rank of every inner core boundary"),
+        "in_modes": Param((10, 10, 10), doc="input modes; in_features = their product", **_MODES),
+        "out_modes": Param((10, 10, 10), doc="output modes (as many as in_modes); out_features = their product",
+                           **_MODES),
+    }
+    samples_param = "batch"
+    #: core gradients sum ``batch * in * out / (n_i m_i)`` products and reach ~10^3 at the default
+    #: size; float32 rounding (~1e-6 relative) then leaves absolute errors ~1e-2 on entries near zero.
+    tolerances = {"float64": (1e-9, 1e-7), "float32": (1e-3, 5e-2), "bfloat16": (5e-2, 5.0), "float16": (1e-2, 1.0)}
+    check_params = {"batch": 21, "rank": 2, "in_modes": (2, 3, 2), "out_modes": (3, 2, 2)}
+
+    @classmethod
+    def sweep_grid(cls, quick):
+        """Quick: batch 1024 at rank 4 and 16 (all TT techniques in about a minute on 2 cores).
+        Full: rank 1..32 at batch 4096, and batch 256..4096 at rank 8."""
+        if quick:
+            return [{"batch": 1024, "rank": r} for r in (4, 16)]
+        grid = [{"batch": 4096, "rank": r} for r in (1, 2, 4, 8, 16, 32)]
+        grid += [{"batch": b, "rank": 8} for b in (256, 1024, 2048)]
+        return grid
+
+    def validate(self):
+        self.tt_shape = TTShape.create(self.config["in_modes"], self.config["out_modes"], self.config["rank"])
+
+    def build(self, device, dtype, seed):
+        from ..layers.tt_linear import TensorTrainLinear
+
+        c = self.config
+        shape = self.tt_shape
+        g = torch.Generator().manual_seed(seed)
+        layer = TensorTrainLinear(shape.in_modes, shape.out_modes, c["rank"], device=device, dtype=dtype)
+        std = (1.0 / (shape.in_features * math.prod(shape.ranks))) ** (1.0 / (2 * shape.n_cores))
+        with torch.no_grad():
+            for p in layer.cores:
+                p.copy_(seeded_randn(g, *p.shape, device=device, dtype=dtype, scale=std))
+        x = seeded_randn(g, c["batch"], shape.in_features, device=device, dtype=dtype).requires_grad_(True)
+        grad_y = seeded_randn(g, c["batch"], shape.out_features, device=device, dtype=dtype)
+        return Problem(model=layer, inputs={"x": x}, grad_output=grad_y)
+
+    def reference(self, problem):
+        model = problem.model
+        x = problem.inputs["x"]
+        if isinstance(model, torch.nn.Linear):
+            return F.linear(x, model.weight, model.bias)
+        return F.linear(x, einsum_reconstruct(model.cores).t())
