@@ -88,10 +88,20 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], family: 
             charts.append(_chart(counter, F.throughput_vs_peak(rows, labels, f"Throughput vs peak allocated ({head})",
                                                                colors),
                           "The grey step line is the Pareto front: no other point has less memory and more throughput."))
+    fixed = _fixed_params(rows)
     table = sorted((r for r in rows.itertuples()), key=lambda r: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run))
     return {"device": device, "dtype": dtype, "mode": mode, "swept": swept, "charts": charts,
-            "rows": [_row_dict(r) for r in table], "environments": env_caption(rows),
-            "second": second}
+            "rows": [_row_dict(r, fixed) for r in table], "environments": env_caption(rows),
+            "second": second, "fixed": A.param_text(fixed)}
+
+
+def _fixed_params(rows: pd.DataFrame) -> dict[str, Any]:
+    """Parameters every row has, with one value (shown once instead of in every table row)."""
+    params = list(rows["params"])
+    if not params:
+        return {}
+    common = set.intersection(*(set(p) for p in params))
+    return {k: params[0][k] for k in sorted(common) if all(p[k] == params[0][k] for p in params)}
 
 
 def add_family_pages(ctx: Context) -> Context:
