@@ -28,8 +28,9 @@ def verify_technique(technique: Technique, device: torch.device, dtype: torch.dt
                      mode: str = "train", seed: int = 0) -> Verification:
     """Compare ``technique.forward`` with the workload reference on one seeded problem.
 
-    In ``train`` mode the gradients of every parameter and grad-requiring input (taken with
-    ``problem.grad_output``) are compared too; in ``infer`` mode both run under ``no_grad``.
+    In ``train`` mode the gradients of every parameter and grad-requiring input (the ``.grad`` that
+    ``output.backward(problem.grad_output)`` leaves, as in a training step) are compared too; in
+    ``infer`` mode both run under ``no_grad``.
     A tensor passes when ``|a - b| <= atol + rtol * |b|`` elementwise (``torch.allclose``).
     """
     dtype_name = str(dtype).replace("torch.", "")
@@ -63,11 +64,30 @@ def verify_technique(technique: Technique, device: torch.device, dtype: torch.dt
     names += [f"grad:{n}" for n, t in problem.inputs.items() if t.requires_grad]
     leaves = problem.leaves()
     out = technique.forward(problem)
-    grads = torch.autograd.grad(out, leaves, problem.grad_output, allow_unused=True) if leaves else ()
+    grads = _step_grads(out, leaves, problem.grad_output)
     out = out.detach()
     ref = technique.reference(problem)
-    ref_grads = torch.autograd.grad(ref, leaves, problem.grad_output, allow_unused=True) if leaves else ()
+    ref_grads = _step_grads(ref, leaves, problem.grad_output)
     compare("output", out, ref.detach())
     for name, g, r in zip(names, grads, ref_grads):
         compare(name, g, r)
     return Verification(errors, rtol, atol, ok)
+
+
+def _step_grads(out: torch.Tensor, leaves: list[torch.Tensor], grad_output: torch.Tensor) -> list[torch.Tensor | None]:
+    """The leaves' gradients as a training step leaves them: ``out.backward(grad_output)``, then ``.grad``.
+
+    Not ``torch.autograd.grad``: a technique that writes ``.grad`` itself (MemCNN sets an input's
+    ``.grad`` by hand and so doubles a leaf input's gradient; RevLib accumulates parameter gradients
+    inside its backward) must be checked on what training actually sees, and MemCNN refuses
+    ``autograd.grad`` altogether.  ``.grad`` is None before and after.
+    """
+    if not leaves:
+        return []
+    for t in leaves:
+        t.grad = None
+    out.backward(grad_output)
+    grads = [t.grad for t in leaves]
+    for t in leaves:
+        t.grad = None
+    return grads
