@@ -1,0 +1,111 @@
+"""Third-party reversible stacks on the same workload: MemCNN 1.5.2 and RevLib 1.7.2 (optional).
+
+Install with ``pip install 'memlab[peers]'`` (or ``pip install --no-deps memcnn==1.5.2 revlib==1.7.2``
+to keep the installed torch; both import with torch alone).  A missing or different version raises
+:class:`memlab.TechniqueUnavailable` with the install hint; memlab never measures something else.
+
+Both wrap the workload's own F and G modules (same parameters), additive coupling only:
+
+* ``memcnn``: one ``memcnn.InvertibleModuleWrapper(memcnn.AdditiveCoupling(F_i, G_i))`` per block,
+  default ``keep_input=False``.  A per-block Function: each block's output (and the gradient MemCNN
+  stores on it) stays alive until the graph is released, so its backward peak grows with depth.
+  Known defects this comparator shows rather than hides (see NOTE [ MemCNN 1.5.2 input gradient ]):
+  it doubles the gradient of a leaf input, it frees the storage of the caller's input tensor during
+  forward (restoring it, reconstructed, in backward), and it refuses ``torch.autograd.grad``.
+* ``revlib``: ``revlib.ReversibleSequential(F_1, G_1, ..., F_d, G_d, split_dim=1)`` in its default
+  memory mode (``autograd_function``; its checkpoint modes crash on torch 2.13).  It accumulates
+  parameter gradients inside backward with ``torch.autograd.backward``, so ``torch.autograd.grad``
+  does not return them.
+
+# NOTE [ MemCNN 1.5.2 input gradient ]
+``InvertibleCheckpointFunction.backward`` both sets ``input.grad = g`` by hand and returns ``g`` as
+the input's gradient; for a leaf input autograd then accumulates ``g`` into that same ``.grad``,
+giving ``2 g``.  memlab's reference check compares the ``.grad`` a training step's ``backward``
+leaves, so ``grad:x`` of ``memcnn`` fails the check (factor 2); parameter gradients are right.
+"""
+from __future__ import annotations
+
+from importlib import import_module, metadata
+
+from ..technique import Technique, TechniqueUnavailable
+from ..workloads.residual_stack import ResidualStack
+
+__all__ = ["MemCNN", "RevLib"]
+
+
+def _require(module: str, dist: str, version: str):
+    try:
+        found = metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        found = None
+    if found != version:
+        have = "not installed" if found is None else f"version {found} is installed"
+        raise TechniqueUnavailable(
+            f"peer comparator needs {dist}=={version} ({have}); install it with "
+            f"`pip install --no-deps {dist}=={version}` or `pip install 'memlab[peers]'`"
+        )
+    return import_module(module)
+
+
+class _Peer(Technique):
+    workload = ResidualStack
+    peer = True
+    devices = ("cpu", "cuda")
+    _dist: tuple[str, str, str] = ("", "", "")
+
+    def check_available(self, device):
+        super().check_available(device)
+        if self.config["coupling"] != "additive":
+            raise TechniqueUnavailable(
+                f"technique {self.name!r} compares additive coupling only (coupling="
+                f"{self.config['coupling']!r}); use coupling='additive'"
+            )
+        _require(*self._dist)
+
+    def _model(self, problem):
+        key = f"{self.name}_model"
+        if key not in problem.extra:
+            lib = _require(*self._dist)
+            problem.extra[key] = self._wrap(lib, list(problem.model.f), list(problem.model.g))
+        return problem.extra[key]
+
+    def describe(self, problem):
+        from .reversible import stack_facts
+
+        return {**stack_facts(self, problem, self._path), "peer_version": f"{self._dist[1]}=={self._dist[2]}"}
+
+
+class MemCNN(_Peer, name="memcnn"):
+    """MemCNN 1.5.2: InvertibleModuleWrapper(AdditiveCoupling(F, G)) per block (peer; doubles x.grad)."""
+
+    _dist = ("memcnn", "memcnn", "1.5.2")
+    _path = "memcnn.InvertibleModuleWrapper(memcnn.AdditiveCoupling(F_i, G_i)) per block, keep_input=False"
+
+    @staticmethod
+    def _wrap(memcnn, f, g):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            return [memcnn.InvertibleModuleWrapper(memcnn.AdditiveCoupling(Fm=fi, Gm=gi), keep_input=False,
+                                                   keep_input_inverse=False) for fi, gi in zip(f, g)]
+
+    def forward(self, problem):
+        x = problem.inputs["x"]
+        for block in self._model(problem):
+            x = block(x)
+        return x
+
+
+class RevLib(_Peer, name="revlib"):
+    """RevLib 1.7.2: ReversibleSequential(F_1, G_1, ...) in its default autograd_function mode (peer)."""
+
+    _dist = ("revlib", "revlib", "1.7.2")
+    _path = "revlib.ReversibleSequential(F_1, G_1, ..., split_dim=1), memory_mode=autograd_function"
+
+    @staticmethod
+    def _wrap(revlib, f, g):
+        return revlib.ReversibleSequential(*[m for pair in zip(f, g) for m in pair], split_dim=1)
+
+    def forward(self, problem):
+        return self._model(problem)(problem.inputs["x"])
