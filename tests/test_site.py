@@ -223,3 +223,23 @@ def test_refuses_to_overwrite_a_foreign_folder(tmp_path):
     assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
     build_site(results, data, tmp_path / "site")
     assert (tmp_path / "site" / MARKER).exists()
+
+
+def test_config_groups_split_workload_configs(tmp_path):
+    quick = [measurement("unchunked", "chunking", {"n": 4000, "d": 256}, 40 * MiB),
+             measurement("slice_loop", "chunking", {"n": 4000, "d": 256, "chunk_size": 400}, 30 * MiB)]
+    df = _runs(tmp_path, chunking_records() + quick)
+    ok = df[df["status"] == "ok"]
+    assert A.swept_param(ok) == "chunk_size"
+    groups = A.config_groups(df, "chunk_size")
+    assert [(cfg, len(rows)) for cfg, rows in groups] == [({"n": 2000}, 6), ({"n": 4000}, 2)]
+    (config, rows), = A.config_groups(df.iloc[:1], "chunk_size")
+    assert config == {} and len(rows) == 1
+    results, data = make_inputs(tmp_path / "in")
+    extra = write_jsonl(tmp_path / "quick.jsonl", quick)
+    ctx = build_context(results, data, extra_runs=[extra])
+    entries = ctx["pages"][0]["entries"]
+    assert [(e["config"], e["best"]["technique"], e["best"]["saving"]) for e in entries] == [
+        ("n=2000", "vmap_chunks", "-50%"), ("n=4000", "slice_loop", "-25%")]
+    sections = ctx["pages"][1]["sections"]
+    assert [s["config"] for s in sections] == ["n=2000", "n=4000"]

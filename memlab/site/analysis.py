@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["SETTING", "settings", "in_setting", "swept_param", "line_labels", "pareto_front", "comparable",
+__all__ = ["SETTING", "settings", "in_setting", "swept_param", "config_groups", "line_labels", "pareto_front", "comparable",
            "savings", "param_text", "sort_key"]
 
 #: A family's rows are only compared within one setting: device, dtype and mode.
@@ -57,6 +57,28 @@ def swept_param(rows: pd.DataFrame) -> str | None:
     if not varying:
         return None
     return sorted(varying, key=lambda k: (-varying[k], k))[0]
+
+
+def config_groups(rows: pd.DataFrame, swept: str | None) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """Split rows by the workload configuration: the parameters every row has (the workload's),
+    other than ``swept``, that take several values (e.g. a quick sweep at n=4000 beside a full one
+    at n=10000).  Memory is only compared within one group.
+
+    Returns:
+        ``[(varying config, rows)]`` sorted by config; ``[({}, rows)]`` when nothing varies.
+    """
+    params = list(rows["params"])
+    if not params:
+        return [({}, rows)]
+    common = set.intersection(*(set(p) for p in params)) - {swept}
+    keys = sorted(k for k in common if len({json.dumps(p[k], sort_keys=True, default=str) for p in params}) > 1)
+    if not keys:
+        return [({}, rows)]
+    groups: dict[str, list] = {}
+    for idx, p in zip(rows.index, params):
+        groups.setdefault(json.dumps([p[k] for k in keys], default=str), []).append(idx)
+    out = [({k: rows.at[ix[0], "params"][k] for k in keys}, rows.loc[ix]) for ix in groups.values()]
+    return sorted(out, key=lambda g: [sort_key(g[0][k]) for k in keys])
 
 
 def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:

@@ -64,13 +64,24 @@ def _chart(counter: list[int], figure: dict, caption: str = "") -> dict[str, str
     return {"id": f"chart-{counter[0]}", "figure": F.to_json(figure), "caption": caption}
 
 
-def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], family: str, counter: list[int]) -> dict:
+def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], dict[str, Any], str | None, pd.DataFrame]]:
+    """``(setting, workload config, swept parameter, rows)`` per comparable group of a family."""
+    out = []
+    for setting in A.settings(rows):
+        srows = A.in_setting(rows, setting)
+        ok = srows[srows["status"] == "ok"]
+        swept = A.swept_param(ok) if len(ok) else None
+        out += [(setting, config, swept, group) for config, group in A.config_groups(srows, swept)]
+    return out
+
+
+def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: dict, swept: str | None,
+                     family: str, counter: list[int]) -> dict:
     device, dtype, mode = setting
-    swept = A.swept_param(rows[rows["status"] == "ok"]) if (rows["status"] == "ok").any() else None
     labels = A.line_labels(rows, swept)
-    colors = F.palette(rows["technique"])
+    colors = F.palette(labels)
     second = "resident" if device == "cpu" else "reserved"
-    head = f"{family} · {device} · {dtype} · {mode}"
+    head = " · ".join([family, device, dtype, mode] + ([A.param_text(config)] if config else []))
     charts = []
     if (rows["status"] == "ok").any():
         if swept:
@@ -90,7 +101,8 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], family: 
                           "The grey step line is the Pareto front: no other point has less memory and more throughput."))
     fixed = _fixed_params(rows)
     table = sorted((r for r in rows.itertuples()), key=lambda r: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run))
-    return {"device": device, "dtype": dtype, "mode": mode, "swept": swept, "charts": charts,
+    return {"device": device, "dtype": dtype, "mode": mode, "config": A.param_text(config), "swept": swept,
+            "charts": charts,
             "rows": [_row_dict(r, fixed) for r in table], "environments": env_caption(rows),
             "second": second, "fixed": A.param_text(fixed)}
 
@@ -113,8 +125,8 @@ def add_family_pages(ctx: Context) -> Context:
     for family in families:
         rows = runs[runs["family"] == family]
         counter = [0]
-        sections = [_setting_section(A.in_setting(rows, s), s, family, counter)
-                    for s in A.settings(rows)]
+        sections = [_setting_section(group, s, config, swept, family, counter)
+                    for s, config, swept, group in _sections(rows)]
         pages.append({"template": "family.html", "path": paths[family], "title": f"Family: {family}",
                       "family": family, "baseline": ctx["baselines"].get(family), "sections": sections,
                       "peers": sorted(set(rows.loc[rows["peer"], "technique"]))})
@@ -155,8 +167,9 @@ def add_overview_page(ctx: Context) -> Context:
     entries, counter = [], [0]
     for family in sorted(set(runs["family"])) if len(runs) else []:
         rows = runs[runs["family"] == family]
-        for s in A.settings(rows):
-            entry = _overview_entry(family, s, A.in_setting(rows, s), ctx["baselines"].get(family), counter)
+        for s, config, _, group in _sections(rows):
+            entry = _overview_entry(family, s, group, ctx["baselines"].get(family), counter)
+            entry["config"] = A.param_text(config)
             entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"]]

@@ -109,7 +109,7 @@ def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: s
         group = ok[labels[ok.index] == label]
         tuples = list(group.itertuples())
         first = tuples[0]
-        style = _style(colors[first.technique], bool(first.peer))
+        style = _style(colors[label], bool(first.peer))
         name = esc(label) + (" (peer)" if first.peer else "")
         have = sorted((r for r in tuples if swept in r.params), key=lambda r: sort_key(r.params[swept]))
         if have:
@@ -143,7 +143,7 @@ def memory_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, color
     second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
     data = [
         {"type": "bar", "name": "peak allocated", "x": names, "y": [mib(v) for v in ok["peak_allocated_bytes"]],
-         "marker": {"color": [colors[t] for t in ok["technique"]]}, "hoverinfo": "text",
+         "marker": {"color": [colors[l] for l in ok["_label"]]}, "hoverinfo": "text",
          "hovertext": [_hover(r) for r in ok.itertuples()]},
         {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
          "marker": {"color": "rgba(120,120,120,0.6)"}},
@@ -159,7 +159,7 @@ def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors
     for label in sorted(set(labels[ok.index])):
         group = ok[labels[ok.index] == label]
         peer = bool(group.iloc[0]["peer"])
-        style = _style(colors[group.iloc[0]["technique"]], peer)
+        style = _style(colors[label], peer)
         traces.append({"type": "scatter", "mode": "markers", "name": esc(label) + (" (peer)" if peer else ""),
                        "x": [mib(v) for v in group["peak_allocated_bytes"]], "y": [float(v) for v in group["samples_per_s"]],
                        "hoverinfo": "text", "hovertext": [_hover(r) for r in group.itertuples()],
