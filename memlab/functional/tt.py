@@ -136,10 +136,24 @@ class TTShape:
         ``i = k`` term is the output).  ``B d^3 (2r + 1)`` for three equal cores.  See
         NOTE [ TT factorized activations ].
         """
-        total = 0
-        for i in range(1, self.n_cores + 1):
-            total += math.prod(self.out_modes[:i]) * self.ranks[i] * math.prod(self.in_modes[i:])
-        return batch * total
+        return sum(self.intermediate_elements(batch))
+
+    def intermediate_elements(self, batch: int) -> tuple[int, ...]:
+        """Elements of ``T_1 .. T_k`` (``T_k`` is the output), see NOTE [ TT factorized activations ]."""
+        return tuple(batch * math.prod(self.out_modes[:i]) * self.ranks[i] * math.prod(self.in_modes[i:])
+                     for i in range(1, self.n_cores + 1))
+
+    def factorized_inference_elements(self, batch: int) -> int:
+        """Peak elements of :func:`tt_contract` under ``no_grad`` (above ``x`` and the cores).
+
+        Step ``i + 1`` holds ``T_i`` and its permuted copy, then the copy and ``T_{i+1}``, so the
+        peak is ``max_i(2 |T_i|, |T_i| + |T_{i+1}|)`` over ``i = 1..k-1`` (``|T_1|`` alone for one
+        core): ``2 B d^3 r`` for three equal cores against the dense ``B d^3``.
+        """
+        t = self.intermediate_elements(batch)
+        if len(t) == 1:
+            return t[0]
+        return max(max(2 * t[i], t[i] + t[i + 1]) for i in range(len(t) - 1))
 
     def reconstructed_elements(self, batch: int) -> int:
         """Elements of the reconstructed path beyond the cores: the dense-size weight

@@ -35,6 +35,7 @@ def analytic_bytes(shape: TTShape, batch: int, element_size: int, chunk_size: in
         dense_activation_bytes: the output ``batch * out`` (``B d^3``).
         factorized_activation_bytes: what the factorized forward keeps, output included
             (``B d^3 (2r + 1)``).
+        factorized_inference_bytes: the factorized forward's peak under no_grad (``2 B d^3 r``).
         reconstructed_bytes: dense-size weight + dense activations (``d^6 + B d^3``).
         chunk_activation_bytes: one chunk's factorized activations (``c d^3 (2r + 1)``), when
             ``chunk_size`` is given.
@@ -45,6 +46,7 @@ def analytic_bytes(shape: TTShape, batch: int, element_size: int, chunk_size: in
         "dense_param_bytes": shape.dense_param_count() * e,
         "dense_activation_bytes": batch * shape.out_features * e,
         "factorized_activation_bytes": shape.factorized_activation_elements(batch) * e,
+        "factorized_inference_bytes": shape.factorized_inference_elements(batch) * e,
         "reconstructed_bytes": shape.reconstructed_elements(batch) * e,
     }
     if chunk_size is not None:
