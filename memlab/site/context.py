@@ -133,10 +133,11 @@ def add_family_pages(ctx: Context) -> Context:
     return {**ctx, "family_paths": paths, "pages": ctx["pages"] + pages}
 
 
-def _overview_entry(family: str, setting: tuple, rows: pd.DataFrame, baseline: str | None,
+def _overview_entry(family: str, setting: tuple, config: dict, rows: pd.DataFrame, baseline: str | None,
                     counter: list[int]) -> dict[str, Any]:
     device, dtype, mode = setting
     entry: dict[str, Any] = {"family": family, "device": device, "dtype": dtype, "mode": mode,
+                             "config": A.param_text(config),
                              "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None, "chart": None}
     result = A.savings(rows, baseline) if baseline else None
     if result is None:
@@ -156,8 +157,16 @@ def _overview_entry(family: str, setting: tuple, rows: pd.DataFrame, baseline: s
     entry["best"] = entry["techniques"][0] if entry["techniques"] else None
     items = [(e["row"]["technique"], e["row"]["technique"] == baseline, bool(e["row"]["peer"]),
               e["row"]["peak_allocated_bytes"]) for e in result["techniques"]]
-    entry["chart"] = _chart(counter, F.lowest_peaks(items, f"Lowest peak allocated per technique ({family} · {device})"))
+    entry["chart"] = _chart(counter, F.lowest_peaks(items, "Lowest peak allocated per technique (" + " · ".join([family, device] + ([entry["config"]] if config else [])) + ")"))
     return entry
+
+
+def _shown_path(path: str, data_dir: Path) -> str:
+    """``path`` relative to the data folder's parent when inside it (``data/sweeps/x.jsonl``), else as given."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(data_dir).resolve().parent))
+    except ValueError:
+        return str(path)
 
 
 def add_overview_page(ctx: Context) -> Context:
@@ -168,14 +177,13 @@ def add_overview_page(ctx: Context) -> Context:
     for family in sorted(set(runs["family"])) if len(runs) else []:
         rows = runs[runs["family"] == family]
         for s, config, _, group in _sections(rows):
-            entry = _overview_entry(family, s, group, ctx["baselines"].get(family), counter)
-            entry["config"] = A.param_text(config)
+            entry = _overview_entry(family, s, config, group, ctx["baselines"].get(family), counter)
             entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"]]
     page = {"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
             "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs),
-            "run_files": sorted({Path(p).name for p in runs["source"]}) if len(runs) else []}
+            "run_files": sorted({_shown_path(p, ctx["data_dir"]) for p in runs["source"]}) if len(runs) else []}
     return {**ctx, "pages": [page] + ctx["pages"]}
 
 
