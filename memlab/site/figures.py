@@ -133,7 +133,7 @@ def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: s
 
 def _log_if_wide(traces: list[dict]) -> str:
     ys = [y for t in traces for y in t["y"] if y is not None]
-    return "log" if ys and min(ys) > 0 and max(ys) / min(ys) >= 30 else "linear"
+    return "log" if ys and min(ys) > 0 and max(ys) / min(ys) >= 10 else "linear"
 
 
 def memory_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
