@@ -80,6 +80,11 @@ def test_context_pages_and_overview(tmp_path):
     assert [n["title"] for n in ctx["nav"]] == ["Overview", "Family: chunking", "Timelines", "History",
                                                 "Seed: chunked-slicing", "Methodology"]
     assert ctx["problems"] == []
+    timelines = next(p for p in ctx["pages"] if p["path"] == "timelines.html")
+    assert [(f["family"], f["setting"], len(f["sections"])) for f in timelines["families"]] == [
+        ("chunking", "cpu · float32 · train", 2)]
+    assert timelines["families"][0]["sections"][0]["top"][0]["stack"] == (
+        "SliceBackward0 › aten::slice_backward › aten::zeros › aten::empty")
 
 
 def test_family_figures_mark_floor_peers_and_pareto(tmp_path):

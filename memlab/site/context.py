@@ -233,19 +233,23 @@ def _timeline_section(tl: dict, counter: list[int], title: str | None = None) ->
 
 
 def add_timelines_page(ctx: Context) -> Context:
-    """Memory over one step per technique, with op names on hover, and an overlay per setting."""
-    counter, overlays = [0], []
+    """Memory over one step per technique, with op names on hover, grouped by family (looked up
+    from the sweeps by technique name; ``other`` when unknown) with an overlay per family and setting."""
+    runs = ctx["runs"]
+    family_of = dict(zip(runs["technique"], runs["family"])) if len(runs) else {}
     groups: dict[tuple, list[dict]] = {}
     for tl in ctx["timelines"]:
-        groups.setdefault((tl["device"], tl["dtype"], tl["mode"]), []).append(tl)
+        key = (family_of.get(tl["technique"], "other"), tl["device"], tl["dtype"], tl["mode"])
+        groups.setdefault(key, []).append(tl)
+    counter, families = [0], []
     for key in sorted(groups):
         tls = groups[key]
-        if len(tls) > 1:
-            overlays.append(_chart(counter, F.timelines_overlay(tls, [_timeline_label(t) for t in tls],
-                                                                f"All timelines · {' · '.join(key)}")))
-    sections = [_timeline_section(tl, counter) for tl in ctx["timelines"]]
-    page = {"template": "timelines.html", "path": "timelines.html", "title": "Timelines", "overlays": overlays,
-            "sections": sections}
+        overlay = (_chart(counter, F.timelines_overlay(tls, [_timeline_label(t) for t in tls],
+                                                       f"All {key[0]} timelines · {' · '.join(key[1:])}"))
+                   if len(tls) > 1 else None)
+        families.append({"family": key[0], "setting": " · ".join(key[1:]), "overlay": overlay,
+                         "sections": [_timeline_section(tl, counter) for tl in tls]})
+    page = {"template": "timelines.html", "path": "timelines.html", "title": "Timelines", "families": families}
     return {**ctx, "pages": ctx["pages"] + [page]}
 
 
