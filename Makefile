@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= out
 
-.PHONY: install demo test sweep data site clean
+.PHONY: install demo test data site clean gpu-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,3 +45,8 @@ clean:
 	rm -rf $(OUT) $(VENV) .asv/html
 
 -include Makefile.asv
+
+## on a machine with a CUDA GPU: the CUDA tests and a quick CUDA sweep (results under data/sweeps)
+gpu-check: install
+	$(BIN)/python -m pytest -q tests/test_cuda.py
+	$(BIN)/memlab sweep --quick --device cuda --out data/sweeps/cuda-quick.jsonl
