@@ -247,3 +247,12 @@ def test_config_groups_split_workload_configs(tmp_path):
         ("n=2000", "vmap_chunks", "-50%"), ("n=4000", "slice_loop", "-25%")]
     sections = ctx["pages"][1]["sections"]
     assert [s["config"] for s in sections] == ["n=2000", "n=4000"]
+
+
+def test_savings_compares_at_the_largest_baseline_configuration(tmp_path):
+    recs = [measurement("residual", "reversible", {"depth": d}, d * MiB) for d in (4, 16)]
+    recs += [measurement("reversible", "reversible", {"depth": d}, d * MiB // 2) for d in (4, 16)]
+    out = A.savings(_runs(tmp_path, recs), "residual")
+    assert out["baseline"]["params"] == {"depth": 16}
+    assert [(e["row"]["technique"], e["row"]["peak_allocated_bytes"]) for e in out["techniques"]] == [
+        ("reversible", 8 * MiB), ("residual", 16 * MiB)]

@@ -124,7 +124,8 @@ def param_text(params: dict, skip: dict | None = None) -> str:
 def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
     """The best technique for memory against ``baseline`` in one family and setting.
 
-    Picks the baseline row (ok, lowest ``params_key`` among those with the most comparable rows),
+    Picks the baseline row (ok) with the most comparable rows, then the highest peak (the largest
+    configuration, where saving matters most), then the lowest ``params_key``;
     then, per technique, its comparable ok row with the lowest ``peak_allocated_bytes``.
 
     Returns:
@@ -137,8 +138,9 @@ def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
     bases = ok[ok["technique"] == baseline].sort_values("params_key", kind="stable")
     if bases.empty:
         return None
-    counts = [sum(comparable(b.params, p) for p in ok["params"]) for b in bases.itertuples()]
-    base = bases.iloc[counts.index(max(counts))]
+    scores = [(sum(comparable(b.params, p) for p in ok["params"]), b.peak_allocated_bytes, -i)
+              for i, b in enumerate(bases.itertuples())]
+    base = bases.iloc[-max(scores)[2]]
     cands = ok[[comparable(base["params"], p) for p in ok["params"]]]
     entries = []
     for tech, group in cands.groupby("technique", sort=True):
