@@ -256,3 +256,17 @@ def test_savings_compares_at_the_largest_baseline_configuration(tmp_path):
     assert out["baseline"]["params"] == {"depth": 16}
     assert [(e["row"]["technique"], e["row"]["peak_allocated_bytes"]) for e in out["techniques"]] == [
         ("reversible", 8 * MiB), ("residual", 16 * MiB)]
+
+
+def test_one_pareto_front_per_workload_configuration(tmp_path):
+    recs = [measurement(t, "reversible", {"depth": d}, d * MiB * k, samples_per_s=100.0 * k)
+            for d in (4, 16) for t, k in (("residual", 2), ("reversible", 1))]
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "reversible.jsonl", recs)
+    page = next(p for p in build_context(results, data)["pages"] if p["path"] == "family-reversible.html")
+    section, = page["sections"]
+    assert section["swept"] == "depth"
+    scatter = json.loads(section["charts"][-1]["figure"])
+    fronts = [(t["name"], t["x"], t["y"]) for t in scatter["data"] if t["name"].startswith("Pareto")]
+    assert fronts == [("Pareto front (depth=4)", [4.0, 8.0], [100.0, 200.0]),
+                      ("Pareto front (depth=16)", [16.0, 32.0], [100.0, 200.0])]

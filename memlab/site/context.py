@@ -96,9 +96,11 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: 
         else:
             charts.append(_chart(counter, F.memory_by_technique(rows, labels, f"Peak memory ({head})", colors)))
         if rows["samples_per_s"].notna().any():
+            fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
             charts.append(_chart(counter, F.throughput_vs_peak(rows, labels, f"Throughput vs peak allocated ({head})",
-                                                               colors),
-                          "The grey step line is the Pareto front: no other point has less memory and more throughput."))
+                                                               colors, fronts),
+                          "The grey step line is the Pareto front: no other point has less memory and more throughput"
+                          + (" (one per workload configuration)." if len(fronts) > 1 else ".")))
     fixed = _fixed_params(rows)
     table = sorted((r for r in rows.itertuples()), key=lambda r: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run))
     return {"device": device, "dtype": dtype, "mode": mode, "config": A.param_text(config), "swept": swept,

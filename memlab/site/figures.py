@@ -152,8 +152,13 @@ def memory_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, color
                                             barmode="group")}
 
 
-def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
-    """Samples/s against peak allocated MiB, markers per label, the Pareto front as a line."""
+def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str],
+                       groups: list[tuple[str, pd.Index]] | None = None) -> dict:
+    """Samples/s against peak allocated MiB, markers per label, the Pareto front as a line.
+
+    ``groups`` (name, row index) split the front where rows are different workloads (e.g. depths):
+    one front per group; default one front over all rows.
+    """
     ok = rows[(rows["status"] == "ok") & rows["samples_per_s"].notna() & rows["peak_allocated_bytes"].notna()]
     traces = []
     for label in sorted(set(labels[ok.index])):
@@ -164,14 +169,17 @@ def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors
                        "x": [mib(v) for v in group["peak_allocated_bytes"]], "y": [float(v) for v in group["samples_per_s"]],
                        "hoverinfo": "text", "hovertext": [_hover(r) for r in group.itertuples()],
                        "marker": {**style["marker"], "size": 10}})
-    points = [(float(m), float(t)) for m, t in zip(ok["peak_allocated_bytes"], ok["samples_per_s"])]
-    front = pareto_front(points)
-    if front:
-        traces.append({"type": "scatter", "mode": "lines", "name": "Pareto front",
-                       "x": [mib(points[i][0]) for i in front], "y": [points[i][1] for i in front],
-                       "line": {"color": "rgba(0,0,0,0.45)", "width": 6, "shape": "hv"}, "hoverinfo": "skip"})
-        traces.insert(0, traces.pop())  # draw the front beneath the markers
-    xs = [p[0] for p in points]
+    fronts = []
+    for name, index in groups or [("", ok.index)]:
+        part = ok[ok.index.isin(index)]
+        points = [(float(m), float(t)) for m, t in zip(part["peak_allocated_bytes"], part["samples_per_s"])]
+        front = pareto_front(points)
+        if front:
+            fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
+                           "x": [mib(points[i][0]) for i in front], "y": [points[i][1] for i in front],
+                           "line": {"color": "rgba(0,0,0,0.45)", "width": 6, "shape": "hv"}, "hoverinfo": "name"})
+    traces = fronts + traces  # draw the fronts beneath the markers
+    xs = [float(m) for m in ok["peak_allocated_bytes"]]
     return {"data": traces, "layout": _layout(title, _axis("peak allocated (MiB)", xs), _axis("throughput (samples/s)"))}
 
 
