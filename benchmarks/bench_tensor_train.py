@@ -1,0 +1,26 @@
+"""Tensor-train family: ``y = x @ W`` with W in TT format (workload ``tt_linear``).
+
+Swept: technique x rank x batch x device.  ``dense`` does not depend on the rank and is measured
+at the first rank only.  Held fixed: the workload's default modes (10, 10, 10) -> (10, 10, 10),
+a 1000 x 1000 layer, and ``chunk_size=256`` rows for ``tt_chunked``.
+"""
+from .common import DEVICES, MemlabBenchmark, class_params, technique_list
+
+__all__ = ["TTLinear", "TECHNIQUES"]
+
+TECHNIQUES = ["dense", "tt_factorized", "tt_reconstructed", "tt_chunked"]
+
+
+class TTLinear(MemlabBenchmark):
+    """One training step of a 1000 x 1000 TT linear layer on x [batch, 1000]."""
+
+    workload = "tt_linear"
+    workload_params = ("batch", "rank")
+    fixed = {"chunk_size": 256}
+    ignored_by = {"rank": {"dense"}}
+    params, param_names = class_params([
+        ("technique", technique_list(TECHNIQUES, "tt_linear")),
+        ("rank", [4, 16]),
+        ("batch", [256, 1024]),
+        ("device", DEVICES),
+    ])
