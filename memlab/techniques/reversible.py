@@ -51,10 +51,11 @@ def stack_facts(technique: Technique, problem, path: str) -> dict[str, Any]:
             "residual": depth * sum(per_block.values()) + 2 * half,
             # the two input halves of every block plus the output; one block's graph during backward
             "checkpoint_block": depth * 2 * half + 2 * half + sum(per_block.values()),
-            # output + reconstruction copy + gradient buffer + one F/G graph (ReLU output, its
-            # gradient and the pre-activation gradient, the F output and the input-half gradient)
-            "reversible": 3 * 2 * half + 3 * hidden + fo + half,
-            "reversible_nosave": 3 * 2 * half + 3 * hidden + fo + half + depth * 2 * half,
+            # output + reconstruction copy + gradient buffer + one F or G graph in backward (its
+            # ReLU output and that output's gradient, [B, hidden] each, and its output fo)
+            "reversible": 3 * 2 * half + 2 * hidden + fo,
+            # plus one [B, 2C] snapshot per block
+            "reversible_nosave": 3 * 2 * half + 2 * hidden + fo + depth * 2 * half,
         },
     }
     facts.update(activation_peak(technique, problem))

@@ -94,7 +94,7 @@ class ResidualStack(Workload, name="residual_stack", family="reversible"):
     @classmethod
     def sweep_grid(cls, quick):
         if quick:
-            return [{"depth": d, "batch": 128, "width": 128, "hidden": 256} for d in (4, 16)]
+            return [{"depth": d, "batch": 64, "width": 64, "hidden": 128} for d in (4, 16)]
         grid = [{"depth": d} for d in (4, 8, 16, 32, 64)]
         grid += [{"depth": 16, "batch": b} for b in (128, 256, 1024)]
         grid += [{"depth": 16, "coupling": "affine"}]
