@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import memlab
-from memlab.analysis.reversible import activation_peak
+from memlab.analysis.reversible import LeakyCtxOutput, activation_peak
 from memlab.functional.reversible import (check_invertibility, residual_stack, reversible_stack,
                                           reversible_stack_inverse)
 from memlab.measure.step import make_step
@@ -135,51 +135,11 @@ def _growth(m) -> int:
     return max(after) - min(after)
 
 
-class _LeakyBlockFn(torch.autograd.Function):
-    """A per-block Function with the classic bug: ``ctx.y = y`` (output -> grad_fn -> ctx -> output)."""
-
-    @staticmethod
-    def forward(ctx, x, f, g, *params):
-        ctx.f, ctx.g = f, g
-        ctx.save_for_backward(x)
-        y = torch.cat(_couple(f, g, *x.detach().chunk(2, dim=1)), dim=1)
-        ctx.y = y  # the leak
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (x,) = ctx.saved_tensors
-        params = [*ctx.f.parameters(), *ctx.g.parameters()]
-        with torch.enable_grad():
-            xd = x.detach().requires_grad_()
-            y = torch.cat(_couple(ctx.f, ctx.g, *xd.view_as(xd).chunk(2, dim=1)), dim=1)
-        dx, *dps = torch.autograd.grad(y, [xd, *params], dy)
-        return (dx, None, None, *dps)
-
-
-def _couple(f, g, x1, x2):
-    y1 = x1 + f(x2)
-    return y1, x2 + g(y1)
-
-
-class LeakyReversible(memlab.Technique):  # not registered: no name=, passed to measure as a class
-    """Per-block Function storing its output on ctx: allocated memory grows step after step."""
-
-    name = "leaky_reversible_test"
-    workload = ResidualStack
-
-    def forward(self, problem):
-        x = problem.inputs["x"]
-        for f, g in zip(problem.model.f, problem.model.g):
-            x = _LeakyBlockFn.apply(x, f, g, *f.parameters(), *g.parameters())
-        return x
-
-
 def test_reversible_does_not_leak_and_the_check_catches_a_ctx_cycle():
     cfg = dict(depth=4, **SMALL)
     m = memlab.measure("reversible", isolate=False, iterations=10, repeats=1, **cfg)
     assert m.status == "ok" and _growth(m) == 0
-    leaky = memlab.measure(LeakyReversible, isolate=False, iterations=10, repeats=1, **cfg)
+    leaky = memlab.measure(LeakyCtxOutput, isolate=False, iterations=10, repeats=1, **cfg)
     assert leaky.status == "ok" and leaky.matches_reference
     assert _growth(leaky) > 0
     assert leaky.allocated_after_step_bytes[-1] > leaky.allocated_after_step_bytes[0]
