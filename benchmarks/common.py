@@ -23,7 +23,6 @@ the fork server, forks every benchmark from it).
 from __future__ import annotations
 
 import ast
-import gc
 import json
 import os
 import re
@@ -232,7 +231,6 @@ class MemlabBenchmark:
 
     def teardown(self, cache_dir, *values):
         self._step = None
-        gc.collect()
 
     def _sync(self) -> None:
         if self.device == "cuda":
@@ -249,8 +247,7 @@ class MemlabBenchmark:
         path = self._cache_file()
         if path.exists():
             return json.loads(path.read_text())
-        self._step = None  # free the timing problem first: the measurement builds its own
-        gc.collect()
+        self._step = None  # free the timing problem first (refcounted): the measurement builds its own
         m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE,
                            isolate=False, iterations=1, repeats=1, check=False, **self.config)
         if m.status != "ok":
