@@ -29,12 +29,15 @@ TIME_BOUND = 1.3
 
 
 def interleaved_time_ratios(configs: dict[str, dict[str, Any]], reference: str, rounds: int = 9,
-                            **size: Any) -> dict[str, dict[str, Any]]:
+                            threads: int | None = None, **size: Any) -> dict[str, dict[str, Any]]:
     """Step-time ratios to ``reference``, with steps of all configurations interleaved in this process.
 
     Args:
         configs: label -> ``{"technique": name, **params}``; must contain ``reference``.
         reference: the label every other is divided by.
+        threads: ``torch.set_num_threads`` for the timed steps (None: torch's default).  On a loaded
+            machine, multi-threaded steps pay a scheduling delay per parallel region, which
+            penalises many small chunks far more than one big matmul; one thread avoids that.
         rounds: timed rounds after one warm-up step each; each round times one step of every
             configuration back to back (order rotated per round).
         **size: workload parameters shared by all (``n``, ``d``, ``hidden``).
@@ -50,6 +53,8 @@ def interleaved_time_ratios(configs: dict[str, dict[str, Any]], reference: str, 
     from ..measure.step import make_step
     from ..registry import get_technique
 
+    if threads is not None:
+        torch.set_num_threads(threads)
     steps = {}
     for label, cfg in configs.items():
         cfg = dict(cfg)
@@ -75,7 +80,7 @@ def interleaved_time_ratios(configs: dict[str, dict[str, Any]], reference: str, 
 
 
 def check_goals(n: int = 10000, d: int = 256, hidden: int = 1024, backward: str = "manual",
-                repeats: int = 7, rows: list | None = None) -> dict[str, Any]:
+                repeats: int = 7, rows: list | None = None, threads: int | None = None) -> dict[str, Any]:
     """Measure and evaluate the goals; returns a JSON-serialisable dict with every number."""
     import memlab
 
@@ -106,7 +111,7 @@ def check_goals(n: int = 10000, d: int = 256, hidden: int = 1024, backward: str 
     configs = {"unchunked": {"technique": "unchunked"}}
     configs.update({f"chunk_{p['chunk_size']}": {"technique": "slice_accumulate", "chunk_size": p["chunk_size"],
                                                  "backward": backward} for p in points})
-    timing = interleaved_time_ratios(configs, "unchunked", rounds=repeats, **size)
+    timing = interleaved_time_ratios(configs, "unchunked", rounds=repeats, threads=threads, **size)
     for p in points:
         t = timing[f"chunk_{p['chunk_size']}"]
         p["time_ratio_vs_unchunked"] = t["median_ratio"]
@@ -116,7 +121,7 @@ def check_goals(n: int = 10000, d: int = 256, hidden: int = 1024, backward: str 
     time_points = [p for p in points if p["chunk_size"] >= n // 10]
     time_ok = all(p["time_ratio_vs_unchunked"] <= TIME_BOUND for p in time_points)
     return {
-        "size": size, "backward": backward, "points": points,
+        "size": size, "backward": backward, "points": points, "timing_threads": threads,
         "unchunked_step_time_s": [ref_first.step_time_s, ref_last.step_time_s],
         "unchunked_peak_bytes": ref_first.peak_allocated_bytes,
         "memory_goal_met": mem_ok, "max_ratio": max(p["ratio"] for p in points),
@@ -133,10 +138,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--backward", choices=("manual", "autograd"), default="manual")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads for the interleaved timing")
+    ap.add_argument("--skip-memory", action="store_true", help="only the interleaved timing")
     ap.add_argument("--out", help="append the raw measurements (JSON Lines) here")
     args = ap.parse_args(argv)
     rows: list = []
-    result = check_goals(args.n, args.d, args.hidden, args.backward, args.repeats, rows)
+    if args.skip_memory:
+        size = dict(n=args.n, d=args.d, hidden=args.hidden)
+        configs = {"unchunked": {"technique": "unchunked"}}
+        configs.update({f"chunk_{args.n // k}": {"technique": "slice_accumulate", "chunk_size": args.n // k,
+                                                  "backward": args.backward} for k in (4, 10)})
+        timing = interleaved_time_ratios(configs, "unchunked", args.repeats, args.threads, **size)
+        print(json.dumps({"threads": args.threads, "timing": timing}, indent=1, sort_keys=True))
+        return 0 if all(v["median_ratio"] <= TIME_BOUND for v in timing.values()) else 1
+    result = check_goals(args.n, args.d, args.hidden, args.backward, args.repeats, rows, args.threads)
     if args.out:
         with open(args.out, "a") as f:
             for r in rows:
