@@ -3,22 +3,22 @@
 Swept: technique x depth x batch x device.  Held fixed: width=128 channels per half, hidden=256,
 additive coupling, MLP blocks.
 """
-from .common import DEVICES, MemlabBenchmark, class_params, technique_list
+from . import common
 
 __all__ = ["ResidualStack", "TECHNIQUES"]
 
 TECHNIQUES = ["residual", "checkpoint_block", "reversible", "reversible_nosave"]
 
 
-class ResidualStack(MemlabBenchmark):
+class ResidualStack(common.MemlabBenchmark):
     """One training step of ``depth`` coupling blocks on x [batch, 256]."""
 
     workload = "residual_stack"
     workload_params = ("depth", "batch", "width", "hidden", "coupling", "block")
     fixed = {"width": 128, "hidden": 256, "coupling": "additive", "block": "mlp"}
-    params, param_names = class_params([
-        ("technique", technique_list(TECHNIQUES, "residual_stack")),
+    params, param_names = common.class_params([
+        ("technique", common.technique_list(TECHNIQUES, "residual_stack")),
         ("depth", [4, 16]),
         ("batch", [128, 512]),
-        ("device", DEVICES),
+        ("device", common.DEVICES),
     ])

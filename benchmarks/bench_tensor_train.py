@@ -4,23 +4,23 @@ Swept: technique x rank x batch x device.  ``dense`` does not depend on the rank
 at the first rank only.  Held fixed: the workload's default modes (10, 10, 10) -> (10, 10, 10),
 a 1000 x 1000 layer, and ``chunk_size=256`` rows for ``tt_chunked``.
 """
-from .common import DEVICES, MemlabBenchmark, class_params, technique_list
+from . import common
 
 __all__ = ["TTLinear", "TECHNIQUES"]
 
 TECHNIQUES = ["dense", "tt_factorized", "tt_reconstructed", "tt_chunked"]
 
 
-class TTLinear(MemlabBenchmark):
+class TTLinear(common.MemlabBenchmark):
     """One training step of a 1000 x 1000 TT linear layer on x [batch, 1000]."""
 
     workload = "tt_linear"
     workload_params = ("batch", "rank")
     fixed = {"chunk_size": 256}
     ignored_by = {"rank": {"dense"}}
-    params, param_names = class_params([
-        ("technique", technique_list(TECHNIQUES, "tt_linear")),
+    params, param_names = common.class_params([
+        ("technique", common.technique_list(TECHNIQUES, "tt_linear")),
         ("rank", [4, 16]),
         ("batch", [256, 1024]),
-        ("device", DEVICES),
+        ("device", common.DEVICES),
     ])

@@ -22,6 +22,7 @@ the fork server, forks every benchmark from it).
 """
 from __future__ import annotations
 
+import abc
 import ast
 import json
 import os
@@ -124,8 +125,11 @@ def technique_list(static: Sequence[str], workload: str) -> list[str]:
     return list(static) + [n for n in plugin_techniques(workload) if n not in static]
 
 
-class MemlabBenchmark:
+class MemlabBenchmark(abc.ABC):
     """Base of the per-workload benchmark classes: one training step of one technique.
+
+    Abstract (``workload`` is an abstract property until a subclass sets it), so asv's discovery,
+    which walks every class it finds in every module, does not take the base for a benchmark.
 
     Subclasses set:
         workload: the registered workload name (``chained_matmul``...).
@@ -149,7 +153,11 @@ class MemlabBenchmark:
     one training step, timed by asv after the warm-up step that ``setup`` runs.
     """
 
-    workload: str = ""
+    @property
+    @abc.abstractmethod
+    def workload(self) -> str:
+        """The registered workload name; subclasses set it as a class attribute."""
+
     workload_params: tuple = ()
     fixed: Mapping[str, Any] = {}
     ignored_by: Mapping[str, set] = {}

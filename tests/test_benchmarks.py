@@ -52,6 +52,16 @@ def test_every_family_has_a_benchmark_class():
     assert sorted(c.__name__ for c in CLASSES) == ["ChainedMatmul", "ResidualStack", "TTLinear"]
 
 
+def test_asv_discovers_exactly_the_workload_classes():
+    """asv walks every class in every module: the abstract base must not show up as a benchmark."""
+    discovery = pytest.importorskip("asv_runner.discovery")
+    names = sorted(b.name for b in discovery.disc_benchmarks(str(ROOT / "benchmarks")))
+    expected = sorted(f"{mod.split('.')[1]}.{cls}.{metric}" for mod, cls in [
+        ("benchmarks.bench_chunking", "ChainedMatmul"), ("benchmarks.bench_tensor_train", "TTLinear"),
+        ("benchmarks.bench_reversible", "ResidualStack")] for metric in METRICS)
+    assert names == expected
+
+
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_params_and_param_names_aligned(cls):
     assert isinstance(cls.params, list) and isinstance(cls.param_names, list)
@@ -229,35 +239,44 @@ def test_import_does_not_initialise_cuda():
     assert not torch.cuda.is_initialized()
 
 
-def _asv(*args: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def _asv(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run asv with a copy of asv.conf.json whose output paths lie under ``tmp_path``.
+
+    Even ``--dry-run`` writes ``results/<machine>/machine.json``; the copy keeps the repository
+    clean.  HOME points at ``tmp_path`` too, whose ``.asv-machine.json`` names a test machine, so
+    the user's own machine file is neither needed nor touched.
+    """
     exe = Path(sys.executable).with_name("asv")
     if not exe.exists():
         pytest.skip("asv is not installed next to this Python (pip install -e '.[bench]')")
-    return subprocess.run([str(exe), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    conf = _asv_conf()
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "results"),
+                env_dir=str(tmp_path / "env"), html_dir=str(tmp_path / "html"))
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    (tmp_path / ".asv-machine.json").write_text(json.dumps({"version": 1, "memlab-test": {
+        "machine": "memlab-test", "os": "test", "arch": "test", "cpu": "test", "num_cpu": "2", "ram": "1GB"}}))
+    cmd = [str(exe), *args[:1], "--config", str(tmp_path / "asv.conf.json"), *args[1:]]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "HOME": str(tmp_path)})
 
 
 @pytest.mark.asv
-def test_asv_check():
-    out = _asv("check", "--python=same", timeout=120)
+def test_asv_check(tmp_path):
+    out = _asv(tmp_path, "check", "--python=same", timeout=150)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No problems found" in out.stdout, out.stdout
 
 
 @pytest.mark.asv
 def test_asv_quick_dry_run_of_one_combination(tmp_path):
-    """One combination of one benchmark through asv's fork server in this venv; nothing saved.
-
-    HOME points at a temporary directory holding the machine file, so the user's
-    ``~/.asv-machine.json`` is neither needed nor touched.
-    """
-    (tmp_path / ".asv-machine.json").write_text(json.dumps({"version": 1, "memlab-test": {
-        "machine": "memlab-test", "os": "test", "arch": "test", "cpu": "test", "num_cpu": "2", "ram": "1GB"}}))
+    """One combination of one benchmark through asv's fork server in this venv; nothing saved."""
     combo = r"bench_chunking\.ChainedMatmul\.track_peak_allocated\('einsum_chunk', 2000, 'cpu'\)"
-    out = _asv("run", "--python=same", "--quick", "--dry-run", "--show-stderr", "--machine", "memlab-test",
-               "-b", combo, timeout=150, env={"HOME": str(tmp_path)})
+    out = _asv(tmp_path, "run", "--python=same", "--quick", "--dry-run", "--show-stderr",
+               "--machine", "memlab-test", "-b", combo, timeout=180)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     # the one measured value, e.g. "8.24M" in asv's table; a failure prints "failed" instead
     assert re.search(r"einsum_chunk\s+2000\s+[\d.]+[kMG]", text), text
     assert "failed" not in text, text
+    assert not (tmp_path / "results" / "memlab-test").exists() or not [
+        f for f in (tmp_path / "results" / "memlab-test").glob("*.json") if f.name != "machine.json"]
