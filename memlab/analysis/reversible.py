@@ -196,10 +196,12 @@ def _row(m) -> dict[str, Any]:
     }
 
 
-def run_issue(*, quick: bool = False, dtype: str = "float32", iterations: int = 10,
+def run_issue(*, quick: bool = False, dtype: str = "float32", iterations: int = 10, sweep_iterations: int = 3,
               progress=lambda s: None) -> dict[str, Any]:
     """Measure the issue's table and depth sweep (subprocess-isolated, CPU).
 
+    The table (every technique at depth 16) traces ``iterations`` steps; the depth sweep (4, 16, 64
+    for residual, reversible and the peers) ``sweep_iterations``.
     ``quick`` shrinks the workload (batch 128, width 128, hidden 256) for a fast look.
     Returns ``{"config", "table": [row...], "depth_sweep": [row...]}``; rows as :func:`_row`.
     """
@@ -212,8 +214,9 @@ def run_issue(*, quick: bool = False, dtype: str = "float32", iterations: int = 
     for name in _techniques(include_peers=True):
         progress(f"{name} depth={cfg['depth']}")
         table.append(_row(memlab.measure(name, dtype=dtype, iterations=iterations, repeats=1, **cfg)))
+        progress(format_rows(table[-1:]))
     sweep = []
-    sweep_names = [n for n in ("residual", "reversible", "reversible_nosave", "memcnn", "revlib")
+    sweep_names = [n for n in ("residual", "reversible", "memcnn", "revlib")
                    if n in memlab.list_techniques("reversible")]
     for name in sweep_names:
         for depth in (4, 16, 64):
@@ -221,8 +224,9 @@ def run_issue(*, quick: bool = False, dtype: str = "float32", iterations: int = 
                 sweep.append(next(r for r in table if r["technique"] == name))
                 continue
             progress(f"{name} depth={depth}")
-            sweep.append(_row(memlab.measure(name, dtype=dtype, iterations=iterations, repeats=1,
+            sweep.append(_row(memlab.measure(name, dtype=dtype, iterations=sweep_iterations, repeats=1,
                                              **{**cfg, "depth": depth})))
+            progress(format_rows(sweep[-1:]))
     return {"config": cfg, "dtype": dtype, "iterations": iterations, "table": table, "depth_sweep": sweep}
 
 
