@@ -247,3 +247,23 @@ def test_training_peaks_dense_chunked_reconstructed():
     assert dense.peak_allocated_bytes < recon.peak_allocated_bytes < dense.peak_allocated_bytes + 60 * 60 * E
     assert recon.extra["path"] == "reconstructed"
     assert recon.extra["analytic"]["factorized_activation_bytes"] == 77568
+
+
+# -- optional comparators --------------------------------------------------------------------------
+def test_peers_unavailable_without_tensorly_torch(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tltorch", None)  # import raises ImportError
+    tech = memlab.get_technique("tltorch_blocktt_factorized")(**TTLinear.check_params)
+    assert tech.peer
+    with pytest.raises(memlab.TechniqueUnavailable, match=r"pip install 'memlab\[peers\]'"):
+        tech.check_available(CPU)
+
+
+@pytest.mark.parametrize("name", ["tltorch_blocktt_factorized", "tltorch_blocktt_reconstructed"])
+def test_peers_match_reference(name):
+    pytest.importorskip("tltorch")
+    tech = memlab.get_technique(name)(batch=7, rank=3, in_modes=(2, 3, 2), out_modes=(3, 2, 2))
+    for mode in ("train", "infer"):
+        v = verify_technique(tech, CPU, torch.float64, mode=mode)
+        assert v.ok, (mode, v.errors)
