@@ -75,8 +75,9 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
         f"The total peak hides it: residual {total('residual', hi)} MiB vs reversible "
         f"{total('reversible', hi)} MiB at depth {hi}, most of it parameter gradients.",
         f"After-step allocated bytes over 10 iterations: reversible varies by {growth(clean)} bytes; "
-        f"a per-block Function with ctx.y = y grows by {per_step:.0f} bytes per step "
-        f"(depth {leak_cfg['depth']} x {out_bytes} bytes of block output) until the garbage collector runs.",
+        f"a per-block Function with ctx.y = y grows by {per_step:.0f} bytes per step on average "
+        f"(depth {leak_cfg['depth']} x {out_bytes} bytes of block output per step, less whatever the "
+        f"garbage collector happened to reclaim).",
         "Caveat: CPU only (no nvidia-smi or caching allocator here); the growth is reproduced through its "
         "mechanism, not with MemCNN 1.2, and MemCNN 1.5.2 itself stays flat.",
     ]
