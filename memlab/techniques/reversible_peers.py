@@ -108,9 +108,13 @@ class MemCNN(_Peer, name="memcnn"):
                 "and only restores it in backward, so under no_grad (mode='infer') it destroys x; "
                 "memlab measures memcnn in mode='train' only"
             )
+        import warnings
+
         x = problem.inputs["x"]
-        for block in self._model(problem):
-            x = block(x)
+        with warnings.catch_warnings():  # MemCNN 1.5.2 calls the deprecated Tensor.storage()
+            warnings.simplefilter("ignore", UserWarning)
+            for block in self._model(problem):
+                x = block(x)
         return x
 
 
