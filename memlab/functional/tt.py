@@ -23,6 +23,9 @@ is applied with a ``bmm`` against ``x`` viewed as [B, n_1, rest] (no copy of ``x
 step permutes its input so that ``(r_{i-1}, n_i)`` is last, which makes ONE contiguous copy that
 the ``mm`` saves (the un-permuted tensor is freed, nothing saves it); the cores are used as views.
 No core copy is saved, so the activation bytes are exactly the formula times the element size.
+Cost of that choice: ``torch.matmul(g1t, x3)`` would fold ``x`` into one GEMM but copies ``x`` and
+saves the copy (``B * in`` more elements, measured); the ``bmm`` against a stride-0 batch instead
+runs one small GEMM per row on CPU, which is slow for tiny chunks when the cores are oversubscribed.
 """
 from __future__ import annotations
 
