@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-
 __all__ = ["SliceBackwardAllocations", "SliceBackwardLifetimes", "slice_backward_allocations",
            "slice_backward_lifetimes", "MARKER_OP", "COPY_SLICES_OP"]
 
