@@ -88,7 +88,14 @@ class ResidualStack(Workload, name="residual_stack", family="reversible"):
     }
     samples_param = "batch"
     check_params = {"depth": 3, "batch": 5, "width": 4, "hidden": 6, "spatial": 3}
-    # reconstruction rounds (additive inverse: y - F(x2)); float64 gradients agree to ~1e-14 here
+    # NOTE [ reconstruction and ReLU masks ]
+    # Reversible techniques rebuild block inputs as y - F(x2): exact up to rounding.  In float64 the
+    # gradients then agree with plain autograd to ~1e-13 (tolerance 1e-12).  In float32 the rebuilt
+    # inputs differ by ~1e-6, enough to flip the ReLU mask of the few pre-activations within 1e-6 of
+    # zero; each flip changes a weight-gradient element by one sample's g * x.  At the size
+    # (depth 16, batch 512, width 512, hidden 1024) that is a max abs error ~0.25 on weight gradients
+    # of magnitude ~10-100, so the float32 check (1e-4) reports reversible and RevLib as not matching
+    # there: a property of reconstruction in float32, not a wrong formula (float64 is the proof).
     tolerances = {**DEFAULT_TOLERANCES, "float64": (1e-12, 1e-12)}
 
     @classmethod
