@@ -225,7 +225,9 @@ def test_factorized_activations_equal_formula():
 
 def test_inference_peaks_equal_formulas():
     b = 64
-    assert _peak("tt_factorized", "infer", batch=b).peak_allocated_bytes == SMALL_SHAPE.factorized_inference_elements(b) * E
+    fact = _peak("tt_factorized", "infer", batch=b)
+    assert fact.peak_allocated_bytes == SMALL_SHAPE.factorized_inference_elements(b) * E
+    assert fact.extra["analytic_floor_bytes_by_mode"]["infer"] == fact.peak_allocated_bytes
     assert _peak("dense", "infer", batch=b).peak_allocated_bytes == b * 60 * E
 
 
@@ -247,6 +249,10 @@ def test_training_peaks_dense_chunked_reconstructed():
     assert dense.peak_allocated_bytes < recon.peak_allocated_bytes < dense.peak_allocated_bytes + 60 * 60 * E
     assert recon.extra["path"] == "reconstructed"
     assert recon.extra["analytic"]["factorized_activation_bytes"] == 77568
+    # the floors the site draws: exact for dense; measured never below any floor
+    assert dense.extra["analytic_floor_bytes_by_mode"]["train"] == dense.peak_allocated_bytes
+    for m in (dense, chunked, recon):
+        assert m.peak_allocated_bytes >= m.extra["analytic_floor_bytes_by_mode"]["train"]
 
 
 # -- optional comparators --------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from ..params import Param
 from ..technique import Technique
 from ..workloads.tt_linear import TTLinear
 
-__all__ = ["Dense", "TTFactorized", "TTReconstructed", "TTChunked", "analytic_bytes"]
+__all__ = ["Dense", "TTFactorized", "TTReconstructed", "TTChunked", "analytic_bytes", "floor_bytes"]
 
 CHUNK_SIZE = Param(16, low=1, high=10_000_000, doc="rows of x per chunk (the last may be shorter)")
 
@@ -54,6 +54,33 @@ def analytic_bytes(shape: TTShape, batch: int, element_size: int, chunk_size: in
     return out
 
 
+def floor_bytes(kind: str, shape: TTShape, batch: int, element_size: int,
+                chunk_size: int | None = None) -> dict[str, int]:
+    """What a path must hold above the baseline, per mode, in bytes (``analytic_floor_bytes_by_mode``).
+
+    ``dense``: train = output + grad_x + grad_W (``B (in + out) + in out``), infer = output.
+    ``factorized``: train = the activations the forward keeps (``B d^3 (2r+1)``; backward needs
+    more), infer = ``factorized_inference_elements`` (exact for :func:`tt_contract`).
+    ``reconstructed``: train = dense's (one weight-sized tensor at a time), infer = output + weight.
+    ``chunked``: train = output + grad_x + core-gradient accumulators + one chunk's activations,
+    infer = output + one chunk's inference peak.
+    """
+    e, b, c = element_size, batch, min(chunk_size or batch, batch)
+    io = b * (shape.in_features + shape.out_features)
+    out = b * shape.out_features
+    if kind == "dense" or kind == "reconstructed":
+        train = io + shape.dense_param_count()
+        infer = out + (shape.dense_param_count() if kind == "reconstructed" else 0)
+    elif kind == "factorized":
+        train, infer = shape.factorized_activation_elements(b), shape.factorized_inference_elements(b)
+    elif kind == "chunked":
+        train = io + shape.param_count() + shape.factorized_activation_elements(c)
+        infer = out + shape.factorized_inference_elements(c)
+    else:
+        raise ValueError(f"kind={kind!r} is not valid; valid: dense, factorized, reconstructed, chunked")
+    return {"train": train * e, "infer": infer * e}
+
+
 class _TTTechnique(Technique):
     """Shared: set the layer's path at build, record the path that ran and the formulas."""
 
@@ -79,6 +106,8 @@ class _TTTechnique(Technique):
             "ranks": list(layer.tt_shape.ranks),
             "compression": self.problem_spec.tt_shape.compression(),
             "analytic": analytic_bytes(self.problem_spec.tt_shape, self.config["batch"], e, self.config.get("chunk_size")),
+            "analytic_floor_bytes_by_mode": floor_bytes(self.path.value, self.problem_spec.tt_shape,
+                                                        self.config["batch"], e, self.config.get("chunk_size")),
         }
 
 
@@ -102,8 +131,9 @@ class Dense(Technique, name="dense"):
 
     def describe(self, problem) -> dict[str, Any]:
         e = problem.model.weight.element_size()
-        return {"path": "dense", "compression": 1.0,
-                "analytic": analytic_bytes(self.problem_spec.tt_shape, self.config["batch"], e)}
+        shape, b = self.problem_spec.tt_shape, self.config["batch"]
+        return {"path": "dense", "compression": 1.0, "analytic": analytic_bytes(shape, b, e),
+                "analytic_floor_bytes_by_mode": floor_bytes("dense", shape, b, e)}
 
 
 class TTFactorized(_TTTechnique, name="tt_factorized"):
