@@ -179,7 +179,7 @@ class MemlabBenchmark(abc.ABC):
         """The directory of this run's measurements (asv's per-run cache dir, the cwd here)."""
         return os.path.abspath(os.getcwd())
 
-    setup_cache.timeout = 60
+    setup_cache.timeout = 300  # a fresh interpreter importing torch: 4-13 s here, more under load
 
     def setup(self, cache_dir, *values):
         self._step = None
