@@ -239,7 +239,7 @@ def test_import_does_not_initialise_cuda():
     assert not torch.cuda.is_initialized()
 
 
-def _asv(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess:
+def _asv(tmp_path: Path, *args: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run asv with a copy of asv.conf.json whose output paths lie under ``tmp_path``.
 
     Even ``--dry-run`` writes ``results/<machine>/machine.json``; the copy keeps the repository
@@ -257,7 +257,7 @@ def _asv(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProc
         "machine": "memlab-test", "os": "test", "arch": "test", "cpu": "test", "num_cpu": "2", "ram": "1GB"}}))
     cmd = [str(exe), *args[:1], "--config", str(tmp_path / "asv.conf.json"), *args[1:]]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HOME": str(tmp_path)})
+                          env={**os.environ, **(env or {}), "HOME": str(tmp_path)})
 
 
 @pytest.mark.asv
@@ -267,16 +267,41 @@ def test_asv_check(tmp_path):
     assert "No problems found" in out.stdout, out.stdout
 
 
+PLUGIN_CHUNKING = '''
+import memlab
+from memlab.workloads.chained_matmul import ChainedMatmul
+
+
+class PluginUnchunked(memlab.Technique, name="plugin_unchunked"):
+    """(x @ w1) @ w2 in one piece, defined in a plug-in file."""
+
+    workload = ChainedMatmul
+
+    def forward(self, problem):
+        m = problem.model
+        return (problem.inputs["x"] @ m.w1) @ m.w2
+'''
+
+
 @pytest.mark.asv
 def test_asv_quick_dry_run_of_one_combination(tmp_path):
-    """One combination of one benchmark through asv's fork server in this venv; nothing saved."""
-    combo = r"bench_chunking\.ChainedMatmul\.track_peak_allocated\('einsum_chunk', 2000, 'cpu'\)"
+    """One built-in and one plug-in combination through asv's fork server in this venv.
+
+    The plug-in technique reaches the params through ``MEMLAB_PLUGINS`` and is measured by the
+    memlab of the environment; nothing is saved (``--dry-run``).
+    """
+    plugin = tmp_path / "my_plugin.py"
+    plugin.write_text(PLUGIN_CHUNKING)
+    bench = r"bench_chunking\.ChainedMatmul\.track_peak_allocated"
     out = _asv(tmp_path, "run", "--python=same", "--quick", "--dry-run", "--show-stderr",
-               "--machine", "memlab-test", "-b", combo, timeout=180)
+               "--machine", "memlab-test", "-b", bench + r"\('einsum_chunk', 2000, 'cpu'\)",
+               "-b", bench + r"\('plugin_unchunked', 2000, 'cpu'\)", timeout=180,
+               env={"MEMLAB_PLUGINS": str(plugin)})
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    # the one measured value, e.g. "8.24M" in asv's table; a failure prints "failed" instead
+    # the measured values, e.g. "8.24M" in asv's table; a failure prints "failed" instead
     assert re.search(r"einsum_chunk\s+2000\s+[\d.]+[kMG]", text), text
+    assert re.search(r"plugin_unchunked\s+2000\s+[\d.]+[kMG]", text), text
     assert "failed" not in text, text
-    assert not (tmp_path / "results" / "memlab-test").exists() or not [
-        f for f in (tmp_path / "results" / "memlab-test").glob("*.json") if f.name != "machine.json"]
+    saved = [f for f in (tmp_path / "results").rglob("*.json") if f.name not in ("machine.json", "benchmarks.json")]
+    assert not saved, saved
