@@ -60,12 +60,12 @@ class ChainedMatmul(Workload, name="chained_matmul", family="chunking"):
 
     @classmethod
     def sweep_grid(cls, quick):
-        """Quick: n=4000 at chunk n/4 and n/10 (11 measurements for the 6 techniques, ~1 min on 2
-        cores).  Full: the default size at chunk n/1..n/100, plus x without grad at n/4 and n/100,
+        """Quick: n=2000, d=128, hidden=512 at chunk n/10: one measurement per technique (6), each
+        mostly a subprocess's start-up (~8 s on 2 cores), so about a minute.  Full: the default size at chunk n/1..n/100, plus x without grad at n/4 and n/100,
         slice_accumulate's generic autograd backward at every chunk size and einsum without
         opt_einsum at n/1, n/4, n/100."""
         if quick:
-            return [{"n": 4000, "chunk_size": c} for c in (1000, 400)]
+            return [{"n": 2000, "d": 128, "hidden": 512, "chunk_size": 200}]
         grid = [{"chunk_size": c} for c in cls.FULL_CHUNKS]
         grid += [{"chunk_size": c, "x_requires_grad": False} for c in (2500, 100)]
         # technique-specific variants (dropped, hence measured once, for the other techniques)
