@@ -108,21 +108,18 @@ def slice_backward_lifetimes(name: str = "slice_loop", *, seed: int = 0, **param
     replay of NOTE [ exact CPU allocated bytes ]); a free is paired with the latest allocation at
     its address.
     """
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    from ..measure.alloc_trace import phase_of
     from ..measure import prepare
+    from ..measure.alloc_trace import phase_of, trace_allocations, window
     from ..measure.step import make_step
 
     technique, dev, dt = prepare(name, params, "cpu", "float32", "train")
     problem = technique.build(dev, dt, seed)
     step, _ = make_step(technique, problem, "train")
     step()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        with record_function("memlab::iteration0"):
-            step()
-    allocs = _address_events(prof)
-    windows = _windows(prof)
+    events, windows = trace_allocations(step, dev, 1)
+    it = window(windows, "iteration0")
+    allocs = [(e.time_ns, e.ptr, e.delta_bytes, MARKER_OP in e.stack) for e in events
+              if it.start_ns <= e.time_ns <= it.end_ns]
     open_at: dict[int, int] = {}
     lives: list[list] = []  # [alloc_time, free_time | None, size, is_slice_backward]
     for t, ptr, size, is_sb in allocs:
@@ -142,36 +139,3 @@ def slice_backward_lifetimes(name: str = "slice_loop", *, seed: int = 0, **param
     return SliceBackwardLifetimes(technique=technique.name, params=dict(technique.config), count=len(sb),
                                   sizes=tuple(lv[2] for lv in sb), max_alive=max_alive, freed_in_phase=phases,
                                   x_bytes=x.numel() * x.element_size())
-
-
-def _address_events(prof) -> list[tuple[int, int, int, bool]]:
-    """``(time_ns, address, delta_bytes, under slice_backward)`` of CPU allocations, in time order."""
-    from torch._C._profiler import _EventType
-
-    out = []
-    nodes = list(prof.profiler.kineto_results.experimental_event_tree())
-    while nodes:
-        node = nodes.pop()
-        nodes.extend(node.children)
-        if node.tag != _EventType.Allocation or node.extra_fields.device.type != "cpu":
-            continue
-        under, p = False, node.parent
-        while p is not None:
-            under = under or p.name == MARKER_OP
-            p = p.parent
-        out.append((node.start_time_ns, int(node.extra_fields.ptr), int(node.extra_fields.alloc_size), under))
-    out.sort(key=lambda e: e[0])
-    return out
-
-
-def _windows(prof):
-    from ..measure.alloc_trace import Window
-
-    out = []
-    nodes = list(prof.profiler.kineto_results.experimental_event_tree())
-    while nodes:
-        node = nodes.pop()
-        nodes.extend(node.children)
-        if node.name.startswith("memlab::"):
-            out.append(Window(node.name[len("memlab::"):], node.start_time_ns, node.end_time_ns))
-    return sorted(out, key=lambda w: w.start_ns)

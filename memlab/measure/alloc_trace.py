@@ -20,17 +20,24 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-__all__ = ["AllocEvent", "trace_allocations", "IterationStats", "iteration_stats"]
+__all__ = ["AllocEvent", "Window", "trace_allocations", "IterationStats", "iteration_stats", "window", "phase_of"]
 
 _MARKER = "memlab::"
 
 
 @dataclass(frozen=True)
 class AllocEvent:
+    """One allocation (``delta_bytes`` > 0) or free (< 0) through c10's allocator.
+
+    ``stack`` holds every enclosing operator, outermost first (memlab markers left out); ``ptr`` is
+    the address, which pairs a free with the allocation it releases.
+    """
+
     time_ns: int
     delta_bytes: int
     op: str
     stack: tuple[str, ...]
+    ptr: int = 0
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,8 @@ def _collect(prof, device: torch.device):
             if ef.device.type != device.type:
                 continue
             names = _ancestor_names(node)
-            events.append(AllocEvent(node.start_time_ns, int(ef.alloc_size), names[-1] if names else "?", tuple(names[-4:])))
+            events.append(AllocEvent(node.start_time_ns, int(ef.alloc_size), names[-1] if names else "?",
+                                     tuple(names), int(ef.ptr)))
         elif node.name.startswith(_MARKER):
             windows.append(Window(node.name[len(_MARKER):], node.start_time_ns, node.end_time_ns))
     events.sort(key=lambda e: e.time_ns)
@@ -119,6 +127,14 @@ def iteration_stats(events: list[AllocEvent], windows: list[Window]) -> Iteratio
         peaks.append(peak - start)
         after.append(live)
     return IterationStats(tuple(peaks), tuple(after))
+
+
+def window(windows: list[Window], name: str) -> Window:
+    """The marker window called ``name`` (``iteration0``, ``forward``...); KeyError if absent."""
+    for w in windows:
+        if w.name == name:
+            return w
+    raise KeyError(f"no memlab::{name} window in the trace")
 
 
 def phase_of(time_ns: int, windows: list[Window]) -> str:

@@ -180,8 +180,8 @@ def timeline_in_process(technique: Technique, device: torch.device, dtype: torch
         if iters and not (iters[0].start_ns <= e.time_ns <= iters[0].end_ns):
             continue
         live += e.delta_bytes
-        out.append(TimelineEvent(op=e.op, stack=e.stack, phase=alloc_trace.phase_of(e.time_ns, windows),
-                                 delta_bytes=e.delta_bytes, live_bytes=live))
+        out.append(TimelineEvent(op=e.op, stack=e.stack[-4:], phase=alloc_trace.phase_of(e.time_ns, windows),
+                                 delta_bytes=e.delta_bytes, live_bytes=live, address=e.ptr))
     return Timeline(technique=technique.name, params=dict(technique.config), device=device_label(device),
                     dtype=str(dtype).replace("torch.", ""), mode=mode, events=tuple(out),
                     baseline_bytes=baseline, method=memory_method(device)["allocated"] if device.type == "cpu"

@@ -138,6 +138,7 @@ class TimelineEvent:
             ``('SliceBackward0', 'aten::slice_backward', 'aten::zeros', 'aten::empty')``.
         phase: ``forward``, ``backward``, ``optimizer`` or ``other``.
         live_bytes: tensor bytes live after this event, above the step's baseline.
+        address: the block's address; a free carries the address of the allocation it releases.
     """
 
     op: str
@@ -145,6 +146,7 @@ class TimelineEvent:
     phase: str
     delta_bytes: int
     live_bytes: int
+    address: int = 0
 
 
 @dataclass(frozen=True)
