@@ -146,6 +146,18 @@ def _cmd_sweep(args) -> int:
     points = plan_sweep(args.family, quick=args.quick, techniques=args.technique)
     if not points:
         raise UsageError("nothing to sweep: no technique matches")
+    if args.resume:
+        if not args.out:
+            raise UsageError("--resume needs --out FILE (the sweep to continue)")
+        from .sweep import already_measured, is_done
+
+        done = already_measured(args.out, args.device, args.dtype, args.mode)
+        before = len(points)
+        points = [p for p in points if not is_done(p, done)]
+        print(f"memlab: resuming {args.out}: {before - len(points)} of {before} point(s) already measured", file=sys.stderr)
+        args.append = True
+        if not points:
+            return 0
     kw = _measure_kwargs(args)
     device, dtype, mode = kw.pop("device"), kw.pop("dtype"), kw.pop("mode")
     from .measure import prepare
@@ -291,6 +303,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
     s.add_argument("--out", help="JSON Lines file; each measurement is written as soon as it finishes")
     s.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    s.add_argument("--resume", action="store_true", help="skip points --out already holds (status ok), append the rest")
     s.set_defaults(func=_cmd_sweep)
 
     s = sub.add_parser("timeline", parents=[common, meas], help="allocated bytes over one step, event by event")

@@ -19,7 +19,7 @@ from .measure import measure
 from .measure.record import Measurement, fmt_mib
 from .registry import get_technique, list_families, list_techniques
 
-__all__ = ["SweepPoint", "plan_sweep", "run_sweep", "read_jsonl", "format_table"]
+__all__ = ["SweepPoint", "plan_sweep", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done"]
 
 
 @dataclass(frozen=True)
@@ -29,28 +29,49 @@ class SweepPoint:
 
 
 def plan_sweep(family: str | None = None, quick: bool = False, techniques: list[str] | None = None) -> list[SweepPoint]:
-    """Technique x configuration pairs to measure, in a stable order.
+    """Technique x configuration pairs to measure.
 
     Grid keys a technique does not have are dropped and the resulting duplicates measured once.
+    The order is configuration-major and round-robin over families: the first grid entry of every
+    family for every technique, then the second..., so an interrupted sweep has covered every
+    technique (and every family) at the configurations it reached.
     Raises ValueError for an unknown family or technique.
     """
     families = list_families()
     if family is not None and family not in families:
         raise ValueError(f"unknown family {family!r}; available: {', '.join(families)}")
     names = techniques if techniques is not None else list_techniques(family)
-    points: list[SweepPoint] = []
-    for name in names:
+    keyed: list[tuple[int, str, int, SweepPoint]] = []
+    for order, name in enumerate(names):
         cls = get_technique(name)
         if family is not None and cls.family() != family:
             continue
         valid = cls.all_params()
-        seen = []
-        for cfg in cls.workload.sweep_grid(quick):
+        seen: list[dict[str, Any]] = []
+        for index, cfg in enumerate(cls.workload.sweep_grid(quick)):
             kept = {k: v for k, v in cfg.items() if k in valid}
             if kept not in seen:
                 seen.append(kept)
-                points.append(SweepPoint(name, kept))
-    return points
+                keyed.append((index, cls.family(), order, SweepPoint(name, kept)))
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]
+
+
+def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str) -> set[tuple[str, str]]:
+    """``(technique, canonical params)`` keys of the rows in ``path`` with status ok (for --resume).
+
+    A point is identified by the parameters it was asked for; the stored rows carry every resolved
+    parameter, so a stored row matches a point when the point's parameters agree with it.
+    """
+    if not os.path.exists(path):
+        return set()
+    return {(m.technique, json.dumps(m.params, sort_keys=True)) for m in read_jsonl(path)
+            if m.status == "ok" and m.device.split(":")[0] == device.split(":")[0] and m.dtype == dtype and m.mode == mode}
+
+
+def is_done(point: SweepPoint, done: set[tuple[str, str]]) -> bool:
+    full = get_technique(point.technique).resolve(point.params)
+    return (point.technique, json.dumps(full, sort_keys=True, default=list)) in done
 
 
 def run_sweep(points: list[SweepPoint], out: TextIO | None, *, device: str = "cpu", dtype: str = "float32",
