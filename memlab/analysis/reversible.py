@@ -42,8 +42,9 @@ def activation_peak(technique, problem) -> dict[str, Any]:
         {"activation_peak_bytes": int, "activation_peak_phase": "forward" | "backward",
          "step_peak_bytes": int (forward + backward only), "final_grad_bytes": int}
     """
-    import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
+
+    from ..measure.alloc_trace import trace_allocations
 
     device = problem.grad_output.device
     leaves = problem.leaves()
@@ -55,38 +56,15 @@ def activation_peak(technique, problem) -> dict[str, Any]:
         with record_function("memlab::backward"):
             out.backward(problem.grad_output)
             del out
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
         ptrs.update(t.grad.untyped_storage().data_ptr() for t in leaves if t.grad is not None)
         for t in leaves:
             t.grad = None
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     gc.collect()
-    with profile(activities=activities, profile_memory=True) as prof:
-        step()
+    events, windows = trace_allocations(step, device, 1)
     gc.collect()
-    events, windows = _events(prof, device)
-    return _activation_curve(events, windows, ptrs)
-
-
-def _events(prof, device) -> tuple[list[tuple[int, int, int]], dict[str, tuple[int, int]]]:
-    """``[(time_ns, delta_bytes, ptr)]`` on ``device`` sorted by time, and marker windows by name."""
-    from torch._C._profiler import _EventType
-
-    events, windows = [], {}
-    nodes = list(prof.profiler.kineto_results.experimental_event_tree())
-    while nodes:
-        node = nodes.pop()
-        nodes.extend(node.children)
-        if node.tag == _EventType.Allocation:
-            ef = node.extra_fields
-            if ef.device.type == device.type:
-                events.append((node.start_time_ns, int(ef.alloc_size), int(ef.ptr)))
-        elif node.name.startswith("memlab::"):
-            windows[node.name[len("memlab::"):]] = (node.start_time_ns, node.end_time_ns)
-    events.sort()
-    return events, windows
+    marks = {w.name: (w.start_ns, w.end_ns) for w in windows}
+    return _activation_curve([(e.time_ns, e.delta_bytes, e.ptr) for e in events], marks, ptrs)
 
 
 def _activation_curve(events, windows, grad_ptrs: set[int]) -> dict[str, Any]:

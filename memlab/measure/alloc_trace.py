@@ -84,7 +84,7 @@ def _collect(prof, device: torch.device):
                                      tuple(names), int(ef.ptr)))
         elif node.name.startswith(_MARKER):
             windows.append(Window(node.name[len(_MARKER):], node.start_time_ns, node.end_time_ns))
-    events.sort(key=lambda e: e.time_ns)
+    events.sort(key=lambda e: (e.time_ns, e.delta_bytes))  # an exact tie: the free first
     windows.sort(key=lambda w: w.start_ns)
     return events, windows
 
