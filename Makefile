@@ -32,11 +32,10 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-## full sweeps and timelines committed under data/ (CPU, tens of minutes)
+## full sweeps, timelines and reproductions committed under data/ (CPU, about an hour on 2 cores;
+## an interrupted sweep continues with: memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl --resume)
 data: install
-	$(BIN)/memlab sweep --family chunking --out data/sweeps/chunking.jsonl
-	$(BIN)/memlab sweep --family tensor_train --out data/sweeps/tensor_train.jsonl
-	$(BIN)/memlab sweep --family reversible --out data/sweeps/reversible.jsonl
+	$(BIN)/memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl
 	$(BIN)/memlab timelines --out-dir data/timelines
 	$(BIN)/memlab reproduce --out data/reproductions
 
