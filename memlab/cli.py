@@ -266,7 +266,7 @@ def _cmd_site(args) -> int:
     from .site import build_site
 
     index = build_site(Path(args.results), Path(args.data), Path(args.out), extra_runs=[Path(p) for p in args.run or []])
-    print(index)
+    print(Path(index).resolve())
     return 0
 
 

@@ -28,6 +28,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from .analytic import analytic_floor
+
 __all__ = [
     "ResultsWarning", "FAMILY_BASELINES", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS",
     "load_runs", "find_sweep_files", "load_asv_results", "load_asv_machines", "load_timelines",
@@ -114,16 +116,8 @@ def validate_measurement(rec: Any) -> list[str]:
 
 
 def _analytic_floor(rec: dict) -> float | None:
-    """``extra``'s analytic floor for the row's mode: ``analytic_floor_bytes_by_mode[mode]``, else
-    ``analytic_floor_bytes`` unless ``analytic_floor_mode`` names another mode."""
-    extra = rec.get("extra") or {}
-    by_mode = extra.get("analytic_floor_bytes_by_mode")
-    if isinstance(by_mode, dict) and _is_number(by_mode.get(rec["mode"])):
-        return by_mode[rec["mode"]]
-    floor = extra.get("analytic_floor_bytes")
-    if not _is_number(floor) or extra.get("analytic_floor_mode", rec["mode"]) != rec["mode"]:
-        return None
-    return floor
+    """``extra``'s analytic floor for the row's mode (see :func:`memlab.analytic.analytic_floor`)."""
+    return analytic_floor(rec.get("extra"), rec["mode"])
 
 
 def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:

@@ -119,7 +119,7 @@ def format_table(rows: list[Measurement]) -> str:
     lines = [header]
     for m in rows:
         params = " ".join(f"{k}={v}" for k, v in sorted(m.params.items()))
-        floor = m.extra.get("analytic_floor_bytes") if isinstance(m.extra, dict) else None
+        floor = m.analytic_floor_bytes()
         ratio = f"{m.peak_allocated_bytes / floor:.2f}x" if floor and m.peak_allocated_bytes else "-"
         step = "-" if m.step_time_s is None else f"{m.step_time_s * 1e3:.1f} ms"
         lines.append((m.technique, params, m.status if m.status == "ok" else f"{m.status}: {(m.error or '')[:40]}",

@@ -6,7 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MiB", "fmt_mib"]
+from ..analytic import analytic_floor
+
+__all__ = ["analytic_floor", "Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MiB", "fmt_mib"]
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "error")
@@ -112,6 +114,10 @@ class Measurement:
 
     def replace(self, **changes: Any) -> "Measurement":
         return dataclasses.replace(self, **changes)
+
+    def analytic_floor_bytes(self) -> float | None:
+        """The technique's stated analytic floor for this row's mode (see :func:`analytic_floor`)."""
+        return analytic_floor(self.extra, self.mode)
 
     # -- human output --------------------------------------------------------------------------
     def summary(self) -> str:
