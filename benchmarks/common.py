@@ -19,6 +19,12 @@ NOTE [ device ]
 ``benchmarks.json``; ``setup`` skips ``cuda`` where ``torch.cuda.is_available()`` is False.
 Nothing here touches CUDA at import time: asv imports this module in a parent process (and, with
 the fork server, forks every benchmark from it).
+
+NOTE [ warm the fork server ]
+Everything a combination would import lazily is imported here, once, in the fork server: the first
+``torch.optim`` optimizer built in a process imports ``torch._dynamo`` (1.2-1.6 s measured), which
+every forked combination would otherwise pay again.  Building an SGD optimizer on a CPU tensor
+does it without touching CUDA.
 """
 from __future__ import annotations
 
@@ -41,6 +47,10 @@ except Exception:  # pragma: no cover - memlab at this commit does not import
 try:  # import every technique module (and plug-in) once, before asv forks; CPU only
     memlab.list_techniques()
 except Exception:  # pragma: no cover - setup reports what is missing, per combination
+    pass
+try:  # see NOTE [ warm the fork server ]
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+except Exception:  # pragma: no cover
     pass
 
 __all__ = [

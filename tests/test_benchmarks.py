@@ -230,6 +230,16 @@ def test_both_memory_metrics_come_from_one_measurement(tmp_path):
     assert b2.track_peak_reserved(str(tmp_path), *combo) == json.loads(cached.read_text())["peak_reserved_bytes"]
 
 
+def test_import_warms_the_fork_server():
+    """NOTE [ warm the fork server ]: the lazy torch._dynamo import of the first optimizer is paid
+    once at import, not once per forked combination (checked in a fresh interpreter)."""
+    code = ("import sys, torch; assert 'torch._dynamo' not in sys.modules; "
+            "import benchmarks.common; print('torch._dynamo' in sys.modules, torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["True", "False"]
+
+
 def test_import_does_not_initialise_cuda():
     """asv imports the benchmarks in its fork server; CUDA must not be initialised there."""
     import torch
