@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from .analytic import analytic_floor
+from .analytic import activation_figures, analytic_floor
 
 __all__ = [
     "ResultsWarning", "FAMILY_BASELINES", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS",
@@ -58,7 +58,8 @@ _KNOWN_FIELDS = frozenset(_REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + (
 RUN_COLUMNS = (
     "run", "source", "line", "technique", "workload", "family", "device", "dtype", "mode", "status",
     "error", "peer", "baseline", "params", "params_key", *_INT_FIELDS, *_FLOAT_FIELDS,
-    "matches_reference", "analytic_floor_bytes", "extra", "environment", "memory_method",
+    "matches_reference", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
+    "extra", "environment", "memory_method",
 )
 
 #: Columns of :func:`load_asv_results` (one row per benchmark x parameter combination x commit).
@@ -123,6 +124,7 @@ def _analytic_floor(rec: dict) -> float | None:
 def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
     extra = rec.get("extra") or {}
     baseline = rec.get("baseline", extra.get("baseline"))
+    activation_peak, expected_activation = activation_figures(extra, rec["technique"])
     row = {
         "run": run, "source": source, "line": line,
         **{k: rec[k] for k in _REQUIRED_STR},
@@ -134,6 +136,8 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
         **{k: rec.get(k) for k in _INT_FIELDS + _FLOAT_FIELDS},
         "matches_reference": rec.get("matches_reference"),
         "analytic_floor_bytes": _analytic_floor(rec),
+        "activation_peak_bytes": activation_peak,
+        "expected_activation_bytes": expected_activation,
         "extra": extra,
         "environment": rec.get("environment") or {},
         "memory_method": rec.get("memory_method") or {},

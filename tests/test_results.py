@@ -178,3 +178,21 @@ def test_reproductions_validated(tmp_path):
     messages = " | ".join(str(w.message) for w in record)
     assert "seed-a.json: invalid reproduction (verdict 'probably' is not one of" in messages
     assert "seed-c.json: measurement 2 invalid" in messages
+
+
+def test_activation_figures_read_per_technique(tmp_path):
+    """Families that state activation memory (reversible) get measured and expected columns."""
+    from memlab.analytic import activation_figures
+
+    expected = {"residual": 40 * MiB, "reversible": 11 * MiB}
+    assert activation_figures({"activation_peak_bytes": 12 * MiB, "expected_activation_bytes": expected},
+                              "reversible") == (12 * MiB, 11 * MiB)
+    assert activation_figures({"activation_peak_bytes": 12 * MiB, "expected_activation_bytes": expected},
+                              "memcnn") == (12 * MiB, None)
+    assert activation_figures({"activation_peak_bytes": -1, "expected_activation_bytes": [1]}, "x") == (None, None)
+    assert activation_figures(None, "x") == (None, None)
+    rec = measurement("reversible", "reversible", {"depth": 4}, 30 * MiB)
+    rec["extra"] = {"activation_peak_bytes": 12 * MiB, "expected_activation_bytes": expected}
+    df = R.load_runs([write_jsonl(tmp_path / "r.jsonl", [rec, measurement("dense", "tt", {}, MiB)])])
+    assert df["activation_peak_bytes"][0] == 12 * MiB and df["expected_activation_bytes"][0] == 11 * MiB
+    assert df["activation_peak_bytes"][1] is None or math.isnan(df["activation_peak_bytes"][1])

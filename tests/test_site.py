@@ -270,3 +270,29 @@ def test_one_pareto_front_per_workload_configuration(tmp_path):
     fronts = [(t["name"], t["x"], t["y"]) for t in scatter["data"] if t["name"].startswith("Pareto")]
     assert fronts == [("Pareto front (depth=4)", [4.0, 8.0], [100.0, 200.0]),
                       ("Pareto front (depth=16)", [16.0, 32.0], [100.0, 200.0])]
+
+
+def test_activation_chart_when_techniques_state_activation_memory(tmp_path):
+    """Reversible rows carry measured and expected activation bytes: a chart draws both."""
+    def rev(technique, depth, measured, expected):
+        rec = measurement(technique, "reversible", {"depth": depth, "batch": 8}, 40 * MiB, workload="stack")
+        rec["extra"] = {"activation_peak_bytes": measured * MiB,
+                        "expected_activation_bytes": {technique: expected * MiB}}
+        return rec
+
+    records = [rev("residual", 4, 20, 19), rev("residual", 16, 70, 68),
+               rev("reversible", 4, 11, 11), rev("reversible", 16, 11, 11)]
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "rev.jsonl", records)
+    ctx = build_context(tmp_path / "results", tmp_path / "data")
+    (page,) = [p for p in ctx["pages"] if p.get("family") == "reversible"]
+    charts = [json.loads(c["figure"]) for c in page["sections"][0]["charts"]]
+    (act,) = [c for c in charts if c["layout"]["title"]["text"].startswith("Activation peak vs depth")]
+    lines = {t["name"]: t["y"] for t in act["data"]}
+    assert lines == {"residual": [20.0, 70.0], "residual expected": [19.0, 68.0],
+                     "reversible": [11.0, 11.0], "reversible expected": [11.0, 11.0]}
+    # families that state no activation figures get no such chart
+    chunk = build_context(*make_inputs(tmp_path / "other"))["pages"][1]
+    assert not any("Activation" in json.loads(c["figure"])["layout"]["title"]["text"]
+                   for c in chunk["sections"][0]["charts"])

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analytic import analytic_floor
+from ..units import MiB
 
 __all__ = ["analytic_floor", "Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MiB", "fmt_mib"]
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "oom", "error")
-MiB = 1024 * 1024
 
 
 def fmt_mib(n: int | float | None) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..units import MiB
+
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce"]
 
 SEED = "chunked-slicing-backward-spike"
@@ -23,7 +25,6 @@ CLAIM = ("Chunking y = (x @ w1) @ w2 over row slices lowers the forward peak, bu
          "full-size slice_backward gradient per slice and the memory grows as chunks get smaller.")
 
 TECHNIQUES = ("slice_loop", "vmap_chunk", "checkpoint_chunk", "slice_accumulate")
-MiB = 1024 * 1024
 
 
 def _plan(quick: bool) -> tuple[dict[str, int], tuple[int, ...], tuple[str, ...]]:

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..units import MiB
+
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce"]
 
 SEED = "reversible-memory-accounting"
 TITLE = "Memory consumption does not seem to reflect the indicated consumption of nvidia-smi"
 CLAIM = ("Reversible blocks (MemCNN) showed no saving in nvidia-smi, and allocated memory after "
          "optimizer.step() grew across iterations.")
-
-MiB = 2 ** 20
 
 
 def _configs(quick: bool) -> tuple[dict[str, Any], tuple[int, ...]]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..units import MiB
+
 SEED = "tt-layer-memory"
 TITLE = "High GPU memory consumption (TT layer)"
 CLAIM = ("A 3-core TT layer keeps B d^3 (2r+1) activation elements, so at large batch it uses more memory than "
          "the dense layer in training and in eval; reconstructing the full weight first costs about a dense layer.")
 
 TECHNIQUES = ("dense", "tt_factorized", "tt_reconstructed", "tt_chunked")
-MiB = 1024 * 1024
 
 
 def reproduce(quick: bool = False) -> dict[str, Any]:

@@ -87,8 +87,17 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: 
         if swept:
             charts.append(_chart(counter, F.memory_vs_param(
                 rows, labels, swept, "peak_allocated_bytes", f"Peak allocated vs {swept} ({head})",
-                "peak allocated (MiB)", colors, floor=True),
+                "peak allocated (MiB)", colors, floor_column="analytic_floor_bytes"),
                 "Solid: measured; dotted: the technique's analytic floor; dashed/diamonds: peers."))
+            if rows["activation_peak_bytes"].notna().any():
+                charts.append(_chart(counter, F.memory_vs_param(
+                    rows, labels, swept, "activation_peak_bytes", f"Activation peak vs {swept} ({head})",
+                    "activation peak (MiB)", colors, floor_column="expected_activation_bytes",
+                    floor_name="expected"),
+                    "Activation memory: bytes live above the baseline minus the parameter gradients "
+                    "accumulated so far, at its highest during the step (the step peak above is dominated "
+                    "by parameter gradients here). Solid: measured; dotted: the analytic expectation the "
+                    "technique states; dashed/diamonds: peers."))
             if rows["peak_reserved_bytes"].notna().any():
                 charts.append(_chart(counter, F.memory_vs_param(
                     rows, labels, swept, "peak_reserved_bytes", f"Peak {second} vs {swept} ({head})",

@@ -15,12 +15,12 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ..units import MiB
 from .analysis import pareto_front, sort_key
 
 __all__ = ["esc", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
            "throughput_vs_peak", "lowest_peaks", "history", "timeline", "timelines_overlay", "seed_figure"]
 
-MiB = 1024 * 1024
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#7f7f7f", "#bcbd22")
 _PEER_SYMBOL, _PEER_DASH = "diamond-open", "dash"
@@ -89,18 +89,24 @@ def _hover(row: Any, extra: str = "") -> str:
     lines.append(f"peak allocated {mib(row.peak_allocated_bytes)} MiB")
     if _num(row.peak_reserved_bytes) is not None:
         lines.append(f"peak {'resident' if row.device == 'cpu' else 'reserved'} {mib(row.peak_reserved_bytes)} MiB")
+    if _num(getattr(row, "activation_peak_bytes", None)) is not None:
+        expected = _num(getattr(row, "expected_activation_bytes", None))
+        lines.append(f"activation peak {mib(row.activation_peak_bytes)} MiB"
+                     + (f" (expected {mib(expected)} MiB)" if expected is not None else ""))
     if _num(row.samples_per_s) is not None:
         lines.append(f"{row.samples_per_s:.4g} samples/s")
     return "<br>".join(lines + ([extra] if extra else []))
 
 
 def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: str, title: str,
-                    y_title: str, colors: dict[str, str], floor: bool = False) -> dict[str, Any]:
+                    y_title: str, colors: dict[str, str], floor_column: str | None = None,
+                    floor_name: str = "analytic floor") -> dict[str, Any]:
     """Peak memory (``column``, bytes -> MiB) against the swept parameter, one line per label.
 
     A label whose rows lack the swept parameter (a baseline without chunks) is one measurement:
-    it is drawn as a flat line across the swept range.  With ``floor``, each line's
-    ``analytic_floor_bytes`` is drawn beside it, dotted, in the same colour.
+    it is drawn as a flat line across the swept range.  With ``floor_column`` (bytes, e.g.
+    ``analytic_floor_bytes``), each line's expectation is drawn beside it, dotted, in the same
+    colour, named ``floor_name``.
     """
     ok = rows[(rows["status"] == "ok") & rows[column].notna()]
     xs = sorted({r[swept] for r in ok["params"] if swept in r}, key=sort_key)
@@ -123,9 +129,9 @@ def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: s
         traces.append({"type": "scatter", "mode": mode, "name": name, "x": x,
                        "y": [mib(getattr(r, column)) for r in rowset], "hoverinfo": "text",
                        "hovertext": [_hover(r) for r in rowset], **style, "legendgroup": name})
-        floors = [_num(r.analytic_floor_bytes) for r in rowset]
-        if floor and any(f is not None for f in floors):
-            traces.append({"type": "scatter", "mode": "lines", "name": f"{name} analytic floor", "x": x,
+        floors = [_num(getattr(r, floor_column)) for r in rowset] if floor_column else []
+        if any(f is not None for f in floors):
+            traces.append({"type": "scatter", "mode": "lines", "name": f"{name} {floor_name}", "x": x,
                            "y": [mib(f) for f in floors], "hoverinfo": "x+y+name", "legendgroup": name,
                            "line": {"color": style["line"]["color"], "dash": "dot", "width": 1.5}})
     return {"data": traces, "layout": _layout(title, _axis(swept, xs), _axis(y_title, kind=_log_if_wide(traces)))}

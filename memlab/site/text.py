@@ -8,9 +8,9 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "slugs", "env_caption", "verdict_class"]
+from ..units import MiB
 
-MiB = 1024 * 1024
+__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "slugs", "env_caption", "verdict_class"]
 
 
 def _finite(v: Any) -> bool:
