@@ -296,3 +296,23 @@ def test_activation_chart_when_techniques_state_activation_memory(tmp_path):
     chunk = build_context(*make_inputs(tmp_path / "other"))["pages"][1]
     assert not any("Activation" in json.loads(c["figure"])["layout"]["title"]["text"]
                    for c in chunk["sections"][0]["charts"])
+
+
+def test_a_cross_of_workload_sweeps_gives_one_section_per_swept_parameter(tmp_path):
+    """depth swept at batch 512 and batch swept at depth 16 (a cross): two sweeps, not one sweep
+    per depth with single points; the centre row (depth 16, batch 512) is in both."""
+    cross = [(4, 512), (16, 512), (64, 512), (16, 128), (16, 1024)]
+    records = [measurement(t, "reversible", {"depth": d, "batch": b, "width": 8}, (d * b) * 1024, workload="stack")
+               for t in ("residual", "reversible") for d, b in cross]
+    records.append(measurement("residual", "reversible", {"depth": 2, "batch": 32, "width": 4}, MiB, workload="stack"))
+    sections = A.sweep_sections(_runs(tmp_path, records))
+    summary = [(swept, config, sorted({(p["depth"], p["batch"]) for p in group["params"]}))
+               for config, swept, group in sections]
+    assert summary == [
+        ("batch", {"depth": 16, "width": 8}, [(16, 128), (16, 512), (16, 1024)]),
+        ("depth", {"batch": 512, "width": 8}, [(4, 512), (16, 512), (64, 512)]),
+        (None, {"batch": 32, "depth": 2, "width": 4}, [(2, 32)]),
+    ]
+    # one varying workload parameter: unchanged, one sweep per configuration
+    one = A.sweep_sections(_runs(tmp_path, chunking_records()))
+    assert [(swept, config) for config, swept, _ in one] == [("chunk_size", {})]

@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["SETTING", "settings", "in_setting", "swept_param", "config_groups", "line_labels", "pareto_front", "comparable",
-           "savings", "param_text", "sort_key"]
+__all__ = ["SETTING", "settings", "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels",
+           "pareto_front", "comparable", "savings", "param_text", "sort_key"]
 
 #: A family's rows are only compared within one setting: device, dtype and mode.
 SETTING = ("device", "dtype", "mode")
@@ -79,6 +79,55 @@ def config_groups(rows: pd.DataFrame, swept: str | None) -> list[tuple[dict[str,
         groups.setdefault(json.dumps([p[k] for k in keys], default=str), []).append(idx)
     out = [({k: rows.at[ix[0], "params"][k] for k in keys}, rows.loc[ix]) for ix in groups.values()]
     return sorted(out, key=lambda g: [sort_key(g[0][k]) for k in keys])
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None, pd.DataFrame]]:
+    """Split one setting's rows into ``(fixed config, swept parameter or None, rows)`` sections.
+
+    When at most one workload parameter (one every row has) varies, this is
+    :func:`swept_param` plus :func:`config_groups`: one sweep per configuration.
+
+    When several do, the rows usually form a *cross* (depth swept at one batch, batch swept at
+    one depth) or a grid; choosing one swept parameter would leave single points.  Instead every
+    varying workload parameter ``k`` gets a section per combination of the other varying
+    parameters under which ``k`` takes two or more values (among ok rows); a row may appear in
+    several (the centre of a cross).  Rows in no such sweep are grouped by their values of the
+    varying parameters, with nothing swept.  Sections are ordered by swept parameter (name order, ``None`` last), then by
+    configuration.
+    """
+    params = list(rows["params"])
+    if not params:
+        return [({}, None, rows)]
+    common = set.intersection(*(set(p) for p in params))
+    varying = sorted(k for k in common if len({_key(p[k]) for p in params}) > 1)
+    if len(varying) <= 1:
+        ok = rows[rows["status"] == "ok"]
+        swept = swept_param(ok) if len(ok) else None
+        return [(config, swept, group) for config, group in config_groups(rows, swept)]
+    sections, covered = [], set()
+    for k in varying:
+        others = [o for o in varying if o != k]
+        groups: dict[str, list] = {}
+        for idx, p in zip(rows.index, params):
+            groups.setdefault(_key([p[o] for o in others]), []).append(idx)
+        found = []
+        for ix in groups.values():
+            group = rows.loc[ix]
+            ok_values = {_key(p[k]) for p in group.loc[group["status"] == "ok", "params"]}
+            if len(ok_values) >= 2:
+                found.append(({o: rows.at[ix[0], "params"][o] for o in others}, k, group))
+                covered.update(ix)
+        sections += sorted(found, key=lambda s: [sort_key(s[0][o]) for o in others])
+    alone: dict[str, list] = {}
+    for idx, p in zip(rows.index, params):
+        if idx not in covered:
+            alone.setdefault(_key([p[k] for k in varying]), []).append(idx)
+    singles = [({k: rows.at[ix[0], "params"][k] for k in varying}, None, rows.loc[ix]) for ix in alone.values()]
+    return sections + sorted(singles, key=lambda s: [sort_key(s[0][k]) for k in varying])
 
 
 def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:

@@ -68,10 +68,8 @@ def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], dict[str, 
     """``(setting, workload config, swept parameter, rows)`` per comparable group of a family."""
     out = []
     for setting in A.settings(rows):
-        srows = A.in_setting(rows, setting)
-        ok = srows[srows["status"] == "ok"]
-        swept = A.swept_param(ok) if len(ok) else None
-        out += [(setting, config, swept, group) for config, group in A.config_groups(srows, swept)]
+        out += [(setting, config, swept, group)
+                for config, swept, group in A.sweep_sections(A.in_setting(rows, setting))]
     return out
 
 

@@ -131,9 +131,12 @@ def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: s
                        "hovertext": [_hover(r) for r in rowset], **style, "legendgroup": name})
         floors = [_num(getattr(r, floor_column)) for r in rowset] if floor_column else []
         if any(f is not None for f in floors):
-            traces.append({"type": "scatter", "mode": "lines", "name": f"{name} {floor_name}", "x": x,
+            # a short horizontal tick per point keeps a one-point expectation visible
+            traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} {floor_name}", "x": x,
                            "y": [mib(f) for f in floors], "hoverinfo": "x+y+name", "legendgroup": name,
-                           "line": {"color": style["line"]["color"], "dash": "dot", "width": 1.5}})
+                           "line": {"color": style["line"]["color"], "dash": "dot", "width": 1.5},
+                           "marker": {"symbol": "line-ew-open", "size": 14, "color": style["line"]["color"],
+                                      "line": {"width": 2, "color": style["line"]["color"]}}})
     return {"data": traces, "layout": _layout(title, _axis(swept, xs), _axis(y_title, kind=_log_if_wide(traces)))}
 
 
