@@ -32,7 +32,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-## full sweeps, timelines and reproductions committed under data/ (CPU, about an hour on 2 cores;
+## full sweeps, timelines and reproductions committed under data/ (CPU: the sweep alone took 40 min on 2 idle cores;
 ## an interrupted sweep continues with: memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl --resume)
 data: install
 	$(BIN)/memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl
