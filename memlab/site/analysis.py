@@ -42,12 +42,33 @@ def in_setting(rows: pd.DataFrame, setting: tuple[str, str, str]) -> pd.DataFram
     return rows[mask]
 
 
+def _key(value: Any) -> str:
+    """A hashable, order-independent text for a parameter value (or a list of values)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
 def _values(rows: pd.DataFrame) -> dict[str, set[str]]:
     seen: dict[str, set[str]] = {}
     for params in rows["params"]:
         for k, v in params.items():
-            seen.setdefault(k, set()).add(json.dumps(v, sort_keys=True, default=str))
+            seen.setdefault(k, set()).add(_key(v))
     return seen
+
+
+def _varying_common(rows: pd.DataFrame, exclude: Any = ()) -> list[str]:
+    """Sorted names of the parameters every row has (the workload's) that take several values."""
+    params = list(rows["params"])
+    common = set.intersection(*(set(p) for p in params)) - set(exclude)
+    return sorted(k for k in common if len({_key(p[k]) for p in params}) > 1)
+
+
+def _split(rows: pd.DataFrame, keys: list[str]) -> list[tuple[dict[str, Any], pd.DataFrame]]:
+    """``[(values of keys, rows having them)]`` per distinct combination, sorted by the values."""
+    groups: dict[str, list] = {}
+    for idx, p in zip(rows.index, rows["params"]):
+        groups.setdefault(_key([p[k] for k in keys]), []).append(idx)
+    out = [({k: rows.at[ix[0], "params"][k] for k in keys}, rows.loc[ix]) for ix in groups.values()]
+    return sorted(out, key=lambda g: [sort_key(g[0][k]) for k in keys])
 
 
 def swept_param(rows: pd.DataFrame) -> str | None:
@@ -67,22 +88,8 @@ def config_groups(rows: pd.DataFrame, swept: str | None) -> list[tuple[dict[str,
     Returns:
         ``[(varying config, rows)]`` sorted by config; ``[({}, rows)]`` when nothing varies.
     """
-    params = list(rows["params"])
-    if not params:
-        return [({}, rows)]
-    common = set.intersection(*(set(p) for p in params)) - {swept}
-    keys = sorted(k for k in common if len({json.dumps(p[k], sort_keys=True, default=str) for p in params}) > 1)
-    if not keys:
-        return [({}, rows)]
-    groups: dict[str, list] = {}
-    for idx, p in zip(rows.index, params):
-        groups.setdefault(json.dumps([p[k] for k in keys], default=str), []).append(idx)
-    out = [({k: rows.at[ix[0], "params"][k] for k in keys}, rows.loc[ix]) for ix in groups.values()]
-    return sorted(out, key=lambda g: [sort_key(g[0][k]) for k in keys])
-
-
-def _key(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+    keys = _varying_common(rows, exclude={swept}) if len(rows) else []
+    return _split(rows, keys) if keys else [({}, rows)]
 
 
 def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None, pd.DataFrame]]:
@@ -96,38 +103,24 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
     varying workload parameter ``k`` gets a section per combination of the other varying
     parameters under which ``k`` takes two or more values (among ok rows); a row may appear in
     several (the centre of a cross).  Rows in no such sweep are grouped by their values of the
-    varying parameters, with nothing swept.  Sections are ordered by swept parameter (name order, ``None`` last), then by
-    configuration.
+    varying parameters, with nothing swept.  Sections are ordered by swept parameter (name order,
+    ``None`` last), then by configuration.
     """
-    params = list(rows["params"])
-    if not params:
+    if not len(rows):
         return [({}, None, rows)]
-    common = set.intersection(*(set(p) for p in params))
-    varying = sorted(k for k in common if len({_key(p[k]) for p in params}) > 1)
+    varying = _varying_common(rows)
     if len(varying) <= 1:
         ok = rows[rows["status"] == "ok"]
         swept = swept_param(ok) if len(ok) else None
         return [(config, swept, group) for config, group in config_groups(rows, swept)]
     sections, covered = [], set()
     for k in varying:
-        others = [o for o in varying if o != k]
-        groups: dict[str, list] = {}
-        for idx, p in zip(rows.index, params):
-            groups.setdefault(_key([p[o] for o in others]), []).append(idx)
-        found = []
-        for ix in groups.values():
-            group = rows.loc[ix]
-            ok_values = {_key(p[k]) for p in group.loc[group["status"] == "ok", "params"]}
-            if len(ok_values) >= 2:
-                found.append(({o: rows.at[ix[0], "params"][o] for o in others}, k, group))
-                covered.update(ix)
-        sections += sorted(found, key=lambda s: [sort_key(s[0][o]) for o in others])
-    alone: dict[str, list] = {}
-    for idx, p in zip(rows.index, params):
-        if idx not in covered:
-            alone.setdefault(_key([p[k] for k in varying]), []).append(idx)
-    singles = [({k: rows.at[ix[0], "params"][k] for k in varying}, None, rows.loc[ix]) for ix in alone.values()]
-    return sections + sorted(singles, key=lambda s: [sort_key(s[0][k]) for k in varying])
+        for config, group in _split(rows, [o for o in varying if o != k]):
+            if len({_key(p[k]) for p in group.loc[group["status"] == "ok", "params"]}) >= 2:
+                sections.append((config, k, group))
+                covered.update(group.index)
+    rest = rows.loc[[i for i in rows.index if i not in covered]]
+    return sections + ([(config, None, group) for config, group in _split(rest, varying)] if len(rest) else [])
 
 
 def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:

@@ -89,8 +89,8 @@ def _hover(row: Any, extra: str = "") -> str:
     lines.append(f"peak allocated {mib(row.peak_allocated_bytes)} MiB")
     if _num(row.peak_reserved_bytes) is not None:
         lines.append(f"peak {'resident' if row.device == 'cpu' else 'reserved'} {mib(row.peak_reserved_bytes)} MiB")
-    if _num(getattr(row, "activation_peak_bytes", None)) is not None:
-        expected = _num(getattr(row, "expected_activation_bytes", None))
+    if _num(row.activation_peak_bytes) is not None:
+        expected = _num(row.expected_activation_bytes)
         lines.append(f"activation peak {mib(row.activation_peak_bytes)} MiB"
                      + (f" (expected {mib(expected)} MiB)" if expected is not None else ""))
     if _num(row.samples_per_s) is not None:
