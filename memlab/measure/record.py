@@ -11,8 +11,13 @@ from ..units import MiB
 
 __all__ = ["analytic_floor", "Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MiB", "fmt_mib"]
 
-SCHEMA_VERSION = 1
-STATUSES = ("ok", "oom", "error")
+SCHEMA_VERSION = 2
+#: ``ok``: measured and verified; ``mismatch``: outputs/gradients differ from the reference (or the
+#: technique mutated its inputs/parameters, or produced non-finite values); ``leak``: live bytes grow
+#: every step; ``oom``: out of memory (or killed by the kernel's OOM killer); ``error``: anything else.
+#: Only ``ok`` rows are ever ranked, called best, or drawn as Pareto points.
+STATUSES = ("ok", "mismatch", "leak", "oom", "error")
+RANKABLE_STATUS = "ok"
 
 
 def fmt_mib(n: int | float | None) -> str:
@@ -43,6 +48,17 @@ class Measurement:
             grad-requiring inputs); part of the peak, so ``peak - grad_bytes`` bounds activations.
         allocated_after_step_bytes: per iteration, tensor bytes live after the step minus the
             baseline before the first measured step; growth here is a leak.
+        leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
+
+    Verdict (see NOTE [ verdicts ] in ``memlab/measure/verdict.py``):
+        status: one of :data:`STATUSES`; ``error`` holds the one-line reason for every non-ok status.
+        matches_reference: decided in ``check_dtype`` (float64 unless the technique runs in low
+            precision only), where a correct technique agrees to ~1e-12.
+        max_abs_error, max_rel_error, tolerance (rtol, atol): the float64 check's errors (max over
+            output and every gradient) and the tolerance it was held to.  None: not comparable
+            (wrong shape, non-finite values: the reason says which).
+        drift_max_abs_error, drift_max_rel_error: the same comparison in the measured ``dtype``
+            (float32 drift, e.g. rebuilt inputs of a reversible stack); a number, not a verdict.
     """
 
     technique: str
@@ -67,6 +83,11 @@ class Measurement:
     samples_per_s: float | None = None
     flops: int | None = None
     max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    check_dtype: str | None = None
+    drift_max_abs_error: float | None = None
+    drift_max_rel_error: float | None = None
+    leak_bytes_per_step: float | None = None
     errors_by_tensor: dict[str, float] = field(default_factory=dict)
     tolerance: tuple[float, float] | None = None
     matches_reference: bool | None = None
