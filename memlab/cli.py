@@ -1,6 +1,7 @@
 """``memlab`` command line: argument parsing and exit codes only; the work happens elsewhere.
 
-Exit status: 0 success, 1 a measurement failed (status oom/error) where one was asked for,
+Exit status: 0 success, 1 a measurement was not ``ok`` (mismatch, leak, oom or error) or a
+reference check failed,
 2 bad input (unknown technique, parameter out of range, unknown device...).
 """
 from __future__ import annotations
@@ -82,9 +83,9 @@ def _cmd_measure(args) -> int:
     m = measure(cls, **_measure_kwargs(args), **params)
     if args.json:
         print(m.to_json())
-        return 0 if m.status == "ok" else 1
+        return _measure_exit(m)
     print(m.summary())
-    if m.status == "ok":
+    if m.peak_allocated_bytes is not None:
         label = "resident" if m.device == "cpu" else "reserved"
         rows = [
             ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
@@ -93,8 +94,7 @@ def _cmd_measure(args) -> int:
             ("step time", f"{m.step_time_s * 1e3:.1f} ms" if m.step_time_s else "-", f"median of {len(m.step_times_s)}"),
             ("throughput", f"{m.samples_per_s:.1f} samples/s" if m.samples_per_s else "-", ""),
             ("FLOPs", f"{m.flops:.3e}" if m.flops is not None else "-", "per step"),
-            ("max |error| vs reference", f"{m.max_abs_error:.2e}" if m.max_abs_error is not None else "-",
-             "" if m.matches_reference is None else ("within" if m.matches_reference else "OUTSIDE") + f" rtol/atol {m.tolerance}"),
+            *_verdict_rows(m),
         ]
         for k, v in sorted(m.extra.items()):
             if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in ("baseline", "twin"):
@@ -104,7 +104,62 @@ def _cmd_measure(args) -> int:
             print(f"  {k:<{w}}  {v}  {note}".rstrip())
         print(f"  allocated: {m.memory_method.get('allocated', '')}")
         print(f"  {label}: {m.memory_method.get('reserved', '')}")
-    return 0 if m.status == "ok" else 1
+    return _measure_exit(m)
+
+
+def _fmt_err(x) -> str:
+    return "-" if x is None else f"{x:.2e}"
+
+
+def _verdict_rows(m) -> list[tuple[str, str, str]]:
+    """The reference check as table rows: the float64 verdict with its tolerance, the dtype drift."""
+    if m.matches_reference is None:
+        return [("matches reference", "not checked", "")]
+    rtol, atol = m.tolerance or (None, None)
+    rows = [("matches reference", "yes" if m.matches_reference else "NO",
+             f"{m.check_dtype or m.dtype}: max |error| {_fmt_err(m.max_abs_error)}, relative {_fmt_err(m.max_rel_error)}; "
+             f"tolerance rtol={rtol:g} atol={atol:g}" if rtol is not None else "")]
+    if m.drift_max_abs_error is not None or (m.check_dtype and m.check_dtype != m.dtype):
+        rows.append((f"{m.dtype} drift", _fmt_err(m.drift_max_abs_error),
+                     f"max |error| vs the reference in {m.dtype} (relative {_fmt_err(m.drift_max_rel_error)}); a number, not a verdict"))
+    return rows
+
+
+def _measure_exit(m) -> int:
+    """0 for ``ok``; else one line on stderr with the status and reason, and 1."""
+    if m.status == "ok":
+        return 0
+    print(f"memlab: {m.technique}: {m.status.upper()}: {m.error or 'no reason recorded'}", file=sys.stderr)
+    return 1
+
+
+def _say(text: str) -> None:
+    """One line to stderr.  A closed stderr is ignored: messages must never stop a sweep."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _print_or_drop(text: str) -> None:
+    """Print to stdout.  A reader that went away (``| head -1``) is not an error: the text is
+    dropped and stdout is pointed at /dev/null, so exiting prints no "Exception ignored" either."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+def _stdout_to_devnull() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real descriptor behind sys.stdout
+        sys.stdout = open(os.devnull, "w")
 
 
 class _Progress:
@@ -238,15 +293,14 @@ def _cmd_check(args) -> int:
 
     for n in args.name or []:
         get_technique(n)
-    failed = 0
-    for name, v in check_all(args.name or None):
-        if isinstance(v, str):
-            print(f"SKIP  {name}: {v}")
-            continue
-        failed += not v.ok
-        worst = max(v.errors, key=v.errors.get) if v.errors else "-"
-        print(f"{'PASS' if v.ok else 'FAIL'}  {name}: max |error| {v.max_abs_error:.2e} ({worst}), rtol={v.rtol:g} atol={v.atol:g}")
-    return 1 if failed else 0
+    outcomes = check_all(args.name or None)
+    for outcome in outcomes:
+        print(outcome.line(), flush=True)
+    bad = [o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")]
+    if bad:
+        print(f"memlab: {len(bad)} of {len(outcomes)} techniques failed the reference check: {', '.join(bad)}",
+              file=sys.stderr)
+    return 1 if bad else 0
 
 
 def _cmd_reproduce(args) -> int:

@@ -57,6 +57,9 @@ class Technique:
     #: parameters added to the workload's ``check_params`` for the automatic reference check
     #: (e.g. a chunk size that does not divide the check's row count)
     check_params: ClassVar[Mapping[str, Any]] = {}
+    #: ``{dtype: (rtol, atol)}`` overriding the workload's tolerances for this technique only: for a
+    #: variant that computes in lower precision on purpose (see :meth:`tolerance`)
+    tolerances: ClassVar[Mapping[str, tuple[float, float]]] = {}
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -123,6 +126,17 @@ class Technique:
                 f"technique {self.name!r} does not support device {device.type!r}; "
                 f"supported: {', '.join(self.devices)}"
             )
+
+    @classmethod
+    def tolerance(cls, dtype: str) -> tuple[float, float]:
+        """``(rtol, atol)`` the reference check holds this technique to in ``dtype`` (``'float64'``...).
+
+        The technique's own ``tolerances`` entry if it declares one, else the workload's, else
+        ``(1e-3, 1e-3)``.  A technique that computes in bfloat16 internally, say, declares
+        ``tolerances = {"float64": (1e-2, 1e-2)}`` and states why in its docstring.
+        """
+        found = cls.tolerances.get(dtype) or cls.workload.tolerances.get(dtype)
+        return tuple(found) if found else (1e-3, 1e-3)
 
     def build(self, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Problem:
         """Seeded problem for one step; default: the workload's."""

@@ -140,8 +140,9 @@ def test_reversible_does_not_leak_and_the_check_catches_a_ctx_cycle():
     m = memlab.measure("reversible", isolate=False, iterations=10, repeats=1, **cfg)
     assert m.status == "ok" and _growth(m) == 0
     leaky = memlab.measure(LeakyCtxOutput, isolate=False, iterations=10, repeats=1, **cfg)
-    assert leaky.status == "ok" and leaky.matches_reference
-    assert _growth(leaky) > 0
+    assert leaky.status == "leak" and leaky.matches_reference
+    assert _growth(leaky) > 0 and leaky.leak_bytes_per_step > 0
+    assert "per step" in leaky.error
     assert leaky.allocated_after_step_bytes[-1] > leaky.allocated_after_step_bytes[0]
 
 

@@ -10,6 +10,13 @@ accumulation alone and sees temporaries allocated inside kernels (``slice_backwa
 Limits: the running totals the profiler reports are process-wide and only move while profiling, so
 memlab sums deltas from the first event instead; allocations made on threads the profiler does not
 follow would be invisible (none are made by the ops memlab measures).
+Frees of storage allocated *before* the profiler started are not reported at all: c10's CPU memory
+reporter learns a block's size only while memory profiling is on, and drops the free of a block it
+never saw.  A technique that frees a pre-existing tensor's storage (MemCNN frees the caller's input
+in forward, RevLib likewise) would then look as if that storage were still live, inflating the
+first iteration's peak and every ``after`` figure by its size.  So a measurement starts recording
+*before* it builds the problem (:class:`AllocationRecorder`): every storage a step can free was
+allocated inside the session, and its free is seen.
 The same replay works for CUDA events and gives the timelines on both devices.
 """
 from __future__ import annotations
@@ -20,7 +27,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-__all__ = ["AllocEvent", "Window", "trace_allocations", "IterationStats", "iteration_stats", "window", "phase_of"]
+__all__ = ["AllocEvent", "Window", "AllocationRecorder", "trace_allocations", "IterationStats", "iteration_stats", "window", "phase_of"]
 
 _MARKER = "memlab::"
 
@@ -47,23 +54,65 @@ class Window:
     end_ns: int
 
 
+class AllocationRecorder:
+    """A profiler session with allocation events, opened before the tensors a step may free exist.
+
+    Usage::
+
+        with AllocationRecorder(device) as rec:
+            problem = technique.build(...)      # allocated inside the session: frees are seen
+            step()                              # warm-up, unmarked
+            rec.iterations(step, 3)             # marked memlab::iteration0..2
+        events, windows = rec.result()
+
+    Only the marked iterations count in :func:`iteration_stats`; events before them set the live
+    bytes those iterations start from (see NOTE [ exact CPU allocated bytes ]).
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        self._prof = profile(activities=activities, profile_memory=True, record_shapes=False, with_stack=False)
+        self._done = False
+
+    def __enter__(self) -> "AllocationRecorder":
+        self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._prof.__exit__(*exc)
+        self._done = True
+
+    def iterations(self, fn: Callable[[], None], n: int) -> None:
+        """Run ``fn`` ``n`` times, each inside a ``memlab::iterationK`` marker."""
+        for i in range(n):
+            with record_function(f"{_MARKER}iteration{i}"):
+                fn()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+
+    def result(self):
+        """``(events, windows)`` as :func:`trace_allocations` returns them; after the ``with`` block."""
+        if not self._done:
+            raise RuntimeError("AllocationRecorder.result() is available after its `with` block ends")
+        return _collect(self._prof, self.device)
+
+
 def trace_allocations(fn: Callable[[], None], device: torch.device, iterations: int = 1):
     """Run ``fn`` ``iterations`` times under the profiler.
+
+    Frees of storage that existed before this call are not seen (see the NOTE): use
+    :class:`AllocationRecorder` around the setup when ``fn`` may free such storage.
 
     Returns:
         ``(events, windows)``: allocation events on ``device``'s type sorted by time, and the
         ``memlab::iterationK`` / phase marker windows (name, start, end in ns).
     """
-    activities = [ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities, profile_memory=True, record_shapes=False, with_stack=False) as prof:
-        for i in range(iterations):
-            with record_function(f"{_MARKER}iteration{i}"):
-                fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-    return _collect(prof, device)
+    with AllocationRecorder(device) as rec:
+        rec.iterations(fn, iterations)
+    return rec.result()
 
 
 def _collect(prof, device: torch.device):
@@ -103,7 +152,7 @@ def _ancestor_names(node) -> list[str]:
 @dataclass(frozen=True)
 class IterationStats:
     """Per iteration: peak live bytes above that iteration's start, live bytes at its end above the
-    first iteration's start."""
+    first iteration's start (events before the first iteration set the level it starts from)."""
 
     peaks: tuple[int, ...]
     after: tuple[int, ...]
@@ -113,19 +162,21 @@ def iteration_stats(events: list[AllocEvent], windows: list[Window]) -> Iteratio
     iters = [w for w in windows if w.name.startswith("iteration")]
     peaks, after = [], []
     live = 0
+    first = None
     k = 0
     for w in iters:
         while k < len(events) and events[k].time_ns < w.start_ns:
             live += events[k].delta_bytes
             k += 1
         start = live
+        first = start if first is None else first
         peak = live
         while k < len(events) and events[k].time_ns <= w.end_ns:
             live += events[k].delta_bytes
             peak = max(peak, live)
             k += 1
         peaks.append(peak - start)
-        after.append(live)
+        after.append(live - first)
     return IterationStats(tuple(peaks), tuple(after))
 
 

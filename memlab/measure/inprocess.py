@@ -1,6 +1,7 @@
 """Measuring one configuration in the current process (the subprocess worker calls this too)."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import time
@@ -14,6 +15,7 @@ from .devices import device_label
 from .environment import environment
 from .record import Measurement, Timeline, TimelineEvent
 from .step import baseline_objects, make_step, tensors_bytes
+from .verdict import decide
 from .verify import verify_technique
 
 __all__ = ["measure_in_process", "timeline_in_process", "skeleton", "memory_method"]
@@ -54,9 +56,11 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
                        iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True) -> Measurement:
     """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
 
-    Order: reference check (own problem, freed), build, one warm-up step, resident high-water step,
-    ``repeats`` timed steps, one FLOP-counted step, then ``iterations`` allocation-traced steps.
-    OOM becomes status ``oom``; any other exception status ``error`` with the message.
+    Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
+    inside one allocation recording: build, one warm-up step, ``iterations`` traced steps; then one
+    resident high-water step, ``repeats`` timed steps, one FLOP-counted step (and on CUDA the
+    ``iterations`` allocator-counted steps).  The verdict (NOTE [ verdicts ]) sets the status:
+    ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
     """
     dtype_name = str(dtype).replace("torch.", "")
     base = skeleton(technique, device_label(device), dtype_name, mode)
@@ -76,27 +80,78 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _verify(technique, device, dtype, mode, seed) -> tuple[Any, Any, dict[str, Any]]:
+    """The float64 check (at the measured size, or the check size if that does not fit) and, for
+    another measured dtype, the same check in that dtype (drift).  See NOTE [ verdicts ]."""
+    notes: dict[str, Any] = {}
+    try:
+        exact = verify_technique(technique, device, torch.float64, mode=mode, seed=seed)
+    except Exception as exc:  # noqa: BLE001 - only an out-of-memory check falls back
+        if not _is_oom(exc):
+            raise
+        gc.collect()
+        notes["verdict_config"] = "check"
+        exact = verify_technique(type(technique).for_check(), device, torch.float64, mode=mode, seed=seed)
+    gc.collect()
+    drift = None
+    if dtype != torch.float64:
+        drift = verify_technique(technique, device, dtype, mode=mode, seed=seed)
+        gc.collect()
+    return exact, drift, notes
+
+
+def _verdict_fields(exact, drift) -> dict[str, Any]:
+    fields: dict[str, Any] = {"max_abs_error": exact.max_abs_error, "max_rel_error": exact.max_rel_error,
+                              "errors_by_tensor": exact.errors, "tolerance": (exact.rtol, exact.atol),
+                              "matches_reference": exact.ok, "check_dtype": exact.dtype}
+    if drift is not None:
+        fields.update(drift_max_abs_error=drift.max_abs_error, drift_max_rel_error=drift.max_rel_error)
+    return fields
+
+
 def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check) -> Measurement:
     technique.check_available(device)
     fields: dict[str, Any] = {}
+    exact = drift = None
+    notes: dict[str, Any] = {}
     if check:
-        v = verify_technique(technique, device, dtype, mode=mode, seed=seed)
-        fields.update(max_abs_error=v.max_abs_error, errors_by_tensor=v.errors,
-                      tolerance=(v.rtol, v.atol), matches_reference=v.ok)
-        del v
-        gc.collect()
+        exact, drift, notes = _verify(technique, device, dtype, mode, seed)
+        fields.update(_verdict_fields(exact, drift))
+    try:
+        return _measure_steps(technique, device, dtype, base, mode, iterations, repeats, seed, fields,
+                              exact, drift, notes)
+    except Exception as exc:  # noqa: BLE001
+        if exact is None or exact.ok:
+            raise
+        # a wrong output (None, a wrong shape) often cannot be stepped: the verdict is the row
+        return base.replace(**fields, status="mismatch", error=f"{exact.line()}; the step then failed: "
+                            f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                            memory_method=memory_method(device), environment=environment(device))
 
-    problem = technique.build(device, dtype, seed)
-    step, optimizer = make_step(technique, problem, mode)
-    step()  # warm-up: lazy initialisation, optimizer state
-    _sync(device)
-    gc.collect()
+
+def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, seed, fields, exact, drift,
+                   notes) -> Measurement:
+    # Allocation recording starts before the problem exists, so that frees of its storages are
+    # seen (NOTE [ exact CPU allocated bytes ]); CUDA reads the allocator's own counters instead.
+    recorder = alloc_trace.AllocationRecorder(device) if device.type == "cpu" else contextlib.nullcontext()
+    with recorder:
+        problem = technique.build(device, dtype, seed)
+        step, optimizer = make_step(technique, problem, mode)
+        step()  # warm-up: lazy initialisation, optimizer state
+        _sync(device)
+        gc.collect()
+        if device.type == "cpu":
+            recorder.iterations(step, iterations)
     params = [p for p in problem.model.parameters()]
     fields["param_count"] = sum(p.numel() for p in params)
     fields["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
     if mode == "train":
         fields["grad_bytes"] = sum(t.numel() * t.element_size() for t in problem.leaves())
     fields["allocated_baseline_bytes"] = tensors_bytes(baseline_objects(problem, optimizer))
+    if device.type == "cpu":
+        stats = alloc_trace.iteration_stats(*recorder.result())
+        peaks, after = list(stats.peaks), list(stats.after)
+        gc.collect()
 
     # resident / reserved around one step
     if device.type == "cuda":
@@ -146,14 +201,12 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
             after.append(torch.cuda.memory_allocated(device) - start)
         free, total = torch.cuda.mem_get_info(device)
         fields["device_used_bytes"] = total - free
-    else:
-        events, windows = alloc_trace.trace_allocations(step, device, iterations)
-        stats = alloc_trace.iteration_stats(events, windows)
-        peaks, after = list(stats.peaks), list(stats.after)
     fields["peak_allocated_per_iteration_bytes"] = tuple(peaks)
     fields["allocated_after_step_bytes"] = tuple(after)
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
-    fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **technique.describe(problem)}
+    status, reason, per_step = decide(exact, drift, after)
+    fields.update(status=status, error=reason, leak_bytes_per_step=per_step)
+    fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **technique.describe(problem)}
     fields["memory_method"] = memory_method(device)
     fields["environment"] = environment(device)
     return base.replace(**fields)
@@ -166,13 +219,15 @@ def timeline_in_process(technique: Technique, device: torch.device, dtype: torch
     Uses the profiler's allocation events on both devices (see NOTE [ exact CPU allocated bytes ]).
     """
     technique.check_available(device)
-    problem = technique.build(device, dtype, seed)
-    step, optimizer = make_step(technique, problem, mode)
-    step()
-    _sync(device)
-    gc.collect()
+    with alloc_trace.AllocationRecorder(device) as recorder:  # before build: see measure_in_process
+        problem = technique.build(device, dtype, seed)
+        step, optimizer = make_step(technique, problem, mode)
+        step()
+        _sync(device)
+        gc.collect()
+        recorder.iterations(step, 1)
     baseline = tensors_bytes(baseline_objects(problem, optimizer))
-    events, windows = alloc_trace.trace_allocations(step, device, 1)
+    events, windows = recorder.result()
     iters = [w for w in windows if w.name.startswith("iteration")]
     live = 0
     out = []

@@ -1,0 +1,73 @@
+"""The verdict on one measurement: ``ok``, ``mismatch`` or ``leak`` (``oom``/``error`` come from failures).
+
+# NOTE [ verdicts ]
+memlab publishes a figure only for a technique that computes the right thing and holds its memory
+steady; everything else is a row with a status and a one-line reason, never ranked.
+
+* **Algorithmic exactness vs float drift.**  ``matches_reference`` is decided in float64 at the
+  measured configuration, where a correct technique agrees with plain autograd to ~1e-12 (a
+  reversible stack rebuilds its inputs exactly enough that no ReLU mask flips).  In float32 the
+  rebuilt inputs of a correct reversible stack differ by ~1e-6, enough to flip a few ReLU masks and
+  move some gradient entries by 0.25-0.74: that is drift, not a bug, so the error in the measured
+  dtype is reported as a number (``drift_max_abs_error``) and decides nothing, except when it is
+  structural (non-finite values, wrong shape, changed inputs), which is wrong in any dtype.
+  If the float64 check does not fit in memory at the measured size it runs at the technique's
+  check configuration instead (``extra["verdict_config"] == "check"``).
+* **Mismatch.**  Outputs or any gradient outside ``technique.tolerance("float64")``, non-finite
+  values, a wrong shape, or a changed input/parameter (see :mod:`memlab.measure.verify`).
+* **Leak.**  ``allocated_after_step_bytes`` (live bytes after each measured step, above the level
+  before the first one) grows at every step: :func:`leak_per_step`.  A one-off retention (a cache
+  filled once) is not a leak by this rule; a constant offset neither.  This needs at least two
+  measured iterations, and an allocation trace that sees frees of storage allocated before the
+  measured steps (see NOTE [ exact CPU allocated bytes ]), or MemCNN's freed input would look live.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+__all__ = ["leak_per_step", "decide", "leak_reason"]
+
+
+def leak_per_step(after: Sequence[int]) -> float | None:
+    """Mean growth in bytes per step when live bytes grew at *every* measured step, else None.
+
+    ``after[i]`` is the live bytes after step ``i`` above the level before step 0, so the first
+    step's growth is ``after[0]``.  Needs at least two steps.
+
+    >>> leak_per_step([4, 8, 12])
+    4.0
+    >>> leak_per_step([2, 2, 2]) is None     # a constant offset: retained once, not growing
+    True
+    """
+    if len(after) < 2:
+        return None
+    levels = [0, *after]
+    if all(b > a for a, b in zip(levels, levels[1:])):
+        return after[-1] / len(after)
+    return None
+
+
+def leak_reason(per_step: float, after: Sequence[int]) -> str:
+    from .record import fmt_mib
+
+    return (f"live memory grows by {fmt_mib(per_step)} ({per_step:.0f} B) per step "
+            f"(after each step: {', '.join(fmt_mib(a) for a in after)})")
+
+
+def decide(exact, drift=None, after: Sequence[int] = ()) -> tuple[str, str | None, float | None]:
+    """``(status, reason, leak bytes per step)`` from the float64 check, the measured-dtype check and
+    the after-step live bytes.
+
+    Args:
+        exact: the :class:`~memlab.measure.verify.Verification` in float64 (or None: not checked).
+        drift: the Verification in the measured dtype (or None); only structural failures count.
+        after: ``allocated_after_step_bytes``.
+    """
+    if exact is not None and not exact.ok:
+        return "mismatch", exact.line()[:500], None
+    if drift is not None and drift.structural:
+        return "mismatch", f"{drift.reason} ({drift.dtype})"[:500], None
+    per_step = leak_per_step(after)
+    if per_step is not None:
+        return "leak", leak_reason(per_step, after), per_step
+    return "ok", None, None
