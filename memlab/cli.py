@@ -50,6 +50,7 @@ def _cmd_list(args) -> int:
             c = get_technique(n)
             rows.append({"name": n, "family": c.family(), "workload": c.workload.name, "summary": c.summary(),
                          "baseline": c.baseline, "peer": c.peer, "twin": c.twin,
+                         "tolerance": {dt: list(c.tolerance(dt)) for dt in ("float64", "float32", "bfloat16", "float16")},
                          "params": {k: {"default": p.default, "valid": p.describe_range(), "doc": p.doc}
                                     for k, p in sorted(c.all_params().items())}})
         print(json.dumps(rows, indent=1, sort_keys=True, default=list))
@@ -91,7 +92,8 @@ def _cmd_measure(args) -> int:
             ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
             (f"peak {label}", fmt_mib(m.peak_reserved_bytes), "above baseline " + fmt_mib(m.reserved_baseline_bytes)),
             ("allocated after step", ", ".join(fmt_mib(b) for b in m.allocated_after_step_bytes), "per iteration, above baseline"),
-            ("step time", f"{m.step_time_s * 1e3:.1f} ms" if m.step_time_s else "-", f"median of {len(m.step_times_s)}"),
+            ("step time", m.step_time_text(), f"median ± interquartile range of {len(m.step_times_s)} steps, "
+             f"{m.environment.get('threads', '?')} threads, load {_load_text(m)}"),
             ("throughput", f"{m.samples_per_s:.1f} samples/s" if m.samples_per_s else "-", ""),
             ("FLOPs", f"{m.flops:.3e}" if m.flops is not None else "-", "per step"),
             *_verdict_rows(m),
@@ -105,6 +107,13 @@ def _cmd_measure(args) -> int:
         print(f"  allocated: {m.memory_method.get('allocated', '')}")
         print(f"  {label}: {m.memory_method.get('reserved', '')}")
     return _measure_exit(m)
+
+
+def _load_text(m) -> str:
+    def one(x):
+        return "?" if x is None else f"{x:.2f}"
+
+    return f"{one(m.load_avg_before)} -> {one(m.load_avg_after)} on {m.environment.get('cores', '?')} cores"
 
 
 def _fmt_err(x) -> str:

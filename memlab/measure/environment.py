@@ -12,7 +12,15 @@ import torch
 
 from .._version import __version__
 
-__all__ = ["environment"]
+__all__ = ["environment", "load_average"]
+
+
+def load_average() -> float | None:
+    """The machine's 1-minute load average (runnable processes), or None where the OS has none."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,6 +58,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "opt_einsum": bool(torch.backends.opt_einsum.is_available()),
         "threads": torch.get_num_threads(),
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu": _cpu_name(),
         "memlab": __version__,
         "git_commit": git_commit(),

@@ -12,7 +12,7 @@ import torch
 from ..technique import Technique
 from . import alloc_trace, resident
 from .devices import device_label
-from .environment import environment
+from .environment import environment, load_average
 from .record import Measurement, Timeline, TimelineEvent
 from .step import baseline_objects, make_step, tensors_bytes
 from .verdict import decide
@@ -73,6 +73,18 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
             torch.cuda.empty_cache()
         return base.replace(status=status, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                             memory_method=memory_method(device), environment=environment(device))
+
+
+def step_time_fields(times: list[float], samples_per_step: int | None) -> dict[str, Any]:
+    """Median, interquartile range (inclusive quartiles; None under two samples) and throughput of
+    step times in seconds."""
+    if not times:
+        return {}
+    median = statistics.median(times)
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) >= 2 else (None, None, None)
+    return {"step_times_s": tuple(times), "step_time_s": median,
+            "step_time_iqr_s": None if q1 is None else q3 - q1,
+            "samples_per_s": samples_per_step / median if samples_per_step and median > 0 else None}
 
 
 def _sync(device: torch.device) -> None:
@@ -169,6 +181,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, se
             fields["peak_reserved_bytes"] = max(0, hwm - rss0)
             fields["reserved_baseline_bytes"] = rss0
 
+    fields["load_avg_before"] = load_average()
     times = []
     for _ in range(repeats):
         _sync(device)
@@ -176,10 +189,8 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, se
         step()
         _sync(device)
         times.append(time.perf_counter() - t0)
-    if times:
-        fields["step_times_s"] = tuple(times)
-        fields["step_time_s"] = statistics.median(times)
-        fields["samples_per_s"] = base.samples_per_step / fields["step_time_s"] if fields["step_time_s"] > 0 else None
+    fields["load_avg_after"] = load_average()
+    fields.update(step_time_fields(times, base.samples_per_step))
 
     from torch.utils.flop_counter import FlopCounterMode
 

@@ -50,6 +50,11 @@ class Measurement:
             baseline before the first measured step; growth here is a leak.
         leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
 
+    Step time (seconds): ``step_times_s`` holds every timed sample, ``step_time_s`` their median and
+    ``step_time_iqr_s`` their interquartile range (None under two samples); ``load_avg_before`` and
+    ``load_avg_after`` the machine's 1-minute load average around the timed steps, compared with
+    ``environment["cores"]`` by :meth:`under_load`.  Compare techniques as ratios within one run.
+
     Verdict (see NOTE [ verdicts ] in ``memlab/measure/verdict.py``):
         status: one of :data:`STATUSES`; ``error`` holds the one-line reason for every non-ok status.
         matches_reference: decided in ``check_dtype`` (float64 unless the technique runs in low
@@ -79,6 +84,9 @@ class Measurement:
     peak_allocated_per_iteration_bytes: tuple[int, ...] = ()
     step_time_s: float | None = None
     step_times_s: tuple[float, ...] = ()
+    step_time_iqr_s: float | None = None
+    load_avg_before: float | None = None
+    load_avg_after: float | None = None
     samples_per_step: int | None = None
     samples_per_s: float | None = None
     flops: int | None = None
@@ -136,6 +144,20 @@ class Measurement:
     def replace(self, **changes: Any) -> "Measurement":
         return dataclasses.replace(self, **changes)
 
+    def under_load(self) -> bool:
+        """True when the 1-minute load average before or after the timed steps exceeded the cores."""
+        cores = self.environment.get("cores")
+        loads = [x for x in (self.load_avg_before, self.load_avg_after) if isinstance(x, (int, float))]
+        return bool(cores) and any(x > cores for x in loads)
+
+    def step_time_text(self) -> str:
+        """``'12.3 ms ± 0.4 ms (IQR, n=5)'``, or ``'-'`` without samples."""
+        if self.step_time_s is None:
+            return "-"
+        n = len(self.step_times_s)
+        spread = "" if self.step_time_iqr_s is None else f" ± {self.step_time_iqr_s * 1e3:.1f} ms (IQR, n={n})"
+        return f"{self.step_time_s * 1e3:.1f} ms{spread}" + (" [under load]" if self.under_load() else "")
+
     def analytic_floor_bytes(self) -> float | None:
         """The technique's stated analytic floor for this row's mode (see :func:`analytic_floor`)."""
         return analytic_floor(self.extra, self.mode)
@@ -146,7 +168,7 @@ class Measurement:
         args = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
         if self.status != "ok":
             return f"{self.technique} [{args}] {self.device} {self.mode}: {self.status.upper()} {self.error or ''}".rstrip()
-        t = "-" if self.step_time_s is None else f"{self.step_time_s * 1e3:.1f} ms"
+        t = self.step_time_text()
         return (
             f"{self.technique} [{args}] {self.device} {self.dtype} {self.mode}: "
             f"peak allocated {fmt_mib(self.peak_allocated_bytes)}, "

@@ -1,0 +1,30 @@
+"""Step times carry their spread and the load they were measured under (no time is asserted)."""
+import pytest
+
+import memlab
+from memlab.measure.inprocess import step_time_fields
+
+
+def test_median_and_interquartile_range():
+    f = step_time_fields([0.5, 0.1, 0.2, 0.3, 0.4], samples_per_step=10)
+    assert f["step_time_s"] == 0.3
+    assert f["step_time_iqr_s"] == pytest.approx(0.4 - 0.2)
+    assert f["samples_per_s"] == pytest.approx(10 / 0.3)
+    assert step_time_fields([0.2], 1)["step_time_iqr_s"] is None
+    assert step_time_fields([], 1) == {}
+
+
+def test_measurement_records_samples_load_and_threads():
+    m = memlab.measure("unchunked", isolate=False, iterations=1, repeats=4, n=64, d=8, hidden=16)
+    assert len(m.step_times_s) == 4 and m.step_time_iqr_s is not None
+    assert m.load_avg_before is not None and m.load_avg_after is not None
+    assert m.environment["threads"] >= 1 and m.environment["cores"] >= 1
+    assert "± " in m.step_time_text() and "n=4" in m.step_time_text()
+
+
+def test_under_load_compares_the_load_average_with_the_cores():
+    m = memlab.measure("unchunked", isolate=False, iterations=1, repeats=2, n=64, d=8, hidden=16)
+    cores = m.environment["cores"]
+    assert m.replace(load_avg_before=cores + 0.5).under_load()
+    assert not m.replace(load_avg_before=cores - 0.5, load_avg_after=0.0).under_load()
+    assert "[under load]" in m.replace(load_avg_after=cores * 3.0).step_time_text()
