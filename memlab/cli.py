@@ -3,6 +3,10 @@
 Exit status: 0 success, 1 a measurement was not ``ok`` (mismatch, leak, oom or error) or a
 reference check failed,
 2 bad input (unknown technique, parameter out of range, unknown device...).
+``sweep``: 1 when any point's row is not ``ok`` (every row is still written; a count per status
+ends stderr) or a row could not be written (disk full: "rerun with --resume"); 2 when ``--out`` is
+unusable (a directory, not writable) or another sweep holds its lock (the message names its pid),
+and then nothing was written.  A closed stdout (``| head``) never stops a sweep.
 """
 from __future__ import annotations
 
@@ -172,12 +176,19 @@ def _stdout_to_devnull() -> None:
 
 
 class _Progress:
-    """A one-line progress bar on stderr (a line per item when stderr is not a terminal)."""
+    """A one-line progress bar on stderr (a line per item when stderr is not a terminal).
+
+    Writing to a closed stderr stops the bar, never the sweep.
+    """
 
     def __init__(self, stream=None):
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty()
+        try:
+            self.tty = self.stream.isatty()
+        except (OSError, ValueError):
+            self.tty = False
         self.started = None
+        self.broken = False
 
     def __call__(self, done, total, point, m, seconds) -> None:
         import time
@@ -191,64 +202,77 @@ class _Progress:
         filled = int(width * done / max(total, 1))
         bar = "#" * filled + "-" * (width - filled)
         if m is None and done < total and seconds == 0.0:
-            line = f"[{bar}] {done}/{total} measuring {point.technique} {params}"
             if self.tty:
-                self.stream.write("\r\033[K" + line)
-                self.stream.flush()
+                self._write("\r\033[K" + f"[{bar}] {done}/{total} measuring {point.technique} {params}")
             return
         elapsed = time.perf_counter() - self.started
         eta = elapsed / done * (total - done) if done else 0
         result = "skipped" if m is None else (fmt_mib(m.peak_allocated_bytes) if m.status == "ok" else m.status.upper())
         line = f"[{bar}] {done}/{total} {point.technique} {params}: {result} ({seconds:.1f} s, ETA {eta:.0f} s)"
-        self.stream.write(("\r\033[K" if self.tty else "") + line + "\n")
-        self.stream.flush()
+        self._write(("\r\033[K" if self.tty else "") + line + "\n")
+
+    def _write(self, text: str) -> None:
+        if self.broken:
+            return
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):
+            self.broken = True
+
+
+def _unmeasured(points, out, args) -> list:
+    """``--resume``: the points ``out`` holds no ok row for (its unreadable lines are warned about)."""
+    from .sweep import already_measured, is_done
+
+    done = already_measured(out.path, args.device, args.dtype, args.mode, warn=_say)
+    left = [p for p in points if not is_done(p, done)]
+    _say(f"memlab: resuming {out.path}: {len(points) - len(left)} of {len(points)} point(s) already measured")
+    return left
 
 
 def _cmd_sweep(args) -> int:
-    from .sweep import format_table, plan_sweep, run_sweep
+    from .measure import prepare
+    from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, open_sweep_output, plan_sweep, run_sweep,
+                        status_summary)
 
     points = plan_sweep(args.family, quick=args.quick, techniques=args.technique)
     if not points:
         raise UsageError("nothing to sweep: no technique matches")
-    if args.resume:
-        if not args.out:
-            raise UsageError("--resume needs --out FILE (the sweep to continue)")
-        from .sweep import already_measured, is_done
-
-        done = already_measured(args.out, args.device, args.dtype, args.mode)
-        before = len(points)
-        points = [p for p in points if not is_done(p, done)]
-        print(f"memlab: resuming {args.out}: {before - len(points)} of {before} point(s) already measured", file=sys.stderr)
-        args.append = True
-        if not points:
-            return 0
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out FILE (the sweep to continue)")
     kw = _measure_kwargs(args)
     device, dtype, mode = kw.pop("device"), kw.pop("dtype"), kw.pop("mode")
-    from .measure import prepare
-
     prepare(points[0].technique, {}, device, dtype, mode)  # validate device/dtype/mode before starting
-    out = None
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        out = open(args.out, "a" if args.append else "w", encoding="utf-8")
+    try:
+        out = open_sweep_output(args.out, append=args.append or args.resume, warn=_say) if args.out else None
+    except SweepOutputBusy as exc:
+        raise UsageError(str(exc)) from None
     rows = []
     try:
-        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), **kw):
+        if args.resume:
+            points = _unmeasured(points, out, args)
+        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), warn=_say, **kw):
             rows.append(m)
     except KeyboardInterrupt:
-        print(f"\nmemlab: interrupted; {len(rows)} finished measurement(s) kept" +
-              (f" in {args.out}" if args.out else ""), file=sys.stderr)
+        _say(f"\nmemlab: interrupted; {len(rows)} finished measurement(s) kept" + (f" in {args.out}" if args.out else ""))
         return 130
+    except SweepWriteFailed as exc:
+        _say(f"memlab: {exc}")
+        return 1
     finally:
         if out is not None:
             out.close()
-    print(format_table(rows))
+    if not points:
+        return 0
+    _print_or_drop(format_table(rows))
     if rows and rows[0].device == "cpu":
-        print("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
-              "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
+        _print_or_drop("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
+                       "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
     if args.out:
-        print(f"wrote {len(rows)} measurement(s) to {args.out}")
-    return 0
+        _print_or_drop(f"wrote {len(rows)} measurement(s) to {args.out}")
+    _say("memlab: " + status_summary(rows, len(points)))
+    return 0 if all(m.status == "ok" for m in rows) else 1
 
 
 def _cmd_timeline(args) -> int:

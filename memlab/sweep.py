@@ -1,11 +1,12 @@
 """Sweeps: measure every technique of a family over its workload's grid, writing JSON Lines.
 
 Each finished Measurement is appended to the output file and fsync'd at once, so an interrupted
-sweep keeps every row it finished; ``oom`` and ``error`` rows are written like any other and the
-sweep goes on.
+sweep keeps every row it finished; non-``ok`` rows are written like any other and the sweep goes on.
+See NOTE [ sweep output ] for how the output file is kept whole.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -14,12 +15,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
-from .atomic import append_line_durable
+from .atomic import FileLocked, append_line_durable, lock_exclusive
 from .measure import measure
-from .measure.record import Measurement, fmt_mib
+from .measure.record import STATUSES, Measurement, fmt_mib
 from .registry import get_technique, list_families, list_techniques
 
-__all__ = ["SweepPoint", "plan_sweep", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done"]
+__all__ = ["SweepPoint", "plan_sweep", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done",
+           "SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "status_summary"]
+
+# NOTE [ sweep output ]
+# A sweep's --out file is only ever written by the sweep that holds its lock, one whole row at a time:
+# * open_sweep_output opens the file without truncating it, takes a non-blocking flock on it (a second
+#   sweep on the same file is refused, naming the holder's pid) and only then truncates it (a fresh
+#   run) or repairs its tail (--append / --resume);
+# * a torn last line (a killed run, a full disk: no final newline, or a final line that is not JSON)
+#   is reported as FILE:LINE and cut off, so its point counts as not measured and is measured again;
+#   an unreadable line elsewhere is reported and left as it is;
+# * each row is one write(2) call plus fsync (memlab.atomic.append_line_durable); a write that fails
+#   half-way is cut back off, so after any OSError the file still ends with a complete row and the
+#   sweep stops with SweepWriteFailed ("disk full writing FILE after N rows; rerun with --resume").
 
 
 @dataclass(frozen=True)
@@ -57,15 +71,17 @@ def plan_sweep(family: str | None = None, quick: bool = False, techniques: list[
     return [k[3] for k in keyed]
 
 
-def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str) -> set[tuple[str, str]]:
+def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str,
+                     warn: Callable[[str], None] | None = None) -> set[tuple[str, str]]:
     """``(technique, canonical params)`` keys of the rows in ``path`` with status ok (for --resume).
 
     A point is identified by the parameters it was asked for; the stored rows carry every resolved
-    parameter, so a stored row matches a point when the point's parameters agree with it.
+    parameter, so a stored row matches a point when the point's parameters agree with it.  An
+    unreadable line is passed to ``warn`` as ``FILE:LINE: ...`` and does not count.
     """
     if not os.path.exists(path):
         return set()
-    return {(m.technique, json.dumps(m.params, sort_keys=True)) for m in read_jsonl(path)
+    return {(m.technique, json.dumps(m.params, sort_keys=True)) for m in read_jsonl(path, warn=warn)
             if m.status == "ok" and m.device.split(":")[0] == device.split(":")[0] and m.dtype == dtype and m.mode == mode}
 
 
@@ -74,12 +90,19 @@ def is_done(point: SweepPoint, done: set[tuple[str, str]]) -> bool:
     return (point.technique, json.dumps(full, sort_keys=True, default=list)) in done
 
 
-def run_sweep(points: list[SweepPoint], out: TextIO | None, *, device: str = "cpu", dtype: str = "float32",
-              mode: str = "train", progress: Callable[[int, int, SweepPoint, Measurement | None, float], None] | None = None,
-              **measure_kw: Any) -> Iterator[Measurement]:
-    """Measure each point (isolated), append it to ``out`` at once, yield it."""
+def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, device: str = "cpu",
+              dtype: str = "float32", mode: str = "train",
+              progress: Callable[[int, int, SweepPoint, Measurement | None, float], None] | None = None,
+              warn: Callable[[str], None] | None = None, **measure_kw: Any) -> Iterator[Measurement]:
+    """Measure each point (isolated), append it to ``out`` at once, yield it.
+
+    ``out``: a :class:`SweepOutput` (locked, see NOTE [ sweep output ]) or an open text file.  A
+    point whose technique cannot run on ``device`` is skipped with a line to ``warn`` (default:
+    stderr).  Raises :class:`SweepWriteFailed` when a row cannot be written to a SweepOutput.
+    """
     from .technique import TechniqueUnavailable
 
+    warn = warn or _to_stderr
     for i, point in enumerate(points):
         t0 = time.perf_counter()
         if progress:
@@ -89,9 +112,11 @@ def run_sweep(points: list[SweepPoint], out: TextIO | None, *, device: str = "cp
         except TechniqueUnavailable as exc:
             if progress:
                 progress(i + 1, len(points), point, None, time.perf_counter() - t0)
-            print(f"memlab: skipped {point.technique}: {exc}", file=sys.stderr)
+            warn(f"memlab: skipped {point.technique}: {exc}")
             continue
-        if out is not None:
+        if isinstance(out, SweepOutput):
+            out.append(m)
+        elif out is not None:
             append_line_durable(out, m.to_json())
         if progress:
             progress(i + 1, len(points), point, m, time.perf_counter() - t0)
@@ -99,18 +124,178 @@ def run_sweep(points: list[SweepPoint], out: TextIO | None, *, device: str = "cp
 
 
 def read_jsonl(path: str | os.PathLike, warn: Callable[[str], None] | None = None) -> list[Measurement]:
-    """Measurements from a JSON Lines file; a corrupt line is skipped with a warning naming file and line."""
+    """Measurements from a JSON Lines file.
+
+    A line that is not UTF-8, not JSON (or nested too deeply) or not a Measurement is skipped with
+    a warning ``FILE:LINE: skipped unreadable measurement (reason)``; the other lines are kept.
+    """
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
                 continue
             try:
-                out.append(Measurement.from_dict(json.loads(line)))
-            except (ValueError, TypeError) as exc:
+                out.append(Measurement.from_dict(json.loads(raw.decode("utf-8"))))
+            except (ValueError, TypeError, RecursionError) as exc:
                 if warn is not None:
-                    warn(f"{path}:{lineno}: skipped unreadable measurement ({exc})")
+                    warn(f"{path}:{lineno}: skipped unreadable measurement ({str(exc)[:120]})")
     return out
+
+
+def status_summary(rows: list[Measurement], planned: int) -> str:
+    """``'14 points: 12 ok, 1 mismatch, 1 error'``: the count per status, in :data:`STATUSES` order.
+
+    ``planned`` points that yielded no row (technique unavailable on the device) count as skipped.
+    """
+    counts: dict[str, int] = {}
+    for m in rows:
+        counts[m.status] = counts.get(m.status, 0) + 1
+    order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
+    parts = [f"{counts[s]} {s}" for s in order]
+    if planned > len(rows):
+        parts.append(f"{planned - len(rows)} skipped")
+    return f"{planned} point{'' if planned == 1 else 's'}: " + (", ".join(parts) or "none measured")
+
+
+def _to_stderr(text: str) -> None:
+    """One line to stderr; a closed stderr is ignored (the sweep goes on without its messages)."""
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+# -- the output file (NOTE [ sweep output ]) -------------------------------------------------------
+class SweepOutputBusy(Exception):
+    """Another sweep holds the output file's lock; the message is the one line to show."""
+
+
+class SweepWriteFailed(Exception):
+    """A row could not be written (disk full, I/O error); the file still ends with a whole row.
+
+    Attributes: ``path``, ``rows`` (rows this sweep wrote before the failure), ``cause`` (the OSError).
+    """
+
+    def __init__(self, path: str, rows: int, cause: OSError):
+        self.path, self.rows, self.cause = path, rows, cause
+        reason = "disk full" if cause.errno == errno.ENOSPC else (cause.strerror or str(cause))
+        super().__init__(f"{reason} writing {path} after {rows} row{'' if rows == 1 else 's'}; rerun with --resume")
+
+
+class SweepOutput:
+    """A sweep's JSON Lines file, opened by :func:`open_sweep_output` and locked until :meth:`close`.
+
+    ``rows_written``: rows this sweep appended.  Use as a context manager.
+    """
+
+    def __init__(self, path: str, fd: int):
+        self.path, self._fd, self.rows_written = path, fd, 0
+
+    def append(self, m: Measurement) -> None:
+        """Append ``m`` as one line, fsync'd.  Raises :class:`SweepWriteFailed` on any OSError."""
+        try:
+            append_line_durable(self._fd, m.to_json())
+        except OSError as exc:
+            raise SweepWriteFailed(self.path, self.rows_written, exc) from None
+        self.rows_written += 1
+
+    def close(self) -> None:
+        """Close the file, which releases the lock.  Closing twice is a no-op."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> "SweepOutput":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_sweep_output(path: str | os.PathLike, *, append: bool,
+                      warn: Callable[[str], None] | None = None) -> SweepOutput:
+    """Open ``path`` for a sweep, exclusively: locked, then emptied (``append=False``) or repaired.
+
+    With ``append`` the rows already there are kept, and a torn last line is cut off with one
+    line to ``warn`` naming ``FILE:LINE`` (see NOTE [ sweep output ]).  Folders above ``path`` are
+    created.  Nothing is written or truncated unless the lock was taken.
+
+    Raises:
+        ValueError: ``path`` is a directory or not a regular file, or cannot be opened for writing
+            (the message names the path and the system's reason).
+        SweepOutputBusy: another sweep holds the lock (the message names its pid).
+    """
+    path = str(path)
+    warn = warn or _to_stderr
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path} is a directory; give a file path such as {os.path.join(path, 'sweep.jsonl')}")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"--out {path} is not a regular file; give a file path such as sweep.jsonl")
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ValueError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+    try:
+        lock_exclusive(fd, path)
+        if append:
+            _cut_torn_tail(fd, path, warn)
+        else:
+            os.ftruncate(fd, 0)
+    except FileLocked as exc:
+        os.close(fd)
+        holder = f"pid {exc.pid}" if exc.pid is not None else "pid unknown"
+        raise SweepOutputBusy(f"{path} is being written by another sweep ({holder}); "
+                              f"wait for it or use another --out") from None
+    except OSError as exc:
+        os.close(fd)
+        raise ValueError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+    return SweepOutput(path, fd)
+
+
+def _cut_torn_tail(fd: int, path: str, warn: Callable[[str], None]) -> None:
+    """Truncate an incomplete last line off the open file ``fd``, with one warning naming FILE:LINE."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0) if size else b""
+    torn = torn_tail(data)
+    if torn is None:
+        if data and not data.endswith(b"\n"):  # a whole row that lacks only its newline: keep it
+            append_line_durable(fd, "")
+        return
+    offset, lineno = torn
+    os.ftruncate(fd, offset)
+    os.fsync(fd)
+    warn(f"memlab: warning: {path}:{lineno}: incomplete last line ({len(data) - offset} bytes) removed; "
+         f"its point will be measured again")
+
+
+def torn_tail(data: bytes) -> tuple[int, int] | None:
+    """``(byte offset, line number)`` of a torn last line of JSON Lines ``data``; None if whole.
+
+    Torn: the last line is neither blank nor JSON, or it lacks its newline and is not a whole JSON
+    object (a row written up to its final newline is whole).
+    """
+    if not data:
+        return None
+    if not data.endswith(b"\n"):
+        start = data.rfind(b"\n") + 1
+        if _json_kind(data[start:]) == "object":
+            return None
+    else:
+        start = data.rfind(b"\n", 0, len(data) - 1) + 1
+        last = data[start:-1]
+        if not last.strip() or _json_kind(last) is not None:
+            return None
+    return start, data.count(b"\n", 0, start) + 1
+
+
+def _json_kind(raw: bytes) -> str | None:
+    """``'object'`` or ``'other'`` for valid JSON in ``raw`` (UTF-8); None when it is not valid JSON."""
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return "object" if isinstance(value, dict) else "other"
 
 
 def format_table(rows: list[Measurement]) -> str:
