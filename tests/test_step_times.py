@@ -28,3 +28,26 @@ def test_under_load_compares_the_load_average_with_the_cores():
     assert m.replace(load_avg_before=cores + 0.5).under_load()
     assert not m.replace(load_avg_before=cores - 0.5, load_avg_after=0.0).under_load()
     assert "[under load]" in m.replace(load_avg_after=cores * 3.0).step_time_text()
+
+
+def test_relative_step_time_cancels_a_load_that_slows_both():
+    from memlab.measure.inprocess import relative_step_time
+
+    # each step against the mean of the reference steps just before and after it
+    assert relative_step_time([2.0, 4.0, 2.0], [1.0, 3.0, 1.0, 1.0]) == pytest.approx(2.0)   # 1, 2, 2
+    assert relative_step_time([3.0, 3.0], [1.0, 1.0, 1.0]) == 3.0
+    # a load that slows steps and references alike leaves the ratio unchanged
+    assert relative_step_time([6.0, 6.0], [2.0, 2.0, 2.0]) == relative_step_time([3.0, 3.0], [1.0, 1.0, 1.0])
+    assert relative_step_time([], [1.0]) is None
+
+
+def test_measurement_carries_a_relative_step_time():
+    m = memlab.measure("slice_loop", isolate=False, iterations=1, repeats=3, time_budget=0, n=64, d=8, hidden=16,
+                       chunk_size=16)
+    assert len(m.step_times_s) == 3          # budget 0: exactly the minimum
+    assert m.relative_step_time > 0 and m.reference_step_time_s > 0
+
+
+def test_bad_time_budget_names_the_value():
+    with pytest.raises(ValueError, match=r"time_budget=-1 is not valid: expected seconds between 0 and 3600"):
+        memlab.measure("unchunked", time_budget=-1)

@@ -44,7 +44,7 @@ def _positive(name: str, value: int) -> None:
 
 def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
             iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool = True,
-            timeout: float = 900.0, plugins=(), **params: Any) -> Measurement:
+            timeout: float = 900.0, time_budget: float = 2.0, plugins=(), **params: Any) -> Measurement:
     """Measure one technique on one configuration.
 
     Args:
@@ -53,10 +53,13 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
         mode: ``train`` (forward + backward + SGD step) or ``infer`` (forward under no_grad).
         iterations: allocation-measured steps; ``allocated_after_step_bytes`` has one entry each.
-        repeats: timed steps; ``step_time_s`` is their median (seconds).
+        repeats: the fewest timed steps; ``step_time_s`` is their median (seconds).  More are taken,
+            interleaved with plain-reference steps, until the interquartile range is within 5% of
+            the median or ``time_budget`` seconds are spent.
         check: compare outputs/gradients with the workload reference first.
         isolate: run in a fresh subprocess (default).  Pass False when the caller already is one.
         timeout: seconds before an isolated run is abandoned (status ``error``).
+        time_budget: seconds of timing after which sampling stops, once ``repeats`` steps are taken.
         plugins: plug-in files to load first.
         **params: workload and technique parameters (``chunk_size=2500``, ``batch=4096``...).
 
@@ -69,18 +72,20 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
     """
     _positive("iterations", iterations)
     _positive("repeats", repeats)
+    if not isinstance(time_budget, (int, float)) or isinstance(time_budget, bool) or not 0 <= time_budget <= 3600:
+        raise ValueError(f"time_budget={time_budget!r} is not valid: expected seconds between 0 and 3600")
     technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
     if not isolate:
         return measure_in_process(technique, dev, dt, mode=mode, iterations=iterations, repeats=repeats,
-                                  seed=seed, check=check)
+                                  seed=seed, check=check, time_budget_s=float(time_budget))
     request = {"kind": "measure", "technique": technique.name, "params": technique.config, "device": device,
                "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
-               "check": check}
+               "check": check, "time_budget_s": float(time_budget)}
     try:
         return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout))
     except (WorkerFailed, ValueError) as exc:
         return skeleton(technique, str(dev), dtype, mode).replace(
-            status="error", error=str(exc)[:500], memory_method=memory_method(dev))
+            status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
 
 
 def timeline(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",

@@ -53,19 +53,21 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
-                       iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True) -> Measurement:
+                       iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True,
+                       time_budget_s: float = 2.0) -> Measurement:
     """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
 
     Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
     inside one allocation recording: build, one warm-up step, ``iterations`` traced steps; then one
-    resident high-water step, ``repeats`` timed steps, one FLOP-counted step (and on CUDA the
+    resident high-water step, at least ``repeats`` timed steps interleaved with plain-reference steps
+    (more until stable or ``time_budget_s`` is spent), one FLOP-counted step (and on CUDA the
     ``iterations`` allocator-counted steps).  The verdict (NOTE [ verdicts ]) sets the status:
     ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
     """
     dtype_name = str(dtype).replace("torch.", "")
     base = skeleton(technique, device_label(device), dtype_name, mode)
     try:
-        return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check)
+        return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
         status = "oom" if _is_oom(exc) else "error"
         gc.collect()
@@ -85,6 +87,60 @@ def step_time_fields(times: list[float], samples_per_step: int | None) -> dict[s
     return {"step_times_s": tuple(times), "step_time_s": median,
             "step_time_iqr_s": None if q1 is None else q3 - q1,
             "samples_per_s": samples_per_step / median if samples_per_step and median > 0 else None}
+
+
+#: stop sampling once the step times' interquartile range is below this fraction of their median
+STABLE_IQR_FRACTION = 0.05
+#: never take more timed steps than this, whatever the budget
+MAX_TIMED_STEPS = 200
+
+
+class _ReferenceAsTechnique:
+    """The workload's plain reference as a step-able technique (``make_step`` calls ``forward``)."""
+
+    def __init__(self, technique: Technique):
+        self.forward = technique.reference
+
+
+def _timed(fn, device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _time_interleaved(step, reference_step, device, min_steps: int, budget_s: float) -> tuple[list[float], list[float]]:
+    """Time ``ref, step, ref, step, ..., ref``: at least ``min_steps`` technique steps, then more until
+    their IQR is below ``STABLE_IQR_FRACTION`` of the median or ``budget_s`` seconds have passed.
+
+    Returns ``(step times, reference times)`` in seconds; one more reference time than step times.
+    """
+    started = time.perf_counter()
+    ref = [_timed(reference_step, device)]
+    times: list[float] = []
+    while len(times) < MAX_TIMED_STEPS:
+        times.append(_timed(step, device))
+        ref.append(_timed(reference_step, device))
+        if len(times) < min_steps:
+            continue
+        if len(times) >= 3 and _iqr(times) <= STABLE_IQR_FRACTION * statistics.median(times):
+            break
+        if time.perf_counter() - started >= budget_s:
+            break
+    return times, ref
+
+
+def _iqr(xs: list[float]) -> float:
+    q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q3 - q1
+
+
+def relative_step_time(times: list[float], ref_times: list[float]) -> float | None:
+    """Median over ``i`` of ``times[i] / mean(ref_times[i], ref_times[i + 1])``: each step against the
+    reference steps timed just before and after it, so a load that slows both cancels out."""
+    ratios = [t / ((a + b) / 2) for t, a, b in zip(times, ref_times, ref_times[1:]) if a + b > 0]
+    return statistics.median(ratios) if ratios else None
 
 
 def _sync(device: torch.device) -> None:
@@ -121,7 +177,7 @@ def _verdict_fields(exact, drift) -> dict[str, Any]:
     return fields
 
 
-def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check) -> Measurement:
+def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s) -> Measurement:
     technique.check_available(device)
     fields: dict[str, Any] = {}
     exact = drift = None
@@ -130,8 +186,8 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
         exact, drift, notes = _verify(technique, device, dtype, mode, seed)
         fields.update(_verdict_fields(exact, drift))
     try:
-        return _measure_steps(technique, device, dtype, base, mode, iterations, repeats, seed, fields,
-                              exact, drift, notes)
+        return _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed,
+                              fields, exact, drift, notes)
     except Exception as exc:  # noqa: BLE001
         if exact is None or exact.ok:
             raise
@@ -141,8 +197,8 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
                             memory_method=memory_method(device), environment=environment(device))
 
 
-def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, seed, fields, exact, drift,
-                   notes) -> Measurement:
+def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed, fields,
+                   exact, drift, notes) -> Measurement:
     # Allocation recording starts before the problem exists, so that frees of its storages are
     # seen (NOTE [ exact CPU allocated bytes ]); CUDA reads the allocator's own counters instead.
     recorder = alloc_trace.AllocationRecorder(device) if device.type == "cpu" else contextlib.nullcontext()
@@ -182,15 +238,13 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, se
             fields["reserved_baseline_bytes"] = rss0
 
     fields["load_avg_before"] = load_average()
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        step()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
+    reference_step, _ = make_step(_ReferenceAsTechnique(technique), problem, mode)
+    times, ref_times = _time_interleaved(step, reference_step, device, repeats, time_budget_s)
+    del reference_step
     fields["load_avg_after"] = load_average()
     fields.update(step_time_fields(times, base.samples_per_step))
+    fields["reference_step_time_s"] = statistics.median(ref_times)
+    fields["relative_step_time"] = relative_step_time(times, ref_times)
 
     from torch.utils.flop_counter import FlopCounterMode
 

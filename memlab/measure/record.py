@@ -53,7 +53,10 @@ class Measurement:
     Step time (seconds): ``step_times_s`` holds every timed sample, ``step_time_s`` their median and
     ``step_time_iqr_s`` their interquartile range (None under two samples); ``load_avg_before`` and
     ``load_avg_after`` the machine's 1-minute load average around the timed steps, compared with
-    ``environment["cores"]`` by :meth:`under_load`.  Compare techniques as ratios within one run.
+    ``environment["cores"]`` by :meth:`under_load`.  ``relative_step_time`` is the load-robust
+    figure: the median over timed steps of the technique's step divided by the mean of the two
+    plain-reference steps timed right before and after it (same problem, same process), and
+    ``reference_step_time_s`` the median reference step.  Compare techniques and commits on it.
 
     Verdict (see NOTE [ verdicts ] in ``memlab/measure/verdict.py``):
         status: one of :data:`STATUSES`; ``error`` holds the one-line reason for every non-ok status.
@@ -85,6 +88,8 @@ class Measurement:
     step_time_s: float | None = None
     step_times_s: tuple[float, ...] = ()
     step_time_iqr_s: float | None = None
+    reference_step_time_s: float | None = None
+    relative_step_time: float | None = None
     load_avg_before: float | None = None
     load_avg_after: float | None = None
     samples_per_step: int | None = None
