@@ -75,7 +75,8 @@ def _cmd_list(args) -> int:
 
 def _measure_kwargs(args) -> dict[str, Any]:
     return {"device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
-            "repeats": args.repeats, "isolate": not args.in_process, "timeout": args.timeout}
+            "repeats": args.repeats, "isolate": not args.in_process, "timeout": args.timeout,
+            "time_budget": args.time_budget}
 
 
 def _cmd_measure(args) -> int:
@@ -368,6 +369,9 @@ def _parser() -> argparse.ArgumentParser:
     meas.add_argument("--iterations", type=int, default=5, help="allocation-measured steps (default 5)")
     meas.add_argument("--repeats", type=int, default=5, help="timed steps; the median is reported (default 5)")
     meas.add_argument("--timeout", type=float, default=900.0, help="seconds per isolated measurement (default 900)")
+    meas.add_argument("--time-budget", type=float, default=2.0, metavar="SECONDS",
+                      help="keep timing steps (after --repeats) until their IQR is within 5%% of the median "
+                           "or this many seconds pass (default 2)")
     meas.add_argument("--in-process", action="store_true", help="measure in this process instead of a fresh subprocess")
 
     p = argparse.ArgumentParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
