@@ -351,10 +351,32 @@ def _cmd_reproduce(args) -> int:
 
 
 def _cmd_site(args) -> int:
+    """Build the site; each input problem is one ``memlab: warning:`` line on stderr (and on the
+    methodology page).  A refused ``--out`` is the ValueError's one line, exit 2 (see ``main``)."""
+    import warnings
+
+    from .results import ResultsWarning
     from .site import build_site
 
-    index = build_site(Path(args.results), Path(args.data), Path(args.out), extra_runs=[Path(p) for p in args.run or []])
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResultsWarning)
+            index = build_site(Path(args.results), Path(args.data), Path(args.out),
+                               extra_runs=[Path(p) for p in args.run or []])
+    except OSError as exc:  # e.g. no permission to write beside --out, disk full
+        raise UsageError(f"cannot write the site to {args.out}: {exc.strerror or exc}") from None
+    finally:
+        problems = [w for w in caught if issubclass(w.category, ResultsWarning)]
+        for w in problems:
+            print(f"memlab: warning: {w.message}", file=sys.stderr)
+        for w in caught:
+            if not issubclass(w.category, ResultsWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     print(Path(index).resolve())
+    if problems:
+        print(f"memlab: {len(problems)} input problem(s) left out of the site; listed on "
+              f"{Path(index).resolve().parent / 'methodology.html'}", file=sys.stderr)
     return 0
 
 

@@ -11,29 +11,41 @@ Four inputs, four loaders (none imports torch; the site runs on them alone):
 * :func:`load_reproductions` -- seed-reproduction JSON files (contract in
   :mod:`memlab.reproductions`) -> validated dicts.
 
-A file or line that is malformed or partial (a truncated last line, a missing field, a wrong type)
-never stops the others: it is skipped with a :class:`ResultsWarning` that names the file (and line).
+Every file is read as hostile (see NOTE [ hostile input files ]): a file, line or value that is
+malformed, partial, of the wrong type, out of range or not a regular file never stops the others:
+it is left out with one :class:`ResultsWarning` that names the file (and line).
+
+Each measurement row also carries the site's verdict (see NOTE [ what the site ranks ]): only rows
+whose ``status_shown`` is ``ok`` are ever ranked, called best or drawn.
 
 Memory columns are bytes, time columns seconds, throughput samples/s.
 """
 from __future__ import annotations
 
 import ast
+import codecs
+import errno
 import itertools
 import json
 import math
+import os
+import re
+import stat
+import sys
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pandas as pd
 
 from .analytic import activation_figures, analytic_floor
 
 __all__ = [
-    "ResultsWarning", "FAMILY_BASELINES", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS",
-    "load_runs", "find_sweep_files", "load_asv_results", "load_asv_machines", "load_timelines",
-    "load_reproductions", "validate_measurement", "family_baselines", "canonical_params",
+    "ResultsWarning", "FAMILY_BASELINES", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS", "STATUSES",
+    "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
+    "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
+    "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
+    "canonical_params",
 ]
 
 #: The no-savings baseline technique of each family, used only when the measurements do not say
@@ -41,24 +53,39 @@ __all__ = [
 FAMILY_BASELINES: dict[str, str] = {"chunking": "unchunked", "tensor_train": "dense", "reversible": "residual"}
 
 VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
-_STATUSES = ("ok", "oom", "error")
+#: Measurement statuses (``memlab.measure.record.STATUSES``; a test keeps the two equal).
+STATUSES = ("ok", "mismatch", "leak", "oom", "error")
 _MODES = ("train", "infer")
+
+#: Deepest JSON nesting read (memlab writes at most 5 levels); deeper files are refused unparsed.
+MAX_JSON_DEPTH = 64
+#: Largest file read, in bytes.
+MAX_FILE_BYTES = 256 * 2**20
+#: Problems warned about one by one per file; the rest are counted in one more warning.
+PROBLEMS_PER_FILE = 5
 
 _REQUIRED_STR = ("technique", "workload", "family", "device", "dtype", "mode", "status")
 _INT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "peak_reserved_bytes",
                "reserved_baseline_bytes", "device_used_bytes", "samples_per_step", "flops",
                "param_count", "param_bytes", "grad_bytes")
-_FLOAT_FIELDS = ("step_time_s", "samples_per_s", "max_abs_error")
-_KNOWN_FIELDS = frozenset(_REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + (
-    "params", "error", "allocated_after_step_bytes", "peak_allocated_per_iteration_bytes", "step_times_s",
-    "errors_by_tensor", "tolerance", "matches_reference", "peer", "memory_method", "extra", "environment",
-    "schema", "baseline"))
+_FLOAT_FIELDS = ("step_time_s", "samples_per_s")
+#: Errors against the reference: NaN/Infinity allowed (a non-finite output is shown as wrong).
+_ERROR_FIELDS = ("max_abs_error", "max_rel_error", "drift_max_abs_error", "drift_max_rel_error")
+_LIST_FIELDS = ("allocated_after_step_bytes", "peak_allocated_per_iteration_bytes", "step_times_s")
+#: Fields of the record the site does not read (so it does not check them either).
+_UNREAD_FIELDS = ("step_time_iqr_s", "reference_step_time_s", "relative_step_time", "load_avg_before",
+                  "load_avg_after")
+_KNOWN_FIELDS = frozenset(
+    _REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS + _LIST_FIELDS + _UNREAD_FIELDS + (
+    "params", "error", "errors_by_tensor", "tolerance", "matches_reference", "check_dtype", "leak_bytes_per_step",
+    "peer", "memory_method", "extra", "environment", "schema", "baseline"))
 
 #: Columns of :func:`load_runs` (one row per measurement).
 RUN_COLUMNS = (
     "run", "source", "line", "technique", "workload", "family", "device", "dtype", "mode", "status",
-    "error", "peer", "baseline", "params", "params_key", *_INT_FIELDS, *_FLOAT_FIELDS,
-    "matches_reference", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
+    "error", "peer", "baseline", "params", "params_key", *_INT_FIELDS, *_FLOAT_FIELDS, *_ERROR_FIELDS,
+    "matches_reference", "check_dtype", "tolerance", "leak_bytes_per_step", "schema", "status_shown", "reason",
+    "check", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
     "extra", "environment", "memory_method",
 )
 
@@ -80,84 +107,385 @@ def canonical_params(params: Mapping[str, Any]) -> str:
     return json.dumps(dict(params), sort_keys=True, default=str)
 
 
-# -- memlab sweep runs -----------------------------------------------------------------------------
+# -- reading files defensively ---------------------------------------------------------------------
+# NOTE [ hostile input files ]
+# The site is built from whatever lies in results/ and data/, so every reader expects the worst:
+# * A path is stat()ed first and only a regular file is opened: a FIFO would block for ever, a device
+#   may never end.  It is then opened non-blocking and checked again with fstat (it may have been
+#   swapped in between).  Dangling and looping symbolic links are named as such.  At most
+#   MAX_FILE_BYTES are read.
+# * JSON nesting is measured before parsing (json.loads recurses: 100,000 "[" raise RecursionError)
+#   and a file nested deeper than MAX_JSON_DEPTH is refused unparsed.
+# * A number outside float range (an integer of 400 digits, 1e999) parses as _OutOfRange, which no
+#   validator accepts.  NaN/Infinity are accepted only where a non-finite value means something:
+#   asv's skipped benchmarks, and the error of a technique whose output is non-finite (shown as wrong).
+# * JSON Lines are split on b"\n" and decoded line by line: one bad byte costs one line, not the file.
+# * Every problem is one ResultsWarning naming the file (and line); after PROBLEMS_PER_FILE problems
+#   in one file, one more warning counts the rest.  Paths are shown with undecodable bytes replaced
+#   and control characters escaped, so each warning stays one printable line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A JSON string (possessive: no backtracking on a long or unterminated one).
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.S)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
+_FAILED = object()  # a file that could not be read or parsed (JSON null is None)
+
+
+class _OutOfRange:
+    """A JSON number outside float range: kept only to name it in a warning, never a valid value."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        shown = self.text if len(self.text) <= 12 else f"{self.text[:10]}... ({len(self.text)} digits)"
+        return f"{shown}, outside float range"
+
+
+def _parse_int(text: str) -> int | _OutOfRange:
+    if len(text) > 310:  # float's maximum has 309 digits; int() would also refuse > 4300
+        return _OutOfRange(text)
+    value = int(text)
+    return value if abs(value) <= sys.float_info.max else _OutOfRange(text)
+
+
+def _parse_float(text: str) -> float | _OutOfRange:
+    value = float(text)
+    return value if math.isfinite(value) else _OutOfRange(text)
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of ``[`` and ``{`` outside strings (no recursion, linear time)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    steps = map({"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__, brackets)
+    return max(itertools.accumulate(steps, initial=0))
+
+
+def _loads(text: str) -> Any:
+    """JSON with bounded nesting and out-of-range numbers as :class:`_OutOfRange`.
+
+    Raises:
+        ValueError: a one-line reason (nesting, syntax, size).
+    """
+    depth = _json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested {depth} levels deep (memlab reads at most {MAX_JSON_DEPTH})")
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except (RecursionError, MemoryError, ValueError) as exc:  # pragma: no cover - guarded above
+        raise ValueError(f"not readable JSON ({type(exc).__name__})") from None
+
+
+def _shown(path: Any) -> str:
+    """A path as one printable line: undecodable bytes replaced, control characters escaped."""
+    text = os.fsencode(path).decode("utf-8", "replace")
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr`` of a value, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _FileProblems:
+    """The problems of one file: a warning each for the first :data:`PROBLEMS_PER_FILE`, then one count."""
+
+    def __init__(self, path: Path):
+        self.name, self.count = _shown(path), 0
+
+    def __call__(self, msg: str, line: int | None = None) -> None:
+        self.count += 1
+        if self.count <= PROBLEMS_PER_FILE:
+            _warn(f"{self.name}:{line}: {msg}" if line is not None else f"{self.name}: {msg}")
+
+    def __enter__(self) -> "_FileProblems":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.count > PROBLEMS_PER_FILE:
+            _warn(f"... and {self.count - PROBLEMS_PER_FILE} more problem(s) in {self.name}")
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _stat_problem(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symbolic link loop; skipped"
+    if exc.errno == errno.ENOENT and os.path.islink(path):
+        return "dangling symbolic link (its target does not exist); skipped"
+    return f"cannot read ({exc.strerror or exc}); skipped"
+
+
+def _read_bytes(path: Path, report: _FileProblems) -> bytes | None:
+    """The bytes of a regular file; None (reported) for anything else, which is never opened."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        report(_stat_problem(path, exc))
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        report(f"{_kind(st.st_mode)}, not a regular file; skipped without opening it")
+        return None
+    if st.st_size > MAX_FILE_BYTES:
+        report(f"{st.st_size} bytes, more than the {MAX_FILE_BYTES} memlab reads; skipped")
+        return None
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not stat.S_ISREG(mode):  # swapped since the stat above
+                report(f"{_kind(mode)}, not a regular file; skipped")
+                return None
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        report(f"cannot read ({exc.strerror or exc}); skipped")
+        return None
+    if len(data) > MAX_FILE_BYTES:
+        report(f"more than the {MAX_FILE_BYTES} bytes memlab reads; skipped")
+        return None
+    return data
+
+
+def _utf8_problem(data: bytes, exc: UnicodeDecodeError, offset: int = 0) -> str:
+    return f"not UTF-8 (byte 0x{data[exc.start]:02x} at column {exc.start - offset + 1})"
+
+
+def _read_json(path: Path, report: _FileProblems) -> Any:
+    """One JSON document, or :data:`_FAILED` (reported)."""
+    data = _read_bytes(path, report)
+    if data is None:
+        return _FAILED
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        report(_utf8_problem(data, exc, line_start) + "; file skipped", data.count(b"\n", 0, exc.start) + 1)
+        return _FAILED
+    try:
+        return _loads(text)
+    except ValueError as exc:
+        report(f"{exc}; skipped")
+        return _FAILED
+
+
+def _read_jsonl(path: Path, report: _FileProblems) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` per non-empty line; a bad line is reported and skipped, not the file."""
+    data = _read_bytes(path, report)
+    if data is None:
+        return
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            raw = raw[len(codecs.BOM_UTF8):]
+        if not raw.strip():
+            continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            report(_utf8_problem(raw, exc) + "; line skipped", number)
+            continue
+        try:
+            yield number, _loads(line)
+        except ValueError as exc:
+            reason = str(exc)
+            if reason.startswith("not valid JSON"):
+                reason = reason.replace(" at line 1 column", " at column")[:-1] + "; a truncated line?)"
+            report(f"{reason}; line skipped", number)
+
+
+def list_input_files(folder: Path | str, suffix: str) -> list[Path]:
+    """The entries of ``folder`` whose names end with ``suffix``, sorted by name, of any kind.
+
+    The readers check each (a FIFO, a directory or a broken link named ``*.json`` is reported when
+    read, never opened).  No folder: an empty list; a folder that cannot be listed: a warning too.
+    """
+    folder = Path(folder)
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:  # pragma: no cover - FileNotFoundError above
+            return []
+        _warn(f"{_shown(folder)}: cannot list this folder ({exc.strerror or exc}); its files are left out")
+        return []
+    return [folder / n for n in sorted(names) if n.endswith(suffix)]
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _bad_numbers(value: Any, where: str) -> Iterator[str]:
+    """A problem for each number outside float range or NaN/Infinity inside ``value`` (at ``where``)."""
+    if isinstance(value, _OutOfRange) or (isinstance(value, float) and not math.isfinite(value)):
+        yield f"field {where!r} must be a finite number, got {value!r}"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _bad_numbers(v, f"{where}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _bad_numbers(v, f"{where}[{i}]")
+
+
+# -- memlab sweep runs -----------------------------------------------------------------------------
+def _optional(rec: dict, key: str, ok: Callable[[Any], bool], what: str) -> list[str]:
+    v = rec.get(key)
+    return [] if v is None or ok(v) else [f"field {key!r} must be {what} or null, got {_short(v)}"]
+
+
+def _is_error_size(v: Any) -> bool:
+    """An error against the reference: >= 0, NaN or Infinity (a non-finite output)."""
+    return isinstance(v, float | int) and not isinstance(v, bool) and (math.isnan(v) or v >= 0)
 
 
 def validate_measurement(rec: Any) -> list[str]:
     """Problems with one ``Measurement.to_dict()`` record; an empty list when it is usable.
 
-    Checks: a JSON object; the identity fields are strings; ``status`` is ok/oom/error and ``mode``
-    train/infer; ``params``, ``extra``, ``environment`` are objects; byte and time figures are
-    finite, non-negative numbers or null; an ``ok`` row has ``peak_allocated_bytes``.
+    Checks: a JSON object; the identity fields are non-empty strings; ``status`` one of
+    :data:`STATUSES` and ``mode`` train/infer; ``params``, ``extra``, ``environment``,
+    ``memory_method`` are objects holding no number outside float range and no NaN; byte and time
+    figures are finite, non-negative numbers or null; errors against the reference are numbers
+    >= 0 (NaN/Infinity allowed: a non-finite output) or null; ``error`` and ``check_dtype`` strings,
+    ``matches_reference`` and ``peer`` booleans, ``tolerance`` a pair of numbers; an ``ok`` row has
+    ``peak_allocated_bytes``.
     """
     if not isinstance(rec, dict):
         return [f"expected a JSON object, got {type(rec).__name__}"]
     problems = []
     for key in _REQUIRED_STR:
         if not isinstance(rec.get(key), str) or not rec.get(key):
-            problems.append(f"field {key!r} must be a non-empty string, got {rec.get(key)!r}")
+            problems.append(f"field {key!r} must be a non-empty string, got {_short(rec.get(key))}")
     if not isinstance(rec.get("params"), dict):
-        problems.append(f"field 'params' must be an object, got {rec.get('params')!r}")
-    for key in ("extra", "environment", "memory_method"):
+        problems.append(f"field 'params' must be an object, got {_short(rec.get('params'))}")
+    for key in ("extra", "environment", "memory_method", "errors_by_tensor"):
         if rec.get(key) is not None and not isinstance(rec[key], dict):
             problems.append(f"field {key!r} must be an object, got {type(rec[key]).__name__}")
-    if rec.get("status") not in _STATUSES:
-        problems.append(f"status={rec.get('status')!r} is not one of {_STATUSES}")
-    if rec.get("mode") not in _MODES:
-        problems.append(f"mode={rec.get('mode')!r} is not one of {_MODES}")
+    if isinstance(rec.get("status"), str) and rec["status"] not in STATUSES:
+        problems.append(f"status={_short(rec['status'])} is not one of {STATUSES}")
+    if isinstance(rec.get("mode"), str) and rec["mode"] not in _MODES:
+        problems.append(f"mode={_short(rec['mode'])} is not one of {_MODES}")
     for key in _INT_FIELDS + _FLOAT_FIELDS:
-        v = rec.get(key)
-        if v is not None and not (_is_number(v) and v >= 0):
-            problems.append(f"field {key!r} must be a finite number >= 0 or null, got {v!r}")
+        problems += _optional(rec, key, lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
+    for key in _ERROR_FIELDS:
+        problems += _optional(rec, key, _is_error_size, "a number >= 0 (NaN: non-finite output)")
+    problems += _optional(rec, "leak_bytes_per_step", _is_number, "a finite number")
+    for key in ("error", "check_dtype"):
+        problems += _optional(rec, key, lambda v: isinstance(v, str), "a string")
+    for key in ("matches_reference", "peer"):
+        problems += _optional(rec, key, lambda v: isinstance(v, bool), "true/false")
+    problems += _optional(rec, "baseline", lambda v: isinstance(v, (bool, str)), "true/false or a name")
+    problems += _optional(rec, "schema", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+                          "a positive integer")
+    problems += _optional(rec, "tolerance", lambda v: isinstance(v, list) and len(v) == 2 and
+                          all(_is_number(x) and x >= 0 for x in v), "[rtol, atol] (numbers >= 0)")
+    for key in _LIST_FIELDS:
+        problems += _optional(rec, key, lambda v: isinstance(v, list) and all(map(_is_number, v)),
+                              "a list of finite numbers")
+    if isinstance(rec.get("errors_by_tensor"), dict):
+        bad = [k for k, v in rec["errors_by_tensor"].items() if v is not None and not _is_error_size(v)]
+        if bad:
+            problems.append(f"field 'errors_by_tensor' has non-numeric errors for {_short(sorted(bad))}")
+    for key in ("params", "extra", "environment", "memory_method"):
+        if isinstance(rec.get(key), dict):
+            bad = list(itertools.islice(_bad_numbers(rec[key], key), 3))
+            problems += bad
     if rec.get("status") == "ok" and rec.get("peak_allocated_bytes") is None:
         problems.append("status 'ok' but peak_allocated_bytes is null")
     return problems
 
 
-def _analytic_floor(rec: dict) -> float | None:
-    """``extra``'s analytic floor for the row's mode (see :func:`memlab.analytic.analytic_floor`)."""
-    return analytic_floor(rec.get("extra"), rec["mode"])
+def _non_finite(rec: dict) -> bool:
+    sizes = [rec.get(k) for k in _ERROR_FIELDS] + list((rec.get("errors_by_tensor") or {}).values())
+    return any(isinstance(v, float) and not math.isfinite(v) for v in sizes)
+
+
+# NOTE [ what the site ranks ]
+# Only a row the site shows as ``ok`` is ranked, called best, drawn in a chart or on a Pareto front;
+# every other row is listed with its status and reason ("Not ranked").  From a valid record:
+# * status mismatch/leak/oom/error: shown as it is, with the record's one-line reason;
+# * status ok but an error against the reference is NaN/Infinity: "mismatch", "non-finite values
+#   in output" (older rows wrote NaN errors with status ok);
+# * status ok, matches_reference false: schema >= 2 decided it in float64 -> "mismatch"; a schema-1
+#   row decided it in the measured dtype, where a correct reversible stack drifts by ~1e-6 and a
+#   wrong technique (MemCNN's doubled input gradient) fails alike: memlab cannot tell which, so the
+#   row is "unverified" ("verified in float32 only (schema 1); re-measure") unless it was measured
+#   in float64, where it is a mismatch;
+# * status ok, matches_reference missing: "unverified" (no reference check recorded).
+def ranking_status(rec: Mapping[str, Any]) -> tuple[str, str | None]:
+    """``(status the site shows, reason)`` of a valid record; only ``"ok"`` is ranked.
+
+    See NOTE [ what the site ranks ].  The shown status is one of :data:`STATUSES` or
+    ``"unverified"``; the reason is None for ``ok``.
+    """
+    status = rec["status"]
+    if status != "ok":
+        return status, rec.get("error") or "no reason recorded"
+    if _non_finite(rec):
+        return "mismatch", "non-finite values in output"
+    match = rec.get("matches_reference")
+    if match is True:
+        return "ok", None
+    if match is None:
+        return "unverified", "no reference check recorded; re-measure"
+    if (rec.get("schema") or 1) >= 2 or rec["dtype"] == "float64":
+        return "mismatch", "outputs or gradients differ from the reference beyond the tolerance"
+    return "unverified", f"verified in {rec['dtype']} only (schema 1); re-measure"
+
+
+def _check(rec: dict) -> dict[str, Any]:
+    """The reference check as the site states it: verdict, dtype, error sizes, tolerance, drift."""
+    schema = rec.get("schema") or 1
+    dtype = rec.get("check_dtype") or rec["dtype"]
+    tol = rec.get("tolerance")
+    drift = schema >= 2 and dtype != rec["dtype"] and (
+        rec.get("drift_max_abs_error") is not None or rec.get("drift_max_rel_error") is not None)
+    return {"matches": rec.get("matches_reference"), "dtype": dtype, "schema": schema,
+            "max_abs": rec.get("max_abs_error"), "max_rel": rec.get("max_rel_error"),
+            "rtol": tol[0] if tol else None, "atol": tol[1] if tol else None, "non_finite": _non_finite(rec),
+            "at_check_config": (rec.get("extra") or {}).get("verdict_config") == "check",
+            "drift_dtype": rec["dtype"] if drift else None,
+            "drift_abs": rec.get("drift_max_abs_error") if drift else None,
+            "drift_rel": rec.get("drift_max_rel_error") if drift else None}
 
 
 def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
     extra = rec.get("extra") or {}
     baseline = rec.get("baseline", extra.get("baseline"))
     activation_peak, expected_activation = activation_figures(extra, rec["technique"])
-    row = {
+    shown, reason = ranking_status(rec)
+    return {
         "run": run, "source": source, "line": line,
         **{k: rec[k] for k in _REQUIRED_STR},
         "error": rec.get("error"),
         "peer": bool(rec.get("peer", False)),
-        "baseline": baseline,
+        "baseline": baseline if isinstance(baseline, (bool, str)) else None,
         "params": dict(rec["params"]),
         "params_key": canonical_params(rec["params"]),
-        **{k: rec.get(k) for k in _INT_FIELDS + _FLOAT_FIELDS},
+        **{k: rec.get(k) for k in _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS},
         "matches_reference": rec.get("matches_reference"),
-        "analytic_floor_bytes": _analytic_floor(rec),
+        "check_dtype": rec.get("check_dtype"),
+        "tolerance": tuple(rec["tolerance"]) if rec.get("tolerance") else None,
+        "leak_bytes_per_step": rec.get("leak_bytes_per_step"),
+        "schema": rec.get("schema") or 1,
+        "status_shown": shown, "reason": reason, "check": _check(rec),
+        "analytic_floor_bytes": analytic_floor(extra, rec["mode"]),
         "activation_peak_bytes": activation_peak,
         "expected_activation_bytes": expected_activation,
         "extra": extra,
         "environment": rec.get("environment") or {},
         "memory_method": rec.get("memory_method") or {},
     }
-    return row
-
-
-def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        _warn(f"{path}: cannot read ({exc}); skipped")
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            _warn(f"{path}:{number}: not valid JSON ({exc.msg}; a truncated line?); skipped")
 
 
 def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
@@ -170,31 +498,35 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
     Returns:
         one row per valid measurement, columns :data:`RUN_COLUMNS` (bytes, seconds, samples/s);
         ``params``, ``extra``, ``environment`` hold dicts.  ``baseline`` is the record's own
-        ``baseline`` (or ``extra["baseline"]``) or None.
+        ``baseline`` (or ``extra["baseline"]``) or None.  ``status_shown`` and ``reason`` are the
+        site's verdict (:func:`ranking_status`), ``check`` the reference check's numbers.
 
     Warns:
-        ResultsWarning: per unreadable file, invalid JSON line (e.g. a truncated last line) or
-        invalid record (naming the file, line and problem), and once per file with unknown fields.
+        ResultsWarning: per file that is not a readable regular file, line that is not UTF-8 or
+        not valid JSON (e.g. a truncated last line) and invalid record (naming the file, line and
+        problem), and once per file with unknown fields; at most :data:`PROBLEMS_PER_FILE` per file
+        and then one count.
     """
     rows = []
     for path in map(Path, paths):
         unknown: set[str] = set()
-        for number, rec in _read_jsonl(path):
-            problems = validate_measurement(rec)
-            if problems:
-                _warn(f"{path}:{number}: invalid measurement ({'; '.join(problems)}); skipped")
-                continue
-            unknown |= set(rec) - _KNOWN_FIELDS
-            rows.append(_row(rec, path.stem, str(path), number))
-        if unknown:
-            _warn(f"{path}: unknown measurement field(s) ignored: {', '.join(sorted(unknown))}")
+        with _FileProblems(path) as report:
+            for number, rec in _read_jsonl(path, report):
+                problems = validate_measurement(rec)
+                if problems:
+                    report(f"invalid measurement ({'; '.join(problems)}); skipped", number)
+                    continue
+                unknown |= set(rec) - _KNOWN_FIELDS
+                rows.append(_row(rec, _shown(path.stem), _shown(path), number))
+            if unknown:
+                report(f"unknown measurement field(s) ignored: {', '.join(sorted(map(_shown, unknown)))}")
     frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
     return frame.astype({"peer": bool, "line": int}) if len(frame) else frame
 
 
 def find_sweep_files(data_dir: Path | str) -> list[Path]:
-    """``<data_dir>/sweeps/*.jsonl``, sorted by name."""
-    return sorted((Path(data_dir) / "sweeps").glob("*.jsonl"))
+    """``<data_dir>/sweeps/*.jsonl``, sorted by name (of any kind: :func:`load_runs` checks each)."""
+    return list_input_files(Path(data_dir) / "sweeps", ".jsonl")
 
 
 def family_baselines(runs: pd.DataFrame) -> dict[str, str]:
@@ -224,85 +556,153 @@ def family_baselines(runs: pd.DataFrame) -> dict[str, str]:
 
 
 # -- asv results -----------------------------------------------------------------------------------
-def _load_json(path: Path) -> Any:
-    """JSON (asv writes NaN/Infinity, which Python's json accepts); None with a warning on failure."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        _warn(f"{path}: cannot read JSON ({exc}); skipped")
-        return None
-
-
 def _param_value(text: Any) -> Any:
     """asv stores parameter values as their repr (``"'cpu'"``, ``"2500"``); parse literals."""
+    if isinstance(text, _OutOfRange):
+        return repr(text)
     if not isinstance(text, str):
+        return text
+    if len(text) > 1000:
         return text
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return text
+
+
+def _dirs(root: Path) -> list[Path]:
+    """Sub-folders of ``root`` (symbolic links to folders included), sorted; loops are reported."""
+    out = []
+    for path in list_input_files(root, ""):
+        try:
+            if stat.S_ISDIR(os.stat(path).st_mode):
+                out.append(path)
+        except OSError as exc:
+            if os.path.islink(path):
+                _warn(f"{_shown(path)}: {_stat_problem(path, exc)}")
+    return out
 
 
 def load_asv_machines(results_dir: Path | str) -> dict[str, dict[str, Any]]:
     """``machine.json`` of every machine folder under ``results_dir``, by machine name."""
     out = {}
-    for path in sorted(Path(results_dir).glob("*/machine.json")):
-        data = _load_json(path)
-        if data is None:
+    for folder in _dirs(Path(results_dir)):
+        path = folder / "machine.json"
+        if not os.path.lexists(path):
             continue
-        if not isinstance(data, dict) or not isinstance(data.get("machine"), str):
-            _warn(f"{path}: not an asv machine.json (no 'machine' name); skipped")
-            continue
-        out[data["machine"]] = {k: v for k, v in sorted(data.items()) if k != "version"}
+        with _FileProblems(path) as report:
+            data = _read_json(path, report)
+            if data is _FAILED:
+                continue
+            if not isinstance(data, dict) or not isinstance(data.get("machine"), str) or not data["machine"]:
+                report("not an asv machine.json (no 'machine' name); skipped")
+                continue
+            out[data["machine"]] = {k: v if isinstance(v, (str, int, float, bool)) or v is None else _short(v)
+                                    for k, v in sorted(data.items()) if k != "version"}
     return out
 
 
 def _asv_benchmarks(results_dir: Path) -> dict[str, dict[str, Any]]:
+    """``benchmarks.json``: per benchmark its ``param_names`` (list of str), ``type`` and ``unit`` (str)."""
     path = results_dir / "benchmarks.json"
-    if not path.exists():
-        _warn(f"{path}: missing; parameter names and units of the asv benchmarks are unknown")
+    if not os.path.lexists(path):
+        _warn(f"{_shown(path)}: missing; parameter names and units of the asv benchmarks are unknown")
         return {}
-    data = _load_json(path)
-    if not isinstance(data, dict):
-        if data is not None:
-            _warn(f"{path}: not a JSON object; parameter names and units are unknown")
-        return {}
-    return {k: v for k, v in data.items() if isinstance(v, dict)}
+    out = {}
+    with _FileProblems(path) as report:
+        data = _read_json(path, report)
+        if data is _FAILED:
+            return {}
+        if not isinstance(data, dict):
+            report("not a JSON object; parameter names and units are unknown")
+            return {}
+        for name, meta in sorted(data.items()):
+            if not isinstance(meta, dict):
+                continue  # "version": 2
+            clean: dict[str, Any] = {}
+            names = meta.get("param_names")
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                clean["param_names"] = names
+            elif names is not None:
+                report(f"benchmark {name!r}: 'param_names' is not a list of strings ({_short(names)}); "
+                       "parameters are named by position")
+            for key in ("type", "unit"):
+                v = meta.get(key)
+                if isinstance(v, str):
+                    clean[key] = v
+                elif v is not None:
+                    report(f"benchmark {name!r}: {key!r} is not a string ({_short(v)}); shown as unknown")
+            out[name] = clean
+    return out
 
 
-def _asv_rows(path: Path, machine: str, data: dict, benchmarks: dict) -> list[dict[str, Any]]:
-    columns = data["result_columns"]
-    if "result" not in columns or "params" not in columns:
-        raise ValueError("result_columns lacks 'result' or 'params'")
-    i_res, i_par = columns.index("result"), columns.index("params")
+def _asv_rows(machine: str, data: dict, benchmarks: dict, source: str,
+              report: _FileProblems) -> list[dict[str, Any]]:
+    columns = data.get("result_columns")
+    if not isinstance(columns, list) or "result" not in columns:
+        report("no 'result_columns' list naming 'result' (not an asv 0.6 results file); skipped")
+        return []
+    i_res = columns.index("result")
+    i_par = columns.index("params") if "params" in columns else None
+    date = data.get("date")
+    if date is not None and not _is_number(date):
+        report(f"'date' is not a number ({_short(date)}); shown without a date")
+        date = None
+    env = data.get("env_name") if isinstance(data.get("env_name"), str) else None
     rows = []
     for name, values in sorted(data["results"].items()):
         if not isinstance(values, list) or len(values) <= i_res:
-            _warn(f"{path}: benchmark {name!r} has no result; skipped")
+            report(f"benchmark {name!r} has no result; skipped")
             continue
         result = values[i_res]
-        param_lists = values[i_par] if len(values) > i_par and values[i_par] else []
+        param_lists = values[i_par] if i_par is not None and len(values) > i_par and values[i_par] else []
+        if not isinstance(param_lists, list) or not all(isinstance(p, list) for p in param_lists):
+            report(f"benchmark {name!r}: its parameters are not lists of values; skipped")
+            continue
         result = result if isinstance(result, list) else [result]
-        combos = list(itertools.product(*param_lists)) if param_lists else [()]
-        if len(combos) != len(result):
-            _warn(f"{path}: benchmark {name!r} has {len(result)} results for {len(combos)} parameter "
-                  "combinations; skipped")
+        combos = math.prod(len(p) for p in param_lists)
+        if combos != len(result):
+            report(f"benchmark {name!r} has {len(result)} results for {combos} parameter combinations; skipped")
             continue
         meta = benchmarks.get(name, {})
         names = meta.get("param_names") or [f"param{i}" for i in range(len(param_lists))]
         if len(names) != len(param_lists):
-            _warn(f"{path}: benchmark {name!r} has {len(param_lists)} parameter lists but benchmarks.json "
-                  f"names {len(names)}; skipped")
+            report(f"benchmark {name!r} has {len(param_lists)} parameter lists but benchmarks.json "
+                   f"names {len(names)}; skipped")
             continue
-        for combo, value in zip(combos, result):
-            if not _is_number(value):
+        for combo, value in zip(itertools.product(*param_lists), result):
+            if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue  # asv's NaN/null: skipped (NotImplementedError) or failed
+            if not _is_number(value):
+                report(f"benchmark {name!r}: value {_short(value)} is not a finite number; left out")
+                continue
             params = {n: _param_value(v) for n, v in zip(names, combo)}
-            rows.append({"machine": machine, "commit": data["commit_hash"], "date_ms": data.get("date"),
-                         "env": data.get("env_name"), "benchmark": name, "type": meta.get("type"),
-                         "unit": meta.get("unit"), "params": params, "params_key": canonical_params(params),
-                         "value": float(value), "source": str(path)})
+            rows.append({"machine": machine, "commit": data["commit_hash"], "date_ms": date, "env": env,
+                         "benchmark": name, "type": meta.get("type"), "unit": meta.get("unit"), "params": params,
+                         "params_key": canonical_params(params), "value": float(value), "source": source})
     return rows
+
+
+def _asv_file(path: Path, folder: Path, benchmarks: dict) -> list[dict[str, Any]]:
+    with _FileProblems(path) as report:
+        data = _read_json(path, report)
+        if data is _FAILED:
+            return []
+        problem = None
+        if not isinstance(data, dict):
+            problem = "not a JSON object"
+        elif not isinstance(data.get("results"), dict) or not isinstance(data.get("commit_hash"), str) \
+                or not data["commit_hash"]:
+            problem = "no 'results' object or 'commit_hash'"
+        elif data.get("version") not in (None, 2):
+            problem = f"asv results api_version {_short(data.get('version'))} is not 2"
+        if problem:
+            report(f"not an asv 0.6 results file ({problem}); skipped")
+            return []
+        params = data.get("params")
+        machine = params.get("machine") if isinstance(params, dict) else None
+        machine = machine if isinstance(machine, str) and machine else _shown(folder.name)
+        return _asv_rows(machine, data, benchmarks, _shown(path), report)
 
 
 def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
@@ -322,35 +722,36 @@ def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
         ResultsWarning: naming each unreadable or malformed file or benchmark entry.
     """
     root = Path(results_dir)
-    if not root.is_dir():
-        _warn(f"{root}: no asv results directory; the history is empty")
+    if not os.path.isdir(root):
+        _warn(f"{_shown(root)}: no asv results directory; the history is empty")
         return pd.DataFrame(columns=list(ASV_COLUMNS))
     benchmarks = _asv_benchmarks(root)
     rows: list[dict[str, Any]] = []
-    for machine_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        files = sorted(p for p in machine_dir.glob("*.json") if p.name != "machine.json")
+    for folder in _dirs(root):
+        files = [p for p in list_input_files(folder, ".json") if p.name != "machine.json"]
         if not files:
             continue
-        if not (machine_dir / "machine.json").exists():
-            _warn(f"{machine_dir}: no machine.json; its results are loaded without machine details")
+        if not os.path.lexists(folder / "machine.json"):
+            _warn(f"{_shown(folder)}: no machine.json; its results are loaded without machine details")
         for path in files:
-            data = _load_json(path)
-            if data is None:
-                continue
-            try:
-                if not isinstance(data.get("results"), dict) or not isinstance(data.get("commit_hash"), str):
-                    raise ValueError("no 'results' object or 'commit_hash'")
-                if data.get("version") not in (None, 2):
-                    raise ValueError(f"asv results api_version {data.get('version')!r} is not 2")
-                name = (data.get("params") or {}).get("machine") or machine_dir.name
-                rows.extend(_asv_rows(path, name, data, benchmarks))
-            except (ValueError, TypeError, AttributeError) as exc:
-                _warn(f"{path}: not an asv 0.6 results file ({exc}); skipped")
+            rows.extend(_asv_file(path, folder, benchmarks))
     return pd.DataFrame(rows, columns=list(ASV_COLUMNS))
 
 
 # -- timelines and reproductions -------------------------------------------------------------------
 _EVENT_KEYS = ("op", "stack", "phase", "delta_bytes", "live_bytes")
+
+
+def _event_problem(i: int, e: Any) -> str | None:
+    if not isinstance(e, dict) or any(k not in e for k in _EVENT_KEYS):
+        return f"event {i} lacks one of {_EVENT_KEYS}"
+    if not (_is_number(e["delta_bytes"]) and _is_number(e["live_bytes"])):
+        return f"event {i} has non-numeric bytes"
+    if not isinstance(e["stack"], list) or not all(isinstance(s, str) for s in e["stack"]):
+        return f"event {i} has a stack that is not a list of strings"
+    if not isinstance(e["op"], str) or not isinstance(e["phase"], str):
+        return f"event {i} has an 'op' or 'phase' that is not a string"
+    return None
 
 
 def _timeline_problems(data: Any) -> list[str]:
@@ -362,19 +763,17 @@ def _timeline_problems(data: Any) -> list[str]:
             problems.append(f"field {key!r} must be a string")
     if not isinstance(data.get("params"), dict):
         problems.append("field 'params' must be an object")
+    else:
+        problems += itertools.islice(_bad_numbers(data["params"], "params"), 3)
     if not _is_number(data.get("baseline_bytes")):
-        problems.append("field 'baseline_bytes' must be a number")
+        problems.append(f"field 'baseline_bytes' must be a number, got {_short(data.get('baseline_bytes'))}")
+    if data.get("method") is not None and not isinstance(data["method"], str):
+        problems.append("field 'method' must be a string")
     events = data.get("events")
     if not isinstance(events, list):
         return problems + ["field 'events' must be a list"]
-    for i, e in enumerate(events):
-        if not isinstance(e, dict) or any(k not in e for k in _EVENT_KEYS):
-            problems.append(f"event {i} lacks one of {_EVENT_KEYS}")
-            break
-        if not (_is_number(e["delta_bytes"]) and _is_number(e["live_bytes"])) or not isinstance(e["stack"], list):
-            problems.append(f"event {i} has non-numeric bytes or a non-list stack")
-            break
-    return problems
+    bad = next((p for p in map(_event_problem, range(len(events)), events) if p), None)
+    return problems + ([bad] if bad else [])
 
 
 def load_timelines(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
@@ -388,79 +787,106 @@ def load_timelines(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     """
     out = []
     for path in map(Path, paths):
-        data = _load_json(path)
-        if data is None:
-            continue
-        items = data if isinstance(data, list) else [data]
-        for i, item in enumerate(items):
-            where = f"{path}" if len(items) == 1 else f"{path}[{i}]"
-            problems = _timeline_problems(item)
-            if problems:
-                _warn(f"{where}: invalid timeline ({'; '.join(problems)}); skipped")
+        with _FileProblems(path) as report:
+            data = _read_json(path, report)
+            if data is _FAILED:
                 continue
-            out.append({**item, "source": str(path)})
+            items = data if isinstance(data, list) else [data]
+            for i, item in enumerate(items):
+                problems = _timeline_problems(item)
+                if problems:
+                    where = "" if len(items) == 1 else f"item {i}: "
+                    report(f"{where}invalid timeline ({'; '.join(problems)}); skipped")
+                    continue
+                out.append({**item, "source": _shown(path)})
     return out
 
 
-def _figure_problems(fig: Any) -> list[str]:
+def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
+    """A reproduction's figure spec, checked; None (reported) when it cannot be drawn.
+
+    Values that are null or NaN in a series are drawn as gaps (NaN is reported).
+    """
     if fig is None:
-        return []
+        return None
+    problem = None
     if not isinstance(fig, dict):
-        return ["'figure' must be an object"]
-    if fig.get("type") not in ("bar", "line"):
-        return [f"figure type {fig.get('type')!r} is not 'bar' or 'line'"]
-    x, series = fig.get("x"), fig.get("series")
-    if not isinstance(x, list) or not isinstance(series, dict):
-        return ["figure needs a list 'x' and an object 'series'"]
-    bad = [k for k, v in series.items() if not isinstance(v, list) or len(v) != len(x)]
-    return [f"figure series {', '.join(map(repr, sorted(bad)))} do not match x in length"] if bad else []
+        problem = "'figure' must be an object"
+    elif fig.get("type") not in ("bar", "line"):
+        problem = f"figure type {_short(fig.get('type'))} is not 'bar' or 'line'"
+    elif not isinstance(fig.get("x"), list) or not isinstance(fig.get("series"), dict):
+        problem = "figure needs a list 'x' and an object 'series'"
+    elif not all(isinstance(v, str) or _is_number(v) for v in fig["x"]):
+        problem = "figure 'x' values must be strings or finite numbers"
+    else:
+        bad = [k for k, v in fig["series"].items() if not isinstance(v, list) or len(v) != len(fig["x"])
+               or not all(y is None or isinstance(y, float) and math.isnan(y) or _is_number(y) for y in v)]
+        if bad:
+            problem = f"figure series {_short(sorted(bad))} do not match x in length or hold non-numbers"
+    if problem:
+        report(f"{problem}; figure left out")
+        return None
+    gaps = sorted(k for k, v in fig["series"].items() if any(isinstance(y, float) for y in v if not _is_number(y)))
+    if gaps:
+        report(f"figure series {_short(gaps)} hold NaN values; drawn as gaps")
+    text = {k: fig[k] if isinstance(fig.get(k), str) else "" for k in ("title", "x_label", "y_label")}
+    return {"type": fig["type"], "x": fig["x"], **text, "log_x": fig.get("log_x") is True,
+            "log_y": fig.get("log_y") is True,
+            "series": {k: [y if _is_number(y) else None for y in v] for k, v in fig["series"].items()}}
 
 
 def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     """Read seed-reproduction JSON files (see :mod:`memlab.reproductions` for the contract).
 
     Returns:
-        validated dicts sorted by ``seed`` (the file stem when absent), with ``source`` added and
-        ``measurements`` replaced by a DataFrame of the valid ones (as :func:`load_runs` rows).
+        validated dicts sorted by ``seed`` (the file stem when absent), with ``source`` added,
+        ``figure`` checked (None when it cannot be drawn) and ``measurements`` replaced by a
+        DataFrame of the valid ones (as :func:`load_runs` rows).  A second file with a seed
+        already read is left out.
 
     Warns:
         ResultsWarning: naming each unreadable or malformed file, and each invalid measurement.
     """
-    out = []
+    out, seen = [], set()
     for path in map(Path, paths):
-        data = _load_json(path)
-        if data is None:
-            continue
-        if not isinstance(data, dict):
-            _warn(f"{path}: a reproduction must be a JSON object; skipped")
-            continue
-        problems = []
-        for key in ("title", "claim", "summary"):
-            if not isinstance(data.get(key), str):
-                problems.append(f"field {key!r} must be a string")
-        if data.get("verdict") not in VERDICTS:
-            problems.append(f"verdict {data.get('verdict')!r} is not one of {VERDICTS}")
-        if not isinstance(data.get("measurements", []), list) or not isinstance(data.get("timelines", []), list):
-            problems.append("'measurements' and 'timelines' must be lists")
-        problems += _figure_problems(data.get("figure"))
-        if problems:
-            _warn(f"{path}: invalid reproduction ({'; '.join(problems)}); skipped")
-            continue
-        rows = []
-        for i, rec in enumerate(data.get("measurements", [])):
-            bad = validate_measurement(rec)
-            if bad:
-                _warn(f"{path}: measurement {i} invalid ({'; '.join(bad)}); left out")
+        with _FileProblems(path) as report:
+            data = _read_json(path, report)
+            if data is _FAILED:
                 continue
-            rows.append(_row(rec, path.stem, str(path), i))
-        timelines = []
-        for i, t in enumerate(data.get("timelines", [])):
-            bad = _timeline_problems(t)
-            if bad:
-                _warn(f"{path}: timeline {i} invalid ({'; '.join(bad)}); left out")
+            if not isinstance(data, dict):
+                report("a reproduction must be a JSON object; skipped")
                 continue
-            timelines.append({**t, "source": str(path)})
-        seed = data.get("seed") if isinstance(data.get("seed"), str) and data.get("seed") else path.stem
-        out.append({**data, "seed": seed, "source": str(path), "timelines": timelines,
-                    "measurements": pd.DataFrame(rows, columns=list(RUN_COLUMNS))})
+            problems = [f"field {key!r} must be a string" for key in ("title", "claim", "summary")
+                        if not isinstance(data.get(key), str)]
+            if data.get("verdict") not in VERDICTS:
+                problems.append(f"verdict {_short(data.get('verdict'))} is not one of {VERDICTS}")
+            if not isinstance(data.get("measurements", []), list) or not isinstance(data.get("timelines", []), list):
+                problems.append("'measurements' and 'timelines' must be lists")
+            if problems:
+                report(f"invalid reproduction ({'; '.join(problems)}); skipped")
+                continue
+            seed = data.get("seed") if isinstance(data.get("seed"), str) and data.get("seed") else _shown(path.stem)
+            if seed in seen:
+                report(f"seed {seed!r} was already read from another file; skipped")
+                continue
+            seen.add(seed)
+            rows = []
+            for i, rec in enumerate(data.get("measurements", [])):
+                bad = validate_measurement(rec)
+                if bad:
+                    report(f"measurement {i} invalid ({'; '.join(bad)}); left out")
+                    continue
+                rows.append(_row(rec, _shown(path.stem), _shown(path), i))
+            timelines = []
+            for i, t in enumerate(data.get("timelines", [])):
+                bad = _timeline_problems(t)
+                if bad:
+                    report(f"timeline {i} invalid ({'; '.join(bad)}); left out")
+                    continue
+                timelines.append({**t, "source": _shown(path)})
+            env = data.get("environment")
+            out.append({**data, "seed": seed, "source": _shown(path), "timelines": timelines,
+                        "quick": data.get("quick") is True, "figure": _figure(data.get("figure"), report),
+                        "environment": env if isinstance(env, dict) else {},
+                        "measurements": pd.DataFrame(rows, columns=list(RUN_COLUMNS))})
     return sorted(out, key=lambda d: d["seed"])

@@ -139,3 +139,17 @@ def make_inputs(tmp: Path, evil: bool = False) -> tuple[Path, Path]:
     (data / "reproductions").mkdir(parents=True)
     (data / "reproductions" / "chunked-slicing.json").write_text(json.dumps(reproduction("chunked-slicing")))
     return results, data
+
+
+def with_verdict(rec: dict[str, Any], status: str, error: str | None = None, **fields: Any) -> dict[str, Any]:
+    """``rec`` (an ok :func:`measurement`) with another status and reason, its figures kept (a
+    mismatch or leak row still has a peak), and any other fields set (schema 2 verdict fields)."""
+    return {**rec, "status": status, "error": error, **fields}
+
+
+def schema2(rec: dict[str, Any], *, matches: bool = True, max_abs: float = 3.1e-13, drift: float = 2.4e-6,
+            tolerance: tuple[float, float] = (1e-6, 1e-8)) -> dict[str, Any]:
+    """``rec`` as memlab writes it since schema 2: checked in float64, float32 drift beside it."""
+    return {**rec, "schema": 2, "check_dtype": "float64", "matches_reference": matches, "max_abs_error": max_abs,
+            "max_rel_error": max_abs * 10, "drift_max_abs_error": drift, "drift_max_rel_error": drift * 10,
+            "tolerance": list(tolerance), "leak_bytes_per_step": None}

@@ -68,7 +68,7 @@ def test_unreadable_file_and_unknown_fields_warn(tmp_path):
         df = R.load_runs([binary, extra])
     assert len(df) == 1
     messages = " | ".join(str(w.message) for w in record)
-    assert "binary.jsonl: cannot read" in messages
+    assert "binary.jsonl:1: not UTF-8 (byte 0xff at column 1); line skipped" in messages
     assert "newer.jsonl: unknown measurement field(s) ignored: shiny_new" in messages
 
 
@@ -132,7 +132,7 @@ def test_asv_malformed_files_warn_and_the_rest_load(tmp_path):
         df = R.load_asv_results(root)
     assert len(df) == 8
     messages = " | ".join(str(w.message) for w in record)
-    assert "broken-env.json: cannot read JSON" in messages
+    assert "broken-env.json: not valid JSON (Expecting value at line 1 column 33); skipped" in messages
     assert "wrong-env.json: not an asv 0.6 results file (asv results api_version 1 is not 2)" in messages
     assert "short-env.json: benchmark 'bench_chunking.ChainedMatmul.track_peak_allocated' has 3 results for 8" in messages
 
@@ -196,3 +196,50 @@ def test_activation_figures_read_per_technique(tmp_path):
     df = R.load_runs([write_jsonl(tmp_path / "r.jsonl", [rec, measurement("dense", "tt", {}, MiB)])])
     assert df["activation_peak_bytes"][0] == 12 * MiB and df["expected_activation_bytes"][0] == 11 * MiB
     assert df["activation_peak_bytes"][1] is None or math.isnan(df["activation_peak_bytes"][1])
+
+
+def test_statuses_and_fields_follow_the_record():
+    """The reader's statuses and known fields are the record's (declared once, in memlab.measure.record)."""
+    import dataclasses
+
+    from memlab.measure.record import STATUSES, Measurement
+
+    assert R.STATUSES == STATUSES
+    assert {f.name for f in dataclasses.fields(Measurement)} <= R._KNOWN_FIELDS
+
+
+def test_ranking_status_per_case():
+    ok = measurement("a", "f", {}, MiB)
+    assert R.ranking_status(ok) == ("ok", None)
+    assert R.ranking_status({**ok, "status": "leak", "error": "grows"}) == ("leak", "grows")
+    assert R.ranking_status({**ok, "status": "error", "error": None}) == ("error", "no reason recorded")
+    assert R.ranking_status({**ok, "max_abs_error": float("nan")}) == ("mismatch", "non-finite values in output")
+    assert R.ranking_status({**ok, "errors_by_tensor": {"grad:x": float("inf")}})[0] == "mismatch"
+    assert R.ranking_status({**ok, "matches_reference": False}) == (
+        "unverified", "verified in float32 only (schema 1); re-measure")
+    assert R.ranking_status({**ok, "matches_reference": False, "dtype": "float64"})[0] == "mismatch"
+    assert R.ranking_status({**ok, "matches_reference": False, "schema": 2})[0] == "mismatch"
+    assert R.ranking_status({**ok, "matches_reference": None})[0] == "unverified"
+
+
+def test_json_reader_bounds_nesting_and_number_range():
+    assert R._json_depth('{"a": [1, {"b": "[[[[[["}]}') == 3
+    with pytest.raises(ValueError, match="nested 100000 levels deep"):
+        R._loads("[" * 100_000 + "]" * 100_000)
+    value = R._loads('{"big": 1' + "0" * 400 + ', "also": 1e999, "fine": 1' + "0" * 300 + "}")
+    assert isinstance(value["big"], R._OutOfRange) and isinstance(value["also"], R._OutOfRange)
+    assert value["fine"] == 10 ** 300
+    assert R.validate_measurement({**measurement("a", "f", {"n": 1}, MiB), "params": value}) == [
+        "field 'params.big' must be a finite number, got 1000000000... (401 digits), outside float range",
+        "field 'params.also' must be a finite number, got 1e999, outside float range"]
+
+
+def test_schema2_rows_carry_the_check(tmp_path):
+    rec = {**measurement("a", "f", {}, MiB), "schema": 2, "check_dtype": "float64", "max_abs_error": 3e-13,
+           "max_rel_error": 1e-12, "drift_max_abs_error": 2e-6, "drift_max_rel_error": 1e-5,
+           "tolerance": [1e-6, 1e-8], "leak_bytes_per_step": None}
+    df = R.load_runs([write_jsonl(tmp_path / "s2.jsonl", [rec])])
+    check = df["check"][0]
+    assert (check["dtype"], check["drift_dtype"], check["drift_abs"], check["rtol"], check["atol"]) == (
+        "float64", "float32", 2e-6, 1e-6, 1e-8)
+    assert (df["status_shown"][0], df["reason"][0]) == ("ok", None)

@@ -199,7 +199,9 @@ def test_malformed_input_warns_and_is_listed(tmp_path):
     assert any("zz-partial.jsonl:6" in m for m in messages)
     assert any("bad.json" in m for m in messages)
     html = index.read_text()
-    assert "Data problems" in html and "zz-partial.jsonl:6: not valid JSON" in html
+    assert "Data problems" in html and "2 problem(s) in the input files" in html
+    method = (tmp_path / "out" / "methodology.html").read_text()
+    assert "zz-partial.jsonl:6: not valid JSON" in method and "bad.json" in method
 
 
 def test_extra_runs_are_included(tmp_path):

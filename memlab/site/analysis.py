@@ -2,7 +2,9 @@
 
 Pure functions on DataFrames: which parameter a family sweeps, how rows group into lines, the
 Pareto front of throughput against peak memory, and the best technique for memory against the
-family's baseline.  Memory in bytes, throughput in samples/s.
+family's baseline.  Only :func:`ranked` rows (shown status ``ok``: see NOTE [ what the site ranks ]
+in :mod:`memlab.results`) are ever swept, ranked or put on a front.  Memory in bytes, throughput
+in samples/s.
 """
 from __future__ import annotations
 
@@ -13,11 +15,22 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["SETTING", "settings", "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels",
+__all__ = ["SETTING", "ranked", "not_ranked", "settings",
+           "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels",
            "pareto_front", "comparable", "savings", "param_text", "sort_key"]
 
 #: A family's rows are only compared within one setting: device, dtype and mode.
 SETTING = ("device", "dtype", "mode")
+
+
+def ranked(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows that may be ranked, called best and drawn: shown status ``ok``."""
+    return rows[rows["status_shown"] == "ok"]
+
+
+def not_ranked(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows that are only listed, with their status and reason."""
+    return rows[rows["status_shown"] != "ok"]
 
 
 def sort_key(value: Any) -> tuple:
@@ -110,13 +123,13 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
         return [({}, None, rows)]
     varying = _varying_common(rows)
     if len(varying) <= 1:
-        ok = rows[rows["status"] == "ok"]
+        ok = ranked(rows)
         swept = swept_param(ok) if len(ok) else None
         return [(config, swept, group) for config, group in config_groups(rows, swept)]
     sections, covered = [], set()
     for k in varying:
         for config, group in _split(rows, [o for o in varying if o != k]):
-            if len({_key(p[k]) for p in group.loc[group["status"] == "ok", "params"]}) >= 2:
+            if len({_key(p[k]) for p in ranked(group)["params"]}) >= 2:
                 sections.append((config, k, group))
                 covered.update(group.index)
     rest = rows.loc[[i for i in rows.index if i not in covered]]
@@ -166,17 +179,18 @@ def param_text(params: dict, skip: dict | None = None) -> str:
 def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
     """The best technique for memory against ``baseline`` in one family and setting.
 
-    Picks the baseline row (ok) with the most comparable rows, then the highest peak (the largest
+    Picks the baseline row (ranked) with the most comparable rows, then the highest peak (the largest
     configuration, where saving matters most), then the lowest ``params_key``;
-    then, per technique, its comparable ok row with the lowest ``peak_allocated_bytes``.
+    then, per technique, its comparable ranked row with the lowest ``peak_allocated_bytes``.
+    Rows that are not ranked (:func:`ranked`) take no part.
 
     Returns:
-        None without an ok baseline row; else ``{"baseline": row, "techniques": [entries]}``,
+        None without a ranked baseline row; else ``{"baseline": row, "techniques": [entries]}``,
         entries sorted by peak (the first is the best, possibly the baseline itself), each with
         ``row``, ``saving`` (1 - peak / baseline peak) and ``throughput_ratio`` (samples/s over the
         baseline's, None when either is unknown).
     """
-    ok = rows[rows["status"] == "ok"]
+    ok = ranked(rows)
     bases = ok[ok["technique"] == baseline].sort_values("params_key", kind="stable")
     if bases.empty:
         return None

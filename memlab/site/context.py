@@ -1,26 +1,67 @@
 """Page contexts, built by small ``context -> context`` steps (see :data:`STEPS`).
 
 The context is a dict.  :func:`load_inputs` adds the data (DataFrames and dicts from
-:mod:`memlab.results`); each later step adds one kind of page to ``context["pages"]``: a dict with
-``template``, ``path`` (relative to the site root), ``title`` and what the template shows.
-Charts are ``{"id", "figure"}`` with ``figure`` the canonical JSON of a plotly figure.
+:mod:`memlab.results`) and ``problems`` (one line per input problem, shown on the methodology
+page); each later step adds one kind of page to ``context["pages"]``: a dict with ``template``,
+``path`` (relative to the site root), ``title`` and what the template shows.  Charts are
+``{"id", "figure"}`` with ``figure`` the canonical JSON of a plotly figure.
+
+Only ranked rows (shown status ``ok``, see NOTE [ what the site ranks ] in :mod:`memlab.results`)
+are called best or drawn; the others are listed in "Not ranked" tables with their status and reason.
+A part of a page that still fails to build (an input the readers let through) is left out with a
+problem line instead of stopping the site (:func:`_guarded`).
 """
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import pandas as pd
 
 from .. import results as R
 from . import analysis as A
 from . import figures as F
-from .text import env_caption, fmt_mib, fmt_ms, fmt_num, fmt_pct, slugs, verdict_class
+from .text import env_caption, fmt_check, fmt_mib, fmt_ms, fmt_num, fmt_pct, fmt_sci, slugs, verdict_class
 
-__all__ = ["STEPS", "build_context", "load_inputs"]
+__all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
 
 Context = dict[str, Any]
+T = TypeVar("T")
+
+
+def input_files(results_dir: Path, data_dir: Path, extra_runs: Sequence[Path] = ()) -> list[Path]:
+    """Every file the build reads (listed, not opened): asv results, sweeps, timelines, reproductions.
+
+    A folder that cannot be listed is left out silently here; reading it warns (once).
+    """
+    results_dir, data_dir = Path(results_dir), Path(data_dir)
+    files = [results_dir / "benchmarks.json"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", R.ResultsWarning)
+        if results_dir.is_dir():
+            for folder in R.list_input_files(results_dir, ""):
+                files += R.list_input_files(folder, ".json") if folder.is_dir() else []
+        files += R.find_sweep_files(data_dir)
+        files += R.list_input_files(data_dir / "timelines", ".json")
+        files += R.list_input_files(data_dir / "reproductions", ".json")
+    return files + [Path(p) for p in extra_runs]
+
+
+def _guarded(ctx: Context, what: str, build: Callable[[], T]) -> T | None:
+    """``build()``, or None with a problem line naming ``what`` when it raises.
+
+    A last line of defence: the readers in :mod:`memlab.results` validate every value a page uses,
+    so this only fires for an input they let through; the rest of the site is still built.
+    """
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001 - any failure of one part must not stop the site
+        reason = (str(exc).splitlines() or [""])[0][:200]
+        msg = f"{what}: left out, it could not be built ({type(exc).__name__}: {reason})"
+        warnings.warn(msg, R.ResultsWarning, stacklevel=2)
+        ctx["problems"].append(msg)
+        return None
 
 
 def load_inputs(ctx: Context) -> Context:
@@ -31,8 +72,8 @@ def load_inputs(ctx: Context) -> Context:
         runs = R.load_runs([*R.find_sweep_files(data_dir), *ctx["extra_runs"]])
         asv = R.load_asv_results(ctx["results_dir"]) if Path(ctx["results_dir"]).exists() else None
         machines = R.load_asv_machines(ctx["results_dir"]) if asv is not None else {}
-        timelines = R.load_timelines(sorted((data_dir / "timelines").glob("*.json")))
-        seeds = R.load_reproductions(sorted((data_dir / "reproductions").glob("*.json")))
+        timelines = R.load_timelines(R.list_input_files(data_dir / "timelines", ".json"))
+        seeds = R.load_reproductions(R.list_input_files(data_dir / "reproductions", ".json"))
         baselines = R.family_baselines(runs) if len(runs) else {}
     problems = [str(w.message) for w in caught if issubclass(w.category, R.ResultsWarning)]
     for w in caught:  # pass them on to the caller, once each
@@ -48,15 +89,32 @@ def _text(v: Any) -> str:
     return "" if v is None or (isinstance(v, float) and v != v) else str(v)
 
 
+def _per_step(r: Any) -> str:
+    """A leak's growth per step (``'4.0 MiB per step'``); '' for other rows."""
+    return f"{fmt_mib(r.leak_bytes_per_step)} per step" if r.status_shown == "leak" else ""
+
+
 def _row_dict(r: Any, skip: dict | None = None) -> dict[str, Any]:
     """A measurement row as table cells (strings; the template escapes them)."""
     return {
         "technique": r.technique, "peer": bool(r.peer), "params": A.param_text(r.params, skip),
-        "status": r.status, "error": _text(r.error), "device": r.device,
+        "status": r.status_shown, "error": _text(r.reason), "per_step": _per_step(r), "device": r.device,
         "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_reserved": fmt_mib(r.peak_reserved_bytes),
         "floor": fmt_mib(r.analytic_floor_bytes), "step": fmt_ms(r.step_time_s),
-        "throughput": fmt_num(r.samples_per_s), "matches": {True: "yes", False: "NO"}.get(r.matches_reference, "-"),
+        "throughput": fmt_num(r.samples_per_s), "matches": fmt_check(r.check),
     }
+
+
+def _not_ranked(rows: pd.DataFrame) -> list[dict[str, str]]:
+    """The rows that are listed but never ranked: technique, setting, parameters, status, reason."""
+    out = {}
+    for r in A.not_ranked(rows).itertuples():
+        out[(r.family, r.technique, r.device, r.dtype, r.mode, r.params_key, r.run, r.line)] = {
+            "family": r.family, "technique": r.technique, "peer": bool(r.peer),
+            "setting": " · ".join((r.device, r.dtype, r.mode)), "params": A.param_text(r.params),
+            "status": r.status_shown, "reason": _text(r.reason), "per_step": _per_step(r),
+            "matches": fmt_check(r.check)}
+    return [out[k] for k in sorted(out, key=lambda k: (k[:5], A.sort_key(k[5]), k[6:]))]
 
 
 def _chart(counter: list[int], figure: dict, caption: str = "") -> dict[str, str]:
@@ -81,13 +139,14 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: 
     second = "resident" if device == "cpu" else "reserved"
     head = " · ".join([family, device, dtype, mode] + ([A.param_text(config)] if config else []))
     charts = []
-    if (rows["status"] == "ok").any():
+    ok = A.ranked(rows)
+    if len(ok):
         if swept:
             charts.append(_chart(counter, F.memory_vs_param(
                 rows, labels, swept, "peak_allocated_bytes", f"Peak allocated vs {swept} ({head})",
                 "peak allocated (MiB)", colors, floor_column="analytic_floor_bytes"),
                 "Solid: measured; dotted: the technique's analytic floor; dashed/diamonds: peers."))
-            if rows["activation_peak_bytes"].notna().any():
+            if ok["activation_peak_bytes"].notna().any():
                 charts.append(_chart(counter, F.memory_vs_param(
                     rows, labels, swept, "activation_peak_bytes", f"Activation peak vs {swept} ({head})",
                     "activation peak (MiB)", colors, floor_column="expected_activation_bytes",
@@ -96,13 +155,13 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: 
                     "accumulated so far, at its highest during the step (the step peak above is dominated "
                     "by parameter gradients here). Solid: measured; dotted: the analytic expectation the "
                     "technique states; dashed/diamonds: peers."))
-            if rows["peak_reserved_bytes"].notna().any():
+            if ok["peak_reserved_bytes"].notna().any():
                 charts.append(_chart(counter, F.memory_vs_param(
                     rows, labels, swept, "peak_reserved_bytes", f"Peak {second} vs {swept} ({head})",
                     f"peak {second} (MiB)", colors)))
         else:
             charts.append(_chart(counter, F.memory_by_technique(rows, labels, f"Peak memory ({head})", colors)))
-        if rows["samples_per_s"].notna().any():
+        if ok["samples_per_s"].notna().any():
             fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
             charts.append(_chart(counter, F.throughput_vs_peak(rows, labels, f"Throughput vs peak allocated ({head})",
                                                                colors, fronts),
@@ -113,6 +172,7 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: 
     return {"device": device, "dtype": dtype, "mode": mode, "config": A.param_text(config), "swept": swept,
             "charts": charts,
             "rows": [_row_dict(r, fixed) for r in table], "environments": env_caption(rows),
+            "n_not_ranked": len(rows) - len(ok),
             "second": second, "fixed": A.param_text(fixed)}
 
 
@@ -134,10 +194,12 @@ def add_family_pages(ctx: Context) -> Context:
     for family in families:
         rows = runs[runs["family"] == family]
         counter = [0]
-        sections = [_setting_section(group, s, config, swept, family, counter)
+        sections = [_guarded(ctx, f"family {family!r}, {' · '.join(s)} {A.param_text(config)}".rstrip(),
+                             lambda: _setting_section(group, s, config, swept, family, counter))
                     for s, config, swept, group in _sections(rows)]
         pages.append({"template": "family.html", "path": paths[family], "title": f"Family: {family}",
-                      "family": family, "baseline": ctx["baselines"].get(family), "sections": sections,
+                      "family": family, "baseline": ctx["baselines"].get(family),
+                      "sections": [s for s in sections if s is not None], "not_ranked": _not_ranked(rows),
                       "peers": sorted(set(rows.loc[rows["peer"], "technique"]))})
     return {**ctx, "family_paths": paths, "pages": ctx["pages"] + pages}
 
@@ -147,7 +209,8 @@ def _overview_entry(family: str, setting: tuple, config: dict, rows: pd.DataFram
     device, dtype, mode = setting
     entry: dict[str, Any] = {"family": family, "device": device, "dtype": dtype, "mode": mode,
                              "config": A.param_text(config),
-                             "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None, "chart": None}
+                             "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None,
+                             "chart": None, "n_not_ranked": len(A.not_ranked(rows))}
     result = A.savings(rows, baseline) if baseline else None
     if result is None:
         return entry
@@ -162,7 +225,7 @@ def _overview_entry(family: str, setting: tuple, config: dict, rows: pd.DataFram
             "saving": "baseline" if r["technique"] == baseline else fmt_pct(-e["saving"] if e["saving"] is not None else None),
             "throughput": "baseline" if r["technique"] == baseline else
             fmt_pct(e["throughput_ratio"] - 1 if e["throughput_ratio"] is not None else None),
-            "matches": {True: "yes", False: "NO"}.get(r["matches_reference"], "-")})
+            "matches": fmt_check(r["check"])})
     entry["best"] = entry["techniques"][0] if entry["techniques"] else None
     items = [(e["row"]["technique"], e["row"]["technique"] == baseline, bool(e["row"]["peer"]),
               e["row"]["peak_allocated_bytes"]) for e in result["techniques"]]
@@ -186,12 +249,15 @@ def add_overview_page(ctx: Context) -> Context:
     for family in sorted(set(runs["family"])) if len(runs) else []:
         rows = runs[runs["family"] == family]
         for s, config, _, group in _sections(rows):
-            entry = _overview_entry(family, s, config, group, ctx["baselines"].get(family), counter)
-            entries.append({**entry, "path": ctx["family_paths"][family]})
+            entry = _guarded(ctx, f"overview of family {family!r}, {' · '.join(s)}",
+                             lambda: _overview_entry(family, s, config, group, ctx["baselines"].get(family), counter))
+            if entry is not None:
+                entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
-              "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"]]
+              "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"] if s["seed"] in ctx["seed_paths"]]
     page = {"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
             "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs),
+            "not_ranked": _not_ranked(runs) if len(runs) else [],
             "run_files": sorted({_shown_path(p, ctx["data_dir"]) for p in runs["source"]}) if len(runs) else []}
     return {**ctx, "pages": [page] + ctx["pages"]}
 
@@ -205,8 +271,10 @@ def add_history_page(ctx: Context) -> Context:
             info = ctx["machines"].get(machine, {})
             desc = ", ".join(f"{k} {v}" for k, v in sorted(info.items()) if k != "machine" and v not in (None, ""))
             envs = ", ".join(sorted(set(mframe["env"].dropna())))
-            charts.append(_chart(counter, F.history(mframe, f"{bench} on {machine}"),
-                                 f"machine {machine}: {desc or 'no machine.json details'}; asv environment {envs or '-'}"))
+            chart = _guarded(ctx, f"history of {bench} on {machine}", lambda: _chart(
+                counter, F.history(mframe, f"{bench} on {machine}"),
+                f"machine {machine}: {desc or 'no machine.json details'}; asv environment {envs or '-'}"))
+            charts += [chart] if chart else []
         sections.append({"benchmark": bench, "unit": frame["unit"].iloc[0] or "", "charts": charts,
                          "commits": int(frame["commit"].nunique())})
     page = {"template": "history.html", "path": "history.html", "title": "History (asv)", "sections": sections,
@@ -253,13 +321,29 @@ def add_timelines_page(ctx: Context) -> Context:
     counter, families = [0], []
     for key in sorted(groups):
         tls = groups[key]
-        overlay = (_chart(counter, F.timelines_overlay(tls, [_timeline_label(t) for t in tls],
-                                                       f"All {key[0]} timelines · {' · '.join(key[1:])}"))
+        overlay = (_guarded(ctx, f"timelines overlay {' · '.join(key)}", lambda: _chart(
+            counter, F.timelines_overlay(tls, [_timeline_label(t) for t in tls],
+                                         f"All {key[0]} timelines · {' · '.join(key[1:])}")))
                    if len(tls) > 1 else None)
+        sections = [_guarded(ctx, f"{tl['source']}: timeline", lambda: _timeline_section(tl, counter)) for tl in tls]
         families.append({"family": key[0], "setting": " · ".join(key[1:]), "overlay": overlay,
-                         "sections": [_timeline_section(tl, counter) for tl in tls]})
+                         "sections": [s for s in sections if s is not None]})
     page = {"template": "timelines.html", "path": "timelines.html", "title": "Timelines", "families": families}
     return {**ctx, "pages": ctx["pages"] + [page]}
+
+
+def _seed_page(s: dict, path: str) -> dict[str, Any]:
+    counter = [0]
+    rows = s["measurements"]
+    return {
+        "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"],
+        "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
+        "summary": s["summary"], "quick": s["quick"],
+        "figure": _chart(counter, F.seed_figure(s["figure"])) if s["figure"] else None,
+        "rows": [_row_dict(r) for r in rows.itertuples()],
+        "environments": env_caption(rows) if len(rows) else [],
+        "environment": sorted((str(k), str(v)) for k, v in s["environment"].items() if v not in (None, "")),
+        "timelines": [_timeline_section(tl, counter) for tl in s["timelines"]]}
 
 
 def add_seed_pages(ctx: Context) -> Context:
@@ -267,30 +351,39 @@ def add_seed_pages(ctx: Context) -> Context:
     paths = slugs([s["seed"] for s in ctx["seeds"]], "seed")
     pages = []
     for s in ctx["seeds"]:
-        counter = [0]
-        rows = s["measurements"]
-        env = s.get("environment") if isinstance(s.get("environment"), dict) else {}
-        pages.append({
-            "template": "seed.html", "path": paths[s["seed"]], "title": s["title"], "seed": s["seed"],
-            "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
-            "summary": s["summary"], "quick": bool(s.get("quick", False)),
-            "figure": _chart(counter, F.seed_figure(s["figure"])) if s.get("figure") else None,
-            "rows": [_row_dict(r) for r in rows.itertuples()],
-            "environments": env_caption(rows) if len(rows) else [],
-            "environment": sorted((str(k), str(v)) for k, v in env.items() if v not in (None, "")),
-            "timelines": [_timeline_section(tl, counter) for tl in s["timelines"]]})
-    return {**ctx, "seed_paths": paths, "pages": ctx["pages"] + pages}
+        page = _guarded(ctx, f"{s['source']}: reproduction page", lambda: _seed_page(s, paths[s["seed"]]))
+        pages += [page] if page else []
+    return {**ctx, "seed_paths": {p["seed"]: p["path"] for p in pages}, "pages": ctx["pages"] + pages}
+
+
+def _tolerances(runs: pd.DataFrame) -> list[dict[str, str]]:
+    """The tolerances the rows were checked against, per workload, check dtype and (rtol, atol)."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for r in runs.itertuples():
+        c = r.check
+        if c["rtol"] is None:
+            continue
+        g = groups.setdefault((r.workload, c["dtype"], c["schema"] >= 2, c["rtol"], c["atol"]),
+                              {"techniques": set(), "rows": 0})
+        g["techniques"].add(r.technique)
+        g["rows"] += 1
+    return [{"workload": w, "dtype": d, "rtol": fmt_sci(rt), "atol": fmt_sci(at),
+             "schema": "2 (decides the verdict)" if new else "1 (the measured dtype)",
+             "techniques": ", ".join(sorted(g["techniques"])), "rows": str(g["rows"])}
+            for (w, d, new, rt, at), g in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))]
 
 
 def add_methodology_page(ctx: Context) -> Context:
-    """What the memory figures mean; the method strings recorded on the measurements, by device."""
+    """What the memory figures mean; the method strings recorded on the measurements, by device; the
+    reference tolerances the rows were checked against; every input problem of this build."""
     methods: dict[tuple[str, str, str], None] = {}
     runs = ctx["runs"]
     for device, mm in zip(runs["device"], runs["memory_method"]) if len(runs) else []:
         for k, v in sorted((mm or {}).items()):
             methods[(device.split(":")[0], str(k), str(v))] = None
     page = {"template": "methodology.html", "path": "methodology.html", "title": "Methodology",
-            "methods": [{"device": d, "figure": k, "method": v} for d, k, v in sorted(methods)]}
+            "methods": [{"device": d, "figure": k, "method": v} for d, k, v in sorted(methods)],
+            "tolerances": _tolerances(runs) if len(runs) else [], "problems": ctx["problems"]}
     return {**ctx, "pages": ctx["pages"] + [page]}
 
 
@@ -305,7 +398,7 @@ def add_nav(ctx: Context) -> Context:
 
 
 STEPS: tuple[Callable[[Context], Context], ...] = (
-    load_inputs, add_family_pages, add_seed_pages, add_overview_page, add_history_page, add_timelines_page,
+    load_inputs, add_family_pages, add_seed_pages, add_history_page, add_timelines_page, add_overview_page,
     add_methodology_page, add_nav,
 )
 

@@ -1,9 +1,11 @@
 """Plotly figures as plain JSON-ready dicts (``{"data": [...], "layout": {...}}``).
 
 Built by hand rather than through ``plotly.graph_objects`` so the output is small, has no
-template blob and is byte-for-byte stable.  Every string that came from results goes through
-:func:`esc`: plotly renders a subset of HTML in names and hover text, so ``<`` ``>`` ``&`` are
-entity-escaped (plotly displays the entities as the characters).  Memory is shown in MiB
+template blob and is byte-for-byte stable.  Every string that reaches plotly goes through
+:func:`esc` (trace names, hover text, titles, annotations) or :func:`value` (x values and category
+tick labels): plotly renders a subset of HTML in all of them (``<a href=...>`` becomes a live
+link), so ``<`` ``>`` ``&`` are entity-escaped and plotly displays the entities as the characters.
+Only ranked rows are drawn (:func:`memlab.site.analysis.ranked`).  Memory is shown in MiB
 (bytes / 2**20), throughput in samples/s, time in ms.
 """
 from __future__ import annotations
@@ -16,9 +18,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..units import MiB
-from .analysis import pareto_front, sort_key
+from .analysis import pareto_front, ranked, sort_key
 
-__all__ = ["esc", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
+__all__ = ["esc", "value", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
            "throughput_vs_peak", "lowest_peaks", "history", "timeline", "timelines_overlay", "seed_figure"]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -31,6 +33,13 @@ _PHASE_COLORS = {"forward": "rgba(31,119,180,0.08)", "backward": "rgba(214,39,40
 def esc(text: Any) -> str:
     """``text`` as a string safe for plotly's pseudo-HTML (names, hover text, titles)."""
     return html.escape(str(text), quote=False)
+
+
+def value(v: Any) -> Any:
+    """A data value for plotly: a finite number as it is, anything else as escaped text."""
+    if _num(v) is not None and not isinstance(v, str):
+        return v
+    return esc(v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str))
 
 
 def mib(n: Any) -> float | None:
@@ -108,8 +117,10 @@ def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: s
     ``analytic_floor_bytes``), each line's expectation is drawn beside it, dotted, in the same
     colour, named ``floor_name``.
     """
-    ok = rows[(rows["status"] == "ok") & rows[column].notna()]
-    xs = sorted({r[swept] for r in ok["params"] if swept in r}, key=sort_key)
+    ok = ranked(rows)
+    ok = ok[ok[column].notna()]
+    distinct = {json.dumps(p[swept], sort_keys=True, default=str): p[swept] for p in ok["params"] if swept in p}
+    xs = sorted(distinct.values(), key=sort_key)  # values may be unhashable (lists)
     traces = []
     for label in sorted(set(labels[ok.index])):
         group = ok[labels[ok.index] == label]
@@ -126,6 +137,7 @@ def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: s
             name += f" (no {esc(swept)})"
         else:
             continue
+        x = [value(v) for v in x]
         traces.append({"type": "scatter", "mode": mode, "name": name, "x": x,
                        "y": [mib(getattr(r, column)) for r in rowset], "hoverinfo": "text",
                        "hovertext": [_hover(r) for r in rowset], **style, "legendgroup": name})
@@ -147,7 +159,7 @@ def _log_if_wide(traces: list[dict]) -> str:
 
 def memory_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
     """Bars of peak allocated and peak reserved/resident per configuration (nothing is swept)."""
-    ok = rows[rows["status"] == "ok"].assign(_label=labels).sort_values(["_label", "params_key"], kind="stable")
+    ok = ranked(rows).assign(_label=labels).sort_values(["_label", "params_key"], kind="stable")
     names = [esc(l) + (" (peer)" if p else "") for l, p in zip(ok["_label"], ok["peer"])]
     second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
     data = [
@@ -168,7 +180,8 @@ def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors
     ``groups`` (name, row index) split the front where rows are different workloads (e.g. depths):
     one front per group; default one front over all rows.
     """
-    ok = rows[(rows["status"] == "ok") & rows["samples_per_s"].notna() & rows["peak_allocated_bytes"].notna()]
+    ok = ranked(rows)
+    ok = ok[ok["samples_per_s"].notna() & ok["peak_allocated_bytes"].notna()]
     traces = []
     for label in sorted(set(labels[ok.index])):
         group = ok[labels[ok.index] == label]
@@ -207,19 +220,27 @@ def history(frame: pd.DataFrame, title: str) -> dict[str, Any]:
         name = esc(", ".join(f"{k}={v}" for k, v in params.items())) or "(no parameters)"
         dates = [_utc(d) for d in group["date_ms"]]
         traces.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": dates,
-                       "y": [round(v * scale, 6) for v in group["value"]], "hoverinfo": "text",
-                       "hovertext": [f"{name}<br>commit {esc(c[:10])}<br>{round(v * scale, 4)} {esc(y_title)}"
+                       "y": [_rounded(v * scale, 6) for v in group["value"]], "hoverinfo": "text",
+                       "hovertext": [f"{name}<br>commit {esc(c[:10])}<br>{_rounded(v * scale, 4)} {esc(y_title)}"
                                      for c, v in zip(group["commit"], group["value"])]})
     return {"data": traces, "layout": _layout(title, _axis("commit date (UTC)", kind="date"), _axis(y_title))}
 
 
+def _rounded(v: float, digits: int) -> float | None:
+    return round(v, digits) if math.isfinite(v) else None
+
+
 def _utc(ms: Any) -> str | None:
+    """Milliseconds since the epoch as a UTC date; None when unknown or beyond the calendar."""
     import datetime as _dt
 
     n = _num(ms)
     if n is None:
         return None
-    return _dt.datetime.fromtimestamp(n / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return _dt.datetime.fromtimestamp(n / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _event_hover(e: dict, i: int) -> str:
@@ -290,7 +311,7 @@ def seed_figure(spec: dict) -> dict[str, Any]:
     """A reproduction's ``figure`` spec (``type`` bar/line, ``x``, ``series``, labels, log flags)."""
     kind = spec["type"]
     traces = []
-    x = [esc(v) if isinstance(v, str) else v for v in spec["x"]]
+    x = [value(v) for v in spec["x"]]
     for i, (name, ys) in enumerate(sorted(spec["series"].items())):
         trace = {"type": "bar" if kind == "bar" else "scatter", "name": esc(name), "x": x,
                  "y": [_num(v) for v in ys], "marker": {"color": _COLORS[i % len(_COLORS)]}}

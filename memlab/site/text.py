@@ -1,4 +1,5 @@
-"""Small text helpers for page contexts: byte/number formatting, slugs, environment captions."""
+"""Small text helpers for page contexts: byte/number formatting, slugs, environment captions, the
+reference check as one line."""
 from __future__ import annotations
 
 import math
@@ -10,7 +11,8 @@ import pandas as pd
 
 from ..units import MiB
 
-__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "slugs", "env_caption", "verdict_class"]
+__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_sci", "fmt_check", "fmt_tolerance", "slugs",
+           "env_caption", "verdict_class"]
 
 
 def _finite(v: Any) -> bool:
@@ -34,6 +36,46 @@ def fmt_ms(seconds: Any) -> str:
 def fmt_pct(fraction: Any) -> str:
     """A signed percentage (``'-86%'`` less, ``'+5%'`` more); ``'-'`` when unknown."""
     return f"{fraction * 100:+.0f}%" if _finite(fraction) else "-"
+
+
+def fmt_sci(v: Any) -> str:
+    """A small number with two significant digits, short exponent (``'3.1e-13'``, ``'0.25'``, ``'0'``)."""
+    if not _finite(v):
+        return "-" if v is None or v != v else str(v)
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + ("-" if m.group(1) == "-" else "") + m.group(2), f"{v:.2g}")
+
+
+def fmt_tolerance(rtol: Any, atol: Any) -> str:
+    """``'atol 1e-8 + rtol 1e-6·|ref|'``: the elementwise bound ``|err| <= atol + rtol * |ref|``."""
+    return f"atol {fmt_sci(atol)} + rtol {fmt_sci(rtol)}·|ref|"
+
+
+def fmt_check(check: Any) -> str:
+    """The reference check of a row as one line: verdict, dtype, error size, tolerance, drift.
+
+    Example: ``'yes (float64, max |err| 3.1e-13 ≤ atol 1e-8 + rtol 1e-6·|ref|; float32 drift 2.4e-6)'``.
+    Non-finite errors read ``'NO: non-finite values in output'``; no check: ``'not checked'``.
+    """
+    if not isinstance(check, dict):
+        return "-"
+    if check["non_finite"]:
+        return "NO: non-finite values in output"
+    if check["matches"] is None:
+        return "not checked"
+    where = check["dtype"] + (" at the check configuration" if check["at_check_config"] else "")
+    parts = []
+    tol = fmt_tolerance(check["rtol"], check["atol"]) if check["rtol"] is not None else None
+    err = f"max |err| {fmt_sci(check['max_abs'])}" if _finite(check["max_abs"]) else None
+    if check["matches"]:
+        parts.append(" ≤ ".join(p for p in (err, tol) if p) if err else (f"within {tol}" if tol else ""))
+    else:
+        parts.append(", ".join(p for p in (err, f"outside {tol}" if tol else None) if p))
+        if _finite(check["max_rel"]):
+            parts[-1] += f", max rel err {fmt_sci(check['max_rel'])}"
+    head = f"{'yes' if check['matches'] else 'NO'} ({where}" + (f", {parts[0]}" if parts[0] else "")
+    if check["drift_dtype"] and _finite(check["drift_abs"]):
+        head += f"; {check['drift_dtype']} drift {fmt_sci(check['drift_abs'])}"
+    return head + ")"
 
 
 def slugs(names: Iterable[str], prefix: str) -> dict[str, str]:
