@@ -75,7 +75,8 @@ def _cmd_list(args) -> int:
 
 def _measure_kwargs(args) -> dict[str, Any]:
     return {"device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
-            "repeats": args.repeats, "isolate": not args.in_process, "timeout": args.timeout,
+            "repeats": args.repeats, "timeout": args.timeout,
+            "isolate": False if args.in_process else ("spawn" if args.spawn else True),
             "time_budget": args.time_budget}
 
 
@@ -395,6 +396,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="keep timing steps (after --repeats) until their IQR is within 5%% of the median "
                            "or this many seconds pass (default 2)")
     meas.add_argument("--in-process", action="store_true", help="measure in this process instead of a fresh subprocess")
+    meas.add_argument("--spawn", action="store_true",
+                      help="a fresh Python process per measurement instead of a child forked from the warm "
+                           "server (the default for CPU; CUDA always spawns)")
 
     p = argparse.ArgumentParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
                                 parents=[common])

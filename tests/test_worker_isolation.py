@@ -131,6 +131,12 @@ def test_timeout_kills_the_process_group_and_removes_the_temp_folder(hostile, tm
     monkeypatch.setenv("MEMLAB_TEST_HOSTILE_PIDFILE", str(pidfile))
     m = memlab.measure("hostile_hang", check=False, timeout=15, **FAST)
     assert (m.status, m.error) == ("error", "measurement subprocess timed out after 15 s")
+    # the measurement's folder is gone; the warm fork server (restarted here, as the environment
+    # changed) keeps its own folder while it lives, and removes it when it stops
+    assert [p.name for p in temp_root.iterdir() if not p.name.startswith("memlab-server-")] == []
+    from memlab.measure.runner import shutdown_server
+
+    shutdown_server()
     assert list(temp_root.iterdir()) == []
     assert pidfile.exists(), "the worker did not reach forward within the timeout"
     pid = int(pidfile.read_text())

@@ -37,13 +37,25 @@ def prepare(name: str | type[Technique], params: dict[str, Any], device: str, dt
     return technique, dev, dt
 
 
+def _isolation(isolate: bool | str) -> str:
+    return "auto" if isolate is True else isolate
+
+
+def _check_isolation(isolate: bool | str) -> None:
+    from .runner import ISOLATION_MODES
+
+    if not (isinstance(isolate, bool) or isolate in ISOLATION_MODES):
+        raise ValueError(f"isolate={isolate!r} is not valid; valid: True, False, "
+                         f"{', '.join(repr(m) for m in ISOLATION_MODES)}")
+
+
 def _positive(name: str, value: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name}={value!r} is not valid: expected an integer >= 1")
 
 
 def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
-            iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool = True,
+            iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool | str = True,
             timeout: float = 900.0, time_budget: float = 2.0, plugins=(), **params: Any) -> Measurement:
     """Measure one technique on one configuration.
 
@@ -57,7 +69,9 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
             interleaved with plain-reference steps, until the interquartile range is within 5% of
             the median or ``time_budget`` seconds are spent.
         check: compare outputs/gradients with the workload reference first.
-        isolate: run in a fresh subprocess (default).  Pass False when the caller already is one.
+        isolate: ``True``/``"auto"`` (default): a child forked from a warm server for CPU, a fresh
+            spawned process for CUDA; ``"spawn"``: always a fresh process; ``"fork"``: always the
+            server; ``False``: in this process (when the caller already is one, as asv is).
         timeout: seconds before an isolated run is abandoned (status ``error``).
         time_budget: seconds of timing after which sampling stops, once ``repeats`` steps are taken.
         plugins: plug-in files to load first.
@@ -72,6 +86,7 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
     """
     _positive("iterations", iterations)
     _positive("repeats", repeats)
+    _check_isolation(isolate)
     if not isinstance(time_budget, (int, float)) or isinstance(time_budget, bool) or not 0 <= time_budget <= 3600:
         raise ValueError(f"time_budget={time_budget!r} is not valid: expected seconds between 0 and 3600")
     technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
@@ -82,14 +97,14 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
                "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
                "check": check, "time_budget_s": float(time_budget)}
     try:
-        return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout))
+        return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
         return skeleton(technique, str(dev), dtype, mode).replace(
             status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
 
 
 def timeline(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
-             seed: int = 0, isolate: bool = True, timeout: float = 900.0, plugins=(), **params: Any) -> Timeline:
+             seed: int = 0, isolate: bool | str = True, timeout: float = 900.0, plugins=(), **params: Any) -> Timeline:
     """Allocated bytes over one step as a sequence of events ``(op, stack, phase, delta, live)``.
 
     ``live_bytes`` is above the step's baseline.  Raises :class:`WorkerFailed` when the isolated
@@ -100,4 +115,4 @@ def timeline(name: str | type[Technique], *, device: str = "cpu", dtype: str = "
         return timeline_in_process(technique, dev, dt, mode=mode, seed=seed)
     request = {"kind": "timeline", "technique": technique.name, "params": technique.config, "device": device,
                "dtype": dtype, "mode": mode, "seed": seed}
-    return Timeline.from_dict(run_in_subprocess(type(technique), request, timeout))
+    return Timeline.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))

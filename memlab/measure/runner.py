@@ -20,6 +20,7 @@ interrupt of the parent) kills it together with any process it started.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
@@ -35,7 +36,8 @@ from ..registry import loaded_plugins
 from ..technique import Technique
 from .resident import MMAP_THRESHOLD
 
-__all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION"]
+__all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION",
+           "ISOLATION_MODES", "shutdown_server"]
 
 #: A child killed by SIGKILL whose peak resident memory reached this fraction of the memory limit is
 #: reported as ``oom`` (see :func:`describe_exit`).
@@ -251,28 +253,91 @@ def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int | None, int | Non
     return proc.returncode, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
 
-def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run ``python -P -m memlab.measure.worker`` on ``request``; return the result JSON object.
+ISOLATION_MODES = ("auto", "fork", "spawn")
+_server = None  # the process-wide ForkServer, started on first use (see NOTE [ fork server ])
 
-    The child runs in its own temporary folder (removed afterwards, also after a timeout) and its
-    own session; its stdout and stderr go, as bytes, to one file there, of which the last lines
-    (decoded with replacement) explain a failure.
+
+def _server_for(env: dict[str, str]):
+    """The running fork server for ``env`` (plug-ins, paths, malloc setting), started if needed."""
+    global _server
+    from .forkserver import ForkServer
+
+    if _server is not None and (_server.env != env or not _server.alive()):
+        _server.close()
+        _server = None
+    if _server is None:
+        safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # NOTE [ worker isolation ]
+        _server = ForkServer(env, [sys.executable, *safe_path, "-m", "memlab.measure.forkserver"])
+    return _server
+
+
+def shutdown_server() -> None:
+    """Stop the fork server if one runs (also done at interpreter exit)."""
+    global _server
+    if _server is not None:
+        _server.close()
+        _server = None
+
+
+atexit.register(shutdown_server)
+
+
+def _resolve_mode(isolate: str, request: dict[str, Any]) -> str:
+    from .forkserver import fork_available
+
+    if isolate not in ISOLATION_MODES:
+        raise ValueError(f"isolate={isolate!r} is not valid; valid: True, False, {', '.join(map(repr, ISOLATION_MODES))}")
+    if isolate == "spawn":
+        return "spawn"
+    cuda = not str(request.get("device", "cpu")).startswith("cpu")
+    if cuda or not fork_available():
+        if isolate == "fork":
+            raise ValueError("isolate='fork' is not available for CUDA (no fork after CUDA initialisation) "
+                             "or on a platform without fork; use isolate='spawn'")
+        return "spawn"
+    return "fork"
+
+
+def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeout: float,
+                      isolate: str = "auto") -> dict[str, Any]:
+    """Run ``request`` in an isolated process; return the result JSON object.
+
+    ``isolate``: ``"fork"`` (a child forked from the warm server, NOTE [ fork server ]), ``"spawn"``
+    (``python -P -m memlab.measure.worker``) or ``"auto"``: fork for CPU where the platform can,
+    spawn for CUDA.  Either way the child runs in its own temporary folder (removed afterwards, also
+    after a timeout) and its own session; its stdout and stderr go, as bytes, to one file there, of
+    which the last lines (decoded with replacement) explain a failure.  A fork server that fails
+    falls back to spawning, once per request.
 
     Raises:
         WorkerFailed: non-zero exit, death by signal, timeout, or missing/corrupt result; the
             one-line message carries the exit code or signal and the child's last output lines,
             ``status`` says ``oom`` or ``error`` (see :func:`describe_exit`).
+        ValueError: an unknown ``isolate`` mode, or ``fork`` where it cannot work.
     """
+    mode = _resolve_mode(isolate, request)
     env = _child_env(technique)
     with tempfile.TemporaryDirectory(prefix="memlab-", ignore_cleanup_errors=True) as tmp:
         req_path, res_path = os.path.join(tmp, "request.json"), os.path.join(tmp, "result.json")
         out_path = os.path.join(tmp, "output.log")
         with open(req_path, "w") as f:
             json.dump(request, f)
-        with open(out_path, "wb") as out:
-            proc = subprocess.Popen(_command(req_path, res_path), env=env, cwd=tmp, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=out, start_new_session=True)
-        returncode, peak_rss = _wait(proc, timeout)
+        outcome = None
+        if mode == "fork":
+            from .forkserver import ServerFailed
+
+            try:
+                outcome = _server_for(env).run({"tmp": tmp, "request": req_path, "result": res_path,
+                                                "output": out_path}, timeout)
+            except ServerFailed as exc:
+                print(f"memlab: warning: {exc}; measuring in a spawned process instead", file=sys.stderr)
+                shutdown_server()
+        if outcome is None:
+            with open(out_path, "wb") as out:
+                proc = subprocess.Popen(_command(req_path, res_path), env=env, cwd=tmp, stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=out, start_new_session=True)
+            outcome = _wait(proc, timeout)
+        returncode, peak_rss = outcome
         if returncode is None:
             raise WorkerFailed(f"measurement subprocess timed out after {timeout:g} s")
         if returncode != 0 or not os.path.exists(res_path):

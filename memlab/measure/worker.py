@@ -22,6 +22,10 @@ def main(argv: list[str]) -> int:
     from .devices import parse_device, parse_dtype
     from .inprocess import measure_in_process, timeline_in_process
 
+    import gc
+
+    gc.collect()
+    gc.freeze()  # imports stay for the process's life: keep them out of every gc.collect() (forkserver NOTE)
     technique = get_technique(req["technique"])(**req["params"])
     device, dtype = parse_device(req["device"]), parse_dtype(req["dtype"])
     if req["kind"] == "timeline":

@@ -1,0 +1,67 @@
+"""The warm fork server measures exactly what a fresh spawned process measures, faster, and carries
+nothing from one measurement to the next (NOTE [ fork server ])."""
+from pathlib import Path
+
+import pytest
+
+import memlab
+from memlab.measure.runner import shutdown_server
+
+STATEFUL = Path(__file__).parent / "plugins" / "stateful.py"
+FAST = {"iterations": 2, "repeats": 1, "time_budget": 0}
+#: figures that are exact bytes, hence identical in every fresh process
+EXACT = ("status", "matches_reference", "peak_allocated_bytes", "peak_allocated_per_iteration_bytes",
+         "allocated_after_step_bytes", "allocated_baseline_bytes", "grad_bytes", "param_bytes", "flops",
+         "max_abs_error", "errors_by_tensor")
+
+
+def _builtin_names():
+    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques")]
+
+
+@pytest.mark.parametrize("name", _builtin_names())
+def test_fork_and_spawn_give_identical_exact_figures(name):
+    cls = memlab.get_technique(name)
+    params = {**cls.workload.check_params, **cls.check_params}
+    spawned = memlab.measure(name, isolate="spawn", **FAST, **params)
+    if spawned.status == "error" and "unavailable" in (spawned.error or "").lower():
+        pytest.skip(spawned.error)
+    forked = memlab.measure(name, isolate="fork", **FAST, **params)
+    for field in EXACT:
+        assert getattr(forked, field) == getattr(spawned, field), field
+
+
+def test_no_state_carries_over_between_forked_measurements():
+    memlab.load_plugin(STATEFUL)
+    small = {"n": 16, "d": 4, "hidden": 8}
+    first = memlab.measure("stateful_counts_calls", isolate="fork", **FAST, **small)
+    second = memlab.measure("stateful_counts_calls", isolate="fork", **FAST, **small)
+    assert first.status == "ok", first.error
+    calls = first.extra["forward_calls_in_process"]
+    assert calls > 0 and second.extra["forward_calls_in_process"] == calls
+    # in one process the count grows: what the fork keeps out
+    here = memlab.measure("stateful_counts_calls", isolate=False, **FAST, **small)
+    again = memlab.measure("stateful_counts_calls", isolate=False, **FAST, **small)
+    assert again.extra["forward_calls_in_process"] == 2 * here.extra["forward_calls_in_process"]
+
+
+def test_a_plugin_loaded_after_the_server_started_restarts_it(tmp_path):
+    shutdown_server()
+    assert memlab.measure("unchunked", isolate="fork", n=16, d=4, hidden=8, **FAST).status == "ok"
+    plugin = tmp_path / "late_plugin.py"
+    plugin.write_text(
+        "from memlab import Technique\n"
+        "from memlab.workloads.chained_matmul import ChainedMatmul\n"
+        "class Late(Technique, name='late_plugin_matmul'):\n"
+        "    workload = ChainedMatmul\n"
+        "    def forward(self, problem):\n"
+        "        m = problem.model\n"
+        "        return (problem.inputs['x'] @ m.w1) @ m.w2\n")
+    memlab.load_plugin(plugin)
+    m = memlab.measure("late_plugin_matmul", isolate="fork", n=16, d=4, hidden=8, **FAST)
+    assert m.status == "ok", m.error
+
+
+def test_bad_isolation_modes_name_the_value():
+    with pytest.raises(ValueError, match=r"isolate='threads' is not valid"):
+        memlab.measure("unchunked", isolate="threads", n=16, d=4, hidden=8)
