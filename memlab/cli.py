@@ -74,7 +74,12 @@ def _cmd_list(args) -> int:
 
 
 def _measure_kwargs(args) -> dict[str, Any]:
-    return {"device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
+    from .measure.step import LOSSES, OPTIMIZERS, check_choice
+
+    check_choice("optimizer", args.optimizer, OPTIMIZERS)  # up front, before a sweep opens its file
+    check_choice("loss", args.loss, LOSSES)
+    return {"optimizer": args.optimizer, "loss": args.loss,
+            "device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
             "repeats": args.repeats, "timeout": args.timeout,
             "isolate": False if args.in_process else ("spawn" if args.spawn else True),
             "time_budget": args.time_budget}
@@ -82,6 +87,7 @@ def _measure_kwargs(args) -> dict[str, Any]:
 
 def _cmd_measure(args) -> int:
     from .measure import measure
+    from .measure.categories import CATEGORIES
     from .measure.record import fmt_mib
     from .registry import get_technique
 
@@ -96,6 +102,10 @@ def _cmd_measure(args) -> int:
         label = "resident" if m.device == "cpu" else "reserved"
         rows = [
             ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
+            ("total peak", fmt_mib(m.total_peak_bytes), f"baseline included; optimizer {m.optimizer}, loss {m.loss}"),
+            *((f"  {k.replace('_', ' ')}", fmt_mib(m.peak_by_category_bytes[k]), "at the peak; "
+               f"{fmt_mib(m.end_by_category_bytes.get(k))} after the step")
+              for k in CATEGORIES if k in m.peak_by_category_bytes),
             (f"peak {label}", fmt_mib(m.peak_reserved_bytes), "above baseline " + fmt_mib(m.reserved_baseline_bytes)),
             ("allocated after step", ", ".join(fmt_mib(b) for b in m.allocated_after_step_bytes), "per iteration, above baseline"),
             ("step time", m.step_time_text(), f"median ± interquartile range of {len(m.step_times_s)} steps, "
@@ -390,6 +400,11 @@ def _parser() -> argparse.ArgumentParser:
     meas.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16 (default float32)")
     meas.add_argument("--mode", default="train", help="train (forward+backward+SGD step) or infer (no_grad forward)")
     meas.add_argument("--iterations", type=int, default=5, help="allocation-measured steps (default 5)")
+    meas.add_argument("--optimizer", default="sgd", metavar="NAME",
+                      help="training step's optimizer: sgd, sgd_momentum, adam or adamw (default sgd)")
+    meas.add_argument("--loss", default="given", metavar="NAME",
+                      help="given (backward from the workload's preallocated upstream gradient, default) or mse "
+                           "(mse_loss(output, 0): its gradient is allocated inside the step)")
     meas.add_argument("--repeats", type=int, default=5, help="timed steps; the median is reported (default 5)")
     meas.add_argument("--timeout", type=float, default=900.0, help="seconds per isolated measurement (default 900)")
     meas.add_argument("--time-budget", type=float, default=2.0, metavar="SECONDS",

@@ -12,7 +12,8 @@ Subclassing registers a technique under a name; nothing else lists it::
 A technique states its workload (the maths), its own tunable parameters (the workload's are shared),
 and how it computes the workload's output from a :class:`~memlab.workload.Problem`.  Optionally it
 overrides :meth:`build` (e.g. a dense layer instead of TT cores) and :meth:`describe` (analytic
-expectations and which code path ran, stored in ``Measurement.extra``).
+expectations and which code path ran, stored in ``Measurement.extra``) and :meth:`make_optimizer`
+(an optimizer of its own).
 """
 from __future__ import annotations
 
@@ -60,6 +61,10 @@ class Technique:
     #: ``{dtype: (rtol, atol)}`` overriding the workload's tolerances for this technique only: for a
     #: variant that computes in lower precision on purpose (see :meth:`tolerance`)
     tolerances: ClassVar[Mapping[str, tuple[float, float]]] = {}
+    #: True: the measurement stores ``extra["activation_peak_bytes"]`` and ``["activation_peak_phase"]``
+    #: from its memory categories (saved activations + temporaries during forward and backward,
+    #: NOTE [ memory categories ]), for families whose step peak is dominated by gradients
+    reports_activation_peak: ClassVar[bool] = False
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -151,8 +156,21 @@ class Technique:
         return self.problem_spec.reference(problem)
 
     def describe(self, problem: Problem) -> dict[str, Any]:
-        """JSON-serialisable facts stored in ``Measurement.extra`` (analytic floors, path taken)."""
+        """JSON-serialisable facts stored in ``Measurement.extra`` (analytic floors, path taken).
+
+        Analytic only: a measured figure (the activation peak) comes from the measurement itself
+        (:attr:`reports_activation_peak`), never from tracing inside ``describe``.
+        """
         return {}
+
+    def make_optimizer(self, params: list[torch.nn.Parameter], choice: str) -> torch.optim.Optimizer | None:
+        """The optimizer a training step uses over ``params``; None (default) for memlab's ``choice``.
+
+        ``choice`` is the requested name (``sgd``, ``sgd_momentum``, ``adam``, ``adamw``).  A plug-in
+        with its own optimizer (8-bit states, factored second moments...) returns an instance; its
+        state shows as the ``optimizer_state`` category and ``Measurement.optimizer_class`` names it.
+        """
+        return None
 
     def samples_per_step(self) -> int:
         return self.problem_spec.samples_per_step()

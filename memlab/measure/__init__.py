@@ -13,7 +13,7 @@ from .devices import parse_device, parse_dtype
 from .inprocess import measure_in_process, skeleton, timeline_in_process, memory_method
 from .record import Measurement, Timeline, TimelineEvent, fmt_mib
 from .runner import WorkerFailed, run_in_subprocess
-from .step import MODES
+from .step import LOSSES, MODES, OPTIMIZERS, check_choice
 
 __all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare"]
 
@@ -56,14 +56,15 @@ def _positive(name: str, value: int) -> None:
 
 def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
             iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool | str = True,
-            timeout: float = 900.0, time_budget: float = 2.0, plugins=(), **params: Any) -> Measurement:
+            timeout: float = 900.0, time_budget: float = 2.0, plugins=(), optimizer: str = "sgd", loss: str = "given",
+            **params: Any) -> Measurement:
     """Measure one technique on one configuration.
 
     Args:
         name: registered technique name (or the class).
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
-        mode: ``train`` (forward + backward + SGD step) or ``infer`` (forward under no_grad).
+        mode: ``train`` (forward, backward, the optimizer's step) or ``infer`` (forward under no_grad).
         iterations: allocation-measured steps; ``allocated_after_step_bytes`` has one entry each.
         repeats: the fewest timed steps; ``step_time_s`` is their median (seconds).  More are taken,
             interleaved with plain-reference steps, until the interquartile range is within 5% of
@@ -75,6 +76,11 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         timeout: seconds before an isolated run is abandoned (status ``error``).
         time_budget: seconds of timing after which sampling stops, once ``repeats`` steps are taken.
         plugins: plug-in files to load first.
+        optimizer: the training step's optimizer: ``sgd`` (default), ``sgd_momentum``, ``adam`` or
+            ``adamw`` (its state is the ``optimizer_state`` category); a technique may supply its own.
+        loss: ``given`` (default: ``output.backward(grad_output)``, the upstream gradient
+            preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
+            gradient is allocated inside the step, as in a user's loop).
         **params: workload and technique parameters (``chunk_size=2500``, ``batch=4096``...).
 
     Returns:
@@ -87,19 +93,23 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
     _positive("iterations", iterations)
     _positive("repeats", repeats)
     _check_isolation(isolate)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_choice("loss", loss, LOSSES)
     if not isinstance(time_budget, (int, float)) or isinstance(time_budget, bool) or not 0 <= time_budget <= 3600:
         raise ValueError(f"time_budget={time_budget!r} is not valid: expected seconds between 0 and 3600")
     technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
     if not isolate:
         return measure_in_process(technique, dev, dt, mode=mode, iterations=iterations, repeats=repeats,
-                                  seed=seed, check=check, time_budget_s=float(time_budget))
+                                  seed=seed, check=check, time_budget_s=float(time_budget), optimizer=optimizer,
+                                  loss=loss)
     request = {"kind": "measure", "technique": technique.name, "params": technique.config, "device": device,
                "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
-               "check": check, "time_budget_s": float(time_budget)}
+               "check": check, "time_budget_s": float(time_budget),
+               "optimizer": optimizer, "loss": loss}
     try:
         return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
-        return skeleton(technique, str(dev), dtype, mode).replace(
+        return skeleton(technique, str(dev), dtype, mode, optimizer=optimizer, loss=loss).replace(
             status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
 
 

@@ -5,20 +5,22 @@ import contextlib
 import gc
 import statistics
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
 from ..technique import Technique
 from . import alloc_trace, resident
+from .categories import Probe, baseline_categories, categorise, refuses_saved_hooks
 from .devices import device_label
 from .environment import environment, load_average
 from .record import Measurement, Timeline, TimelineEvent
-from .step import baseline_objects, make_step, tensors_bytes
+from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
 from .verdict import decide
 from .verify import verify_technique
 
-__all__ = ["measure_in_process", "timeline_in_process", "skeleton", "memory_method"]
+__all__ = ["measure_in_process", "timeline_in_process", "traced_steps", "TracedSteps", "skeleton", "memory_method"]
 
 
 def memory_method(device: torch.device) -> dict[str, str]:
@@ -28,20 +30,23 @@ def memory_method(device: torch.device) -> dict[str, str]:
             "allocated": "torch.cuda.max_memory_allocated() during the step minus memory_allocated() before it: bytes of live tensors, exact, rounded to the allocator's 512-byte blocks",
             "reserved": "torch.cuda.max_memory_reserved() during the step minus memory_reserved() before it: segments the caching allocator holds, free cached blocks included",
             "device_used": "torch.cuda.mem_get_info(): total minus free device memory after the steps, as nvidia-smi shows it (CUDA context and other processes included)",
+            "categories": "not attributed on CUDA (total_peak_bytes and the categories are CPU figures); the activation peak of families that report one comes from one more step traced alone",
         }
     return {
         "allocated": "exact: replay of the PyTorch profiler's allocation and free events (profile_memory=True) over each step; bytes of live tensors above the baseline",
         "reserved": "resident: process VmHWM during one step (reset through /proc/self/clear_refs) minus VmRSS before it; page-granular, includes allocator overhead; CPU has no caching allocator",
         "device_used": "not applicable on CPU",
+        "categories": "exact: every block of the same allocation trace attributed by storage identity (parameters, optimizer state and inputs by address; gradients, saved activations and the upstream gradient by hooks marked in the trace); they sum to the live bytes",
     }
 
 
-def skeleton(technique: Technique, device: str, dtype: str, mode: str) -> Measurement:
+def skeleton(technique: Technique, device: str, dtype: str, mode: str, *, optimizer: str = "sgd",
+             loss: str = "given") -> Measurement:
     """A Measurement carrying only the identity of the configuration (used for error rows)."""
     return Measurement(
         technique=technique.name, workload=technique.workload.name, family=technique.family(),
         params=dict(technique.config), device=device, dtype=dtype, mode=mode,
-        samples_per_step=technique.samples_per_step(), peer=technique.peer,
+        samples_per_step=technique.samples_per_step(), peer=technique.peer, optimizer=optimizer, loss=loss,
         extra={"baseline": technique.baseline, "twin": technique.twin},
     )
 
@@ -54,7 +59,7 @@ def _is_oom(exc: BaseException) -> bool:
 
 def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
                        iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True,
-                       time_budget_s: float = 2.0) -> Measurement:
+                       time_budget_s: float = 2.0, optimizer: str = "sgd", loss: str = "given") -> Measurement:
     """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
 
     Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
@@ -63,9 +68,14 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     (more until stable or ``time_budget_s`` is spent), one FLOP-counted step (and on CUDA the
     ``iterations`` allocator-counted steps).  The verdict (NOTE [ verdicts ]) sets the status:
     ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
+    The traced CPU steps run with a :class:`~memlab.measure.categories.Probe` for the memory
+    categories (NOTE [ memory categories ]); ``optimizer`` and ``loss`` choose the training step
+    (see :mod:`memlab.measure.step`).
     """
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    check_choice("loss", loss, LOSSES)
     dtype_name = str(dtype).replace("torch.", "")
-    base = skeleton(technique, device_label(device), dtype_name, mode)
+    base = skeleton(technique, device_label(device), dtype_name, mode, optimizer=optimizer, loss=loss)
     try:
         return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
@@ -197,29 +207,90 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
                             memory_method=memory_method(device), environment=environment(device))
 
 
-def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed, fields,
-                   exact, drift, notes) -> Measurement:
-    # Allocation recording starts before the problem exists, so that frees of its storages are
-    # seen (NOTE [ exact CPU allocated bytes ]); CUDA reads the allocator's own counters instead.
-    recorder = alloc_trace.AllocationRecorder(device) if device.type == "cpu" else contextlib.nullcontext()
+@dataclass
+class TracedSteps:
+    """What :func:`traced_steps` leaves: the problem and its step, and on CPU the exact figures.
+
+    ``stats`` (per-iteration peaks and after-step bytes) and ``categories`` (one
+    :class:`~memlab.measure.categories.IterationCategories` per iteration) are None on CUDA.
+    """
+
+    problem: Any
+    step: Callable[..., None]
+    optimizer: torch.optim.Optimizer | None
+    stats: alloc_trace.IterationStats | None = None
+    categories: list | None = None
+    #: False when the technique refused saved-tensor hooks (NOTE [ memory categories ])
+    saved_separated: bool = True
+
+
+def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
+                 iterations: int = 5, seed: int = 0, optimizer: str = "sgd", loss: str = "given",
+                 probe: bool = True) -> TracedSteps:
+    """Build the problem, take one warm-up step, then on CPU ``iterations`` traced steps.
+
+    Allocation recording starts before the problem exists, so that frees of its storages are seen
+    (NOTE [ exact CPU allocated bytes ]); CUDA reads the allocator's own counters instead (the
+    caller's steps).  ``probe=False`` leaves the memory-category hooks out (the tests show they
+    change no figure).
+    """
+    try:
+        return _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved=True)
+    except RuntimeError as exc:
+        if not (probe and refuses_saved_hooks(exc)):
+            raise
+    gc.collect()
+    return _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved=False)
+
+
+def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved) -> TracedSteps:
+    cpu = device.type == "cpu"
+    recorder = alloc_trace.AllocationRecorder(device) if cpu else contextlib.nullcontext()
     with recorder:
         problem = technique.build(device, dtype, seed)
-        step, optimizer = make_step(technique, problem, mode)
+        if loss != "given":
+            problem.grad_output = None  # the loss computes the upstream gradient inside the step
+        step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss)
         step()  # warm-up: lazy initialisation, optimizer state
         _sync(device)
         gc.collect()
-        if device.type == "cpu":
-            recorder.iterations(step, iterations)
+        if cpu:
+            known = baseline_categories(problem.model, problem.inputs, problem.grad_output, opt)
+            with Probe(problem.leaves() if mode == "train" and probe else (), saved=saved) as p:
+                recorder.iterations((lambda: step(p)) if probe else step, iterations)
+    traced = TracedSteps(problem, step, opt, saved_separated=saved)
+    if cpu:
+        events, windows = recorder.result()
+        traced.stats = alloc_trace.iteration_stats(events, windows)
+        traced.categories = categorise(events, windows, known)
+        del events, windows
+        gc.collect()
+    return traced
+
+
+def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed, fields,
+                   exact, drift, notes) -> Measurement:
+    traced = traced_steps(technique, device, dtype, mode=mode, iterations=iterations, seed=seed,
+                          optimizer=base.optimizer, loss=base.loss)
+    problem, step, optimizer = traced.problem, traced.step, traced.optimizer
+    if not traced.saved_separated:
+        notes["saved_activations_separated"] = False
+    if optimizer is not None:
+        fields["optimizer_class"] = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     params = [p for p in problem.model.parameters()]
     fields["param_count"] = sum(p.numel() for p in params)
     fields["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
     if mode == "train":
         fields["grad_bytes"] = sum(t.numel() * t.element_size() for t in problem.leaves())
     fields["allocated_baseline_bytes"] = tensors_bytes(baseline_objects(problem, optimizer))
-    if device.type == "cpu":
-        stats = alloc_trace.iteration_stats(*recorder.result())
-        peaks, after = list(stats.peaks), list(stats.after)
-        gc.collect()
+    activation = None
+    if traced.stats is not None:
+        peaks, after = list(traced.stats.peaks), list(traced.stats.after)
+        # the iteration with the highest peak; categories sum to its live bytes (NOTE [ memory categories ])
+        activation = at = traced.categories[peaks.index(max(peaks))]
+        fields.update(total_peak_bytes=at.total_peak_bytes, peak_by_category_bytes=at.peak,
+                      end_by_category_bytes=at.end)
+    del traced
 
     # resident / reserved around one step
     if device.type == "cuda":
@@ -238,7 +309,8 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
             fields["reserved_baseline_bytes"] = rss0
 
     fields["load_avg_before"] = load_average()
-    reference_step, _ = make_step(_ReferenceAsTechnique(technique), problem, mode)
+    reference_step, _ = make_step(_ReferenceAsTechnique(technique), problem, mode,
+                                  optimizer=optimizer if optimizer is not None else base.optimizer, loss=base.loss)
     times, ref_times = _time_interleaved(step, reference_step, device, repeats, time_budget_s)
     del reference_step
     fields["load_avg_after"] = load_average()
@@ -266,15 +338,29 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
             after.append(torch.cuda.memory_allocated(device) - start)
         free, total = torch.cuda.mem_get_info(device)
         fields["device_used_bytes"] = total - free
+        if technique.reports_activation_peak:
+            activation = _traced_categories(step, problem, mode, device)
     fields["peak_allocated_per_iteration_bytes"] = tuple(peaks)
     fields["allocated_after_step_bytes"] = tuple(after)
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
     status, reason, per_step = decide(exact, drift, after)
     fields.update(status=status, error=reason, leak_bytes_per_step=per_step)
     fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **technique.describe(problem)}
+    if technique.reports_activation_peak and activation is not None:
+        fields["extra"].update(activation_peak_bytes=activation.activation_peak_bytes,
+                               activation_peak_phase=activation.activation_peak_phase)
     fields["memory_method"] = memory_method(device)
     fields["environment"] = environment(device)
     return base.replace(**fields)
+
+
+def _traced_categories(step, problem, mode, device):
+    """CUDA: the categories of one more step traced alone (in-step figures only: what was allocated
+    before the trace is not in it, so only the activation peak is used)."""
+    with Probe(problem.leaves() if mode == "train" else (), saved=False) as probe:
+        events, windows = alloc_trace.trace_allocations(lambda: step(probe), device, 1)
+    gc.collect()
+    return categorise(events, windows, {})[0]
 
 
 def timeline_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *,

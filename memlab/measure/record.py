@@ -46,9 +46,30 @@ class Measurement:
             nvidia-smi) sees it, all processes and the CUDA context included.
         grad_bytes: bytes of the gradients one training step produces (parameters and
             grad-requiring inputs); part of the peak, so ``peak - grad_bytes`` bounds activations.
+        total_peak_bytes: everything live at the step's peak, baseline included: what
+            ``torch.cuda.max_memory_allocated()`` of a training loop would show for the step.
+            ``total_peak_bytes - peak_allocated_bytes`` is the baseline the allocation trace saw
+            live at the step's start (``allocated_baseline_bytes`` plus any other storage the
+            technique or workload keeps between steps).
+        peak_by_category_bytes: ``total_peak_bytes`` split by category (NOTE [ memory categories ]
+            in ``memlab/measure/categories.py``): ``parameters``, ``gradients``, ``optimizer_state``,
+            ``inputs`` (inputs and upstream gradient), ``saved_activations`` (tensors autograd
+            saved for backward) and ``temporaries`` (everything else); the values sum to
+            ``total_peak_bytes`` exactly.
+        end_by_category_bytes: the same categories live at the end of that step (sum: the baseline
+            plus ``allocated_after_step_bytes`` of that step).
+            The three figures above come from the exact CPU allocation trace, at the measured
+            iteration with the highest peak; empty/None on CUDA (not attributed there yet).
         allocated_after_step_bytes: per iteration, tensor bytes live after the step minus the
             baseline before the first measured step; growth here is a leak.
         leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
+
+    Training step (``mode="train"``): ``optimizer`` is the requested optimizer (``sgd``,
+    ``sgd_momentum``, ``adam``, ``adamw``; rows from before the choice existed are ``sgd``) and
+    ``optimizer_class`` the class that ran (a technique may supply its own); ``loss`` is ``given``
+    (``output.backward(grad_output)`` with a preallocated upstream gradient in the baseline) or
+    ``mse`` (``mse_loss(output.float(), zeros).backward()``: the upstream gradient is allocated inside
+    the step and no ``grad_output`` is in the baseline).  See ``memlab/measure/step.py``.
 
     Step time (seconds): ``step_times_s`` holds every timed sample, ``step_time_s`` their median and
     ``step_time_iqr_s`` their interquartile range (None under two samples); ``load_avg_before`` and
@@ -107,6 +128,12 @@ class Measurement:
     param_count: int | None = None
     param_bytes: int | None = None
     grad_bytes: int | None = None
+    optimizer: str = "sgd"
+    optimizer_class: str | None = None
+    loss: str = "given"
+    total_peak_bytes: int | None = None
+    peak_by_category_bytes: dict[str, int] = field(default_factory=dict)
+    end_by_category_bytes: dict[str, int] = field(default_factory=dict)
     peer: bool = False
     memory_method: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)

@@ -1,14 +1,29 @@
 """One training or inference step of a technique, with phase markers for the profiler.
 
-``train``: zero-free start (no ``.grad`` is live between steps), forward, ``output.backward(
-grad_output)``, ``SGD.step()``, then every leaf's ``.grad`` set to None.  So between steps only the
-baseline (parameters, inputs, upstream gradient, optimizer state) is live, and a step's peak covers
-activations, gradients and temporaries.
+``train``: zero-free start (no ``.grad`` is live between steps), forward, backward from the chosen
+``loss``, the chosen ``optimizer``'s ``step()``, then every leaf's ``.grad`` set to None.  So between
+steps only the baseline (parameters, inputs, upstream gradient, optimizer state) is live, and a
+step's peak covers activations, gradients and temporaries.
 ``infer``: forward under ``torch.no_grad()``; the output is dropped at the end of the step.
+
+Losses (:data:`LOSSES`):
+    ``given``: ``output.backward(problem.grad_output)``, the workload's seeded upstream gradient,
+        preallocated and part of the baseline (memlab's figures before the loss choice existed).
+    ``mse``: ``mse_loss(output.float(), zeros).backward()``, the mean squared error against a zero
+        target (one zero broadcast, no target tensor): the loss's elementwise square (forward) and
+        the upstream gradient (backward) are allocated inside the step, as in a user's training
+        loop; the measurement then drops ``problem.grad_output``.  (ATen's ``mse_loss`` returns the
+        scalar loss in the storage of the elementwise squares, so one output-sized temporary
+        lives until backward ends: measured, as a user's loop would pay it.)
+Optimizers (:data:`OPTIMIZERS`), all ``foreach=False`` (one parameter at a time, deterministic):
+    ``sgd`` (no state), ``sgd_momentum`` (momentum 0.9: one buffer per parameter), ``adam`` and
+    ``adamw`` (``exp_avg`` and ``exp_avg_sq`` per parameter and a scalar ``step`` tensor), created
+    at the first step.  A technique may supply its own (:meth:`memlab.Technique.make_optimizer`).
 """
 from __future__ import annotations
 
-from typing import Callable
+import contextlib
+from typing import Callable, Literal
 
 import torch
 from torch.profiler import record_function
@@ -16,20 +31,57 @@ from torch.profiler import record_function
 from ..technique import Technique
 from ..workload import Problem
 
-__all__ = ["make_step", "MODES", "PHASES"]
+__all__ = ["make_step", "make_optimizer", "MODES", "PHASES", "OPTIMIZERS", "LOSSES", "OptimizerName", "LossName",
+           "check_choice"]
 
 MODES = ("train", "infer")
 PHASES = ("forward", "backward", "optimizer")
+OptimizerName = Literal["sgd", "sgd_momentum", "adam", "adamw"]
+OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
+LossName = Literal["given", "mse"]
+LOSSES: tuple[str, ...] = ("given", "mse")
 LEARNING_RATE = 1e-4
+MOMENTUM = 0.9
 
 
-def make_step(technique: Technique, problem: Problem, mode: str) -> tuple[Callable[[], None], torch.optim.Optimizer | None]:
-    """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive."""
+def check_choice(name: str, value, valid: tuple[str, ...]) -> None:
+    """Raise ValueError naming ``name``, the bad ``value`` and the valid choices."""
+    if value not in valid:
+        plural = "losses" if name == "loss" else f"{name}s"
+        raise ValueError(f"{name}={value!r} is not valid; valid {plural}: {', '.join(valid)}")
+
+
+def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    """The optimizer ``name`` (one of :data:`OPTIMIZERS`) over ``params``, learning rate 1e-4."""
+    check_choice("optimizer", name, OPTIMIZERS)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LEARNING_RATE, foreach=False)
+    if name == "sgd_momentum":
+        return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM, foreach=False)
+    cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+    return cls(params, lr=LEARNING_RATE, foreach=False)
+
+
+def make_step(technique: Technique, problem: Problem, mode: str, *,
+              optimizer: OptimizerName | torch.optim.Optimizer = "sgd",
+              loss: LossName = "given") -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
+    """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive.
+
+    Args:
+        optimizer: one of :data:`OPTIMIZERS` (the technique's :meth:`~memlab.Technique.make_optimizer`
+            may supply its own instead), or an optimizer instance to share (a reference step
+            timed beside the technique's uses the technique's optimizer).
+        loss: one of :data:`LOSSES`.
+
+    ``step(probe)`` with a :class:`~memlab.measure.categories.Probe` marks saved tensors, gradients
+    and the upstream gradient for the memory categories (NOTE [ memory categories ]).
+    """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
+    check_choice("loss", loss, LOSSES)
     if mode == "infer":
 
-        def infer_step() -> None:
+        def infer_step(probe=None) -> None:
             with torch.no_grad(), record_function("memlab::forward"):
                 out = technique.forward(problem)
                 del out
@@ -37,23 +89,48 @@ def make_step(technique: Technique, problem: Problem, mode: str) -> tuple[Callab
         return infer_step, None
 
     params = [p for p in problem.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=LEARNING_RATE, foreach=False) if params else None
+    if isinstance(optimizer, torch.optim.Optimizer):
+        opt = optimizer
+    else:
+        check_choice("optimizer", optimizer, OPTIMIZERS)
+        own = getattr(technique, "make_optimizer", None)
+        opt = own(params, optimizer) if own is not None and params else None
+        if opt is None:
+            opt = make_optimizer(optimizer, params) if params else None
     leaves = problem.leaves()
-    grad_output = problem.grad_output
+    grad_output = problem.grad_output if loss == "given" else None
 
-    def train_step() -> None:
-        with record_function("memlab::forward"):
+    def train_step(probe=None) -> None:
+        with record_function("memlab::forward"), _saving(probe):
             out = technique.forward(problem)
-        with record_function("memlab::backward"):
-            out.backward(grad_output)
-            del out
+            lossval = _mse_to_zero(out) if loss == "mse" else None
+        with record_function("memlab::backward"), _saving(probe):
+            if probe is not None:
+                probe.upstream(out)
+            if lossval is None:
+                out.backward(grad_output)
+            else:
+                lossval.backward()
+            del out, lossval
+            if probe is not None:
+                probe.gradients()
         with record_function("memlab::optimizer"):
-            if optimizer is not None:
-                optimizer.step()
+            if opt is not None:
+                opt.step()
             for t in leaves:
                 t.grad = None
 
-    return train_step, optimizer
+    return train_step, opt
+
+
+def _mse_to_zero(out: torch.Tensor) -> torch.Tensor:
+    """``mse_loss(out.float(), 0)``: the target is one zero broadcast (a stride-0 view, no copy)."""
+    out = out.float()
+    return torch.nn.functional.mse_loss(out, out.new_zeros(()).expand(out.shape))
+
+
+def _saving(probe):
+    return probe.saving() if probe is not None else contextlib.nullcontext()
 
 
 def tensors_bytes(objects) -> int:

@@ -12,9 +12,11 @@ what autograd keeps between forward and backward:
 * ``reversible_nosave``: the same Function with ``save_memory=False``; it snapshots each block's
   input instead of inverting, so its cost over ``reversible`` is exactly what reconstruction saves.
 
-``describe`` stores analytic activation bytes and the *measured* activation peak (bytes live above
-the baseline minus gradients already accumulated, see :mod:`memlab.analysis.reversible`), since the
-plain peak is dominated by parameter gradients on this workload.
+``describe`` stores the analytic activation bytes of every design; the *measured* activation peak
+(``extra["activation_peak_bytes"]``: saved activations plus temporaries during forward and backward,
+above the step's start, NOTE [ memory categories ] in :mod:`memlab.measure.categories`) comes from
+the measurement itself (``reports_activation_peak``), since the plain step peak is dominated by
+parameter gradients on this workload.
 """
 from __future__ import annotations
 
@@ -31,9 +33,7 @@ __all__ = ["Residual", "CheckpointBlock", "Reversible", "ReversibleNoSave", "sta
 
 
 def stack_facts(technique: Technique, problem, path: str) -> dict[str, Any]:
-    """Shared ``describe``: path taken, analytic bytes per design, measured activation peak (bytes)."""
-    from ..analysis.reversible import activation_peak
-
+    """Shared ``describe``: path taken and analytic activation bytes per design (bytes)."""
     cfg = technique.config
     x = problem.inputs["x"]
     es = x.element_size()
@@ -58,12 +58,12 @@ def stack_facts(technique: Technique, problem, path: str) -> dict[str, Any]:
             "reversible_nosave": 3 * 2 * half + 2 * hidden + fo + depth * 2 * half,
         },
     }
-    facts.update(activation_peak(technique, problem))
     return facts
 
 
 class _Stack(Technique):
     workload = ResidualStack
+    reports_activation_peak = True
 
     def _blocks(self, problem):
         return list(problem.model.f), list(problem.model.g)

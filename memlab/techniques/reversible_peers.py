@@ -57,6 +57,7 @@ def _require(module: str, dist: str, version: str):
 class _Peer(Technique):
     workload = ResidualStack
     peer = True
+    reports_activation_peak = True
     devices = ("cpu", "cuda")
     _dist: tuple[str, str, str] = ("", "", "")
 
