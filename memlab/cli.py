@@ -237,7 +237,8 @@ def _unmeasured(points, out, args) -> list:
     """``--resume``: the points ``out`` holds no ok row for (its unreadable lines are warned about)."""
     from .sweep import already_measured, is_done
 
-    done = already_measured(out.path, args.device, args.dtype, args.mode, warn=_say)
+    done = already_measured(out.path, args.device, args.dtype, args.mode, warn=_say, optimizer=args.optimizer,
+                            loss=args.loss)
     left = [p for p in points if not is_done(p, done)]
     _say(f"memlab: resuming {out.path}: {len(points) - len(left)} of {len(points)} point(s) already measured")
     return left
@@ -361,6 +362,18 @@ def _cmd_reproduce(args) -> int:
     return 0
 
 
+def _cmd_bench_harness(args) -> int:
+    from .harness import load_robustness, overhead, report
+
+    if args.load_processes < 1 or args.load_processes > 64:
+        raise UsageError(f"--load-processes {args.load_processes} is not valid: expected 1 to 64")
+    say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    over = overhead(progress=say)
+    load = [] if args.no_load else load_robustness(load_processes=args.load_processes, progress=say)
+    print(report(over, load))
+    return 0
+
+
 def _cmd_site(args) -> int:
     """Build the site; each input problem is one ``memlab: warning:`` line on stderr (and on the
     methodology page).  A refused ``--out`` is the ValueError's one line, exit 2 (see ``main``)."""
@@ -435,7 +448,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
     s.add_argument("--out", help="JSON Lines file; each measurement is written as soon as it finishes")
     s.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
-    s.add_argument("--resume", action="store_true", help="skip points --out already holds (status ok), append the rest")
+    s.add_argument("--resume", action="store_true", help="skip points --out already holds with a finished status "
+                   "(ok, mismatch, leak) at the same device, dtype, mode, optimizer and loss; append the rest")
     s.set_defaults(func=_cmd_sweep)
 
     s = sub.add_parser("timeline", parents=[common, meas], help="allocated bytes over one step, event by event")
@@ -467,6 +481,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="html", help="output directory (default html)")
     s.add_argument("--run", action="append", metavar="FILE.jsonl", help="extra sweep JSON Lines file (repeatable)")
     s.set_defaults(func=_cmd_site)
+
+    s = sub.add_parser("bench-harness", help="the harness's own overhead per point (spawn vs fork server) and "
+                                             "how a CPU load moves absolute vs relative step times")
+    s.add_argument("--no-load", action="store_true", help="skip the load experiment")
+    s.add_argument("--load-processes", type=int, default=2, help="busy loops for the load experiment (default 2)")
+    s.set_defaults(func=_cmd_bench_harness)
     return p
 
 

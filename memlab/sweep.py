@@ -71,18 +71,27 @@ def plan_sweep(family: str | None = None, quick: bool = False, techniques: list[
     return [k[3] for k in keyed]
 
 
-def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str,
-                     warn: Callable[[str], None] | None = None) -> set[tuple[str, str]]:
-    """``(technique, canonical params)`` keys of the rows in ``path`` with status ok (for --resume).
+#: statuses of a finished measurement: a resumed sweep does not repeat them (a verdict is
+#: deterministic); ``oom`` and ``error`` rows may be transient and are measured again
+FINISHED_STATUSES = ("ok", "mismatch", "leak")
 
-    A point is identified by the parameters it was asked for; the stored rows carry every resolved
-    parameter, so a stored row matches a point when the point's parameters agree with it.  An
-    unreadable line is passed to ``warn`` as ``FILE:LINE: ...`` and does not count.
+
+def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str,
+                     warn: Callable[[str], None] | None = None, *, optimizer: str = "sgd",
+                     loss: str = "given") -> set[tuple[str, str]]:
+    """``(technique, canonical params)`` keys of the finished rows in ``path`` (for --resume).
+
+    A row counts when its status is in :data:`FINISHED_STATUSES` and it was measured with the same
+    device type, dtype, mode, optimizer and loss.  A point is identified by the parameters it was
+    asked for; the stored rows carry every resolved parameter, so a stored row matches a point when
+    the point's parameters agree with it.  An unreadable line is passed to ``warn`` as
+    ``FILE:LINE: ...`` and does not count.
     """
     if not os.path.exists(path):
         return set()
     return {(m.technique, json.dumps(m.params, sort_keys=True)) for m in read_jsonl(path, warn=warn)
-            if m.status == "ok" and m.device.split(":")[0] == device.split(":")[0] and m.dtype == dtype and m.mode == mode}
+            if m.status in FINISHED_STATUSES and m.device.split(":")[0] == device.split(":")[0]
+            and m.dtype == dtype and m.mode == mode and m.optimizer == optimizer and m.loss == loss}
 
 
 def is_done(point: SweepPoint, done: set[tuple[str, str]]) -> bool:

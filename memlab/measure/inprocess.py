@@ -193,7 +193,9 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
     exact = drift = None
     notes: dict[str, Any] = {}
     if check:
+        started = time.perf_counter()
         exact, drift, notes = _verify(technique, device, dtype, mode, seed)
+        notes["reference_check_s"] = time.perf_counter() - started  # seconds, for memlab bench-harness
         fields.update(_verdict_fields(exact, drift))
     try:
         return _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed,
@@ -302,7 +304,9 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
         fields["reserved_baseline_bytes"] = reserved0
     elif resident.reset_high_water():
         rss0 = resident.read_kib("VmRSS")
+        started = time.perf_counter()
         step()
+        notes["resident_step_s"] = time.perf_counter() - started  # seconds, for memlab bench-harness
         hwm = resident.read_kib("VmHWM")
         if rss0 is not None and hwm is not None:
             fields["peak_reserved_bytes"] = max(0, hwm - rss0)
@@ -321,8 +325,10 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
+    started = time.perf_counter()
     with counter:
         step()
+    notes["flop_step_s"] = time.perf_counter() - started
     fields["flops"] = int(counter.get_total_flops())
     gc.collect()
 
