@@ -272,8 +272,11 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
 
 def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed, fields,
                    exact, drift, notes) -> Measurement:
+    started = time.perf_counter()
     traced = traced_steps(technique, device, dtype, mode=mode, iterations=iterations, seed=seed,
                           optimizer=base.optimizer, loss=base.loss)
+    # seconds: build, warm-up step, the profiled steps and their trace's processing (bench-harness)
+    notes["recorded_steps_s"] = time.perf_counter() - started
     problem, step, optimizer = traced.problem, traced.step, traced.optimizer
     if not traced.saved_separated:
         notes["saved_activations_separated"] = False
