@@ -18,7 +18,8 @@ it is left out with one :class:`ResultsWarning` that names the file (and line).
 Each measurement row also carries the site's verdict (see NOTE [ what the site ranks ]): only rows
 whose ``status_shown`` is ``ok`` are ever ranked, called best or drawn.
 
-Memory columns are bytes, time columns seconds, throughput samples/s.
+Memory columns are bytes, time columns seconds, throughput samples/s; step times carry their spread and
+the load-robust relative step time (see NOTE [ step times on the site ]).
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ import math
 import os
 import re
 import stat
+import statistics
 import sys
 import warnings
 from pathlib import Path
@@ -67,23 +69,30 @@ PROBLEMS_PER_FILE = 5
 _REQUIRED_STR = ("technique", "workload", "family", "device", "dtype", "mode", "status")
 _INT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "peak_reserved_bytes",
                "reserved_baseline_bytes", "device_used_bytes", "samples_per_step", "flops",
-               "param_count", "param_bytes", "grad_bytes")
-_FLOAT_FIELDS = ("step_time_s", "samples_per_s")
+               "param_count", "param_bytes", "grad_bytes", "total_peak_bytes")
+#: Seconds, samples/s, a ratio of step times and load averages: finite numbers >= 0 or null.
+_FLOAT_FIELDS = ("step_time_s", "samples_per_s", "step_time_iqr_s", "reference_step_time_s", "relative_step_time",
+                 "load_avg_before", "load_avg_after")
 #: Errors against the reference: NaN/Infinity allowed (a non-finite output is shown as wrong).
 _ERROR_FIELDS = ("max_abs_error", "max_rel_error", "drift_max_abs_error", "drift_max_rel_error")
 _LIST_FIELDS = ("allocated_after_step_bytes", "peak_allocated_per_iteration_bytes", "step_times_s")
+#: Bytes by memory category (``parameters``, ``gradients``, ... see ``memlab/measure/categories.py``).
+_CATEGORY_FIELDS = ("peak_by_category_bytes", "end_by_category_bytes")
+#: The training step's optimizer and loss, with the value rows from before the choice existed carry.
+_STEP_FIELDS = {"optimizer": "sgd", "loss": "given"}
 #: Fields of the record the site does not read (so it does not check them either).
-_UNREAD_FIELDS = ("step_time_iqr_s", "reference_step_time_s", "relative_step_time", "load_avg_before",
-                  "load_avg_after")
+_UNREAD_FIELDS = ("optimizer_class",)
 _KNOWN_FIELDS = frozenset(
-    _REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS + _LIST_FIELDS + _UNREAD_FIELDS + (
+    _REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS + _LIST_FIELDS + _CATEGORY_FIELDS
+    + tuple(_STEP_FIELDS) + _UNREAD_FIELDS + (
     "params", "error", "errors_by_tensor", "tolerance", "matches_reference", "check_dtype", "leak_bytes_per_step",
     "peer", "memory_method", "extra", "environment", "schema", "baseline"))
 
 #: Columns of :func:`load_runs` (one row per measurement).
 RUN_COLUMNS = (
-    "run", "source", "line", "technique", "workload", "family", "device", "dtype", "mode", "status",
+    "run", "source", "line", "technique", "workload", "family", "device", "dtype", "mode", *_STEP_FIELDS, "status",
     "error", "peer", "baseline", "params", "params_key", *_INT_FIELDS, *_FLOAT_FIELDS, *_ERROR_FIELDS,
+    "step_times_s", "step_time_q1_s", "step_time_q3_s", "cores", "threads", "under_load", *_CATEGORY_FIELDS,
     "matches_reference", "check_dtype", "tolerance", "leak_bytes_per_step", "schema", "status_shown", "reason",
     "check", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
     "extra", "environment", "memory_method",
@@ -380,8 +389,12 @@ def validate_measurement(rec: Any) -> list[str]:
     for key in _ERROR_FIELDS:
         problems += _optional(rec, key, _is_error_size, "a number >= 0 (NaN: non-finite output)")
     problems += _optional(rec, "leak_bytes_per_step", _is_number, "a finite number")
-    for key in ("error", "check_dtype"):
+    for key in ("error", "check_dtype", *_STEP_FIELDS):
         problems += _optional(rec, key, lambda v: isinstance(v, str), "a string")
+    for key in _CATEGORY_FIELDS:
+        problems += _optional(rec, key, lambda v: isinstance(v, dict) and all(
+            isinstance(k, str) and _is_number(b) and b >= 0 for k, b in v.items()),
+            "an object of category -> bytes (numbers >= 0)")
     for key in ("matches_reference", "peer"):
         problems += _optional(rec, key, lambda v: isinstance(v, bool), "true/false")
     problems += _optional(rec, "baseline", lambda v: isinstance(v, (bool, str)), "true/false or a name")
@@ -459,8 +472,42 @@ def _check(rec: dict) -> dict[str, Any]:
             "drift_rel": rec.get("drift_max_rel_error") if drift else None}
 
 
+def _quartiles(samples: Any) -> tuple[float | None, float | None]:
+    """First and third quartiles of the step samples (as memlab computes the IQR: ``statistics.quantiles``,
+    inclusive); None under two samples."""
+    if not isinstance(samples, list) or len(samples) < 2:
+        return None, None
+    q1, _, q3 = statistics.quantiles([float(x) for x in samples], n=4, method="inclusive")
+    return q1, q3
+
+
+def _count(v: Any) -> int | None:
+    """A positive whole number from the environment (cores, threads); None otherwise."""
+    return int(v) if _is_number(v) and v >= 1 and float(v).is_integer() else None
+
+
+# NOTE [ step times on the site ]
+# A row's step time is the median of its samples with their interquartile range (q1 and q3 from the
+# samples, ``statistics.quantiles(..., method="inclusive")`` as memlab records the IQR; the record's
+# own IQR when it has no samples).  ``relative_step_time`` (schema 2: the technique's step over the
+# workload's plain reference step timed interleaved in the same process) is the figure to compare
+# techniques by; seconds are the raw figure.  A row is measured *under load* when the 1-minute load
+# average before or after its timed steps exceeded the cores it could run on.
+def _timing(rec: dict, env: dict) -> dict[str, Any]:
+    samples = rec.get("step_times_s") or []
+    q1, q3 = _quartiles(samples)
+    iqr = rec.get("step_time_iqr_s")
+    cores = _count(env.get("cores"))
+    loads = [x for x in (rec.get("load_avg_before"), rec.get("load_avg_after")) if _is_number(x)]
+    return {"step_times_s": tuple(float(x) for x in samples), "step_time_q1_s": q1, "step_time_q3_s": q3,
+            "step_time_iqr_s": iqr if iqr is not None else (q3 - q1 if q1 is not None else None),
+            "cores": cores, "threads": _count(env.get("threads")),
+            "under_load": bool(cores) and any(x > cores for x in loads)}
+
+
 def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
     extra = rec.get("extra") or {}
+    env = rec.get("environment") or {}
     baseline = rec.get("baseline", extra.get("baseline"))
     activation_peak, expected_activation = activation_figures(extra, rec["technique"])
     shown, reason = ranking_status(rec)
@@ -473,6 +520,9 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
         "params": dict(rec["params"]),
         "params_key": canonical_params(rec["params"]),
         **{k: rec.get(k) for k in _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS},
+        **{k: rec.get(k) or default for k, default in _STEP_FIELDS.items()},
+        **_timing(rec, env),
+        **{k: {str(c): int(b) for c, b in sorted(rec[k].items())} if rec.get(k) else None for k in _CATEGORY_FIELDS},
         "matches_reference": rec.get("matches_reference"),
         "check_dtype": rec.get("check_dtype"),
         "tolerance": tuple(rec["tolerance"]) if rec.get("tolerance") else None,
@@ -483,7 +533,7 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
         "activation_peak_bytes": activation_peak,
         "expected_activation_bytes": expected_activation,
         "extra": extra,
-        "environment": rec.get("environment") or {},
+        "environment": env,
         "memory_method": rec.get("memory_method") or {},
     }
 
@@ -500,6 +550,10 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         ``params``, ``extra``, ``environment`` hold dicts.  ``baseline`` is the record's own
         ``baseline`` (or ``extra["baseline"]``) or None.  ``status_shown`` and ``reason`` are the
         site's verdict (:func:`ranking_status`), ``check`` the reference check's numbers.
+        ``step_time_q1_s``/``step_time_q3_s`` are the quartiles of ``step_times_s``, ``cores`` and
+        ``threads`` come from the environment, ``under_load`` is True when a load average exceeded
+        the cores (NOTE [ step times on the site ]); ``optimizer`` and ``loss`` default to ``sgd`` and
+        ``given`` (rows from before the choice); the ``*_by_category_bytes`` columns hold dicts or None.
 
     Warns:
         ResultsWarning: per file that is not a readable regular file, line that is not UTF-8 or
@@ -521,7 +575,7 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
             if unknown:
                 report(f"unknown measurement field(s) ignored: {', '.join(sorted(map(_shown, unknown)))}")
     frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
-    return frame.astype({"peer": bool, "line": int}) if len(frame) else frame
+    return frame.astype({"peer": bool, "line": int, "under_load": bool}) if len(frame) else frame
 
 
 def find_sweep_files(data_dir: Path | str) -> list[Path]:

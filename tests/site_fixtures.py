@@ -153,3 +153,19 @@ def schema2(rec: dict[str, Any], *, matches: bool = True, max_abs: float = 3.1e-
     return {**rec, "schema": 2, "check_dtype": "float64", "matches_reference": matches, "max_abs_error": max_abs,
             "max_rel_error": max_abs * 10, "drift_max_abs_error": drift, "drift_max_rel_error": drift * 10,
             "tolerance": list(tolerance), "leak_bytes_per_step": None}
+
+
+def timed(rec: dict[str, Any], samples: list[float], *, relative: float | None = None,
+          reference: float | None = None, load: tuple[float, float] = (0.5, 0.6), cores: int = 2) -> dict[str, Any]:
+    """``rec`` with step times as memlab records them since issue 12: every sample, median, IQR,
+    the relative step time against the workload's reference step, load averages and cores."""
+    import statistics
+
+    median = statistics.median(samples)
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) >= 2 else (None, None, None)
+    samples_per_step = rec.get("samples_per_step") or 1
+    return {**rec, "step_times_s": list(samples), "step_time_s": median,
+            "step_time_iqr_s": None if q1 is None else q3 - q1, "samples_per_s": samples_per_step / median,
+            "relative_step_time": relative, "reference_step_time_s": reference,
+            "load_avg_before": load[0], "load_avg_after": load[1],
+            "environment": {**rec["environment"], "cores": cores}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
 import pytest
 
 from memlab import results as R
@@ -243,3 +244,46 @@ def test_schema2_rows_carry_the_check(tmp_path):
     assert (check["dtype"], check["drift_dtype"], check["drift_abs"], check["rtol"], check["atol"]) == (
         "float64", "float32", 2e-6, 1e-6, 1e-8)
     assert (df["status_shown"][0], df["reason"][0]) == ("ok", None)
+
+
+def test_step_times_with_their_spread_and_load(tmp_path):
+    """Issue 12: every sample, quartiles, relative step time, load averages and cores are read;
+    rows from before (schema 1) keep None where they have nothing."""
+    from site_fixtures import timed
+
+    new = timed(measurement("a", "f", {}, MiB), [0.010, 0.011, 0.012, 0.013, 0.030], relative=1.8,
+                reference=0.006, load=(3.5, 2.1), cores=2)
+    idle = timed(measurement("b", "f", {}, MiB), [0.02, 0.02], relative=1.0, load=(0.4, 0.5), cores=2)
+    old = measurement("c", "f", {}, MiB)
+    old["step_times_s"] = [0.3, 0.1, 0.2]
+    df = R.load_runs([write_jsonl(tmp_path / "t.jsonl", [new, idle, old])])
+    a, b, c = (df.iloc[i] for i in range(3))
+    assert a["step_times_s"] == (0.010, 0.011, 0.012, 0.013, 0.030) and a["step_time_s"] == 0.012
+    assert (a["step_time_q1_s"], a["step_time_q3_s"]) == pytest.approx((0.011, 0.013))
+    assert a["step_time_iqr_s"] == pytest.approx(0.002)
+    assert (a["relative_step_time"], a["reference_step_time_s"], a["cores"]) == (1.8, 0.006, 2)
+    assert (a["load_avg_before"], a["load_avg_after"], bool(a["under_load"])) == (3.5, 2.1, True)
+    assert not b["under_load"] and b["step_time_iqr_s"] == 0
+    # schema 1: no relative time, no load, no cores; the IQR comes from its samples
+    assert pd.isna(c["relative_step_time"]) and pd.isna(c["cores"]) and not c["under_load"]
+    assert (c["step_time_q1_s"], c["step_time_q3_s"]) == pytest.approx((0.15, 0.25))
+    assert (c["optimizer"], c["loss"], c["peak_by_category_bytes"]) == ("sgd", "given", None)
+    assert pd.isna(c["total_peak_bytes"])
+
+
+def test_memory_categories_and_bad_timing_values(tmp_path):
+    cats = {"parameters": 2 * MiB, "gradients": 2 * MiB, "inputs": MiB, "saved_activations": 3 * MiB,
+            "temporaries": MiB, "optimizer_state": 0}
+    rec = {**measurement("a", "f", {}, MiB), "total_peak_bytes": 9 * MiB, "peak_by_category_bytes": cats,
+           "end_by_category_bytes": {"parameters": 2 * MiB}, "optimizer": "adam", "loss": "mse"}
+    bad_cat = {**measurement("b", "f", {}, MiB), "peak_by_category_bytes": {"gradients": -1}}
+    bad_load = {**measurement("c", "f", {}, MiB), "load_avg_before": "high"}
+    bad_rel = {**measurement("d", "f", {}, MiB), "relative_step_time": -1.0}
+    with pytest.warns(R.ResultsWarning) as record:
+        df = R.load_runs([write_jsonl(tmp_path / "c.jsonl", [rec, bad_cat, bad_load, bad_rel])])
+    assert list(df["technique"]) == ["a"]
+    assert df["peak_by_category_bytes"][0] == dict(sorted(cats.items())) and df["total_peak_bytes"][0] == 9 * MiB
+    assert (df["optimizer"][0], df["loss"][0]) == ("adam", "mse")
+    text = " | ".join(str(w.message) for w in record)
+    assert "c.jsonl:2" in text and "peak_by_category_bytes" in text
+    assert "c.jsonl:3" in text and "load_avg_before" in text and "c.jsonl:4" in text

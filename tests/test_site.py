@@ -92,7 +92,7 @@ def test_family_figures_mark_floor_peers_and_pareto(tmp_path):
     family = build_context(results, data)["pages"][1]
     section = family["sections"][0]
     assert section["swept"] == "chunk_size"
-    alloc, resident, scatter = (json.loads(c["figure"]) for c in section["charts"])
+    alloc, resident, step, scatter = (json.loads(c["figure"]) for c in section["charts"])
     names = [t["name"] for t in alloc["data"]]
     assert names == ["slice_loop", "slice_loop analytic floor", "unchunked (no chunk_size)",
                      "unchunked (no chunk_size) analytic floor", "vmap_chunks (peer)"]
@@ -318,3 +318,52 @@ def test_a_cross_of_workload_sweeps_gives_one_section_per_swept_parameter(tmp_pa
     # one varying workload parameter: unchanged, one sweep per configuration
     one = A.sweep_sections(_runs(tmp_path, chunking_records()))
     assert [(swept, config) for config, swept, _ in one] == [("chunk_size", {})]
+
+
+def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
+    """Issue 12 on the site: median ± IQR in tables, the relative step time as a column and the
+    charted figure, quartiles as error bars, points under load ringed; schema-1 rows show '-'."""
+    from site_fixtures import timed
+
+    base = {"n": 2000, "d": 256}
+    recs = [timed(measurement("unchunked", "chunking", base, 20 * MiB, baseline=True), [0.010, 0.010, 0.011, 0.012],
+                  relative=1.0, reference=0.010),
+            *[timed(measurement("slice_loop", "chunking", {**base, "chunk_size": c}, (12 + c // 250) * MiB),
+                    [0.018, 0.019, 0.020, 0.024], relative=1.8, reference=0.011, load=(3.1, 2.8) if c == 500 else (0.2, 0.3))
+              for c in (250, 500, 1000)]]
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "chunking.jsonl", recs)
+    ctx = build_context(results, data)
+    family = next(p for p in ctx["pages"] if p["path"] == "family-chunking.html")
+    section, = family["sections"]
+    rows = {(r["technique"], r["params"]): r for r in section["rows"]}
+    loaded = rows[("slice_loop", "chunk_size=500")]
+    assert (loaded["step"], loaded["relative"], loaded["under_load"]) == ("19.5 ± 2.2 ms", "1.80×", True)
+    assert loaded["load"] == "load 3.10 → 2.80 on 2 cores" and not rows[("slice_loop", "chunk_size=250")]["under_load"]
+    step = next(json.loads(c["figure"]) for c in section["charts"] if "error bars" in c["caption"]
+                and "Step time" in c["caption"])
+    assert step["layout"]["yaxis"]["title"]["text"] == "step time (× the workload's reference step)"
+    line = next(t for t in step["data"] if t["name"] == "slice_loop")
+    assert line["y"] == [1.8, 1.8, 1.8]
+    # quartiles 0.01875 and 0.021 around the median 0.0195, scaled by 1.8 / 0.0195
+    assert line["error_y"]["arrayminus"][0] == pytest.approx(1.8 * (0.0195 - 0.01875) / 0.0195, abs=1e-6)
+    assert line["error_y"]["array"][0] == pytest.approx(1.8 * (0.021 - 0.0195) / 0.0195, abs=1e-6)
+    ring, = [t for t in step["data"] if t["name"].startswith("under load")]
+    assert ring["x"] == [500] and ring["y"] == [1.8]
+    scatter = json.loads(section["charts"][-1]["figure"])
+    marks = next(t for t in scatter["data"] if t["name"] == "slice_loop")
+    assert marks["error_y"]["array"][0] > 0 and any(t["name"].startswith("under load") for t in scatter["data"])
+    html = build_site(results, data, tmp_path / "out").read_text()
+    assert "relative step" in html and "1.80×" in html and "the reference step" in html
+    fam_html = (tmp_path / "out" / "family-chunking.html").read_text()
+    assert "19.5 ± 2.2 ms" in fam_html and "⚠ under load" in fam_html and "Ringed points" in fam_html
+
+
+def test_schema1_rows_show_a_dash_for_missing_timing(tmp_path):
+    results, data = make_inputs(tmp_path)
+    section = build_context(results, data)["pages"][1]["sections"][0]
+    ok = next(r for r in section["rows"] if r["technique"] == "unchunked")
+    assert (ok["step"], ok["relative"], ok["load"], ok["under_load"]) == ("500.0 ms", "-", "-", False)
+    step = next(json.loads(c["figure"]) for c in section["charts"] if "Step time in ms" in c["caption"])
+    assert step["layout"]["yaxis"]["title"]["text"] == "step time (ms)"
+    assert not any("error_y" in t for t in step["data"])

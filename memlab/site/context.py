@@ -22,7 +22,8 @@ import pandas as pd
 from .. import results as R
 from . import analysis as A
 from . import figures as F
-from .text import env_caption, fmt_check, fmt_mib, fmt_ms, fmt_num, fmt_pct, fmt_sci, slugs, verdict_class
+from .text import (UNDER_LOAD, env_caption, fmt_check, fmt_load, fmt_mib, fmt_pct, fmt_rate, fmt_relative, fmt_sci,
+                   fmt_step, slugs, verdict_class)
 
 __all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
 
@@ -100,8 +101,10 @@ def _row_dict(r: Any, skip: dict | None = None) -> dict[str, Any]:
         "technique": r.technique, "peer": bool(r.peer), "params": A.param_text(r.params, skip),
         "status": r.status_shown, "error": _text(r.reason), "per_step": _per_step(r), "device": r.device,
         "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_reserved": fmt_mib(r.peak_reserved_bytes),
-        "floor": fmt_mib(r.analytic_floor_bytes), "step": fmt_ms(r.step_time_s),
-        "throughput": fmt_num(r.samples_per_s), "matches": fmt_check(r.check),
+        "floor": fmt_mib(r.analytic_floor_bytes), "step": fmt_step(r.step_time_s, r.step_time_iqr_s),
+        "samples": str(len(r.step_times_s)) if r.step_times_s else "", "relative": fmt_relative(r.relative_step_time),
+        "under_load": bool(r.under_load), "load": fmt_load(r.load_avg_before, r.load_avg_after, r.cores),
+        "throughput": fmt_rate(r.samples_per_s), "matches": fmt_check(r.check),
     }
 
 
@@ -161,12 +164,25 @@ def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: 
                     f"peak {second} (MiB)", colors)))
         else:
             charts.append(_chart(counter, F.memory_by_technique(rows, labels, f"Peak memory ({head})", colors)))
+        if ok["step_time_s"].notna().any():
+            relative = bool(ok.loc[ok["step_time_s"].notna(), "relative_step_time"].notna().all())
+            what = ("Step time relative to the workload's plain reference step timed interleaved in the same "
+                    "process (load-robust: compare techniques on this)" if relative else
+                    "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
+            caption = what + "; error bars: the interquartile range of the timed steps."
+            if ok["under_load"].any():
+                caption += " Ringed points were measured under load (1-minute load average above the cores)."
+            fig = (F.step_vs_param(rows, labels, swept, f"Step time vs {swept} ({head})", colors) if swept
+                   else F.step_by_technique(rows, labels, f"Step time ({head})", colors))
+            charts.append(_chart(counter, fig, caption))
         if ok["samples_per_s"].notna().any():
             fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
             charts.append(_chart(counter, F.throughput_vs_peak(rows, labels, f"Throughput vs peak allocated ({head})",
                                                                colors, fronts),
                           "The grey step line is the Pareto front: no other point has less memory and more throughput"
-                          + (" (one per workload configuration)." if len(fronts) > 1 else ".")))
+                          + (" (one per workload configuration)." if len(fronts) > 1 else ".")
+                          + " Error bars: throughput at the quartiles of the timed steps."
+                          + (" Ringed points were measured under load." if ok["under_load"].any() else "")))
     fixed = _fixed_params(rows)
     table = sorted((r for r in rows.itertuples()), key=lambda r: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run))
     return {"device": device, "dtype": dtype, "mode": mode, "config": A.param_text(config), "swept": swept,
@@ -225,8 +241,13 @@ def _overview_entry(family: str, setting: tuple, config: dict, rows: pd.DataFram
             "saving": "baseline" if r["technique"] == baseline else fmt_pct(-e["saving"] if e["saving"] is not None else None),
             "throughput": "baseline" if r["technique"] == baseline else
             fmt_pct(e["throughput_ratio"] - 1 if e["throughput_ratio"] is not None else None),
+            "relative": fmt_relative(r["relative_step_time"]), "step": fmt_step(r["step_time_s"], r["step_time_iqr_s"]),
+            "under_load": bool(r["under_load"]),
             "matches": fmt_check(r["check"])})
     entry["best"] = entry["techniques"][0] if entry["techniques"] else None
+    entry["baseline_relative"] = fmt_relative(base["relative_step_time"])
+    entry["has_relative"] = any(t["relative"] != "-" for t in entry["techniques"])
+    entry["any_under_load"] = any(t["under_load"] for t in entry["techniques"])
     items = [(e["row"]["technique"], e["row"]["technique"] == baseline, bool(e["row"]["peer"]),
               e["row"]["peak_allocated_bytes"]) for e in result["techniques"]]
     entry["chart"] = _chart(counter, F.lowest_peaks(items, "Lowest peak allocated per technique (" + " · ".join([family, device] + ([entry["config"]] if config else [])) + ")"))

@@ -21,11 +21,13 @@ from ..units import MiB
 from .analysis import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
-           "throughput_vs_peak", "lowest_peaks", "history", "timeline", "timelines_overlay", "seed_figure"]
+           "throughput_vs_peak", "step_vs_param", "step_by_technique", "UNDER_LOAD_COLOR", "lowest_peaks", "history", "timeline", "timelines_overlay", "seed_figure"]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#7f7f7f", "#bcbd22")
 _PEER_SYMBOL, _PEER_DASH = "diamond-open", "dash"
+#: The ring drawn around a point measured under load.
+UNDER_LOAD_COLOR = "#d62728"
 _PHASE_COLORS = {"forward": "rgba(31,119,180,0.08)", "backward": "rgba(214,39,40,0.08)",
                  "optimizer": "rgba(44,160,44,0.08)"}
 
@@ -102,9 +104,67 @@ def _hover(row: Any, extra: str = "") -> str:
         expected = _num(row.expected_activation_bytes)
         lines.append(f"activation peak {mib(row.activation_peak_bytes)} MiB"
                      + (f" (expected {mib(expected)} MiB)" if expected is not None else ""))
-    if _num(row.samples_per_s) is not None:
-        lines.append(f"{row.samples_per_s:.4g} samples/s")
+    lines += _time_lines(row)
     return "<br>".join(lines + ([extra] if extra else []))
+
+
+def _time_lines(row: Any) -> list[str]:
+    """Step time (median ± IQR, samples), relative step time, throughput, load: hover lines."""
+    out = []
+    if _num(row.step_time_s) is not None:
+        iqr = _num(row.step_time_iqr_s)
+        n = len(row.step_times_s)
+        out.append(f"step {row.step_time_s * 1e3:.1f}" + (f" ± {iqr * 1e3:.1f}" if iqr is not None else "")
+                   + " ms" + (f" (median ± IQR of {n} samples)" if n else " (median)"))
+    if _num(row.relative_step_time) is not None:
+        out.append(f"{row.relative_step_time:.2f}× the reference step")
+    if _num(row.samples_per_s) is not None:
+        out.append(f"{row.samples_per_s:,.0f} samples/s")
+    if row.under_load:
+        out.append(f"<b>measured under load</b> ({esc(_load(row))})")
+    return out
+
+
+def _load(row: Any) -> str:
+    loads = " → ".join(f"{v:.2f}" if _num(v) is not None else "?" for v in (row.load_avg_before, row.load_avg_after))
+    return f"load average {loads} on " + (f"{int(row.cores)} cores" if _num(row.cores) else "? cores")
+
+
+def _spread(row: Any, value: float, per_second: float) -> tuple[float | None, float | None]:
+    """``(below, above)``: the step-time quartiles around ``value`` for error bars, where ``value`` is
+    the median step expressed as ``median * per_second`` (ms: 1e3; relative: ratio / median)."""
+    q1, q3 = _num(row.step_time_q1_s), _num(row.step_time_q3_s)
+    if q1 is None or q3 is None:
+        return None, None
+    return _r(value - q1 * per_second), _r(q3 * per_second - value)
+
+
+def _rate_spread(row: Any, y: float) -> tuple[float | None, float | None]:
+    """``(below, above)`` for a throughput ``y`` (samples per median step): the step's quartiles
+    q1 <= median <= q3 give throughputs ``y * median / q3`` ... ``y * median / q1``."""
+    q1, q3, med = _num(row.step_time_q1_s), _num(row.step_time_q3_s), _num(row.step_time_s)
+    if q1 is None or q3 is None or not med or not q1:
+        return None, None
+    return _r(y - y * med / q3), _r(y * med / q1 - y)
+
+
+def _r(v: float) -> float:
+    return round(max(v, 0.0), 6)
+
+
+def _error_bars(below: list, above: list, color: str) -> dict[str, Any]:
+    return {"type": "data", "symmetric": False, "array": above, "arrayminus": below, "color": color,
+            "thickness": 1.5, "width": 4}
+
+
+def _load_ring(points: list[tuple[Any, Any, Any]], name: str = "under load (load average > cores)") -> list[dict]:
+    """A red ring around each point measured under load (``(x, y, row)``); nothing when none was."""
+    if not points:
+        return []
+    return [{"type": "scatter", "mode": "markers", "name": name, "x": [p[0] for p in points],
+             "y": [p[1] for p in points], "hoverinfo": "text",
+             "hovertext": [f"<b>measured under load</b><br>{esc(_load(p[2]))}" for p in points],
+             "marker": {"symbol": "circle-open", "size": 20, "color": UNDER_LOAD_COLOR, "line": {"width": 2.5}}}]
 
 
 def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: str, title: str,
@@ -182,15 +242,22 @@ def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors
     """
     ok = ranked(rows)
     ok = ok[ok["samples_per_s"].notna() & ok["peak_allocated_bytes"].notna()]
-    traces = []
+    traces, rings = [], []
     for label in sorted(set(labels[ok.index])):
         group = ok[labels[ok.index] == label]
         peer = bool(group.iloc[0]["peer"])
         style = _style(colors[label], peer)
-        traces.append({"type": "scatter", "mode": "markers", "name": esc(label) + (" (peer)" if peer else ""),
-                       "x": [mib(v) for v in group["peak_allocated_bytes"]], "y": [float(v) for v in group["samples_per_s"]],
-                       "hoverinfo": "text", "hovertext": [_hover(r) for r in group.itertuples()],
-                       "marker": {**style["marker"], "size": 10}})
+        tuples = list(group.itertuples())
+        ys = [float(r.samples_per_s) for r in tuples]
+        spread = [_rate_spread(r, y) for r, y in zip(tuples, ys)]
+        trace = {"type": "scatter", "mode": "markers", "name": esc(label) + (" (peer)" if peer else ""),
+                 "x": [mib(r.peak_allocated_bytes) for r in tuples], "y": ys,
+                 "hoverinfo": "text", "hovertext": [_hover(r) for r in tuples],
+                 "marker": {**style["marker"], "size": 10}}
+        if any(b is not None for b, _ in spread):
+            trace["error_y"] = _error_bars([b for b, _ in spread], [a for _, a in spread], style["marker"]["color"])
+        traces.append(trace)
+        rings += [(x, y, r) for x, y, r in zip(trace["x"], ys, tuples) if r.under_load]
     fronts = []
     for name, index in groups or [("", ok.index)]:
         part = ok[ok.index.isin(index)]
@@ -200,9 +267,80 @@ def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors
             fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
                            "x": [mib(points[i][0]) for i in front], "y": [points[i][1] for i in front],
                            "line": {"color": "rgba(0,0,0,0.45)", "width": 6, "shape": "hv"}, "hoverinfo": "name"})
-    traces = fronts + traces  # draw the fronts beneath the markers
+    traces = fronts + traces + _load_ring(rings)  # the fronts beneath the markers
     xs = [float(m) for m in ok["peak_allocated_bytes"]]
     return {"data": traces, "layout": _layout(title, _axis("peak allocated (MiB)", xs), _axis("throughput (samples/s)"))}
+
+
+def _step_values(ok: pd.DataFrame) -> tuple[bool, str]:
+    """Whether step times are drawn relative to the reference step (every row has the figure), and the
+    axis title."""
+    relative = bool(len(ok)) and bool(ok["relative_step_time"].notna().all())
+    return relative, ("step time (× the workload's reference step)" if relative else "step time (ms)")
+
+
+def _step_point(r: Any, relative: bool) -> tuple[float, float | None, float | None]:
+    """``(y, below, above)``: the median step (ms, or relative) and its quartiles as error bars."""
+    if relative:
+        y = float(r.relative_step_time)
+        return (y, *_spread(r, y, y / r.step_time_s))
+    y = round(r.step_time_s * 1e3, 6)
+    return (y, *_spread(r, y, 1e3))
+
+
+def step_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, title: str, colors: dict[str, str]) -> dict:
+    """Step time against the swept parameter, one line per label, the quartiles as error bars.
+
+    Drawn relative to the workload's reference step (``relative_step_time``, load-robust) when every
+    row has it, else in ms.  A label without the swept parameter is drawn flat across the range (as
+    in :func:`memory_vs_param`); points measured under load are ringed.
+    """
+    ok = ranked(rows)
+    ok = ok[ok["step_time_s"].notna() & (ok["step_time_s"] > 0)]
+    relative, y_title = _step_values(ok)
+    distinct = {json.dumps(p[swept], sort_keys=True, default=str): p[swept] for p in ok["params"] if swept in p}
+    xs = sorted(distinct.values(), key=sort_key)
+    traces, rings = [], []
+    for label in sorted(set(labels[ok.index])):
+        tuples = list(ok[labels[ok.index] == label].itertuples())
+        style = _style(colors[label], bool(tuples[0].peer))
+        name = esc(label) + (" (peer)" if tuples[0].peer else "")
+        have = sorted((r for r in tuples if swept in r.params), key=lambda r: sort_key(r.params[swept]))
+        if have:
+            x, rowset, mode = [value(r.params[swept]) for r in have], have, "lines+markers"
+        elif len(tuples) == 1 and xs:
+            x, rowset, mode = [value(xs[0]), value(xs[-1])], [tuples[0]] * 2, "lines"
+            style["line"]["dash"], name = "dashdot", name + f" (no {esc(swept)})"
+        else:
+            continue
+        points = [_step_point(r, relative) for r in rowset]
+        trace = {"type": "scatter", "mode": mode, "name": name, "x": x, "y": [p[0] for p in points],
+                 "hoverinfo": "text", "hovertext": [_hover(r) for r in rowset], **style}
+        if mode == "lines+markers" and any(p[1] is not None for p in points):
+            trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], style["line"]["color"])
+        traces.append(trace)
+        rings += [(xv, p[0], r) for xv, p, r in zip(x, points, rowset) if r.under_load and mode != "lines"]
+    return {"data": traces + _load_ring(rings),
+            "layout": _layout(title, _axis(swept, xs), _axis(y_title, kind=_log_if_wide(traces)))}
+
+
+def step_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
+    """Bars of the step time per configuration (nothing swept), the quartiles as error bars."""
+    ok = ranked(rows)
+    ok = ok[ok["step_time_s"].notna() & (ok["step_time_s"] > 0)].assign(line_label=labels)
+    ok = ok.sort_values(["line_label", "params_key"], kind="stable")
+    relative, y_title = _step_values(ok)
+    tuples = list(ok.itertuples())
+    names = [esc(r.line_label) + (" (peer)" if r.peer else "") for r in tuples]
+    points = [_step_point(r, relative) for r in tuples]
+    trace = {"type": "bar", "name": "step time", "x": names, "y": [p[0] for p in points],
+             "marker": {"color": [colors[r.line_label] for r in tuples]}, "hoverinfo": "text",
+             "hovertext": [_hover(r) for r in tuples], "showlegend": False}
+    if any(p[1] is not None for p in points):
+        trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], "#333333")
+    rings = [(n, p[0], r) for n, p, r in zip(names, points, tuples) if r.under_load]
+    return {"data": [trace] + _load_ring(rings),
+            "layout": _layout(title, _axis("technique", kind="category"), _axis(y_title))}
 
 
 def history(frame: pd.DataFrame, title: str) -> dict[str, Any]:

@@ -11,8 +11,11 @@ import pandas as pd
 
 from ..units import MiB
 
-__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_sci", "fmt_check", "fmt_tolerance", "slugs",
-           "env_caption", "verdict_class"]
+__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "fmt_rate", "fmt_load",
+           "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class", "UNDER_LOAD"]
+
+#: What a mark on a row or point measured under load means (tables, hover, captions).
+UNDER_LOAD = "measured under load: the 1-minute load average exceeded the cores; its seconds are not comparable"
 
 
 def _finite(v: Any) -> bool:
@@ -31,6 +34,34 @@ def fmt_num(v: Any, digits: int = 4) -> str:
 
 def fmt_ms(seconds: Any) -> str:
     return f"{seconds * 1e3:.1f} ms" if _finite(seconds) else "-"
+
+
+def fmt_step(median: Any, iqr: Any) -> str:
+    """A step time as median ± interquartile range in ms (``'278.2 ± 0.9 ms'``); the median alone
+    without a spread; ``'-'`` when unknown."""
+    if not _finite(median):
+        return "-"
+    if not _finite(iqr):
+        return fmt_ms(median)
+    return f"{median * 1e3:.1f} ± {iqr * 1e3:.1f} ms"
+
+
+def fmt_relative(ratio: Any) -> str:
+    """A step time relative to the workload's reference step (``'1.80×'``); ``'-'`` when unknown."""
+    return f"{ratio:.2f}×" if _finite(ratio) else "-"
+
+
+def fmt_rate(v: Any) -> str:
+    """Samples/s as a whole number with thousands separators (``'24,970'``); ``'-'`` when unknown."""
+    return f"{v:,.0f}" if _finite(v) else "-"
+
+
+def fmt_load(before: Any, after: Any, cores: Any) -> str:
+    """``'load 3.10 → 2.80 on 2 cores'``; ``'-'`` when no load average was recorded."""
+    if not (_finite(before) or _finite(after)):
+        return "-"
+    one = lambda v: f"{v:.2f}" if _finite(v) else "?"  # noqa: E731
+    return f"load {one(before)} → {one(after)}" + (f" on {int(cores)} cores" if _finite(cores) else "")
 
 
 def fmt_pct(fraction: Any) -> str:
