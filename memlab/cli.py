@@ -249,7 +249,13 @@ def _cmd_sweep(args) -> int:
     from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, open_sweep_output, plan_sweep, run_sweep,
                         status_summary)
 
-    points = plan_sweep(args.family, quick=args.quick, techniques=args.technique)
+    from .sweep import parse_grid
+
+    try:
+        points = plan_sweep(args.family, quick=args.quick, techniques=args.technique,
+                            grid=parse_grid(args.grid or []), defaults=args.defaults)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if not points:
         raise UsageError("nothing to sweep: no technique matches")
     if args.resume and not args.out:
@@ -446,6 +452,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--family")
     s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
+    s.add_argument("--grid", action="append", metavar="NAME=V1,V2,...",
+                   help="sweep these values of any workload or technique parameter (repeatable: the cross "
+                        "product) instead of the workload's grid, e.g. --grid chunk_size=100,1000 --grid n=5000")
+    s.add_argument("--defaults", action="store_true", help="each technique's default configuration only "
+                                                           "(e.g. with --optimizer adam)")
     s.add_argument("--out", help="JSON Lines file; each measurement is written as soon as it finishes")
     s.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     s.add_argument("--resume", action="store_true", help="skip points --out already holds with a finished status "
