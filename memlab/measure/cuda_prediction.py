@@ -1,0 +1,370 @@
+"""Predicted CUDA allocated and reserved memory of a step, from its exact CPU allocation trace.
+
+memlab's CPU measurement records every allocation and free of a step in order
+(NOTE [ exact CPU allocated bytes ]).  :func:`predict_cuda` replays the first measured iteration of
+such a trace through the caching allocator model of :mod:`memlab.cuda_model` and returns what
+``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()`` would be for the same requests on a
+GPU, under a ``PYTORCH_CUDA_ALLOC_CONF`` setting.  Every figure it returns is a prediction.
+
+# NOTE [ predicted CUDA memory ]
+Replay: the allocations live when the iteration starts (the baseline: parameters, inputs, optimizer
+state) are allocated first, in the order they were made, and stay; then the iteration's allocations
+and frees run in order, a free paired with its allocation by address.  So the prediction is that of
+a step run on a fresh cache holding only the baseline.  ``with_history`` repeats the replay with
+everything before the iteration (building the problem, the warm-up step) replayed as well, so the
+segments the warm-up left cached are reused, as in a process that never calls ``empty_cache()``:
+its ``reserved_peak_above_baseline_bytes`` is the figure memlab's CUDA measurement records
+(``max_memory_reserved()`` during the step minus ``memory_reserved()`` before it).
+What the CPU trace cannot see, listed under ``extra_terms`` and never added into the prediction:
+the CUDA context (outside the allocator, driver- and GPU-dependent), the cuBLAS/cuBLASLt workspaces
+(allocated through the caching allocator by the first matmul on a stream and kept), cuDNN
+workspaces (chosen per convolution algorithm).  Also unseen: kernels whose CUDA implementation
+allocates differently from the CPU one (temporaries, fused ops, ``out=`` paths), CPU scalars that stay
+on the host on a GPU (the ``step`` count of Adam without ``capturable``), other streams.
+"""
+from __future__ import annotations
+
+import gc
+from typing import Any, Iterable
+
+from ..cuda_model import CachingAllocatorModel, SimulatedOOM, parse_alloc_conf, round_size
+from ..units import MiB
+
+__all__ = ["predict_cuda", "rounded_replay_peak", "trace_step", "extra_terms", "slice_backward_reserved_answer",
+           "CUBLAS_WORKSPACE_BYTES", "CUBLAS_WORKSPACE_SM90_BYTES", "CUBLASLT_WORKSPACE_BYTES", "BLAS_OPS"]
+
+# Workspace sizes of the pinned torch's defaults (bytes).  Source: aten/src/ATen/cuda/CublasHandlePool.cpp
+# (pytorch/pytorch at 26a39059ec580351411f180816c47e2ef5134ae1): parseChosenWorkspaceSize() defaults to
+# CUBLAS_WORKSPACE_CONFIG=":4096:2:16:8" (2 x 4096 KiB + 8 x 16 KiB) and to 8 x 4096 KiB on sm90
+# (Hopper); parseCUDABlasLtWorkspaceSize() to 1024 KiB.  getNewWorkspace() and
+# getNewCUDABlasLtWorkspace() take them from the caching allocator, once per (handle, stream), and keep
+# them: on a GPU they count in memory_allocated() from the first matmul on.
+#: cuBLAS workspace per (handle, stream), GPUs other than sm90 (bytes)
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+#: cuBLAS workspace per (handle, stream) on sm90 / Hopper (bytes)
+CUBLAS_WORKSPACE_SM90_BYTES = 4096 * 1024 * 8
+#: cuBLASLt workspace per (handle, stream), unless TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 shares cuBLAS's (bytes)
+CUBLASLT_WORKSPACE_BYTES = 1024 * 1024
+#: operators of the CPU trace that run on cuBLAS on a GPU (a matmul in the step means the workspaces exist)
+BLAS_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::matmul",
+                      "aten::linear", "aten::addmv", "aten::mv", "aten::dot", "aten::vdot", "aten::einsum",
+                      "aten::tensordot", "aten::_addmm_activation"})
+
+
+def extra_terms(events: Iterable | None = None, *, context_bytes: int | None = None) -> dict[str, Any]:
+    """The device memory a CPU trace cannot see, each as its own term (bytes; never summed into a prediction).
+
+    Args:
+        events: the trace; if given, says whether any cuBLAS-backed operator ran (the workspaces exist).
+        context_bytes: the CUDA context size if known (measured on the target GPU); None = unknown.
+    """
+    blas = None
+    if events is not None:
+        blas = sum(1 for e in events if e.delta_bytes > 0 and any(op in BLAS_OPS for op in e.stack))
+    uses_blas = None if blas is None else blas > 0
+    return {
+        "cuda_context_bytes": {
+            "bytes": context_bytes, "in_allocator": False,
+            "note": "outside the caching allocator (nvidia-smi and torch.cuda.mem_get_info see it, "
+                    "memory_allocated/reserved do not); set by the driver, the GPU and the kernels loaded, "
+                    "not by torch: measure it on the target GPU (memlab's CUDA device_used figure)"},
+        "cublas_workspace_bytes": {
+            "bytes": CUBLAS_WORKSPACE_BYTES, "sm90_bytes": CUBLAS_WORKSPACE_SM90_BYTES, "in_allocator": True,
+            "applies": uses_blas,
+            "note": "one per (cuBLAS handle, stream), from the first matmul on; default CUBLAS_WORKSPACE_CONFIG "
+                    "(torch aten/src/ATen/cuda/CublasHandlePool.cpp)"},
+        "cublaslt_workspace_bytes": {
+            "bytes": CUBLASLT_WORKSPACE_BYTES, "in_allocator": True, "applies": uses_blas,
+            "note": "one per (cuBLASLt handle, stream) when cuBLASLt runs; default CUBLASLT_WORKSPACE_SIZE"},
+        "cudnn_workspace_bytes": {
+            "bytes": None, "in_allocator": True,
+            "note": "per convolution algorithm chosen at run time: not predicted"},
+    }
+
+
+def _iteration(windows, name: str):
+    for w in windows:
+        if w.name == name:
+            return w
+    names = ", ".join(sorted({w.name for w in windows if w.name.startswith("iteration")})) or "none"
+    raise ValueError(f"iteration={name!r} is not a window of the trace; iterations in it: {names}")
+
+
+def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict[str, Any]:
+    """One replay of NOTE [ predicted CUDA memory ]; returns the raw figures."""
+    model = CachingAllocatorModel(conf, capacity_bytes)
+    live: dict[int, int] = {}   # ptr -> allocation id
+    before: list = []
+    k = 0
+    n = len(events)
+    while k < n and events[k].time_ns < it.start_ns:
+        before.append(events[k])
+        k += 1
+    inside = []
+    while k < n and events[k].time_ns <= it.end_ns:
+        inside.append(events[k])
+        k += 1
+    anomalies = {"unpaired_frees": 0, "reused_addresses": 0}
+    oom = None
+    next_id = 0
+
+    def alloc(e) -> None:
+        nonlocal next_id
+        if e.ptr in live:  # an address allocated again without its free being seen
+            anomalies["reused_addresses"] += 1
+            model.free(live.pop(e.ptr))
+        live[e.ptr] = next_id
+        model.malloc(next_id, e.delta_bytes)
+        next_id += 1
+
+    def free(e) -> None:
+        key = live.pop(e.ptr, None)
+        if key is None:
+            anomalies["unpaired_frees"] += 1
+        else:
+            model.free(key)
+
+    try:
+        if history:
+            for e in before:
+                alloc(e) if e.delta_bytes > 0 else free(e)
+        else:  # only what is live at the start, in the order it was allocated
+            order: dict[int, Any] = {}
+            for e in before:
+                if e.delta_bytes > 0:
+                    order.pop(e.ptr, None)
+                    order[e.ptr] = e
+                else:
+                    order.pop(e.ptr, None)
+            for e in order.values():
+                alloc(e)
+        base = {"allocated": model.allocated, "reserved": model.reserved, "requested": model.requested,
+                "rounded": model.rounded, "segments": model.segments}
+        model.reset_peaks()
+        for e in inside:
+            alloc(e) if e.delta_bytes > 0 else free(e)
+    except SimulatedOOM as exc:
+        oom = {k: (v if isinstance(v, (int, float, str, type(None))) else repr(v)) for k, v in exc.request.items()}
+        base = locals().get("base")
+    return {"model": model, "base": base, "oom": oom, "anomalies": anomalies, "inside": inside}
+
+
+def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None = None,
+                 iteration: str = "iteration0", context_bytes: int | None = None,
+                 with_history: bool = True) -> dict[str, Any]:
+    """Predict a step's CUDA memory from its CPU allocation trace (NOTE [ predicted CUDA memory ]).
+
+    Args:
+        events, windows: ``AllocationRecorder.result()`` (or :func:`trace_allocations`) of a CPU run
+            whose recording began before the problem was built.
+        conf: the ``PYTORCH_CUDA_ALLOC_CONF`` to simulate (ValueError if invalid).
+        capacity_bytes: device memory the allocator may reserve (the GPU's memory less the CUDA
+            context); None = unlimited.  A request it cannot hold sets ``would_oom``.
+        iteration: the marker window replayed.
+        context_bytes: the CUDA context size, if known, reported under ``extra_terms`` only.
+        with_history: also replay everything before the iteration (``with_history`` block).
+
+    Returns:
+        A JSON-ready dict of integers in bytes: ``allocated_peak_bytes`` (above the baseline, as the
+        CPU figure), ``allocated_peak_total_bytes``, ``allocated_baseline_bytes``,
+        ``reserved_peak_bytes`` (total), ``reserved_peak_above_baseline_bytes``,
+        ``reserved_baseline_bytes``, ``reserved_end_bytes``, ``fragmentation_at_peak_bytes``
+        (reserved − allocated when allocated peaks), ``fragmentation_at_reserved_peak_bytes``,
+        ``segments_peak``/``segments_end``, ``would_oom``/``oom_request``, the CPU exact peak it
+        replayed (``cpu_peak_bytes``) and its rounded counterpart, ``conf``/``conf_parsed``, and the
+        separate ``extra_terms``.
+
+    Example::
+
+        with AllocationRecorder(dev) as rec:
+            problem = technique.build(dev, torch.float32, 0); step, _ = make_step(technique, problem, "train")
+            step(); rec.iterations(step, 1)
+        predict_cuda(*rec.result(), conf="expandable_segments:True")["reserved_peak_bytes"]
+    """
+    parsed = parse_alloc_conf(conf)
+    if capacity_bytes is not None and (not isinstance(capacity_bytes, int) or capacity_bytes <= 0):
+        raise ValueError(f"capacity_bytes={capacity_bytes!r} is not valid; valid: a positive int (bytes) or None")
+    it = _iteration(windows, iteration)
+    r = _replay(events, it, parsed, capacity_bytes, history=False)
+    m, base = r["model"], r["base"]
+    out: dict[str, Any] = {
+        "predicted": True,
+        "method": "replay of the CPU allocation trace through memlab.cuda_model (PyTorch CUDA caching allocator, "
+                  "one stream): the baseline allocated first, then the iteration's allocations and frees in order",
+        "iteration": iteration, "conf": conf, "conf_parsed": parsed.to_dict(), "capacity_bytes": capacity_bytes,
+        "would_oom": r["oom"] is not None, "oom_request": r["oom"],
+        **r["anomalies"],
+    }
+    if base is None:  # out of memory while placing the baseline
+        out.update(allocated_peak_bytes=None, reserved_peak_bytes=None)
+        out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
+        return out
+    out.update(_figures(m, base))
+    if with_history:
+        h = _replay(events, it, parsed, capacity_bytes, history=True)
+        hb = h["base"]
+        out["with_history"] = None if hb is None else {
+            "note": "everything before the iteration replayed too (build, warm-up): segments cached by the "
+                    "warm-up are reused; reserved_peak_above_baseline_bytes is what memlab's CUDA measurement "
+                    "records as peak_reserved_bytes",
+            "would_oom": h["oom"] is not None, **_figures(h["model"], hb)}
+    out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
+    return out
+
+
+def _figures(m: CachingAllocatorModel, base: dict[str, int]) -> dict[str, int]:
+    return {
+        "allocated_peak_bytes": m.peak_allocated - base["allocated"],
+        "allocated_peak_total_bytes": m.peak_allocated,
+        "allocated_baseline_bytes": base["allocated"],
+        "reserved_peak_bytes": m.peak_reserved,
+        "reserved_peak_above_baseline_bytes": m.peak_reserved - base["reserved"],
+        "reserved_baseline_bytes": base["reserved"],
+        "reserved_end_bytes": m.reserved,
+        "allocated_end_above_baseline_bytes": m.allocated - base["allocated"],
+        "fragmentation_at_peak_bytes": m.reserved_at_allocated_peak - m.peak_allocated,
+        "fragmentation_at_reserved_peak_bytes": m.peak_reserved - m.allocated_at_reserved_peak,
+        "segments_peak": m.peak_segments,
+        "segments_end": m.segments,
+        "cpu_peak_bytes": m.peak_requested - base["requested"],
+        "rounded_peak_bytes": m.peak_rounded - base["rounded"],
+        "max_unsplit_slack_bytes": m.max_slack,
+    }
+
+
+def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: str = "") -> int:
+    """Peak above the iteration's start of the live bytes with every request rounded by
+    :func:`memlab.cuda_model.round_size` (the CPU exact replay, rounded; no segments, no splitting)."""
+    parsed = parse_alloc_conf(conf)
+    it = _iteration(windows, iteration)
+    live: dict[int, int] = {}
+    total = 0
+    start = peak = None
+    for e in events:
+        if e.time_ns > it.end_ns:
+            break
+        if start is None and e.time_ns >= it.start_ns:
+            start = peak = total
+        if e.delta_bytes > 0:
+            if e.ptr in live:
+                total -= live.pop(e.ptr)
+            live[e.ptr] = round_size(e.delta_bytes, parsed)
+            total += live[e.ptr]
+        elif e.ptr in live:
+            total -= live.pop(e.ptr)
+        if start is not None:
+            peak = max(peak, total)
+    if start is None:
+        return 0
+    return peak - start
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tracing a step here (tests, the chunked-slicing answer)
+
+def trace_step(technique, *, mode: str = "train", dtype: str = "float32", seed: int = 0, optimizer: str = "sgd",
+               loss: str = "given", iterations: int = 1):
+    """Trace ``technique`` (an instance) on CPU as memlab's measurement does: recording opened before
+    the problem is built, one warm-up step, then ``iterations`` marked steps.
+
+    Returns:
+        ``(events, windows)`` for :func:`predict_cuda`.
+    """
+    import torch
+
+    from .alloc_trace import AllocationRecorder
+    from .step import make_step
+
+    dev = torch.device("cpu")
+    dt = getattr(torch, dtype)
+    technique.check_available(dev)
+    with AllocationRecorder(dev) as rec:
+        problem = technique.build(dev, dt, seed)
+        if loss != "given":
+            problem.grad_output = None
+        step, _ = make_step(technique, problem, mode, optimizer=optimizer, loss=loss)
+        step()
+        gc.collect()
+        rec.iterations(step, iterations)
+    events, windows = rec.result()
+    del problem, step
+    gc.collect()
+    return events, windows
+
+
+# ---------------------------------------------------------------------------------------------------
+# The chunked-slicing report's open question
+
+#: the report's configuration (../shared/seeds/chunked-slicing-backward-spike.txt): x [10000, 256],
+#: w1 [256, 1024], w2 [1024, 256], float32; chunk sizes of the reproduction page
+SLICE_REPORT_SIZE = {"n": 10000, "d": 256, "hidden": 1024}
+SLICE_REPORT_CHUNKS = (10000, 2500, 1000, 250, 100)
+SLICE_QUICK_SIZE = {"n": 4000, "d": 256, "hidden": 1024}
+SLICE_QUICK_CHUNKS = (4000, 1000, 400)
+
+
+def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] = ("", "expandable_segments:True"),
+                                   ) -> dict[str, Any]:
+    """Does the caching allocator keep the per-slice ``slice_backward`` gradients' segments reserved,
+    so that reserved memory grows with the number of chunks even where allocated memory doesn't?
+
+    Traces one CPU float32 training step of ``slice_loop`` at the report's size for each chunk size of
+    the reproduction (``quick``: the reproduction's quick plan) and predicts its CUDA memory under each
+    ``PYTORCH_CUDA_ALLOC_CONF`` of ``confs`` (NOTE [ predicted CUDA memory ]).  Predicted, not measured.
+
+    Returns:
+        ``{"question", "answer", "rows": [...], "predicted": True}``; a row per (conf, chunk size):
+        ``chunks``, ``chunk_size``, ``slice_backward_count``, ``slice_backward_bytes``, ``cpu_peak_bytes``
+        (the exact CPU peak above the baseline), ``predicted_allocated_bytes`` (above the baseline, like
+        the CPU figure) and ``predicted_allocated_total_bytes``, ``predicted_reserved_bytes`` (total
+        ``max_memory_reserved``) and ``predicted_reserved_above_baseline_bytes``, ``fragmentation_bytes``
+        (reserved − allocated when allocated peaks), ``segments_peak``.
+    """
+    from ..registry import get_technique
+
+    size, chunks = (SLICE_QUICK_SIZE, SLICE_QUICK_CHUNKS) if quick else (SLICE_REPORT_SIZE, SLICE_REPORT_CHUNKS)
+    cls = get_technique("slice_loop")
+    rows = []
+    for c in chunks:
+        events, windows = trace_step(cls(chunk_size=c, **size))
+        it = _iteration(windows, "iteration0")
+        sb = [e.delta_bytes for e in events if e.delta_bytes > 0 and it.start_ns <= e.time_ns <= it.end_ns
+              and "aten::slice_backward" in e.stack]
+        for conf in confs:
+            p = predict_cuda(events, windows, conf=conf, with_history=False)
+            rows.append({"conf": conf, "chunks": -(-size["n"] // c), "chunk_size": c,
+                         "slice_backward_count": len(sb), "slice_backward_bytes": sb[0] if sb else 0,
+                         "cpu_peak_bytes": p["cpu_peak_bytes"], "predicted_allocated_bytes": p["allocated_peak_bytes"],
+                         "predicted_allocated_total_bytes": p["allocated_peak_total_bytes"],
+                         "predicted_reserved_bytes": p["reserved_peak_bytes"],
+                         "predicted_reserved_above_baseline_bytes": p["reserved_peak_above_baseline_bytes"],
+                         "fragmentation_bytes": p["fragmentation_at_peak_bytes"],
+                         "segments_peak": p["segments_peak"]})
+        del events, windows
+        gc.collect()
+    return {"question": "Does the caching allocator keep the per-slice slice_backward zero gradients' segments "
+                        "reserved, so that reserved grows with the number of chunks where allocated doesn't?",
+            "answer": _answer(rows, size, confs), "rows": rows, "size": dict(size), "predicted": True}
+
+
+def _answer(rows: list[dict[str, Any]], size: dict[str, int], confs: tuple[str, ...]) -> str:
+    default = [r for r in rows if r["conf"] == confs[0]]
+    chunked = [r for r in default if r["chunks"] > 1]
+    if not chunked:
+        return "no chunked configuration traced"
+    res = [r["predicted_reserved_bytes"] for r in chunked]
+    alloc = [r["predicted_allocated_total_bytes"] for r in chunked]
+    frag = [r["fragmentation_bytes"] for r in chunked]
+    sb = chunked[0]["slice_backward_bytes"]
+    grows = res[-1] - res[0] > max(alloc[-1] - alloc[0], 0) + 20 * MiB
+    pool = "large pool, < 10 MiB: packed into 20 MiB segments" if 1 * MiB < sb < 10 * MiB else \
+        ("large pool, its own segment" if sb >= 10 * MiB else "small pool")
+    verdict = ("Yes: predicted reserved grows with the number of chunks faster than allocated" if grows else
+               "No: predicted reserved does not grow with the number of chunks beyond allocated")
+    return (f"{verdict} (predicted, {size['n']}x{size['d']} float32, default allocator settings). Each "
+            f"slice_backward zero gradient is {sb} B ({sb / MiB:.2f} MiB; {pool}); autograd adds it into the running "
+            f"sum and frees it at once, so the next chunk's zeros reuse the same cached block instead of a new "
+            f"segment. From {chunked[0]['chunks']} to {chunked[-1]['chunks']} chunks the predicted peak allocated "
+            f"goes {alloc[0] / MiB:.1f} -> {alloc[-1] / MiB:.1f} MiB and peak reserved {res[0] / MiB:.1f} -> "
+            f"{res[-1] / MiB:.1f} MiB (totals, baseline included); reserved minus allocated at the allocated "
+            f"peak stays within {min(frag) / MiB:.1f}-{max(frag) / MiB:.1f} MiB.")
