@@ -81,7 +81,7 @@ _CATEGORY_FIELDS = ("peak_by_category_bytes", "end_by_category_bytes")
 #: The training step's optimizer and loss, with the value rows from before the choice existed carry.
 _STEP_FIELDS = {"optimizer": "sgd", "loss": "given"}
 #: Fields of the record the site does not read (so it does not check them either).
-_UNREAD_FIELDS = ("optimizer_class",)
+_UNREAD_FIELDS = ("optimizer_class", "predicted_cuda")
 _KNOWN_FIELDS = frozenset(
     _REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS + _LIST_FIELDS + _CATEGORY_FIELDS
     + tuple(_STEP_FIELDS) + _UNREAD_FIELDS + (

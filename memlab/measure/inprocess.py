@@ -17,6 +17,7 @@ from .devices import device_label
 from .environment import environment, load_average
 from .record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
+from .cuda_prediction import predict_cuda
 from .verdict import decide
 from .verify import verify_technique
 
@@ -224,6 +225,8 @@ class TracedSteps:
     categories: list | None = None
     #: False when the technique refused saved-tensor hooks (NOTE [ memory categories ])
     saved_separated: bool = True
+    #: CPU: the CUDA caching allocator's predicted figures for the peak iteration (cuda_prediction)
+    predicted_cuda: dict | None = None
 
 
 def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
@@ -265,6 +268,9 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
         events, windows = recorder.result()
         traced.stats = alloc_trace.iteration_stats(events, windows)
         traced.categories = categorise(events, windows, known)
+        peaks = list(traced.stats.peaks)
+        if peaks:  # the caching allocator replayed on the same trace (NOTE in memlab.cuda_model)
+            traced.predicted_cuda = predict_cuda(events, windows, iteration=f"iteration{peaks.index(max(peaks))}")
         del events, windows
         gc.collect()
     return traced
@@ -280,6 +286,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
     problem, step, optimizer = traced.problem, traced.step, traced.optimizer
     if not traced.saved_separated:
         notes["saved_activations_separated"] = False
+    fields["predicted_cuda"] = traced.predicted_cuda
     if optimizer is not None:
         fields["optimizer_class"] = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
     params = [p for p in problem.model.parameters()]

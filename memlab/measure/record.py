@@ -63,6 +63,10 @@ class Measurement:
         allocated_after_step_bytes: per iteration, tensor bytes live after the step minus the
             baseline before the first measured step; growth here is a leak.
         leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
+        predicted_cuda: CPU only: PyTorch's CUDA caching allocator replayed on this step's exact
+            allocation trace (:func:`memlab.measure.cuda_prediction.predict_cuda`; bytes, marked
+            ``predicted``): allocated and reserved peaks, fragmentation, segments, the extra
+            device terms the trace cannot see listed apart.  A prediction, not a measurement.
 
     Training step (``mode="train"``): ``optimizer`` is the requested optimizer (``sgd``,
     ``sgd_momentum``, ``adam``, ``adamw``; rows from before the choice existed are ``sgd``) and
@@ -122,6 +126,7 @@ class Measurement:
     drift_max_abs_error: float | None = None
     drift_max_rel_error: float | None = None
     leak_bytes_per_step: float | None = None
+    predicted_cuda: dict[str, Any] | None = None
     errors_by_tensor: dict[str, float] = field(default_factory=dict)
     tolerance: tuple[float, float] | None = None
     matches_reference: bool | None = None
