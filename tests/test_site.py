@@ -12,6 +12,7 @@ import pytest
 
 from memlab import results as R
 from memlab.site import analysis as A
+from memlab.site import figures as F
 from memlab.site import build_site
 from memlab.site.context import build_context
 from memlab.site.render import MARKER
@@ -73,9 +74,15 @@ def test_context_pages_and_overview(tmp_path):
         "index.html", "family-chunking.html", "seed-chunked-slicing.html", "history.html", "timelines.html",
         "methodology.html"]
     entry = ctx["pages"][0]["entries"][0]
-    assert (entry["family"], entry["device"], entry["baseline"]) == ("chunking", "cpu", "unchunked")
-    assert entry["best"]["technique"] == "vmap_chunks" and entry["best"]["peer"] is True
-    assert (entry["best"]["peak"], entry["best"]["saving"], entry["best"]["throughput"]) == ("10.0 MiB", "-50%", "-75%")
+    assert (entry["family"], entry["baseline"], entry["n_configs"]) == ("chunking", "unchunked", 1)
+    panel, = entry["panels"]
+    memory = panel["answers"][0]
+    assert (memory["head"], memory["technique"], memory["peer"]) == ("Lowest memory", "vmap_chunks", True)
+    assert memory["text"] == "10.0 MiB, -50% against unchunked (20.0 MiB)"
+    assert memory["why"] == "its peak holds 10.0 MiB less than the baseline's (20.0 MiB → 10.0 MiB)."
+    techniques = [(r["technique"], r["saving"], r["throughput"]) for r in panel["table"]["rows"]]
+    assert techniques == [("vmap_chunks", "-50%", "-75%"), ("slice_loop", "-35%", "-31%"),
+                          ("unchunked", "baseline", "baseline")]
     assert entry["environments"] == ["cpu: CPU Test CPU, 2 threads · torch 2.13.0+cpu · memlab 0.1.0 @ 0123456789ab (run chunking)"]
     assert [n["title"] for n in ctx["nav"]] == ["Overview", "Family: chunking", "Timelines", "History",
                                                 "Seed: chunked-slicing", "Methodology"]
@@ -83,7 +90,7 @@ def test_context_pages_and_overview(tmp_path):
     timelines = next(p for p in ctx["pages"] if p["path"] == "timelines.html")
     assert [(f["family"], f["setting"], len(f["sections"])) for f in timelines["families"]] == [
         ("chunking", "cpu · float32 · train", 2)]
-    assert timelines["families"][0]["sections"][0]["top"][0]["stack"] == (
+    assert timelines["families"][0]["sections"][0]["top"]["rows"][0]["stack"] == (
         "SliceBackward0 › aten::slice_backward › aten::zeros › aten::empty")
 
 
@@ -92,19 +99,23 @@ def test_family_figures_mark_floor_peers_and_pareto(tmp_path):
     family = build_context(results, data)["pages"][1]
     section = family["sections"][0]
     assert section["swept"] == "chunk_size"
+    assert [c["title"] for c in section["charts"]] == ["Peak allocated vs chunk_size", "Peak resident vs chunk_size",
+                                                       "Step time vs chunk_size", "Throughput vs peak allocated"]
     alloc, resident, step, scatter = (json.loads(c["figure"]) for c in section["charts"])
-    names = [t["name"] for t in alloc["data"]]
-    assert names == ["slice_loop", "slice_loop analytic floor", "unchunked (no chunk_size)",
-                     "unchunked (no chunk_size) analytic floor", "vmap_chunks (peer)"]
+    assert "title" not in alloc["layout"]  # the heading is HTML, never under plotly's toolbar
+    names = [(t["name"], t.get("showlegend", True)) for t in alloc["data"]]
+    assert names == [("slice_loop", True), ("slice_loop: analytic floor", False), ("unchunked", True),
+                     ("unchunked: analytic floor", False), ("vmap_chunks (peer)", True)]
     assert alloc["data"][0]["x"] == [250, 500, 1000] and alloc["data"][0]["y"] == [13.0, 14.0, 16.0]
     assert alloc["data"][1]["y"] == [7.0, 8.0, 10.0] and alloc["data"][1]["line"]["dash"] == "dot"
     assert alloc["data"][2]["x"] == [250, 1000] and alloc["data"][2]["y"] == [20.0, 20.0]
+    assert alloc["data"][2]["line"]["dash"] == "dashdot" and "no chunk_size" in alloc["data"][2]["hovertext"][0]
     peer = alloc["data"][4]
     assert peer["line"]["dash"] == "dash" and peer["marker"]["symbol"] == "diamond-open"
     assert resident["layout"]["yaxis"]["title"]["text"] == "peak resident (MiB)"
     front = scatter["data"][0]
     assert front["name"] == "Pareto front" and front["x"] == [10.0, 13.0, 20.0] and front["y"] == [1000.0, 2750.0, 4000.0]
-    assert [r["status"] for r in section["rows"]].count("oom") == 1
+    assert [r["status"] for r in section["table"]["rows"]].count("oom") == 1
 
 
 # -- the built site ----------------------------------------------------------------------------
@@ -121,7 +132,9 @@ def test_build_site_writes_every_page(tmp_path):
     assert names == ["family-chunking.html", "history.html", "index.html", "methodology.html",
                      "seed-chunked-slicing.html", "timelines.html"]
     html = index.read_text()
-    assert "Best for memory" in html and "vmap_chunks" in html and "-50%" in html
+    assert "Lowest memory" in html and "vmap_chunks" in html and "-50%" in html
+    downloads = sorted(p.name for p in (tmp_path / "out" / "tables").iterdir())
+    assert "family-chunking--cpu-float32-train-measurements.csv" in downloads and len(downloads) % 2 == 0
     seed = (tmp_path / "out" / "seed-chunked-slicing.html").read_text()
     assert "slicing in a loop spikes memory in backward" in seed and "reproduced" in seed
     history = _figures((tmp_path / "out" / "history.html").read_text())
@@ -244,9 +257,10 @@ def test_config_groups_split_workload_configs(tmp_path):
     results, data = make_inputs(tmp_path / "in")
     extra = write_jsonl(tmp_path / "quick.jsonl", quick)
     ctx = build_context(results, data, extra_runs=[extra])
-    entries = ctx["pages"][0]["entries"]
-    assert [(e["config"], e["best"]["technique"], e["best"]["saving"]) for e in entries] == [
+    entry, = ctx["pages"][0]["entries"]  # one section for the family, a panel per configuration
+    assert [(p["label"], p["answers"][0]["technique"], p["table"]["rows"][0]["saving"]) for p in entry["panels"]] == [
         ("n=2000", "vmap_chunks", "-50%"), ("n=4000", "slice_loop", "-25%")]
+    assert [r["config"] for r in entry["summary"]["rows"]] == ["n=2000", "n=4000"]
     sections = ctx["pages"][1]["sections"]
     assert [s["config"] for s in sections] == ["n=2000", "n=4000"]
 
@@ -289,15 +303,13 @@ def test_activation_chart_when_techniques_state_activation_memory(tmp_path):
     write_jsonl(data / "rev.jsonl", records)
     ctx = build_context(tmp_path / "results", tmp_path / "data")
     (page,) = [p for p in ctx["pages"] if p.get("family") == "reversible"]
-    charts = [json.loads(c["figure"]) for c in page["sections"][0]["charts"]]
-    (act,) = [c for c in charts if c["layout"]["title"]["text"].startswith("Activation peak vs depth")]
+    (act,) = [json.loads(c["figure"]) for c in page["sections"][0]["charts"] if c["title"] == "Activation peak vs depth"]
     lines = {t["name"]: t["y"] for t in act["data"]}
-    assert lines == {"residual": [20.0, 70.0], "residual expected": [19.0, 68.0],
-                     "reversible": [11.0, 11.0], "reversible expected": [11.0, 11.0]}
+    assert lines == {"residual": [20.0, 70.0], "residual: expected": [19.0, 68.0],
+                     "reversible": [11.0, 11.0], "reversible: expected": [11.0, 11.0]}
     # families that state no activation figures get no such chart
     chunk = build_context(*make_inputs(tmp_path / "other"))["pages"][1]
-    assert not any("Activation" in json.loads(c["figure"])["layout"]["title"]["text"]
-                   for c in chunk["sections"][0]["charts"])
+    assert not any("Activation" in c["title"] for c in chunk["sections"][0]["charts"])
 
 
 def test_a_cross_of_workload_sweeps_gives_one_section_per_swept_parameter(tmp_path):
@@ -336,12 +348,11 @@ def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
     ctx = build_context(results, data)
     family = next(p for p in ctx["pages"] if p["path"] == "family-chunking.html")
     section, = family["sections"]
-    rows = {(r["technique"], r["params"]): r for r in section["rows"]}
+    rows = {(r["technique"], r["params"]): r for r in section["table"]["rows"]}
     loaded = rows[("slice_loop", "chunk_size=500")]
     assert (loaded["step"], loaded["relative"], loaded["under_load"]) == ("19.5 ± 2.2 ms", "1.80×", True)
     assert loaded["load"] == "load 3.10 → 2.80 on 2 cores" and not rows[("slice_loop", "chunk_size=250")]["under_load"]
-    step = next(json.loads(c["figure"]) for c in section["charts"] if "error bars" in c["caption"]
-                and "Step time" in c["caption"])
+    step = next(json.loads(c["figure"]) for c in section["charts"] if c["title"] == "Step time vs chunk_size")
     assert step["layout"]["yaxis"]["title"]["text"] == "step time (× the workload's reference step)"
     line = next(t for t in step["data"] if t["name"] == "slice_loop")
     assert line["y"] == [1.8, 1.8, 1.8]
@@ -362,8 +373,206 @@ def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
 def test_schema1_rows_show_a_dash_for_missing_timing(tmp_path):
     results, data = make_inputs(tmp_path)
     section = build_context(results, data)["pages"][1]["sections"][0]
-    ok = next(r for r in section["rows"] if r["technique"] == "unchunked")
+    ok = next(r for r in section["table"]["rows"] if r["technique"] == "unchunked")
     assert (ok["step"], ok["relative"], ok["load"], ok["under_load"]) == ("500.0 ms", "-", "-", False)
     step = next(json.loads(c["figure"]) for c in section["charts"] if "Step time in ms" in c["caption"])
     assert step["layout"]["yaxis"]["title"]["text"] == "step time (ms)"
     assert not any("error_y" in t for t in step["data"])
+
+
+# -- issue 17: one visual language, tables, the index's answers, permalinks ---------------------------
+def _chunking_with_variants() -> list[dict]:
+    """unchunked, slice_loop over three chunk sizes, einsum_chunk with opt_einsum on and off, a peer."""
+    base = {"n": 2000, "d": 256}
+    recs = chunking_records()[:5]
+    for opt in (False, True):
+        for c in (100, 1000, 10000):
+            rec = measurement("einsum_chunk", "chunking", {**base, "chunk_size": c, "opt_einsum": opt},
+                              (8 + c // 1000 + (3 if opt else 0)) * MiB)
+            rec["extra"].update(opt_einsum_used=opt, contraction_order="x @ (w1 @ w2)" if opt else "(x @ w1) @ w2")
+            recs.append(rec)
+    return recs
+
+
+def _trace_colors(fig: dict) -> dict[str, str]:
+    """Technique -> colour as a figure draws it (line or marker colour; per bar for bar charts)."""
+    out = {}
+    for t in fig["data"]:
+        color = (t.get("line") or {}).get("color") or (t.get("marker") or {}).get("color")
+        if isinstance(color, list):
+            for name, c in zip(t.get("y") if t.get("orientation") == "h" else t["x"], color):
+                out[name.split(" (")[0]] = c
+        elif color and not t["name"].startswith(("Pareto", "under load")):
+            out[t["name"].split(" (")[0].split(":")[0]] = color
+    return out
+
+
+def test_one_colour_per_technique_on_every_page_and_chart(tmp_path):
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "chunking.jsonl", _chunking_with_variants())
+    ctx = build_context(results, data)
+    colors = ctx["colors"]
+    assert colors["unchunked"] == F.BASELINE_COLOR and len({colors[t] for t in ("slice_loop", "einsum_chunk",
+                                                                                 "vmap_chunks")}) == 3
+    seen: dict[str, set] = {}
+    for page in ctx["pages"]:
+        charts = [c for s in page.get("sections", []) for c in s.get("charts", [])]
+        charts += [p["chart"] for e in page.get("entries", []) for p in e["panels"]]
+        charts += [c for f in page.get("families", []) for c in [f["overlay"]] + [s["chart"] for s in f["sections"]] if c]
+        for c in charts:
+            for tech, color in _trace_colors(json.loads(c["figure"])).items():
+                seen.setdefault(tech, set()).add(color)
+    for tech in ("unchunked", "slice_loop", "einsum_chunk", "vmap_chunks"):
+        assert seen[tech] == {colors[tech]}, tech
+
+
+def test_legends_list_techniques_and_axes_have_clean_log_ticks(tmp_path):
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "chunking.jsonl", _chunking_with_variants())
+    section, = build_context(results, data)["pages"][1]["sections"]
+    assert section["swept"] == "chunk_size"
+    alloc = json.loads(section["charts"][0]["figure"])
+    legend = [t["name"] for t in alloc["data"] if t.get("showlegend", True)]
+    assert legend == ["einsum_chunk", "slice_loop", "unchunked", "vmap_chunks (peer)"]  # techniques, once each
+    einsum = [t for t in alloc["data"] if t["name"] == "einsum_chunk"]
+    assert len(einsum) == 2 and einsum[0]["marker"]["symbol"] != einsum[1]["marker"]["symbol"]
+    assert "opt_einsum=True" in einsum[1]["hovertext"][0] and einsum[0]["legendgroup"] == einsum[1]["legendgroup"]
+    x = alloc["layout"]["xaxis"]
+    assert x["type"] == "log" and x["title"]["text"] == "chunk_size"
+    assert x["tickvals"] == [100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
+    assert x["ticktext"] == ["100", "200", "500", "1,000", "2,000", "5,000", "10,000"]
+    ticks = F._axis("bytes", [1, 10 ** 6])
+    assert all(str(v).startswith("1") for v in ticks["tickvals"]) and len(ticks["tickvals"]) == 7  # powers of ten
+
+
+def test_tables_sort_as_numbers_carry_mode_and_run_columns_and_download(tmp_path):
+    results, data = make_inputs(tmp_path)
+    infer = [measurement("slice_loop", "chunking", {"n": 2000, "d": 256, "chunk_size": 250}, 5 * MiB, mode="infer")]
+    write_jsonl(data / "sweeps" / "other-run.jsonl", [measurement("slice_loop", "chunking",
+                                                                  {"n": 2000, "d": 256, "chunk_size": 250}, 13 * MiB)])
+    ctx = build_context(results, data, extra_runs=[write_jsonl(tmp_path / "infer.jsonl", infer)])
+    family = ctx["pages"][1]
+    train = next(s for s in family["sections"] if "train" in s["heading"])
+    keys = [c["key"] for c in train["table"]["columns"]]
+    assert "run" in keys and "mode" not in keys  # two runs, one mode per section
+    nums = {c["key"] for c in train["table"]["columns"] if c["num"]}
+    assert {"peak_allocated", "step", "throughput", "relative"} <= nums
+    row = next(r for r in train["table"]["rows"] if r["params"] == "chunk_size=250" and "other-run" in r["run"])
+    assert row["peak_allocated__sort"] == 13 * MiB and row["step__sort"] == 2
+    assert row["run"] == "other-run · Test CPU · 0123456"
+    files = family["files"]
+    csv_text, json_text = files[train["table"]["csv"]], files[train["table"]["json"]]
+    records = json.loads(json_text)
+    assert len(records) == len(train["table"]["rows"]) == len(csv_text.strip().splitlines()) - 1
+    assert [r["technique"] for r in records] == [r["technique"] for r in train["table"]["rows"]]
+    at = train["table"]["rows"].index(row)
+    assert records[at]["peak_allocated_bytes"] == 13 * MiB and records[at]["run"] == "other-run"
+    assert csv_text.startswith("technique,peer,family,")
+    # a table holding both modes gets a mode column (seed pages list train and infer rows)
+    from memlab.site.page import Page
+    from memlab.site.rows import measurement_table
+
+    both = R.load_runs([write_jsonl(tmp_path / "both.jsonl", chunking_records()[:2] + infer)])
+    assert "mode" in [c["key"] for c in measurement_table(Page("x.html"), "t", both)["columns"]]
+    out = build_site(results, data, tmp_path / "out", extra_runs=[tmp_path / "infer.jsonl"])
+    html = (out.parent / "family-chunking.html").read_text()
+    assert 'data-type="num"' in html and f'data-sort="{13 * MiB}"' in html
+    assert f'href="{train["table"]["csv"]}" download' in html and (out.parent / train["table"]["json"]).is_file()
+
+
+def _reversible_records() -> list[dict]:
+    """Two configurations with different verdicts: at batch 128 the weight gradients are nearly the
+    whole peak (nothing wins); at batch 1024 reversible saves; memcnn is listed (its defect)."""
+    def rev(technique, batch, peak, grads, act, step, peer=False, status="ok"):
+        rec = measurement(technique, "reversible", {"batch": batch, "depth": 16}, peak * MiB, workload="stack",
+                          samples_per_s=batch / step, peer=peer, status=status, baseline=technique == "residual")
+        rec.update(grad_bytes=grads * MiB)
+        rec["extra"].update(activation_peak_bytes=act * MiB)
+        return rec
+
+    return [rev("residual", 128, 130, 128, 25, 0.3), rev("reversible", 128, 131, 128, 3, 0.4),
+            rev("checkpoint_block", 128, 130, 128, 10, 0.35),
+            rev("residual", 1024, 204, 132, 202, 1.6), rev("reversible", 1024, 140, 132, 12, 2.4),
+            rev("checkpoint_block", 1024, 150, 132, 80, 2.0),
+            {**rev("memcnn", 1024, 150, 132, 12, 2.0, peer=True), "matches_reference": False}]
+
+
+def test_index_answers_each_question_once_per_family_with_why_and_footnotes(tmp_path):
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "chunking.jsonl", _chunking_with_variants())
+    write_jsonl(data / "sweeps" / "reversible.jsonl", _reversible_records())
+    index = build_context(results, data)["pages"][0]
+    chunking, reversible = index["entries"]
+    assert [p["label"] for p in reversible["panels"]] == ["batch=128", "batch=1024"]  # one section, two configurations
+    small, large = reversible["panels"]
+    assert small["answers"][0]["head"] == "No technique beats the baseline"
+    assert small["answers"][0]["why"].startswith("parameter and input gradients (128.0 MiB) are 98% of the baseline's peak")
+    assert (large["answers"][0]["technique"], large["answers"][0]["text"]) == (
+        "reversible", "140.0 MiB, -31% against residual (204.0 MiB)")
+    act = large["answers"][1]
+    assert act["question"] == "lowest activation memory" and act["technique"] == "reversible"
+    fast50, fast90 = large["answers"][2:]
+    assert fast50["technique"] is None and fast90["technique"] == "checkpoint_block"
+    assert "3906.2 ms median step" in fast90["text"]  # no relative step time in these rows: seconds, said so
+    assert reversible["verdicts"] == "residual (the baseline) at 1, reversible at 1"
+    summary = [(r["config"], r["memory"]) for r in reversible["summary"]["rows"]]
+    assert summary == [("batch=128", "residual (nothing beats it)"), ("batch=1024", "reversible -31%")]
+    assert [n["technique"] for n in reversible["notes"]] == ["memcnn"]
+    assert "doubled" in reversible["notes"][0]["text"]
+    einsum_note, = chunking["notes"]
+    assert einsum_note["technique"] == "einsum_chunk" and "w1 @ w2" in einsum_note["text"]
+    row = next(r for r in chunking["panels"][0]["table"]["rows"] if r["technique"] == "einsum_chunk")
+    assert row["note"]["id"] == einsum_note["id"]
+    assert large["measure"] == "peak allocated above the step's baseline"
+
+
+def test_index_uses_total_peak_and_draws_memory_by_category(tmp_path):
+    def cats(params, grads, inputs, saved, temps):
+        return {"parameters": params * MiB, "gradients": grads * MiB, "optimizer_state": 0, "inputs": inputs * MiB,
+                "saved_activations": saved * MiB, "temporaries": temps * MiB}
+
+    recs = _reversible_records()[3:6]
+    for rec, c in zip(recs, (cats(64, 132, 4, 60, 10), cats(64, 132, 4, 2, 6), cats(64, 132, 4, 20, 2))):
+        rec.update(peak_by_category_bytes=c, total_peak_bytes=sum(c.values()), schema=2)
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "reversible.jsonl", recs)
+    ctx = build_context(results, data)
+    panel, = ctx["pages"][0]["entries"][1]["panels"]
+    assert panel["measure"] == "total peak (baseline included)"
+    assert panel["answers"][0]["why"] == ("saved activations shrank most: 60.0 MiB → 2.0 MiB at the peak "
+                                          "(270.0 MiB → 208.0 MiB in all).")
+    stacked = json.loads(panel["chart"]["figure"])
+    assert stacked["layout"]["barmode"] == "stack"
+    assert [t["name"] for t in stacked["data"]] == ["parameters", "gradients", "inputs", "saved activations",
+                                                    "temporaries"]  # optimizer state is zero: left out
+    assert stacked["data"][3]["y"] == ["residual", "checkpoint_block", "reversible"]  # top-down: least memory first
+    assert stacked["data"][3]["x"] == [60.0, 20.0, 2.0]
+    family = next(p for p in ctx["pages"] if p["path"] == "family-reversible.html")
+    assert any(c["title"] == "Peak by memory category" for s in family["sections"] for c in s["charts"])
+    assert "total_peak" in [c["key"] for s in family["sections"] for c in s["table"]["columns"]]
+
+
+def test_permalinks_on_every_part_and_a_footer_naming_the_data(tmp_path):
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "reversible.jsonl", _reversible_records())
+    out = build_site(results, data, tmp_path / "out").parent
+    for page in sorted(out.glob("*.html")):
+        html = page.read_text()
+        ids = re.findall(r'\bid="([^"]+)"', html)
+        assert len(ids) == len(set(ids)), page.name
+        for tag in re.findall(r"<(?:section|figure)\b[^>]*>", html):
+            (anchor,) = re.findall(r'id="([^"]+)"', tag)
+            assert f'href="#{anchor}"' in html, (page.name, anchor)
+        for box in re.findall(r'<div class="table-box" id="([^"]+)"', html):
+            assert f'href="#{box}"' in html
+        footer = html.split("<footer>", 1)[1]
+        assert "Test CPU" in footer and "torch 2.13.0+cpu" in footer and "0123456789ab" in footer, page.name
+
+
+def test_a_group_outside_the_workload_sweeps_still_sweeps_its_knob(tmp_path):
+    """A plug-in family whose workload parameters vary (n and d) but whose chunk sizes are swept at
+    one (n, d): a line against chunk_size, not bars."""
+    recs = [measurement("plain", "plug", {"n": n, "d": d}, n * MiB) for n, d in ((1, 1), (2, 1), (2, 2))]
+    recs += [measurement("chunky", "plug", {"n": 3, "d": 3, "chunk_size": c}, c * MiB) for c in (1, 2, 4)]
+    sections = A.sweep_sections(_runs(tmp_path, recs))
+    assert (sections[-1][0], sections[-1][1]) == ({"d": 3, "n": 3}, "chunk_size")

@@ -61,7 +61,8 @@ def _good() -> list[dict]:
 
 def _page_rows(page: str) -> int:
     """Rows of the measurement tables of a family page."""
-    return len(re.findall(r'<tr class="status-', page.split('<section class="setting">', 1)[-1]))
+    sections = page.split('<section class="setting"', 1)[-1].split('<section class="not-ranked"', 1)[0]
+    return len(re.findall(r'<tr class="status-', sections))
 
 
 # -- A. every input file is read defensively ------------------------------------------------------
@@ -370,23 +371,23 @@ def test_wrong_rows_are_listed_never_ranked(tmp_path, capsys):
     family = (tmp_path / "out" / "family-chunking.html").read_text()
     headline = index.split('<div class="headline">', 1)[1].split("</div>", 1)[0]
     assert "slice_loop" in headline and "wrong_fast" not in headline and "leaky" not in headline
-    ranked_table = index.split('<table class="rows">', 1)[1].split("</table>", 1)[0]
+    summary, ranked_table = (part.split("</table>", 1)[0] for part in index.split('<table class="rows sortable">')[1:3])
     for name in ("wrong_fast", "leaky", "nan_out", "drifting"):
-        assert name not in ranked_table
+        assert name not in ranked_table and name not in summary
     not_ranked = index.split('id="not-ranked"', 1)[1]
-    rows = {m[0]: m[1] for m in re.findall(r'<span class="tech">([^<]+)</span>.*?<td>(\w+)(?:<br>|</td>)', not_ranked)}
+    rows = {m[0]: m[1] for m in re.findall(r'<span class="tech">([^<]+)</span>.*?<td class="status">(\w+)', not_ranked)}
     assert rows == {"wrong_fast": "mismatch", "leaky": "leak", "nan_out": "mismatch", "drifting": "unverified",
                     "slice_loop": "oom"}
     assert "grad:x differs from the reference by up to 0.5 (outside tolerance)" in not_ranked
     assert "4.0 MiB per step" in not_ranked
     assert "non-finite values in output" in not_ranked and "NO: non-finite values in output" in not_ranked
     assert "verified in float32 only (schema 1); re-measure" in not_ranked
-    assert 'id="not-ranked"' not in family and "<h2>Not ranked</h2>" in family and "wrong_fast" in family
+    assert 'id="not-ranked"' not in family and "<h2>Not ranked <a" in family and "wrong_fast" in family
     for fig in _figures(family) + _figures(index):
         drawn = json.dumps(fig)
         for name in ("wrong_fast", "leaky", "nan_out", "drifting"):
             assert name not in drawn
-    scatter = next(f for f in _figures(family) if f["layout"]["title"]["text"].startswith("Throughput"))
+    scatter = next(f for f in _figures(family) if f["layout"]["yaxis"]["title"]["text"].startswith("throughput"))
     (front,) = [t for t in scatter["data"] if t["name"] == "Pareto front"]
     assert front["x"] == [13.0, 14.0, 20.0] and front["y"] == [3000.0, 3500.0, 4000.0]
 
@@ -400,10 +401,10 @@ def test_matches_reference_states_the_error_and_the_tolerance(tmp_path, capsys):
             "float32 drift 2.4e-6)") in index
     method = (tmp_path / "out" / "methodology.html").read_text()
     tolerances = method.split("Tolerances of the measurements shown", 1)[1].split("</table>", 1)[0]
-    assert re.search(r"<code>wl</code></td><td>float64</td><td class=\"num\">1e-6</td><td class=\"num\">1e-8</td>",
-                     tolerances)
-    assert re.search(r"<code>wl</code></td><td>float32</td><td class=\"num\">0.0001</td><td class=\"num\">0.0001</td>",
-                     tolerances)
+    assert re.search(r'<code>wl</code></td><td>float64</td><td class="num" data-sort="1e-06">1e-6</td>'
+                     r'<td class="num" data-sort="1e-08">1e-8</td>', tolerances)
+    assert re.search(r'<code>wl</code></td><td>float32</td><td class="num" data-sort="0.0001">0.0001</td>'
+                     r'<td class="num" data-sort="0.0001">0.0001</td>', tolerances)
 
 
 def test_text_valued_swept_parameter_never_reaches_plotly_as_html(tmp_path, capsys):

@@ -15,12 +15,18 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["SETTING", "ranked", "not_ranked", "settings",
-           "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels",
-           "pareto_front", "comparable", "savings", "param_text", "sort_key"]
+__all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
+           "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels", "line_variants",
+           "pareto_front", "comparable", "savings", "param_text", "sort_key",
+           "ACTIVATION_CATEGORIES", "memory_measure", "activation_bytes", "configurations", "compare", "fastest_within",
+           "speed_measure"]
 
-#: A family's rows are only compared within one setting: device, dtype and mode.
-SETTING = ("device", "dtype", "mode")
+#: A family's rows are only compared within one setting: device, dtype, mode, and the training step's
+#: optimizer and loss (rows from before that choice are ``sgd`` / ``given``).
+SETTING = ("device", "dtype", "mode", "optimizer", "loss")
+_DEFAULT_STEP = {"optimizer": "sgd", "loss": "given"}
+#: Memory categories that are activation memory (``memlab.measure.categories.ACTIVATION_CATEGORIES``).
+ACTIVATION_CATEGORIES = ("saved_activations", "temporaries")
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:
@@ -42,13 +48,22 @@ def sort_key(value: Any) -> tuple:
     return (1, json.dumps(value, sort_keys=True, default=str))
 
 
-def settings(rows: pd.DataFrame) -> list[tuple[str, str, str]]:
-    """The distinct (device, dtype, mode) of ``rows``, sorted."""
+def settings(rows: pd.DataFrame) -> list[tuple[str, ...]]:
+    """The distinct settings (:data:`SETTING`) of ``rows``, sorted."""
     return sorted({tuple(r) for r in rows[list(SETTING)].itertuples(index=False)})
 
 
-def in_setting(rows: pd.DataFrame, setting: tuple[str, str, str]) -> pd.DataFrame:
-    """The rows of one (device, dtype, mode)."""
+def setting_text(setting: tuple[str, ...]) -> str:
+    """``'cpu · float32 · train'``; the optimizer and loss only when not memlab's defaults (sgd, given)."""
+    parts = list(setting[:3])
+    for name, v in zip(SETTING[3:], setting[3:]):
+        if v != _DEFAULT_STEP[name]:
+            parts.append(f"{name} {v}" if name == "loss" else str(v))
+    return " · ".join(parts)
+
+
+def in_setting(rows: pd.DataFrame, setting: tuple[str, ...]) -> pd.DataFrame:
+    """The rows of one setting (:data:`SETTING`)."""
     mask = pd.Series(True, index=rows.index)
     for column, value in zip(SETTING, setting):
         mask &= rows[column] == value
@@ -116,8 +131,9 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
     varying workload parameter ``k`` gets a section per combination of the other varying
     parameters under which ``k`` takes two or more values (among ok rows); a row may appear in
     several (the centre of a cross).  Rows in no such sweep are grouped by their values of the
-    varying parameters, with nothing swept.  Sections are ordered by swept parameter (name order,
-    ``None`` last), then by configuration.
+    varying parameters; such a group still sweeps a technique's own knob (``chunk_size``) when its
+    ranked rows vary one (:func:`swept_param`), else nothing.  Sections are ordered: workload sweeps by
+    parameter name, then the other groups by configuration.
     """
     if not len(rows):
         return [({}, None, rows)]
@@ -133,7 +149,9 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
                 sections.append((config, k, group))
                 covered.update(group.index)
     rest = rows.loc[[i for i in rows.index if i not in covered]]
-    return sections + ([(config, None, group) for config, group in _split(rest, varying)] if len(rest) else [])
+    others = [(config, swept_param(ranked(group)) if len(ranked(group)) else None, group)
+              for config, group in _split(rest, varying)] if len(rest) else []
+    return sections + others
 
 
 def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:
@@ -150,6 +168,20 @@ def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:
     if keys.duplicated().any() and rows["run"].nunique() > 1:
         labels = labels + " [" + rows["run"] + "]"
     return labels
+
+
+def line_variants(rows: pd.DataFrame, swept: str | None) -> pd.Series:
+    """Per row, what tells its line apart from the technique's other lines in one chart: the other
+    varying parameters (``'opt_einsum=True'``) and the run file when the same configuration comes
+    from several runs; ``''`` for a technique's only line.  Legends name the technique; the variant
+    is a marker symbol and the hover text."""
+    varying = sorted(k for k, v in _values(rows).items() if len(v) > 1 and k != swept)
+    variants = pd.Series([", ".join(f"{k}={p[k]}" for k in varying if k in p) for p in rows["params"]],
+                         index=rows.index, dtype=object)
+    keys = rows["technique"] + "\0" + variants + "\0" + rows["params_key"]
+    if keys.duplicated().any() and rows["run"].nunique() > 1:
+        variants = (variants + " [run " + rows["run"] + "]").str.lstrip(" ")
+    return variants
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
@@ -211,3 +243,101 @@ def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
 
 def _num(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+# -- the questions the overview answers ---------------------------------------------------------
+# NOTE [ the overview's questions ]
+# Per family, per configuration (a ranked baseline row and the ranked rows comparable with it, in
+# one setting), the overview answers:
+# * lowest memory: the technique whose lowest-memory row holds least.  Memory is the *total* peak
+#   (``total_peak_bytes``: everything live at the step's peak, baseline included) when every row of
+#   the configuration carries it, else the peak allocated above the step's baseline (older rows);
+#   the page says which.
+# * lowest activation memory: ``activation_peak_bytes`` where techniques state it, else the
+#   activation categories (saved activations + temporaries) at the step's peak.
+# * fastest within a memory budget: of all rows (every configuration of every technique) whose memory
+#   is at most ``budget`` times the baseline's, the one with the lowest relative step time when every
+#   such row has it (load-robust), else the shortest median step (same workload, same samples).
+def memory_measure(rows: pd.DataFrame) -> str:
+    """``total_peak_bytes`` when every row has it, else ``peak_allocated_bytes``."""
+    if len(rows) and rows["total_peak_bytes"].notna().all():
+        return "total_peak_bytes"
+    return "peak_allocated_bytes"
+
+
+def activation_bytes(row: Any) -> tuple[float | None, str]:
+    """``(bytes, source)``: the row's activation memory and where it comes from (``'stated'``: the
+    technique's ``activation_peak_bytes``; ``'categories'``: saved activations + temporaries at the
+    step's peak); ``(None, '')`` when the row has neither."""
+    stated = row["activation_peak_bytes"]
+    if _num(stated):
+        return float(stated), "stated"
+    cats = row["peak_by_category_bytes"]
+    if isinstance(cats, dict) and cats:
+        return float(sum(cats.get(c, 0) for c in ACTIVATION_CATEGORIES)), "categories"
+    return None, ""
+
+
+def configurations(rows: pd.DataFrame, baseline: str) -> list[dict[str, Any]]:
+    """One configuration per ranked row of ``baseline``: ``{"setting", "base", "rows", "default"}``,
+    ``rows`` the ranked rows of its setting comparable with it (:func:`comparable`).  Sorted by setting
+    and parameters; ``default`` is True on the one :func:`savings` would pick (most comparable rows,
+    then the highest peak) in the first setting."""
+    out = []
+    for setting in settings(rows):
+        ok = ranked(in_setting(rows, setting))
+        bases = ok[ok["technique"] == baseline].sort_values("params_key", kind="stable")
+        if bases.empty:
+            continue
+        scores = [(sum(comparable(b.params, p) for p in ok["params"]), b.peak_allocated_bytes, -i)
+                  for i, b in enumerate(bases.itertuples())]
+        pick = -max(scores)[2]
+        for i, (_, base) in enumerate(bases.iterrows()):
+            cands = ok[[comparable(base["params"], p) for p in ok["params"]]]
+            out.append({"setting": setting, "base": base, "rows": cands, "default": i == pick})
+    seen = False
+    for c in out:  # the pick of the first setting only
+        c["default"], seen = c["default"] and not seen, seen or c["default"]
+    return sorted(out, key=lambda c: (c["setting"], [sort_key(c["base"]["params"][k]) for k in sorted(c["base"]["params"])],
+                                      c["base"]["params_key"]))
+
+
+def compare(cands: pd.DataFrame, base: pd.Series, measure: str = "peak_allocated_bytes") -> list[dict[str, Any]]:
+    """Per technique its row with the least ``measure`` among ``cands`` (ties: ``params_key``), sorted
+    by that memory (the baseline first on a tie, then by name): ``{"row", "saving", "throughput_ratio"}``; ``saving`` is
+    1 - memory / the baseline's, ``throughput_ratio`` samples/s over the baseline's (None if unknown)."""
+    entries = []
+    for _, group in cands.groupby("technique", sort=True):
+        group = group[group[measure].notna()]
+        if group.empty:
+            continue
+        best = group.sort_values([measure, "params_key"], kind="stable").iloc[0]
+        tp, btp = best["samples_per_s"], base["samples_per_s"]
+        ratio = float(tp / btp) if _num(tp) and _num(btp) and btp > 0 else None
+        m, bm = best[measure], base[measure]
+        entries.append({"row": best, "saving": (1 - m / bm) if _num(bm) and bm else None, "throughput_ratio": ratio})
+    # a technique holding exactly the baseline's memory does not beat it: the baseline first on a tie
+    entries.sort(key=lambda e: (e["row"][measure], e["row"]["technique"] != base["technique"], e["row"]["technique"]))
+    return entries
+
+
+def speed_measure(rows: pd.DataFrame) -> str | None:
+    """``relative_step_time`` when every row has it, else ``step_time_s`` when every row has it, else None."""
+    for column in ("relative_step_time", "step_time_s"):
+        if len(rows) and rows[column].notna().all():
+            return column
+    return None
+
+
+def fastest_within(cands: pd.DataFrame, base: pd.Series, measure: str, budget: float) -> tuple[pd.Series, str] | None:
+    """The fastest row among ``cands`` whose ``measure`` is at most ``budget`` times the baseline's,
+    with the speed column used (:func:`speed_measure` over those rows); None when no row fits or
+    their speed is not known for all."""
+    limit = budget * base[measure] if _num(base[measure]) else None
+    if limit is None:
+        return None
+    fit = cands[cands[measure].notna() & (cands[measure] <= limit)]
+    speed = speed_measure(fit)
+    if speed is None:
+        return None
+    return fit.sort_values([speed, measure, "technique", "params_key"], kind="stable").iloc[0], speed

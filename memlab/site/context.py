@@ -3,8 +3,9 @@
 The context is a dict.  :func:`load_inputs` adds the data (DataFrames and dicts from
 :mod:`memlab.results`) and ``problems`` (one line per input problem, shown on the methodology
 page); each later step adds one kind of page to ``context["pages"]``: a dict with ``template``,
-``path`` (relative to the site root), ``title`` and what the template shows.  Charts are
-``{"id", "figure"}`` with ``figure`` the canonical JSON of a plotly figure.
+``path`` (relative to the site root), ``title``, ``files`` (its table downloads) and what the
+template shows.  Charts, tables and anchors come from :class:`memlab.site.page.Page`; colours from
+``context["colors"]`` (one per technique, see NOTE [ one visual language ] in :mod:`memlab.site.figures`).
 
 Only ranked rows (shown status ``ok``, see NOTE [ what the site ranks ] in :mod:`memlab.results`)
 are called best or drawn; the others are listed in "Not ranked" tables with their status and reason.
@@ -22,8 +23,12 @@ import pandas as pd
 from .. import results as R
 from . import analysis as A
 from . import figures as F
-from .text import (UNDER_LOAD, env_caption, fmt_check, fmt_load, fmt_mib, fmt_pct, fmt_rate, fmt_relative, fmt_sci,
-                   fmt_step, slugs, verdict_class)
+from .notes import CATEGORY_NAMES, footnotes
+from .overview import family_overview
+from .page import Page
+from .rows import machine_of, measurement_table, not_ranked_table
+from .tables import column
+from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class
 
 __all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
 
@@ -85,111 +90,31 @@ def load_inputs(ctx: Context) -> Context:
             "baselines": baselines, "problems": problems, "pages": []}
 
 
-def _text(v: Any) -> str:
-    """A string cell; '' for None and for pandas' missing-value NaN."""
-    return "" if v is None or (isinstance(v, float) and v != v) else str(v)
+def add_colors(ctx: Context) -> Context:
+    """One colour per technique for every page (:func:`memlab.site.figures.technique_colors`): per
+    family its baseline, its techniques by name, its peers; then techniques seen only in timelines
+    and reproductions."""
+    runs, groups = ctx["runs"], []
+    for family in sorted(set(runs["family"])) if len(runs) else []:
+        rows = runs[runs["family"] == family]
+        base = ctx["baselines"].get(family)
+        peers = set(rows.loc[rows["peer"], "technique"])
+        names = sorted(set(rows["technique"]), key=lambda t: (t != base, t in peers, t))
+        groups.append((base, names))
+    others = {tl["technique"] for tl in ctx["timelines"]}
+    for s in ctx["seeds"]:
+        others |= set(s["measurements"]["technique"]) | {t["technique"] for t in s["timelines"]}
+    groups.append((None, sorted(others)))
+    return {**ctx, "colors": F.technique_colors(groups)}
 
 
-def _per_step(r: Any) -> str:
-    """A leak's growth per step (``'4.0 MiB per step'``); '' for other rows."""
-    return f"{fmt_mib(r.leak_bytes_per_step)} per step" if r.status_shown == "leak" else ""
-
-
-def _row_dict(r: Any, skip: dict | None = None) -> dict[str, Any]:
-    """A measurement row as table cells (strings; the template escapes them)."""
-    return {
-        "technique": r.technique, "peer": bool(r.peer), "params": A.param_text(r.params, skip),
-        "status": r.status_shown, "error": _text(r.reason), "per_step": _per_step(r), "device": r.device,
-        "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_reserved": fmt_mib(r.peak_reserved_bytes),
-        "floor": fmt_mib(r.analytic_floor_bytes), "step": fmt_step(r.step_time_s, r.step_time_iqr_s),
-        "samples": str(len(r.step_times_s)) if r.step_times_s else "", "relative": fmt_relative(r.relative_step_time),
-        "under_load": bool(r.under_load), "load": fmt_load(r.load_avg_before, r.load_avg_after, r.cores),
-        "throughput": fmt_rate(r.samples_per_s), "matches": fmt_check(r.check),
-    }
-
-
-def _not_ranked(rows: pd.DataFrame) -> list[dict[str, str]]:
-    """The rows that are listed but never ranked: technique, setting, parameters, status, reason."""
-    out = {}
-    for r in A.not_ranked(rows).itertuples():
-        out[(r.family, r.technique, r.device, r.dtype, r.mode, r.params_key, r.run, r.line)] = {
-            "family": r.family, "technique": r.technique, "peer": bool(r.peer),
-            "setting": " · ".join((r.device, r.dtype, r.mode)), "params": A.param_text(r.params),
-            "status": r.status_shown, "reason": _text(r.reason), "per_step": _per_step(r),
-            "matches": fmt_check(r.check)}
-    return [out[k] for k in sorted(out, key=lambda k: (k[:5], A.sort_key(k[5]), k[6:]))]
-
-
-def _chart(counter: list[int], figure: dict, caption: str = "") -> dict[str, str]:
-    counter[0] += 1
-    return {"id": f"chart-{counter[0]}", "figure": F.to_json(figure), "caption": caption}
-
-
-def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, str, str], dict[str, Any], str | None, pd.DataFrame]]:
+def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, ...], dict[str, Any], str | None, pd.DataFrame]]:
     """``(setting, workload config, swept parameter, rows)`` per comparable group of a family."""
     out = []
     for setting in A.settings(rows):
         out += [(setting, config, swept, group)
                 for config, swept, group in A.sweep_sections(A.in_setting(rows, setting))]
     return out
-
-
-def _setting_section(rows: pd.DataFrame, setting: tuple[str, str, str], config: dict, swept: str | None,
-                     family: str, counter: list[int]) -> dict:
-    device, dtype, mode = setting
-    labels = A.line_labels(rows, swept)
-    colors = F.palette(labels)
-    second = "resident" if device == "cpu" else "reserved"
-    head = " · ".join([family, device, dtype, mode] + ([A.param_text(config)] if config else []))
-    charts = []
-    ok = A.ranked(rows)
-    if len(ok):
-        if swept:
-            charts.append(_chart(counter, F.memory_vs_param(
-                rows, labels, swept, "peak_allocated_bytes", f"Peak allocated vs {swept} ({head})",
-                "peak allocated (MiB)", colors, floor_column="analytic_floor_bytes"),
-                "Solid: measured; dotted: the technique's analytic floor; dashed/diamonds: peers."))
-            if ok["activation_peak_bytes"].notna().any():
-                charts.append(_chart(counter, F.memory_vs_param(
-                    rows, labels, swept, "activation_peak_bytes", f"Activation peak vs {swept} ({head})",
-                    "activation peak (MiB)", colors, floor_column="expected_activation_bytes",
-                    floor_name="expected"),
-                    "Activation memory: bytes live above the baseline minus the parameter gradients "
-                    "accumulated so far, at its highest during the step (the step peak above is dominated "
-                    "by parameter gradients here). Solid: measured; dotted: the analytic expectation the "
-                    "technique states; dashed/diamonds: peers."))
-            if ok["peak_reserved_bytes"].notna().any():
-                charts.append(_chart(counter, F.memory_vs_param(
-                    rows, labels, swept, "peak_reserved_bytes", f"Peak {second} vs {swept} ({head})",
-                    f"peak {second} (MiB)", colors)))
-        else:
-            charts.append(_chart(counter, F.memory_by_technique(rows, labels, f"Peak memory ({head})", colors)))
-        if ok["step_time_s"].notna().any():
-            relative = bool(ok.loc[ok["step_time_s"].notna(), "relative_step_time"].notna().all())
-            what = ("Step time relative to the workload's plain reference step timed interleaved in the same "
-                    "process (load-robust: compare techniques on this)" if relative else
-                    "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
-            caption = what + "; error bars: the interquartile range of the timed steps."
-            if ok["under_load"].any():
-                caption += " Ringed points were measured under load (1-minute load average above the cores)."
-            fig = (F.step_vs_param(rows, labels, swept, f"Step time vs {swept} ({head})", colors) if swept
-                   else F.step_by_technique(rows, labels, f"Step time ({head})", colors))
-            charts.append(_chart(counter, fig, caption))
-        if ok["samples_per_s"].notna().any():
-            fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
-            charts.append(_chart(counter, F.throughput_vs_peak(rows, labels, f"Throughput vs peak allocated ({head})",
-                                                               colors, fronts),
-                          "The grey step line is the Pareto front: no other point has less memory and more throughput"
-                          + (" (one per workload configuration)." if len(fronts) > 1 else ".")
-                          + " Error bars: throughput at the quartiles of the timed steps."
-                          + (" Ringed points were measured under load." if ok["under_load"].any() else "")))
-    fixed = _fixed_params(rows)
-    table = sorted((r for r in rows.itertuples()), key=lambda r: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run))
-    return {"device": device, "dtype": dtype, "mode": mode, "config": A.param_text(config), "swept": swept,
-            "charts": charts,
-            "rows": [_row_dict(r, fixed) for r in table], "environments": env_caption(rows),
-            "n_not_ranked": len(rows) - len(ok),
-            "second": second, "fixed": A.param_text(fixed)}
 
 
 def _fixed_params(rows: pd.DataFrame) -> dict[str, Any]:
@@ -201,57 +126,114 @@ def _fixed_params(rows: pd.DataFrame) -> dict[str, Any]:
     return {k: params[0][k] for k in sorted(common) if all(p[k] == params[0][k] for p in params)}
 
 
+def _note_marks(page: Page, notes: list[dict[str, str]]) -> tuple[list[dict], dict[str, dict]]:
+    marks = {n["technique"]: {"n": i + 1, "id": page.anchor(f"note {n['technique']}")} for i, n in enumerate(notes)}
+    return [{**n, **marks[n["technique"]]} for n in notes], marks
+
+
+def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None:
+    """Stacked bars of each technique's lowest-peak row by memory category, when every ranked row has them."""
+    ok = A.ranked(rows)
+    if not len(ok) or not ok["peak_by_category_bytes"].map(lambda c: isinstance(c, dict) and bool(c)).all():
+        return None
+    measure = A.memory_measure(ok)
+    best = ok.sort_values([measure, "params_key"], kind="stable").groupby("technique", sort=False).head(1)
+    items = [(r.technique, bool(r.peer), r.peak_by_category_bytes) for r in best.itertuples()]
+    return page.chart(F.peak_by_category(items, list(CATEGORY_NAMES)), "Peak by memory category",
+                      "Each technique's lowest-memory measurement in this section, everything live at its step's "
+                      "peak split by category (activation memory in warm colours); hover for the bytes.",
+                      anchor=f"{heading} categories")
+
+
+def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dict, swept: str | None,
+                     colors: dict[str, str], marks: dict[str, dict], baseline: str | None) -> dict:
+    heading = A.setting_text(setting) + (f" · {A.param_text(config)}" if config else "")
+    anchor = page.anchor(heading)
+    variants = A.line_variants(rows, swept)
+    devices = set(rows["device"])
+    second = "resident" if devices == {"cpu"} else "reserved"
+    charts = []
+    ok = A.ranked(rows)
+
+    def chart(fig: dict, title: str, caption: str = "") -> None:
+        charts.append(page.chart(fig, title, caption, anchor=f"{heading} {title}"))
+
+    if len(ok):
+        if swept:
+            chart(F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
+                                    floor_column="analytic_floor_bytes"),
+                  f"Peak allocated vs {swept}",
+                  "Solid: measured; dotted: the technique's analytic floor; dashed with open markers: peers; one "
+                  "colour per technique, its configurations told apart by marker (hover for which).")
+            if ok["activation_peak_bytes"].notna().any():
+                chart(F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
+                                        floor_column="expected_activation_bytes", floor_name="expected"),
+                      f"Activation peak vs {swept}",
+                      "Activation memory: bytes live above the baseline minus the parameter gradients accumulated so "
+                      "far, at its highest during the step (the step peak above is dominated by parameter gradients "
+                      "here). Solid: measured; dotted: the analytic expectation the technique states.")
+            if ok["peak_reserved_bytes"].notna().any():
+                chart(F.memory_vs_param(rows, variants, swept, "peak_reserved_bytes", f"peak {second} (MiB)", colors),
+                      f"Peak {second} vs {swept}")
+        else:
+            chart(F.memory_by_technique(rows, variants, colors), "Peak memory per configuration",
+                  f"Coloured bars: peak allocated (one colour per technique, peers hatched); grey bars: peak {second}.")
+        timed = ok[ok["step_time_s"].notna()]
+        if len(timed):
+            relative = bool(timed["relative_step_time"].notna().all())
+            what = ("Step time relative to the workload's plain reference step timed interleaved in the same "
+                    "process (load-robust: compare techniques on this)" if relative else
+                    "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
+            caption = what + "; error bars: the interquartile range of the timed steps."
+            if ok["under_load"].any():
+                caption += " Ringed points were measured under load (1-minute load average above the cores)."
+            chart(F.step_vs_param(rows, variants, swept, colors) if swept else F.step_by_technique(rows, variants, colors),
+                  f"Step time vs {swept}" if swept else "Step time per configuration", caption)
+        if ok["samples_per_s"].notna().any():
+            fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
+            chart(F.throughput_vs_peak(rows, variants, colors, fronts), "Throughput vs peak allocated",
+                  "The grey step line is the Pareto front: no other point has less memory and more throughput"
+                  + (" (one per workload configuration, told apart by dash)." if len(fronts) > 1 else ".")
+                  + " Error bars: throughput at the quartiles of the timed steps."
+                  + (" Ringed points were measured under load." if ok["under_load"].any() else ""))
+        cats = _category_chart(page, rows, heading)
+        charts += [cats] if cats else []
+    fixed = _fixed_params(rows)
+    keys = {i: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run)
+            for i, r in zip(rows.index, rows.itertuples())}
+    order = rows.loc[sorted(rows.index, key=keys.__getitem__)]
+    return {"id": anchor, "heading": heading, "config": A.param_text(config), "swept": swept, "charts": charts,
+            "table": measurement_table(page, f"{heading} measurements", order, skip=fixed, notes=marks,
+                                       baseline=baseline),
+            "environments": env_caption(rows), "n_not_ranked": len(rows) - len(ok), "second": second,
+            "fixed": A.param_text(fixed)}
+
+
+def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
+    rows = ctx["runs"][ctx["runs"]["family"] == family]
+    page = Page(path)
+    page.anchor("not-ranked-measurements")  # the section id the template writes by hand
+    baseline = ctx["baselines"].get(family)
+    notes, marks = _note_marks(page, footnotes(rows))
+    bad = A.not_ranked(rows)
+    not_ranked = not_ranked_table(page, "not ranked rows", rows) if len(bad) else None
+    sections = [_guarded(ctx, f"family {family!r}, {A.setting_text(s)} {A.param_text(config)}".rstrip(),
+                         lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline))
+                for s, config, swept, group in _sections(rows)]
+    return page.done({"template": "family.html", "path": path, "title": f"Family: {family}", "family": family,
+                      "baseline": baseline, "sections": [s for s in sections if s is not None],
+                      "not_ranked": not_ranked, "n_bad": len(bad), "notes": notes,
+                      "peers": sorted(set(rows.loc[rows["peer"], "technique"]))})
+
+
 def add_family_pages(ctx: Context) -> Context:
-    """One page per family: memory vs the swept parameter, throughput vs peak, a table per setting."""
+    """One page per family: per setting and configuration, memory and step time against the swept
+    parameter, throughput vs peak, memory by category, a table; the rows not ranked; footnotes."""
     runs = ctx["runs"]
     families = sorted(set(runs["family"])) if len(runs) else []
     paths = slugs(families, "family")
-    pages = []
-    for family in families:
-        rows = runs[runs["family"] == family]
-        counter = [0]
-        sections = [_guarded(ctx, f"family {family!r}, {' · '.join(s)} {A.param_text(config)}".rstrip(),
-                             lambda: _setting_section(group, s, config, swept, family, counter))
-                    for s, config, swept, group in _sections(rows)]
-        pages.append({"template": "family.html", "path": paths[family], "title": f"Family: {family}",
-                      "family": family, "baseline": ctx["baselines"].get(family),
-                      "sections": [s for s in sections if s is not None], "not_ranked": _not_ranked(rows),
-                      "peers": sorted(set(rows.loc[rows["peer"], "technique"]))})
+    pages = [_family_page(ctx, family, paths[family]) for family in families]
     return {**ctx, "family_paths": paths, "pages": ctx["pages"] + pages}
-
-
-def _overview_entry(family: str, setting: tuple, config: dict, rows: pd.DataFrame, baseline: str | None,
-                    counter: list[int]) -> dict[str, Any]:
-    device, dtype, mode = setting
-    entry: dict[str, Any] = {"family": family, "device": device, "dtype": dtype, "mode": mode,
-                             "config": A.param_text(config),
-                             "baseline": baseline, "environments": env_caption(rows), "techniques": [], "best": None,
-                             "chart": None, "n_not_ranked": len(A.not_ranked(rows))}
-    result = A.savings(rows, baseline) if baseline else None
-    if result is None:
-        return entry
-    base = result["baseline"]
-    entry["baseline_params"] = A.param_text(base["params"])
-    entry["baseline_peak"] = fmt_mib(base["peak_allocated_bytes"])
-    for e in result["techniques"]:
-        r = e["row"]
-        entry["techniques"].append({
-            "technique": r["technique"], "peer": bool(r["peer"]), "is_baseline": r["technique"] == baseline,
-            "params": A.param_text(r["params"], base["params"]), "peak": fmt_mib(r["peak_allocated_bytes"]),
-            "saving": "baseline" if r["technique"] == baseline else fmt_pct(-e["saving"] if e["saving"] is not None else None),
-            "throughput": "baseline" if r["technique"] == baseline else
-            fmt_pct(e["throughput_ratio"] - 1 if e["throughput_ratio"] is not None else None),
-            "relative": fmt_relative(r["relative_step_time"]), "step": fmt_step(r["step_time_s"], r["step_time_iqr_s"]),
-            "under_load": bool(r["under_load"]),
-            "matches": fmt_check(r["check"])})
-    entry["best"] = entry["techniques"][0] if entry["techniques"] else None
-    entry["baseline_relative"] = fmt_relative(base["relative_step_time"])
-    entry["has_relative"] = any(t["relative"] != "-" for t in entry["techniques"])
-    entry["any_under_load"] = any(t["under_load"] for t in entry["techniques"])
-    items = [(e["row"]["technique"], e["row"]["technique"] == baseline, bool(e["row"]["peer"]),
-              e["row"]["peak_allocated_bytes"]) for e in result["techniques"]]
-    entry["chart"] = _chart(counter, F.lowest_peaks(items, "Lowest peak allocated per technique (" + " · ".join([family, device] + ([entry["config"]] if config else [])) + ")"))
-    return entry
 
 
 def _shown_path(path: str, data_dir: Path) -> str:
@@ -263,52 +245,56 @@ def _shown_path(path: str, data_dir: Path) -> str:
 
 
 def add_overview_page(ctx: Context) -> Context:
-    """The index: per family and setting the best technique for memory, its saving and throughput
-    cost against the baseline, where the numbers come from; links to every other page."""
+    """The index: per family one section answering its questions per configuration (NOTE [ the
+    overview's questions ]), where the numbers come from; links to every other page."""
     runs = ctx["runs"]
-    entries, counter = [], [0]
+    page = Page("index.html")
+    for fixed in ("data-problems", "not-ranked", "reports"):
+        page.anchor(fixed)  # section ids the template writes by hand
+    entries = []
     for family in sorted(set(runs["family"])) if len(runs) else []:
         rows = runs[runs["family"] == family]
-        for s, config, _, group in _sections(rows):
-            entry = _guarded(ctx, f"overview of family {family!r}, {' · '.join(s)}",
-                             lambda: _overview_entry(family, s, config, group, ctx["baselines"].get(family), counter))
-            if entry is not None:
-                entries.append({**entry, "path": ctx["family_paths"][family]})
+        entry = _guarded(ctx, f"overview of family {family!r}",
+                         lambda: family_overview(page, family, rows, ctx["baselines"].get(family), ctx["colors"]))
+        if entry is not None:
+            entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"] if s["seed"] in ctx["seed_paths"]]
-    page = {"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
-            "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs),
-            "not_ranked": _not_ranked(runs) if len(runs) else [],
-            "run_files": sorted({_shown_path(p, ctx["data_dir"]) for p in runs["source"]}) if len(runs) else []}
-    return {**ctx, "pages": [page] + ctx["pages"]}
+    not_ranked = not_ranked_table(page, "not ranked rows", runs, with_family=True) if len(A.not_ranked(runs)) else None
+    index = page.done({"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
+                       "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs), "not_ranked": not_ranked,
+                       "n_bad": len(A.not_ranked(runs)) if len(runs) else 0,
+                       "run_files": sorted({_shown_path(p, ctx["data_dir"]) for p in runs["source"]}) if len(runs) else []})
+    return {**ctx, "pages": [index] + ctx["pages"]}
 
 
 def add_history_page(ctx: Context) -> Context:
     """Each asv benchmark across commits, one chart per benchmark and machine."""
-    asv, counter, sections = ctx["asv"], [0], []
+    asv, page, sections = ctx["asv"], Page("history.html"), []
     for bench, frame in asv.groupby("benchmark", sort=True):
         charts = []
         for machine, mframe in frame.groupby("machine", sort=True):
             info = ctx["machines"].get(machine, {})
             desc = ", ".join(f"{k} {v}" for k, v in sorted(info.items()) if k != "machine" and v not in (None, ""))
             envs = ", ".join(sorted(set(mframe["env"].dropna())))
-            chart = _guarded(ctx, f"history of {bench} on {machine}", lambda: _chart(
-                counter, F.history(mframe, f"{bench} on {machine}"),
+            chart = _guarded(ctx, f"history of {bench} on {machine}", lambda: page.chart(
+                F.history(mframe, ctx["colors"]), f"{bench} on {machine}",
                 f"machine {machine}: {desc or 'no machine.json details'}; asv environment {envs or '-'}"))
             charts += [chart] if chart else []
-        sections.append({"benchmark": bench, "unit": frame["unit"].iloc[0] or "", "charts": charts,
-                         "commits": int(frame["commit"].nunique())})
-    page = {"template": "history.html", "path": "history.html", "title": "History (asv)", "sections": sections,
-            "machines": sorted(ctx["machines"])}
-    return {**ctx, "pages": ctx["pages"] + [page]}
+        unit = frame["unit"].iloc[0] or ""
+        sections.append({"id": page.anchor(bench), "benchmark": bench, "unit": F.UNITS.get(unit, (1, unit))[1],
+                         "charts": charts, "commits": int(frame["commit"].nunique())})
+    return {**ctx, "pages": ctx["pages"] + [page.done({"template": "history.html", "path": "history.html",
+                                                        "title": "History (asv)", "sections": sections,
+                                                        "machines": sorted(ctx["machines"])})]}
 
 
 def _timeline_label(tl: dict) -> str:
     return tl["technique"] + (f" ({A.param_text(tl['params'])})" if tl["params"] else "")
 
 
-def _top_allocations(tl: dict, n: int = 5) -> list[dict[str, str]]:
-    """The ``n`` call stacks that allocated the most bytes in backward (or overall)."""
+def _top_allocations(page: Page, tl: dict, name: str, n: int = 5) -> dict[str, Any]:
+    """The ``n`` call stacks that allocated the most bytes in backward (or overall), as a table."""
     events = [e for e in tl["events"] if e["delta_bytes"] > 0]
     back = [e for e in events if e["phase"] == "backward"] or events
     totals: dict[tuple, list[int]] = {}
@@ -317,17 +303,25 @@ def _top_allocations(tl: dict, n: int = 5) -> list[dict[str, str]]:
         t[0] += e["delta_bytes"]
         t[1] += 1
     top = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))[:n]
-    return [{"op": k[0], "stack": " › ".join(k[1]), "phase": k[2], "bytes": fmt_mib(v[0]), "count": str(v[1])}
-            for k, v in top]
+    cols = [column("op", "op", kind="code"), column("stack", "call stack", kind="code"), column("phase", "phase"),
+            column("bytes", "allocated", num=True), column("count", "events", num=True)]
+    cells = [{"op": k[0], "stack": " › ".join(k[1]), "phase": k[2], "bytes": fmt_mib(v[0]), "bytes__sort": v[0],
+              "count": str(v[1]), "count__sort": v[1]} for k, v in top]
+    records = [{"op": k[0], "stack": list(k[1]), "phase": k[2], "allocated_bytes": v[0], "events": v[1]} for k, v in top]
+    return page.table(name, cols, cells, records)
 
 
-def _timeline_section(tl: dict, counter: list[int], title: str | None = None) -> dict[str, Any]:
+def _timeline_section(page: Page, tl: dict, colors: dict[str, str]) -> dict[str, Any]:
     label = _timeline_label(tl)
+    heading = f"{label} · {tl['device']} · {tl['dtype']} · {tl['mode']}"
+    anchor = page.anchor(heading)
     peak = max((e["live_bytes"] for e in tl["events"]), default=0)
-    return {"label": label, "device": tl["device"], "dtype": tl["dtype"], "mode": tl["mode"],
+    return {"id": anchor, "label": label, "device": tl["device"], "dtype": tl["dtype"], "mode": tl["mode"],
             "peak": fmt_mib(peak), "baseline": fmt_mib(tl["baseline_bytes"]), "method": tl.get("method", ""),
-            "events": len(tl["events"]), "source": Path(tl["source"]).name, "top": _top_allocations(tl),
-            "chart": _chart(counter, F.timeline(tl, title or f"{tl['technique']} · {tl['device']} · {tl['mode']}"))}
+            "events": len(tl["events"]), "source": Path(tl["source"]).name,
+            "top": _top_allocations(page, tl, f"{heading} top allocations"),
+            "chart": page.chart(F.timeline(tl, F.color_of(colors, tl["technique"])), "Live memory over one step",
+                                anchor=f"{heading} chart")}
 
 
 def add_timelines_page(ctx: Context) -> Context:
@@ -339,32 +333,41 @@ def add_timelines_page(ctx: Context) -> Context:
     for tl in ctx["timelines"]:
         key = (family_of.get(tl["technique"], "other"), tl["device"], tl["dtype"], tl["mode"])
         groups.setdefault(key, []).append(tl)
-    counter, families = [0], []
+    page, families = Page("timelines.html"), []
     for key in sorted(groups):
         tls = groups[key]
-        overlay = (_guarded(ctx, f"timelines overlay {' · '.join(key)}", lambda: _chart(
-            counter, F.timelines_overlay(tls, [_timeline_label(t) for t in tls],
-                                         f"All {key[0]} timelines · {' · '.join(key[1:])}")))
-                   if len(tls) > 1 else None)
-        sections = [_guarded(ctx, f"{tl['source']}: timeline", lambda: _timeline_section(tl, counter)) for tl in tls]
-        families.append({"family": key[0], "setting": " · ".join(key[1:]), "overlay": overlay,
+        anchor = page.anchor(" ".join(key))
+        overlay = None
+        if len(tls) > 1:
+            overlay = _guarded(ctx, f"timelines overlay {' · '.join(key)}", lambda: page.chart(
+                F.timelines_overlay(tls, [_timeline_label(t) for t in tls], ctx["colors"]),
+                f"All {key[0]} timelines · {' · '.join(key[1:])}",
+                "One colour per technique (as on every page); x is the fraction of each step's allocation events."))
+        sections = [_guarded(ctx, f"{tl['source']}: timeline", lambda: _timeline_section(page, tl, ctx["colors"]))
+                    for tl in tls]
+        families.append({"id": anchor, "family": key[0], "setting": " · ".join(key[1:]), "overlay": overlay,
                          "sections": [s for s in sections if s is not None]})
-    page = {"template": "timelines.html", "path": "timelines.html", "title": "Timelines", "families": families}
-    return {**ctx, "pages": ctx["pages"] + [page]}
+    return {**ctx, "pages": ctx["pages"] + [page.done({"template": "timelines.html", "path": "timelines.html",
+                                                        "title": "Timelines", "families": families})]}
 
 
-def _seed_page(s: dict, path: str) -> dict[str, Any]:
-    counter = [0]
+def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
+    page = Page(path)
+    for fixed in ("measurements", "timelines"):
+        page.anchor(fixed)  # section ids the template writes by hand
     rows = s["measurements"]
-    return {
+    figure = None
+    if s["figure"]:
+        figure = page.chart(F.seed_figure(s["figure"], colors), s["figure"]["title"] or "The figure that settles it")
+    return page.done({
         "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"],
         "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
-        "summary": s["summary"], "quick": s["quick"],
-        "figure": _chart(counter, F.seed_figure(s["figure"])) if s["figure"] else None,
-        "rows": [_row_dict(r) for r in rows.itertuples()],
+        "summary": s["summary"], "quick": s["quick"], "figure": figure,
+        "table": measurement_table(page, "measurement rows", rows, skip=_fixed_params(rows)) if len(rows) else None,
+        "fixed": A.param_text(_fixed_params(rows)) if len(rows) else "",
         "environments": env_caption(rows) if len(rows) else [],
         "environment": sorted((str(k), str(v)) for k, v in s["environment"].items() if v not in (None, "")),
-        "timelines": [_timeline_section(tl, counter) for tl in s["timelines"]]}
+        "timelines": [_timeline_section(page, tl, colors) for tl in s["timelines"]]})
 
 
 def add_seed_pages(ctx: Context) -> Context:
@@ -372,12 +375,12 @@ def add_seed_pages(ctx: Context) -> Context:
     paths = slugs([s["seed"] for s in ctx["seeds"]], "seed")
     pages = []
     for s in ctx["seeds"]:
-        page = _guarded(ctx, f"{s['source']}: reproduction page", lambda: _seed_page(s, paths[s["seed"]]))
+        page = _guarded(ctx, f"{s['source']}: reproduction page", lambda: _seed_page(s, paths[s["seed"]], ctx["colors"]))
         pages += [page] if page else []
     return {**ctx, "seed_paths": {p["seed"]: p["path"] for p in pages}, "pages": ctx["pages"] + pages}
 
 
-def _tolerances(runs: pd.DataFrame) -> list[dict[str, str]]:
+def _tolerances(page: Page, runs: pd.DataFrame) -> dict[str, Any]:
     """The tolerances the rows were checked against, per workload, check dtype and (rtol, atol)."""
     groups: dict[tuple, dict[str, Any]] = {}
     for r in runs.itertuples():
@@ -388,24 +391,52 @@ def _tolerances(runs: pd.DataFrame) -> list[dict[str, str]]:
                               {"techniques": set(), "rows": 0})
         g["techniques"].add(r.technique)
         g["rows"] += 1
-    return [{"workload": w, "dtype": d, "rtol": fmt_sci(rt), "atol": fmt_sci(at),
-             "schema": "2 (decides the verdict)" if new else "1 (the measured dtype)",
-             "techniques": ", ".join(sorted(g["techniques"])), "rows": str(g["rows"])}
-            for (w, d, new, rt, at), g in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))]
+    items = sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0])))
+    cols = [column("workload", "workload", kind="code"), column("dtype", "checked in"),
+            column("rtol", "rtol", num=True), column("atol", "atol", num=True), column("schema", "record schema"),
+            column("techniques", "techniques"), column("rows", "measurements", num=True)]
+    cells = [{"workload": w, "dtype": d, "rtol": fmt_sci(rt), "rtol__sort": rt, "atol": fmt_sci(at), "atol__sort": at,
+              "schema": "2 (decides the verdict)" if new else "1 (the measured dtype)",
+              "techniques": ", ".join(sorted(g["techniques"])), "rows": str(g["rows"]), "rows__sort": g["rows"]}
+             for (w, d, new, rt, at), g in items]
+    records = [{"workload": w, "check_dtype": d, "rtol": rt, "atol": at, "schema": 2 if new else 1,
+                "techniques": sorted(g["techniques"]), "measurements": g["rows"]} for (w, d, new, rt, at), g in items]
+    return page.table("tolerances", cols, cells, records)
 
 
 def add_methodology_page(ctx: Context) -> Context:
-    """What the memory figures mean; the method strings recorded on the measurements, by device; the
-    reference tolerances the rows were checked against; every input problem of this build."""
+    """What the memory and time figures mean; the method strings recorded on the measurements, by
+    device; the reference tolerances the rows were checked against; every input problem of this build."""
     methods: dict[tuple[str, str, str], None] = {}
-    runs = ctx["runs"]
+    runs, page = ctx["runs"], Page("methodology.html")
     for device, mm in zip(runs["device"], runs["memory_method"]) if len(runs) else []:
         for k, v in sorted((mm or {}).items()):
             methods[(device.split(":")[0], str(k), str(v))] = None
-    page = {"template": "methodology.html", "path": "methodology.html", "title": "Methodology",
-            "methods": [{"device": d, "figure": k, "method": v} for d, k, v in sorted(methods)],
-            "tolerances": _tolerances(runs) if len(runs) else [], "problems": ctx["problems"]}
-    return {**ctx, "pages": ctx["pages"] + [page]}
+    cols = [column("device", "device"), column("figure", "figure"), column("method", "how it was measured")]
+    items = sorted(methods)
+    method_table = page.table("method strings", cols, [{"device": d, "figure": k, "method": v} for d, k, v in items],
+                              [{"device": d, "figure": k, "method": v} for d, k, v in items]) if items else None
+    for fixed in ("verdicts", "data-problems", "step-times"):
+        page.anchor(fixed)  # ids the template writes by hand
+    tolerances = _tolerances(page, runs) if len(runs) else None
+    return {**ctx, "pages": ctx["pages"] + [page.done({
+        "template": "methodology.html", "path": "methodology.html", "title": "Methodology",
+        "methods": method_table, "tolerances": tolerances if tolerances and tolerances["rows"] else None,
+        "problems": ctx["problems"]})]}
+
+
+def add_footer(ctx: Context) -> Context:
+    """Where the data comes from, for every page's footer: machines, torch versions, memlab commits."""
+    envs = [(env or {}, device) for env, device in zip(ctx["runs"]["environment"], ctx["runs"]["device"])]
+    for s in ctx["seeds"]:
+        envs += [(s["environment"], "cpu")] + [(e or {}, d) for e, d in zip(s["measurements"]["environment"],
+                                                                           s["measurements"]["device"])]
+    machines = {machine_of(e, d) + (f" ({e['cores']} cores)" if e.get("cores") else "") for e, d in envs if e}
+    machines |= {f"{m} (asv)" for m in ctx["machines"]}
+    torch = {str(e["torch"]) for e, _ in envs if e.get("torch")}
+    commits = {str(e["git_commit"])[:12] for e, _ in envs if e.get("git_commit")}
+    commits |= {str(c)[:12] for c in ctx["asv"]["commit"]} if len(ctx["asv"]) else set()
+    return {**ctx, "footer": {"machines": sorted(machines), "torch": sorted(torch), "commits": sorted(commits)}}
 
 
 def add_nav(ctx: Context) -> Context:
@@ -419,13 +450,13 @@ def add_nav(ctx: Context) -> Context:
 
 
 STEPS: tuple[Callable[[Context], Context], ...] = (
-    load_inputs, add_family_pages, add_seed_pages, add_history_page, add_timelines_page, add_overview_page,
-    add_methodology_page, add_nav,
+    load_inputs, add_colors, add_family_pages, add_seed_pages, add_history_page, add_timelines_page,
+    add_overview_page, add_methodology_page, add_footer, add_nav,
 )
 
 
 def build_context(results_dir: Path, data_dir: Path, extra_runs: Sequence[Path] = ()) -> Context:
-    """Run :data:`STEPS` from the inputs; returns the final context (``pages``, ``nav``, data)."""
+    """Run :data:`STEPS` from the inputs; returns the final context (``pages``, ``nav``, ``footer``, data)."""
     ctx: Context = {"results_dir": Path(results_dir), "data_dir": Path(data_dir),
                     "extra_runs": [Path(p) for p in extra_runs]}
     for step in STEPS:

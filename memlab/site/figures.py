@@ -2,32 +2,56 @@
 
 Built by hand rather than through ``plotly.graph_objects`` so the output is small, has no
 template blob and is byte-for-byte stable.  Every string that reaches plotly goes through
-:func:`esc` (trace names, hover text, titles, annotations) or :func:`value` (x values and category
+:func:`esc` (trace names, hover text, annotations) or :func:`value` (x values and category
 tick labels): plotly renders a subset of HTML in all of them (``<a href=...>`` becomes a live
 link), so ``<`` ``>`` ``&`` are entity-escaped and plotly displays the entities as the characters.
 Only ranked rows are drawn (:func:`memlab.site.analysis.ranked`).  Memory is shown in MiB
-(bytes / 2**20), throughput in samples/s, time in ms.
+(bytes / 2**20), throughput in samples/s, time in ms (or relative to the reference step).
+
+# NOTE [ one visual language ]
+* A technique has one colour everywhere (:func:`technique_colors`, assigned once per build from a
+  stable order: per family the baseline grey, then its techniques by name, peers last); peers are
+  dashed with open markers and "(peer)" in the legend, or hatched bars.
+* Legends list techniques: a technique's several configurations in one chart (``opt_einsum=True``
+  and ``False``) share its colour and legend entry and differ by marker symbol; the configuration
+  is in the hover text and the tables.
+* Titles are HTML headings above the chart (with a permalink), never inside plotly, so the toolbar
+  covers nothing; log axes carry explicit 1-2-5 (or power-of-ten) ticks with full labels.
 """
 from __future__ import annotations
 
 import html
 import json
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
 from ..units import MiB
 from .analysis import pareto_front, ranked, sort_key
 
-__all__ = ["esc", "value", "mib", "to_json", "palette", "memory_vs_param", "memory_by_technique",
-           "throughput_vs_peak", "step_vs_param", "step_by_technique", "UNDER_LOAD_COLOR", "lowest_peaks", "history", "timeline", "timelines_overlay", "seed_figure"]
+__all__ = ["esc", "value", "mib", "to_json", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
+           "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
+           "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
+           "seed_figure"]
 
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#7f7f7f", "#bcbd22")
-_PEER_SYMBOL, _PEER_DASH = "diamond-open", "dash"
+#: The no-savings baseline of a family, on every chart.
+BASELINE_COLOR = "#7f7f7f"
+#: Technique colours in assignment order (no grey: that is the baseline's).
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+           "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d")
+_OTHER = "#444444"
+_SYMBOLS = ("circle", "square", "triangle-up", "x", "star", "triangle-down", "hexagon", "cross")
+_PEER_SYMBOLS = ("diamond-open", "square-open", "triangle-up-open", "x-open", "star-open", "triangle-down-open",
+                 "hexagon-open", "cross-open")
+_PEER_DASH = "dash"
 #: The ring drawn around a point measured under load.
 UNDER_LOAD_COLOR = "#d62728"
+#: Memory categories (``memlab.measure.categories.CATEGORIES``): warm for activation memory (what
+#: the techniques change), pale for the rest.
+CATEGORY_COLORS = {"parameters": "#a6bddb", "gradients": "#74a9cf", "optimizer_state": "#d9d9d9",
+                   "inputs": "#bcbddc", "saved_activations": "#e34a33", "temporaries": "#fdbb84"}
+_FRONT_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 _PHASE_COLORS = {"forward": "rgba(31,119,180,0.08)", "backward": "rgba(214,39,40,0.08)",
                  "optimizer": "rgba(44,160,44,0.08)"}
 
@@ -63,41 +87,123 @@ def to_json(fig: dict) -> str:
     return json.dumps(fig, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def palette(names: Iterable[str]) -> dict[str, str]:
-    """A stable colour per name (names sorted first)."""
-    return {n: _COLORS[i % len(_COLORS)] for i, n in enumerate(sorted(set(names)))}
+# -- colours and styles ----------------------------------------------------------------------------
+def technique_colors(groups: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, str]:
+    """One colour per technique (see NOTE [ one visual language ]).
+
+    ``groups``: ``(baseline or None, techniques in their stable order)`` per family, then any other
+    techniques (timelines, reproductions) as a last group.  The baseline is grey; the others take
+    the palette in order, starting again in each group (a page or chart shows one family); a
+    technique keeps the colour of the first group naming it.
+    """
+    colors: dict[str, str] = {}
+    for baseline, names in groups:
+        i = 0
+        for name in names:
+            if name in colors:
+                continue
+            if name == baseline:
+                colors[name] = BASELINE_COLOR
+            else:
+                colors[name] = _COLORS[i % len(_COLORS)]
+                i += 1
+    return colors
 
 
-def _axis(title: str, values: list[Any] | None = None, kind: str | None = None) -> dict[str, Any]:
-    """An axis; log when all values are positive numbers spanning a factor of 10 or more."""
+def color_of(colors: dict[str, str], technique: str) -> str:
+    return colors.get(technique, _OTHER)
+
+
+def _style(color: str, peer: bool, variant: int = 0) -> dict[str, Any]:
+    symbols = _PEER_SYMBOLS if peer else _SYMBOLS
+    return {"line": {"color": color, "dash": _PEER_DASH if peer else "solid"},
+            "marker": {"color": color, "symbol": symbols[variant % len(symbols)], "size": 8}}
+
+
+def _name(technique: str, peer: bool) -> str:
+    return esc(technique) + (" (peer)" if peer else "")
+
+
+def _lines(ok: pd.DataFrame, variants: pd.Series) -> list[tuple[str, str, int, bool, list]]:
+    """``(technique, variant, variant index, first of its technique, rows)`` per line, by technique then variant."""
+    groups: dict[tuple[str, str], list] = {}
+    for r, v in zip(ok.itertuples(), variants[ok.index]):
+        groups.setdefault((r.technique, v), []).append(r)
+    out, index = [], {}
+    for (tech, variant), rows in sorted(groups.items()):
+        i = index.get(tech, -1) + 1
+        index[tech] = i
+        out.append((tech, variant, i, i == 0, rows))
+    return out
+
+
+def _legend(trace: dict[str, Any], technique: str, first: bool) -> dict[str, Any]:
+    """One legend entry per technique: its first trace shows it; the others toggle with it."""
+    trace["legendgroup"] = esc(technique)
+    if not first:
+        trace["showlegend"] = False
+    return trace
+
+
+# -- axes and layout -------------------------------------------------------------------------------
+def _tick(t: float) -> str:
+    return f"{t:,.0f}" if t >= 1 else f"{t:g}"
+
+
+def _log_ticks(nums: list[float]) -> dict[str, Any]:
+    """A log axis over ``nums`` (positive) with an explicit range and 1-2-5 ticks (powers of ten only
+    when those would be more than 10), each labelled in full."""
+    a, b = math.log10(min(nums)), math.log10(max(nums))
+    pad = max(0.04 * (b - a), 0.05)
+    r0, r1 = a - pad, b + pad
+    ticks = [float(m * 10 ** e) if e >= 0 else m / 10 ** -e
+             for e in range(math.floor(r0), math.ceil(r1) + 1) for m in (1, 2, 5)]
+    ticks = [t for t in ticks if r0 <= math.log10(t) <= r1]
+    if len(ticks) > 10:
+        ticks = [t for t in ticks if f"{t:e}".startswith("1")]
+    return {"type": "log", "range": [round(r0, 6), round(r1, 6)], "tickmode": "array",
+            "tickvals": [float(f"{t:.12g}") for t in ticks], "ticktext": [_tick(t) for t in ticks]}
+
+
+def _axis(title: str, values: Iterable[Any] | None = None, kind: str | None = None) -> dict[str, Any]:
+    """An axis titled ``title``; with ``values`` and no ``kind``: log (1-2-5 ticks) when all are positive
+    numbers spanning a factor of 10 or more, category when any is not a number, else linear."""
     axis: dict[str, Any] = {"title": {"text": esc(title)}, "zeroline": False}
-    if kind:
+    if kind and kind != "log":
         axis["type"] = kind
-    elif values:
-        nums = [_num(v) for v in values]
-        if all(n is not None for n in nums):
-            if min(nums) > 0 and max(nums) / min(nums) >= 10:
-                axis["type"] = "log"
-        else:
-            axis["type"] = "category"
+        return axis
+    vals = list(values or [])
+    nums = [_num(v) for v in vals]
+    if vals and any(n is None for n in nums) and kind is None:
+        axis["type"] = "category"
+        return axis
+    nums = [n for n in nums if n is not None]
+    if nums and min(nums) > 0 and (kind == "log" or max(nums) / min(nums) >= 10):
+        axis.update(_log_ticks(nums))
+    elif kind == "log":
+        axis["type"] = "log"
     return axis
 
 
-def _layout(title: str, xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
-    return {"title": {"text": esc(title)}, "xaxis": xaxis, "yaxis": yaxis, "hovermode": "closest",
-            "margin": {"l": 70, "r": 20, "t": 50, "b": 60}, "legend": {"orientation": "v"},
+def _ys(traces: list[dict]) -> list[float]:
+    return [y for t in traces for y in t.get("y", []) if _num(y) is not None]
+
+
+def _layout(xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
+    """No title inside the figure (the page's heading names it); 36 px on top keep the toolbar above
+    the plot area."""
+    return {"xaxis": xaxis, "yaxis": yaxis, "hovermode": "closest",
+            "margin": {"l": 70, "r": 20, "t": 36, "b": 60}, "legend": {"orientation": "v"},
             "height": 420, **kw}
 
 
-def _style(tech_color: str, peer: bool) -> dict[str, Any]:
-    return {"line": {"color": tech_color, "dash": _PEER_DASH if peer else "solid"},
-            "marker": {"color": tech_color, "symbol": _PEER_SYMBOL if peer else "circle", "size": 8}}
-
-
+# -- hover -----------------------------------------------------------------------------------------
 def _hover(row: Any, extra: str = "") -> str:
     lines = [f"<b>{esc(row.technique)}</b>" + (" (peer)" if row.peer else "")]
     lines += [f"{esc(k)}={esc(v)}" for k, v in sorted(row.params.items())]
     lines.append(f"peak allocated {mib(row.peak_allocated_bytes)} MiB")
+    if _num(row.total_peak_bytes) is not None:
+        lines.append(f"total peak {mib(row.total_peak_bytes)} MiB (baseline included)")
     if _num(row.peak_reserved_bytes) is not None:
         lines.append(f"peak {'resident' if row.device == 'cpu' else 'reserved'} {mib(row.peak_reserved_bytes)} MiB")
     if _num(row.activation_peak_bytes) is not None:
@@ -105,6 +211,7 @@ def _hover(row: Any, extra: str = "") -> str:
         lines.append(f"activation peak {mib(row.activation_peak_bytes)} MiB"
                      + (f" (expected {mib(expected)} MiB)" if expected is not None else ""))
     lines += _time_lines(row)
+    lines.append(f"run {esc(row.run)}")
     return "<br>".join(lines + ([extra] if extra else []))
 
 
@@ -130,6 +237,7 @@ def _load(row: Any) -> str:
     return f"load average {loads} on " + (f"{int(row.cores)} cores" if _num(row.cores) else "? cores")
 
 
+# -- spread and load -------------------------------------------------------------------------------
 def _spread(row: Any, value: float, per_second: float) -> tuple[float | None, float | None]:
     """``(below, above)``: the step-time quartiles around ``value`` for error bars, where ``value`` is
     the median step expressed as ``median * per_second`` (ms: 1e3; relative: ratio / median)."""
@@ -167,109 +275,68 @@ def _load_ring(points: list[tuple[Any, Any, Any]], name: str = "under load (load
              "marker": {"symbol": "circle-open", "size": 20, "color": UNDER_LOAD_COLOR, "line": {"width": 2.5}}}]
 
 
-def memory_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, column: str, title: str,
-                    y_title: str, colors: dict[str, str], floor_column: str | None = None,
-                    floor_name: str = "analytic floor") -> dict[str, Any]:
-    """Peak memory (``column``, bytes -> MiB) against the swept parameter, one line per label.
-
-    A label whose rows lack the swept parameter (a baseline without chunks) is one measurement:
-    it is drawn as a flat line across the swept range.  With ``floor_column`` (bytes, e.g.
-    ``analytic_floor_bytes``), each line's expectation is drawn beside it, dotted, in the same
-    colour, named ``floor_name``.
-    """
-    ok = ranked(rows)
-    ok = ok[ok[column].notna()]
+# -- family charts ---------------------------------------------------------------------------------
+def _swept_values(ok: pd.DataFrame, swept: str) -> list[Any]:
     distinct = {json.dumps(p[swept], sort_keys=True, default=str): p[swept] for p in ok["params"] if swept in p}
-    xs = sorted(distinct.values(), key=sort_key)  # values may be unhashable (lists)
-    traces = []
-    for label in sorted(set(labels[ok.index])):
-        group = ok[labels[ok.index] == label]
-        tuples = list(group.itertuples())
-        first = tuples[0]
-        style = _style(colors[label], bool(first.peer))
-        name = esc(label) + (" (peer)" if first.peer else "")
-        have = sorted((r for r in tuples if swept in r.params), key=lambda r: sort_key(r.params[swept]))
+    return sorted(distinct.values(), key=sort_key)  # values may be unhashable (lists)
+
+
+def _against_param(ok: pd.DataFrame, variants: pd.Series, swept: str, colors: dict[str, str], point,
+                   floor=None, floor_name: str = "") -> tuple[list, list, list]:
+    """Lines of ``point(row) -> (y, below, above)`` against ``swept``, one per technique and variant.
+
+    A technique's line whose rows lack ``swept`` (a baseline without chunks) is one measurement:
+    drawn flat across the swept range, dash-dotted.  With ``floor(row) -> y or None``, each line's
+    expectation follows it, dotted, in the same colour (a short tick per point keeps a one-point
+    expectation visible).  Returns ``(traces, ring points, xs)``.
+    """
+    xs = _swept_values(ok, swept)
+    traces, rings = [], []
+    for tech, variant, vi, first, rows in _lines(ok, variants):
+        peer = bool(rows[0].peer)
+        style = _style(color_of(colors, tech), peer, vi)
+        have = sorted((r for r in rows if swept in r.params), key=lambda r: sort_key(r.params[swept]))
+        flat = False
         if have:
-            x, rowset, mode = [r.params[swept] for r in have], have, "lines+markers"
-        elif len(tuples) == 1 and xs:
-            x, rowset = [xs[0], xs[-1]], [first] * 2
-            style["line"]["dash"], mode = "dashdot", "lines"
-            name += f" (no {esc(swept)})"
+            x, rowset = [value(r.params[swept]) for r in have], have
+        elif len(rows) == 1 and xs:
+            x, rowset, flat = [value(xs[0]), value(xs[-1])], rows * 2, True
+            style["line"]["dash"] = "dashdot"
         else:
             continue
-        x = [value(v) for v in x]
-        traces.append({"type": "scatter", "mode": mode, "name": name, "x": x,
-                       "y": [mib(getattr(r, column)) for r in rowset], "hoverinfo": "text",
-                       "hovertext": [_hover(r) for r in rowset], **style, "legendgroup": name})
-        floors = [_num(getattr(r, floor_column)) for r in rowset] if floor_column else []
+        points = [point(r) for r in rowset]
+        note = f"no {esc(swept)}: one measurement, drawn across the range" if flat else ""
+        name = _name(tech, peer)
+        trace = {"type": "scatter", "mode": "lines" if flat else "lines+markers", "name": name,
+                 "x": x, "y": [p[0] for p in points], "hoverinfo": "text",
+                 "hovertext": [_hover(r, note) for r in rowset], **style}
+        if not flat and any(p[1] is not None for p in points):
+            trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], style["line"]["color"])
+        traces.append(_legend(trace, tech, first))
+        rings += [(xv, p[0], r) for xv, p, r in zip(x, points, rowset) if r.under_load and not flat]
+        floors = [floor(r) for r in rowset] if floor else []
         if any(f is not None for f in floors):
-            # a short horizontal tick per point keeps a one-point expectation visible
-            traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{name} {floor_name}", "x": x,
-                           "y": [mib(f) for f in floors], "hoverinfo": "x+y+name", "legendgroup": name,
-                           "line": {"color": style["line"]["color"], "dash": "dot", "width": 1.5},
-                           "marker": {"symbol": "line-ew-open", "size": 14, "color": style["line"]["color"],
-                                      "line": {"width": 2, "color": style["line"]["color"]}}})
-    return {"data": traces, "layout": _layout(title, _axis(swept, xs), _axis(y_title, kind=_log_if_wide(traces)))}
+            color = style["line"]["color"]
+            traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{name}: {floor_name}", "x": x,
+                           "y": floors, "hoverinfo": "x+y+name", "showlegend": False, "legendgroup": esc(tech),
+                           "line": {"color": color, "dash": "dot", "width": 1.5},
+                           "marker": {"symbol": "line-ew-open", "size": 14, "color": color,
+                                      "line": {"width": 2, "color": color}}})
+    return traces, rings, xs
 
 
-def _log_if_wide(traces: list[dict]) -> str:
-    ys = [y for t in traces for y in t["y"] if y is not None]
-    return "log" if ys and min(ys) > 0 and max(ys) / min(ys) >= 10 else "linear"
-
-
-def memory_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
-    """Bars of peak allocated and peak reserved/resident per configuration (nothing is swept)."""
-    ok = ranked(rows).assign(_label=labels).sort_values(["_label", "params_key"], kind="stable")
-    names = [esc(l) + (" (peer)" if p else "") for l, p in zip(ok["_label"], ok["peer"])]
-    second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
-    data = [
-        {"type": "bar", "name": "peak allocated", "x": names, "y": [mib(v) for v in ok["peak_allocated_bytes"]],
-         "marker": {"color": [colors[l] for l in ok["_label"]]}, "hoverinfo": "text",
-         "hovertext": [_hover(r) for r in ok.itertuples()]},
-        {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
-         "marker": {"color": "rgba(120,120,120,0.6)"}},
-    ]
-    return {"data": data, "layout": _layout(title, _axis("technique", kind="category"), _axis("MiB"),
-                                            barmode="group")}
-
-
-def throughput_vs_peak(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str],
-                       groups: list[tuple[str, pd.Index]] | None = None) -> dict:
-    """Samples/s against peak allocated MiB, markers per label, the Pareto front as a line.
-
-    ``groups`` (name, row index) split the front where rows are different workloads (e.g. depths):
-    one front per group; default one front over all rows.
-    """
+def memory_vs_param(rows: pd.DataFrame, variants: pd.Series, swept: str, column: str, y_title: str,
+                    colors: dict[str, str], floor_column: str | None = None,
+                    floor_name: str = "analytic floor") -> dict[str, Any]:
+    """Peak memory (``column``, bytes -> MiB) against the swept parameter, one line per technique
+    (and variant); with ``floor_column`` (bytes, e.g. ``analytic_floor_bytes``) each line's
+    expectation beside it, dotted, named ``floor_name`` in the hover text."""
     ok = ranked(rows)
-    ok = ok[ok["samples_per_s"].notna() & ok["peak_allocated_bytes"].notna()]
-    traces, rings = [], []
-    for label in sorted(set(labels[ok.index])):
-        group = ok[labels[ok.index] == label]
-        peer = bool(group.iloc[0]["peer"])
-        style = _style(colors[label], peer)
-        tuples = list(group.itertuples())
-        ys = [float(r.samples_per_s) for r in tuples]
-        spread = [_rate_spread(r, y) for r, y in zip(tuples, ys)]
-        trace = {"type": "scatter", "mode": "markers", "name": esc(label) + (" (peer)" if peer else ""),
-                 "x": [mib(r.peak_allocated_bytes) for r in tuples], "y": ys,
-                 "hoverinfo": "text", "hovertext": [_hover(r) for r in tuples],
-                 "marker": {**style["marker"], "size": 10}}
-        if any(b is not None for b, _ in spread):
-            trace["error_y"] = _error_bars([b for b, _ in spread], [a for _, a in spread], style["marker"]["color"])
-        traces.append(trace)
-        rings += [(x, y, r) for x, y, r in zip(trace["x"], ys, tuples) if r.under_load]
-    fronts = []
-    for name, index in groups or [("", ok.index)]:
-        part = ok[ok.index.isin(index)]
-        points = [(float(m), float(t)) for m, t in zip(part["peak_allocated_bytes"], part["samples_per_s"])]
-        front = pareto_front(points)
-        if front:
-            fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
-                           "x": [mib(points[i][0]) for i in front], "y": [points[i][1] for i in front],
-                           "line": {"color": "rgba(0,0,0,0.45)", "width": 6, "shape": "hv"}, "hoverinfo": "name"})
-    traces = fronts + traces + _load_ring(rings)  # the fronts beneath the markers
-    xs = [float(m) for m in ok["peak_allocated_bytes"]]
-    return {"data": traces, "layout": _layout(title, _axis("peak allocated (MiB)", xs), _axis("throughput (samples/s)"))}
+    ok = ok[ok[column].notna()]
+    floor = (lambda r: mib(_num(getattr(r, floor_column)))) if floor_column else None
+    traces, _, xs = _against_param(ok, variants, swept, colors, lambda r: (mib(getattr(r, column)), None, None),
+                                   floor, floor_name)
+    return {"data": traces, "layout": _layout(_axis(swept, xs), _axis(y_title, _ys(traces)))}
 
 
 def _step_values(ok: pd.DataFrame) -> tuple[bool, str]:
@@ -288,80 +355,177 @@ def _step_point(r: Any, relative: bool) -> tuple[float, float | None, float | No
     return (y, *_spread(r, y, 1e3))
 
 
-def step_vs_param(rows: pd.DataFrame, labels: pd.Series, swept: str, title: str, colors: dict[str, str]) -> dict:
-    """Step time against the swept parameter, one line per label, the quartiles as error bars.
-
-    Drawn relative to the workload's reference step (``relative_step_time``, load-robust) when every
-    row has it, else in ms.  A label without the swept parameter is drawn flat across the range (as
-    in :func:`memory_vs_param`); points measured under load are ringed.
-    """
+def _timed(rows: pd.DataFrame) -> pd.DataFrame:
     ok = ranked(rows)
-    ok = ok[ok["step_time_s"].notna() & (ok["step_time_s"] > 0)]
+    return ok[ok["step_time_s"].notna() & (ok["step_time_s"] > 0)]
+
+
+def step_vs_param(rows: pd.DataFrame, variants: pd.Series, swept: str, colors: dict[str, str]) -> dict:
+    """Step time against the swept parameter, one line per technique (and variant), the quartiles as
+    error bars; relative to the workload's reference step (``relative_step_time``, load-robust) when
+    every row has it, else in ms; points measured under load are ringed."""
+    ok = _timed(rows)
     relative, y_title = _step_values(ok)
-    distinct = {json.dumps(p[swept], sort_keys=True, default=str): p[swept] for p in ok["params"] if swept in p}
-    xs = sorted(distinct.values(), key=sort_key)
-    traces, rings = [], []
-    for label in sorted(set(labels[ok.index])):
-        tuples = list(ok[labels[ok.index] == label].itertuples())
-        style = _style(colors[label], bool(tuples[0].peer))
-        name = esc(label) + (" (peer)" if tuples[0].peer else "")
-        have = sorted((r for r in tuples if swept in r.params), key=lambda r: sort_key(r.params[swept]))
-        if have:
-            x, rowset, mode = [value(r.params[swept]) for r in have], have, "lines+markers"
-        elif len(tuples) == 1 and xs:
-            x, rowset, mode = [value(xs[0]), value(xs[-1])], [tuples[0]] * 2, "lines"
-            style["line"]["dash"], name = "dashdot", name + f" (no {esc(swept)})"
-        else:
-            continue
-        points = [_step_point(r, relative) for r in rowset]
-        trace = {"type": "scatter", "mode": mode, "name": name, "x": x, "y": [p[0] for p in points],
-                 "hoverinfo": "text", "hovertext": [_hover(r) for r in rowset], **style}
-        if mode == "lines+markers" and any(p[1] is not None for p in points):
-            trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], style["line"]["color"])
-        traces.append(trace)
-        rings += [(xv, p[0], r) for xv, p, r in zip(x, points, rowset) if r.under_load and mode != "lines"]
-    return {"data": traces + _load_ring(rings),
-            "layout": _layout(title, _axis(swept, xs), _axis(y_title, kind=_log_if_wide(traces)))}
+    traces, rings, xs = _against_param(ok, variants, swept, colors, lambda r: _step_point(r, relative))
+    return {"data": traces + _load_ring(rings), "layout": _layout(_axis(swept, xs), _axis(y_title, _ys(traces)))}
 
 
-def step_by_technique(rows: pd.DataFrame, labels: pd.Series, title: str, colors: dict[str, str]) -> dict:
+def _bar_names(ok: pd.DataFrame, variants: pd.Series) -> list[str]:
+    return [_name(r.technique, r.peer) + (f" ({esc(v)})" if v else "") for r, v in zip(ok.itertuples(), variants[ok.index])]
+
+
+def _sorted_rows(ok: pd.DataFrame, variants: pd.Series) -> pd.DataFrame:
+    return ok.assign(line_variant=variants[ok.index]).sort_values(["technique", "line_variant", "params_key"],
+                                                                  kind="stable")
+
+
+def _peer_pattern(peers: list[bool]) -> dict[str, Any]:
+    return {"shape": ["/" if p else "" for p in peers], "fgcolor": "rgba(255,255,255,0.7)", "solidity": 0.3}
+
+
+def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str]) -> dict:
+    """Bars of peak allocated (coloured by technique, peers hatched) beside grey bars of peak
+    reserved/resident, per configuration (nothing is swept)."""
+    ok = _sorted_rows(ranked(rows), variants)
+    names = _bar_names(ok, variants)
+    second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
+    data = [
+        {"type": "bar", "name": "peak allocated", "x": names, "y": [mib(v) for v in ok["peak_allocated_bytes"]],
+         "marker": {"color": [color_of(colors, t) for t in ok["technique"]], "pattern": _peer_pattern(list(ok["peer"]))},
+         "hoverinfo": "text", "hovertext": [_hover(r) for r in ok.itertuples()], "showlegend": False},
+        {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
+         "marker": {"color": "rgba(120,120,120,0.45)"}, "showlegend": False, "hoverinfo": "x+y+name"},
+    ]
+    return {"data": data, "layout": _layout(_axis("technique", kind="category"), _axis("memory (MiB)"),
+                                            barmode="group")}
+
+
+def step_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str]) -> dict:
     """Bars of the step time per configuration (nothing swept), the quartiles as error bars."""
-    ok = ranked(rows)
-    ok = ok[ok["step_time_s"].notna() & (ok["step_time_s"] > 0)].assign(line_label=labels)
-    ok = ok.sort_values(["line_label", "params_key"], kind="stable")
+    ok = _sorted_rows(_timed(rows), variants)
     relative, y_title = _step_values(ok)
     tuples = list(ok.itertuples())
-    names = [esc(r.line_label) + (" (peer)" if r.peer else "") for r in tuples]
+    names = _bar_names(ok, variants)
     points = [_step_point(r, relative) for r in tuples]
     trace = {"type": "bar", "name": "step time", "x": names, "y": [p[0] for p in points],
-             "marker": {"color": [colors[r.line_label] for r in tuples]}, "hoverinfo": "text",
-             "hovertext": [_hover(r) for r in tuples], "showlegend": False}
+             "marker": {"color": [color_of(colors, r.technique) for r in tuples],
+                        "pattern": _peer_pattern([bool(r.peer) for r in tuples])},
+             "hoverinfo": "text", "hovertext": [_hover(r) for r in tuples], "showlegend": False}
     if any(p[1] is not None for p in points):
         trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], "#333333")
     rings = [(n, p[0], r) for n, p, r in zip(names, points, tuples) if r.under_load]
-    return {"data": [trace] + _load_ring(rings),
-            "layout": _layout(title, _axis("technique", kind="category"), _axis(y_title))}
+    return {"data": [trace] + _load_ring(rings), "layout": _layout(_axis("technique", kind="category"), _axis(y_title))}
 
 
-def history(frame: pd.DataFrame, title: str) -> dict[str, Any]:
-    """One asv benchmark on one machine across commits: a line per parameter combination.
+def throughput_vs_peak(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str],
+                       groups: list[tuple[str, pd.Index]] | None = None) -> dict:
+    """Samples/s against peak allocated MiB, markers per technique (and variant), throughput at the
+    step's quartiles as error bars, points under load ringed, the Pareto front as a grey step line.
+
+    ``groups`` (name, row index) split the front where rows are different workloads (e.g. depths):
+    one front per group, told apart by dash; default one front over all rows.
+    """
+    ok = ranked(rows)
+    ok = ok[ok["samples_per_s"].notna() & ok["peak_allocated_bytes"].notna()]
+    traces, rings = [], []
+    for tech, variant, vi, first, tuples in _lines(ok, variants):
+        style = _style(color_of(colors, tech), bool(tuples[0].peer), vi)
+        ys = [float(r.samples_per_s) for r in tuples]
+        spread = [_rate_spread(r, y) for r, y in zip(tuples, ys)]
+        trace = {"type": "scatter", "mode": "markers", "name": _name(tech, bool(tuples[0].peer)),
+                 "x": [mib(r.peak_allocated_bytes) for r in tuples], "y": ys, "hoverinfo": "text",
+                 "hovertext": [_hover(r) for r in tuples], "marker": {**style["marker"], "size": 10}}
+        if any(b is not None for b, _ in spread):
+            trace["error_y"] = _error_bars([b for b, _ in spread], [a for _, a in spread], style["marker"]["color"])
+        traces.append(_legend(trace, tech, first))
+        rings += [(x, y, r) for x, y, r in zip(trace["x"], ys, tuples) if r.under_load]
+    fronts = []
+    for i, (name, index) in enumerate(groups or [("", ok.index)]):
+        part = ok[ok.index.isin(index)]
+        points = [(float(m), float(t)) for m, t in zip(part["peak_allocated_bytes"], part["samples_per_s"])]
+        front = pareto_front(points)
+        if front:
+            fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
+                           "x": [mib(points[j][0]) for j in front], "y": [points[j][1] for j in front],
+                           "line": {"color": "rgba(0,0,0,0.4)", "width": 3, "shape": "hv",
+                                    "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]}, "hoverinfo": "name"})
+    traces = fronts + traces + _load_ring(rings)  # the fronts beneath the markers
+    return {"data": traces, "layout": _layout(_axis("peak allocated (MiB)", [float(m) for m in ok["peak_allocated_bytes"]]),
+                                              _axis("throughput (samples/s)", _ys(traces)))}
+
+
+# -- overview charts -------------------------------------------------------------------------------
+def lowest_peaks(items: list[tuple[str, bool, bool, float]], x_title: str, colors: dict[str, str]) -> dict[str, Any]:
+    """Horizontal bars, top-down: each technique's lowest memory (bytes -> MiB) at the baseline's
+    configuration; ``items`` are ``(technique, is_baseline, peer, bytes)``; colours by technique,
+    peers hatched."""
+    items = list(reversed(items))
+    names = [_name(t, peer) for t, _, peer, _ in items]
+    trace = {"type": "bar", "orientation": "h", "name": esc(x_title), "y": names,
+             "x": [mib(p) for *_, p in items], "hoverinfo": "x+y",
+             "marker": {"color": [color_of(colors, t) for t, *_ in items], "pattern": _peer_pattern([p for _, _, p, _ in items])},
+             "text": [f"{p / MiB:.1f} MiB" for *_, p in items], "textposition": "auto"}
+    layout = _layout(_axis(x_title, kind="linear"), _axis("", kind="category"), showlegend=False,
+                     height=max(160, 70 + 36 * len(items)))
+    layout["margin"] = {"l": 20, "r": 20, "t": 36, "b": 50}
+    layout["yaxis"]["automargin"] = True
+    return {"data": [trace], "layout": layout}
+
+
+def peak_by_category(items: list[tuple[str, bool, dict[str, int]]], categories: Sequence[str],
+                     x_title: str = "memory at the step's peak (MiB)") -> dict[str, Any]:
+    """Stacked horizontal bars, top-down: each technique's peak split by memory category
+    (``items``: ``(technique, peer, {category: bytes})``); one trace (and legend entry) per category."""
+    items = list(reversed(items))
+    names = [_name(t, peer) for t, peer, _ in items]
+    data = []
+    for cat in categories:
+        xs = [mib(cats.get(cat, 0)) for *_, cats in items]
+        if not any(xs):
+            continue
+        data.append({"type": "bar", "orientation": "h", "name": esc(cat.replace("_", " ")), "y": names, "x": xs,
+                     "marker": {"color": CATEGORY_COLORS.get(cat, _OTHER)}, "hoverinfo": "x+y+name"})
+    # the legend (categories) above the bars on the left, clear of the toolbar on the right
+    layout = _layout(_axis(x_title, kind="linear"), _axis("", kind="category"), barmode="stack",
+                     height=max(200, 120 + 36 * len(items)),
+                     legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
+                             "traceorder": "normal"})
+    layout["margin"] = {"l": 20, "r": 20, "t": 64, "b": 50}
+    layout["yaxis"]["automargin"] = True
+    return {"data": data, "layout": layout}
+
+
+# -- history, timelines, reproductions -------------------------------------------------------------
+#: asv units -> (scale, the unit shown)
+UNITS = {"bytes": (1 / MiB, "MiB"), "seconds": (1e3, "ms")}
+
+
+def history(frame: pd.DataFrame, colors: dict[str, str]) -> dict[str, Any]:
+    """One asv benchmark on one machine across commits: a line per parameter combination, coloured
+    by its ``technique`` parameter where it has one.
 
     ``frame`` holds :func:`memlab.results.load_asv_results` rows; bytes are shown in MiB and
     seconds in ms; x is the commit date (UTC), hover names the commit.
     """
     unit = frame["unit"].iloc[0]
-    scale, y_title = {"bytes": (1 / MiB, "MiB"), "seconds": (1e3, "ms")}.get(unit, (1.0, unit or "value"))
+    scale, y_title = UNITS.get(unit, (1.0, unit or "value"))
     traces = []
-    for key, group in frame.groupby("params_key", sort=True):
+    for i, (key, group) in enumerate(frame.groupby("params_key", sort=True)):
         group = group.sort_values(["date_ms", "commit"], kind="stable")
         params = group.iloc[0]["params"]
         name = esc(", ".join(f"{k}={v}" for k, v in params.items())) or "(no parameters)"
         dates = [_utc(d) for d in group["date_ms"]]
-        traces.append({"type": "scatter", "mode": "lines+markers", "name": name, "x": dates,
-                       "y": [_rounded(v * scale, 6) for v in group["value"]], "hoverinfo": "text",
-                       "hovertext": [f"{name}<br>commit {esc(c[:10])}<br>{_rounded(v * scale, 4)} {esc(y_title)}"
-                                     for c, v in zip(group["commit"], group["value"])]})
-    return {"data": traces, "layout": _layout(title, _axis("commit date (UTC)", kind="date"), _axis(y_title))}
+        tech = params.get("technique")
+        color = colors.get(tech) if isinstance(tech, str) else None
+        trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": dates,
+                 "y": [_rounded(v * scale, 6) for v in group["value"]], "hoverinfo": "text",
+                 "hovertext": [f"{name}<br>commit {esc(c[:10])}<br>{_rounded(v * scale, 4)} {esc(y_title)}"
+                               for c, v in zip(group["commit"], group["value"])]}
+        if color:
+            trace["line"] = {"color": color}
+            trace["marker"] = {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}
+        traces.append(trace)
+    return {"data": traces, "layout": _layout(_axis("commit date (UTC)", kind="date"), _axis(f"{y_title}"))}
 
 
 def _rounded(v: float, digits: int) -> float | None:
@@ -388,7 +552,7 @@ def _event_hover(e: dict, i: int) -> str:
             f"{sign}{mib(abs(e['delta_bytes']))} MiB → {mib(e['live_bytes'])} MiB live")
 
 
-def timeline(tl: dict, title: str) -> dict[str, Any]:
+def timeline(tl: dict, color: str) -> dict[str, Any]:
     """Live MiB over one step, event by event (a step line), phases shaded, the peak annotated."""
     events = tl["events"]
     x = list(range(1, len(events) + 1))
@@ -396,68 +560,62 @@ def timeline(tl: dict, title: str) -> dict[str, Any]:
     shapes, start = [], 0
     for i in range(1, len(events) + 1):
         if i == len(events) or events[i]["phase"] != events[start]["phase"]:
-            color = _PHASE_COLORS.get(events[start]["phase"])
-            if color:
+            fill = _PHASE_COLORS.get(events[start]["phase"])
+            if fill:
                 shapes.append({"type": "rect", "xref": "x", "yref": "paper", "x0": start + 0.5, "x1": i + 0.5,
-                               "y0": 0, "y1": 1, "fillcolor": color, "line": {"width": 0}, "layer": "below"})
+                               "y0": 0, "y1": 1, "fillcolor": fill, "line": {"width": 0}, "layer": "below"})
             start = i
     annotations = []
     if events:
         k = max(range(len(events)), key=lambda i: (events[i]["live_bytes"], -i))
-        annotations.append({"x": k + 1, "y": y[k], "text": f"peak {y[k]} MiB: {esc(events[k]['op'])}",
+        annotations.append({"x": k + 1, "y": y[k], "text": f"peak {y[k]:.1f} MiB: {esc(events[k]['op'])}",
                             "showarrow": True, "arrowhead": 2, "ax": 0, "ay": -30})
     trace = {"type": "scatter", "mode": "lines+markers", "name": esc(tl["technique"]), "x": x, "y": y,
-             "line": {"shape": "hv", "color": _COLORS[0]}, "marker": {"size": 4}, "hoverinfo": "text",
+             "line": {"shape": "hv", "color": color}, "marker": {"size": 4, "color": color}, "hoverinfo": "text",
              "hovertext": [_event_hover(e, i + 1) for i, e in enumerate(events)]}
-    return {"data": [trace], "layout": _layout(title, _axis("allocation event", kind="linear"),
-                                               _axis("live tensor memory above baseline (MiB)"),
+    return {"data": [trace], "layout": _layout(_axis("allocation event", kind="linear"),
+                                               _axis("live tensor memory above baseline (MiB)", kind="linear"),
                                                shapes=shapes, annotations=annotations, showlegend=False)}
 
 
-def timelines_overlay(timelines: list[dict], labels: list[str], title: str) -> dict[str, Any]:
-    """Several timelines on one chart; x is the fraction of the step's events (0..1)."""
-    colors = palette(labels)
-    traces = []
+def timelines_overlay(timelines: list[dict], labels: list[str], colors: dict[str, str]) -> dict[str, Any]:
+    """Several timelines on one chart; x is the fraction of the step's events (0..1); the legend
+    (one entry per technique) sits below the plot so the plot keeps its width."""
+    traces, seen = [], {}
     for tl, label in zip(timelines, labels):
+        tech = tl["technique"]
         n = max(len(tl["events"]), 1)
-        traces.append({"type": "scatter", "mode": "lines", "name": esc(label),
-                       "x": [round((i + 1) / n, 6) for i in range(len(tl["events"]))],
-                       "y": [mib(e["live_bytes"]) for e in tl["events"]],
-                       "line": {"shape": "hv", "color": colors[label]}, "hoverinfo": "text",
-                       "hovertext": [f"{esc(label)}<br>" + _event_hover(e, i + 1) for i, e in enumerate(tl["events"])]})
-    return {"data": traces, "layout": _layout(title, _axis("fraction of the step's allocation events", kind="linear"),
-                                              _axis("live tensor memory above baseline (MiB)"))}
+        vi = seen.get(tech, -1) + 1
+        seen[tech] = vi
+        trace = {"type": "scatter", "mode": "lines", "name": esc(tech), "x": [round((i + 1) / n, 6) for i in range(len(tl["events"]))],
+                 "y": [mib(e["live_bytes"]) for e in tl["events"]],
+                 "line": {"shape": "hv", "color": color_of(colors, tech),
+                          "dash": ("solid", "dash", "dot", "dashdot")[vi % 4]}, "hoverinfo": "text",
+                 "hovertext": [f"{esc(label)}<br>" + _event_hover(e, i + 1) for i, e in enumerate(tl["events"])]}
+        traces.append(_legend(trace, tech, vi == 0))
+    return {"data": traces, "layout": _layout(_axis("fraction of the step's allocation events", kind="linear"),
+                                              _axis("live tensor memory above baseline (MiB)", kind="linear"),
+                                              legend={"orientation": "h", "y": -0.2, "x": 0, "xanchor": "left",
+                                                      "yanchor": "top"},
+                                              margin={"l": 70, "r": 20, "t": 36, "b": 90}, height=460)}
 
 
-def lowest_peaks(items: list[tuple[str, bool, bool, float]], title: str) -> dict[str, Any]:
-    """Horizontal bars: each technique's lowest peak allocated (bytes -> MiB) at the baseline's
-    configuration; ``items`` are ``(label, is_baseline, peer, peak_bytes)``, drawn top-down."""
-    items = list(reversed(items))
-    names = [esc(l) + (" (peer)" if peer else "") for l, _, peer, _ in items]
-    colors = ["#8c8c8c" if base else ("#c08a2c" if peer else _COLORS[0]) for _, base, peer, _ in items]
-    trace = {"type": "bar", "orientation": "h", "name": "peak allocated", "y": names,
-             "x": [mib(p) for *_, p in items], "marker": {"color": colors}, "hoverinfo": "x+y",
-             "text": [f"{p / MiB:.1f} MiB" for *_, p in items], "textposition": "auto"}
-    layout = _layout(title, _axis("peak allocated (MiB)", kind="linear"), _axis("", kind="category"),
-                     showlegend=False, height=max(160, 60 + 36 * len(items)))
-    layout["margin"] = {"l": 20, "r": 20, "t": 40, "b": 50}
-    layout["yaxis"]["automargin"] = True
-    return {"data": [trace], "layout": layout}
-
-
-def seed_figure(spec: dict) -> dict[str, Any]:
-    """A reproduction's ``figure`` spec (``type`` bar/line, ``x``, ``series``, labels, log flags)."""
+def seed_figure(spec: dict, colors: dict[str, str]) -> dict[str, Any]:
+    """A reproduction's ``figure`` spec (``type`` bar/line, ``x``, ``series``, labels, log flags); a
+    series named like a technique takes its colour."""
     kind = spec["type"]
     traces = []
     x = [value(v) for v in spec["x"]]
     for i, (name, ys) in enumerate(sorted(spec["series"].items())):
+        color = colors.get(name, _COLORS[i % len(_COLORS)])
         trace = {"type": "bar" if kind == "bar" else "scatter", "name": esc(name), "x": x,
-                 "y": [_num(v) for v in ys], "marker": {"color": _COLORS[i % len(_COLORS)]}}
+                 "y": [_num(v) for v in ys], "marker": {"color": color}}
         if kind == "line":
             trace["mode"] = "lines+markers"
+            trace["line"] = {"color": color}
         traces.append(trace)
-    xaxis = _axis(spec.get("x_label", ""), kind="log" if spec.get("log_x") else
-                  ("category" if any(isinstance(v, str) for v in spec["x"]) else "linear"))
-    yaxis = _axis(spec.get("y_label", ""), kind="log" if spec.get("log_y") else "linear")
-    return {"data": traces, "layout": _layout(spec.get("title", ""), xaxis, yaxis,
-                                              **({"barmode": "group"} if kind == "bar" else {}))}
+    strings = any(isinstance(v, str) for v in spec["x"])
+    xaxis = _axis(spec.get("x_label", ""), spec["x"], kind="log" if spec.get("log_x") and not strings else
+                  ("category" if strings else "linear"))
+    yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") else "linear")
+    return {"data": traces, "layout": _layout(xaxis, yaxis, **({"barmode": "group"} if kind == "bar" else {}))}

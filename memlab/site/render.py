@@ -5,8 +5,10 @@ Pages load only ``static/`` files: plotly.js is shipped in ``site/static`` (copi
 plotly package), charts are drawn by ``static/site.js`` from each chart element's ``data-figure``
 attribute (the figure JSON, HTML-escaped by autoescape like every other string from results), and
 a Content-Security-Policy meta tag allows scripts, styles, images and fonts from the site itself only,
-so no page can reach the network.  Output bytes depend only on the inputs: figures are canonical JSON,
-pages carry no build time, files are written in a fixed order with ``\\n`` newlines.
+so no page can reach the network.  Each table's rows are also written beside the pages as CSV and
+JSON (``tables/<page>--<table>.csv``/``.json``), linked from the table.  Output bytes depend only on
+the inputs: figures are canonical JSON, pages carry no build time, files are written in a fixed order
+with ``\\n`` newlines.
 
 # NOTE [ the output folder ]
 ``--out`` is refused (one line, before anything is read, written or deleted) when it is a symbolic
@@ -82,9 +84,17 @@ def check_output(out_dir: Path, input_dirs: Iterable[Path] = (), input_files: It
 def _write(ctx: dict[str, Any], folder: Path, templates: Path, static: Path) -> None:
     env = _environment(templates)
     for page in ctx["pages"]:
-        html = env.get_template(page["template"]).render(page=page, nav=ctx["nav"], static="static")
+        html = env.get_template(page["template"]).render(page=page, nav=ctx["nav"], footer=ctx.get("footer"),
+                                                         colors=ctx.get("colors", {}),
+                                                         static="static")
         # errors="replace": a lone surrogate from a JSON "\ud800" escape must not stop the build
         (folder / page["path"]).write_text(html, encoding="utf-8", errors="replace", newline="\n")
+        for rel, text in page.get("files", {}).items():  # table downloads (tables/<page>--<id>.csv/.json)
+            path = folder / rel
+            if not _within(Path(os.path.normpath(path)), folder):
+                raise ValueError(f"download {rel!r} of {page['path']} would lie outside the site")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8", errors="replace", newline="\n")
     shutil.copytree(static, folder / "static")
     (folder / MARKER).write_text("built by memlab site; this folder is replaced on the next build\n")
 

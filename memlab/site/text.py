@@ -12,10 +12,7 @@ import pandas as pd
 from ..units import MiB
 
 __all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "fmt_rate", "fmt_load",
-           "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class", "UNDER_LOAD"]
-
-#: What a mark on a row or point measured under load means (tables, hover, captions).
-UNDER_LOAD = "measured under load: the 1-minute load average exceeded the cores; its seconds are not comparable"
+           "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class"]
 
 
 def _finite(v: Any) -> bool:

@@ -1,0 +1,158 @@
+"""Measurement rows as tables: the cells a page shows and the raw records its downloads hold.
+
+A measurement table lists what the rows have: a mode column only where both modes appear, a run
+column (run file, machine, commit, load) only where the rows come from several runs, total peak,
+analytic floor and activation peak only where some row has them.  Numeric cells sort by the raw
+figure (bytes, seconds, ratio); the download holds the raw figures of the same rows in the same order.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from . import analysis as A
+from .page import Page
+from .tables import column, sort_value
+from .text import fmt_check, fmt_load, fmt_mib, fmt_rate, fmt_relative, fmt_step
+
+__all__ = ["measurement_table", "not_ranked_table", "run_identity", "machine_of", "several_runs", "setting_of"]
+
+
+def _text(v: Any) -> str:
+    """A string cell; '' for None and for pandas' missing-value NaN."""
+    return "" if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
+def _n(v: Any) -> int | float | None:
+    """A sort value (:func:`memlab.site.tables.sort_value`)."""
+    return sort_value(v)
+
+
+def machine_of(env: dict, device: str) -> str:
+    """The machine a row ran on as the environment names it (``'AMD EPYC'``, ``'NVIDIA H100 (CUDA 12.4)'``)."""
+    env = env or {}
+    if device.startswith("cuda") and env.get("gpu"):
+        return str(env["gpu"])
+    return str(env.get("cpu") or env.get("platform") or "unknown machine")
+
+
+def run_identity(r: Any) -> tuple[str, str, str]:
+    """``(run file, machine, commit)`` of a row."""
+    env = r.environment or {}
+    return (r.run, machine_of(env, r.device), str(env.get("git_commit") or "")[:7])
+
+
+def several_runs(rows: pd.DataFrame) -> bool:
+    """Whether ``rows`` come from more than one run (file, machine or commit)."""
+    return len({run_identity(r) for r in rows.itertuples()}) > 1
+
+
+def setting_of(r: Any) -> tuple[str, ...]:
+    return tuple(getattr(r, c) for c in A.SETTING)
+
+
+def _per_step(r: Any) -> str:
+    """A leak's growth per step (``'4.0 MiB per step'``); '' for other rows."""
+    return f"{fmt_mib(r.leak_bytes_per_step)} per step" if r.status_shown == "leak" else ""
+
+
+def _run_text(r: Any) -> str:
+    run, machine, commit = run_identity(r)
+    load = fmt_load(r.load_avg_before, r.load_avg_after, r.cores)
+    return " · ".join(p for p in (run, machine, commit, "" if load == "-" else load) if p)
+
+
+def _record(r: Any) -> dict[str, Any]:
+    """A row's raw figures for the downloads (bytes, seconds, samples/s)."""
+    env = r.environment or {}
+    return {
+        "technique": r.technique, "peer": bool(r.peer), "family": r.family, "workload": r.workload,
+        "device": r.device, "dtype": r.dtype, "mode": r.mode, "optimizer": r.optimizer, "loss": r.loss,
+        "params": r.params, "status": r.status_shown, "reason": r.reason,
+        "peak_allocated_bytes": r.peak_allocated_bytes, "total_peak_bytes": r.total_peak_bytes,
+        "peak_reserved_bytes": r.peak_reserved_bytes, "analytic_floor_bytes": r.analytic_floor_bytes,
+        "activation_peak_bytes": r.activation_peak_bytes, "peak_by_category_bytes": r.peak_by_category_bytes,
+        "step_time_s": r.step_time_s, "step_time_iqr_s": r.step_time_iqr_s, "step_times_s": list(r.step_times_s),
+        "relative_step_time": r.relative_step_time, "reference_step_time_s": r.reference_step_time_s,
+        "samples_per_s": r.samples_per_s, "load_avg_before": r.load_avg_before, "load_avg_after": r.load_avg_after,
+        "cores": r.cores, "under_load": bool(r.under_load), "matches_reference": r.matches_reference,
+        "check_dtype": r.check["dtype"], "max_abs_error": r.max_abs_error, "schema": r.schema,
+        "run": r.run, "source": r.source, "line": r.line, "machine": machine_of(env, r.device),
+        "git_commit": env.get("git_commit"), "torch": env.get("torch"),
+    }
+
+
+def _any(rows: pd.DataFrame, column: str) -> bool:
+    return bool(len(rows)) and bool(rows[column].notna().any())
+
+
+def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict | None = None,
+                      notes: dict[str, dict] | None = None, baseline: str | None = None) -> dict[str, Any]:
+    """A table of measurement rows (in the order given); ``skip`` parameters are left out of the
+    parameters column (shown once above the table), ``notes`` maps a technique to its footnote
+    (``{"n", "id"}``), ``baseline`` marks that technique's rows."""
+    notes = notes or {}
+    devices = set(rows["device"]) if len(rows) else set()
+    second = "resident" if devices <= {"cpu"} else ("reserved" if not any(d == "cpu" for d in devices)
+                                                   else "reserved/resident")
+    cols = [column("technique", "technique", kind="tech")]
+    if len(rows) and rows["mode"].nunique() > 1:
+        cols.append(column("mode", "mode"))
+    cols += [column("params", "parameters"), column("status", "status", kind="status"),
+             column("peak_allocated", "peak allocated", num=True,
+                    title="highest bytes of live tensors during one step, above the step's baseline")]
+    if _any(rows, "total_peak_bytes"):
+        cols.append(column("total_peak", "total peak", num=True, title="everything live at the step's peak, baseline included"))
+    cols.append(column("peak_reserved", f"peak {second}", num=True))
+    if _any(rows, "analytic_floor_bytes"):
+        cols.append(column("floor", "analytic floor", num=True, title="the technique's stated floor for this step"))
+    if _any(rows, "activation_peak_bytes"):
+        cols.append(column("activation", "activation peak", num=True))
+    cols += [column("step", "step (median ± IQR)", num=True, kind="step",
+                    title="median ± interquartile range of the timed steps, ms"),
+             column("relative", "relative step", num=True,
+                    title="the technique's step over the workload's plain reference step, timed interleaved in the "
+                          "same process: load-robust"),
+             column("throughput", "samples/s", num=True)]
+    if several_runs(rows):
+        cols.append(column("run", "run", title="run file · machine · commit · load average"))
+    cols.append(column("matches", "matches reference", kind="check"))
+    cells, records = [], []
+    for r in rows.itertuples():
+        note = notes.get(r.technique)
+        cells.append({
+            "technique": r.technique, "peer": bool(r.peer), "is_baseline": r.technique == baseline,
+            "note": note, "mode": r.mode, "params": A.param_text(r.params, skip),
+            "status": r.status_shown, "error": _text(r.reason), "per_step": _per_step(r),
+            "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_allocated__sort": _n(r.peak_allocated_bytes),
+            "total_peak": fmt_mib(r.total_peak_bytes), "total_peak__sort": _n(r.total_peak_bytes),
+            "peak_reserved": fmt_mib(r.peak_reserved_bytes), "peak_reserved__sort": _n(r.peak_reserved_bytes),
+            "floor": fmt_mib(r.analytic_floor_bytes), "floor__sort": _n(r.analytic_floor_bytes),
+            "activation": fmt_mib(r.activation_peak_bytes), "activation__sort": _n(r.activation_peak_bytes),
+            "step": fmt_step(r.step_time_s, r.step_time_iqr_s), "step__sort": _n(r.step_time_s),
+            "samples": len(r.step_times_s), "under_load": bool(r.under_load),
+            "load": fmt_load(r.load_avg_before, r.load_avg_after, r.cores),
+            "relative": fmt_relative(r.relative_step_time), "relative__sort": _n(r.relative_step_time),
+            "throughput": fmt_rate(r.samples_per_s), "throughput__sort": _n(r.samples_per_s),
+            "run": _run_text(r), "matches": fmt_check(r.check)})
+        records.append(_record(r))
+    return page.table(name, cols, cells, records)
+
+
+def not_ranked_table(page: Page, name: str, rows: pd.DataFrame, with_family: bool = False) -> dict[str, Any]:
+    """The rows that are listed but never ranked: technique, setting, parameters, status, reason."""
+    bad = A.not_ranked(rows)
+    order = sorted(bad.itertuples(), key=lambda r: (r.family, r.technique, setting_of(r), A.sort_key(r.params_key),
+                                                   r.run, r.line))
+    cols = ([column("family", "family")] if with_family else []) + [
+        column("technique", "technique", kind="tech"), column("setting", "setting"), column("params", "parameters"),
+        column("status", "status", kind="status"), column("reason", "reason")]
+    if several_runs(bad):
+        cols.append(column("run", "run", title="run file · machine · commit · load average"))
+    cols.append(column("matches", "matches reference", kind="check"))
+    cells = [{"family": r.family, "technique": r.technique, "peer": bool(r.peer), "is_baseline": False, "note": None,
+              "setting": A.setting_text(setting_of(r)), "params": A.param_text(r.params), "status": r.status_shown,
+              "error": "", "reason": _text(r.reason), "per_step": _per_step(r), "run": _run_text(r),
+              "matches": fmt_check(r.check)} for r in order]
+    return page.table(name, cols, cells, [_record(r) for r in order])
