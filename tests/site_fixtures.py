@@ -169,3 +169,65 @@ def timed(rec: dict[str, Any], samples: list[float], *, relative: float | None =
             "relative_step_time": relative, "reference_step_time_s": reference,
             "load_avg_before": load[0], "load_avg_after": load[1],
             "environment": {**rec["environment"], "cores": cores}}
+
+
+def chunking_variants() -> list[dict[str, Any]]:
+    """unchunked, slice_loop over three chunk sizes, a peer, and einsum_chunk with opt_einsum on and
+    off over chunk sizes 100 to 10000 (peaks 8 to 21 MiB: text order is not number order)."""
+    base = {"n": 2000, "d": 256}
+    recs = chunking_records()[:5]
+    for opt in (False, True):
+        for c in (100, 1000, 10000):
+            rec = measurement("einsum_chunk", "chunking", {**base, "chunk_size": c, "opt_einsum": opt},
+                              (8 + c // 1000 + (3 if opt else 0)) * MiB)
+            rec["extra"].update(opt_einsum_used=opt, contraction_order="x @ (w1 @ w2)" if opt else "(x @ w1) @ w2")
+            recs.append(rec)
+    return recs
+
+
+def reversible_records() -> list[dict[str, Any]]:
+    """Two configurations with different verdicts: at batch 128 the weight gradients are nearly the
+    whole peak (nothing wins); at batch 1024 reversible saves; memcnn is listed (its defect)."""
+    def rev(technique, batch, peak, grads, act, step, peer=False):
+        rec = measurement(technique, "reversible", {"batch": batch, "depth": 16}, peak * MiB, workload="stack",
+                          samples_per_s=batch / step, peer=peer, baseline=technique == "residual")
+        rec.update(grad_bytes=grads * MiB)
+        rec["extra"].update(activation_peak_bytes=act * MiB)
+        return rec
+
+    return [rev("residual", 128, 130, 128, 25, 0.3), rev("reversible", 128, 131, 128, 3, 0.4),
+            rev("checkpoint_block", 128, 130, 128, 10, 0.35),
+            rev("residual", 1024, 204, 132, 202, 1.6), rev("reversible", 1024, 140, 132, 12, 2.4),
+            rev("checkpoint_block", 1024, 150, 132, 80, 2.0),
+            {**rev("memcnn", 1024, 150, 132, 12, 2.0, peer=True), "matches_reference": False}]
+
+
+def with_categories(rec: dict[str, Any], saved: int, temporaries: int) -> dict[str, Any]:
+    """``rec`` as memlab writes it since memory categories: the total peak split by category."""
+    cats = {"parameters": 2 * MiB, "gradients": rec.get("grad_bytes") or MiB, "optimizer_state": 0, "inputs": MiB,
+            "saved_activations": saved, "temporaries": temporaries}
+    return {**rec, "schema": 2, "peak_by_category_bytes": cats, "total_peak_bytes": sum(cats.values())}
+
+
+def rich_inputs(tmp: Path) -> tuple[Path, Path]:
+    """:func:`make_inputs` (with the hostile names) plus what the site draws since issues 12 and 17:
+    step samples with relative times (one point under load), technique variants, a second run of one
+    configuration, an infer row, memory categories, and a reversible family with two configurations."""
+    results, data = make_inputs(tmp, evil=True)
+    chunking = []
+    for i, rec in enumerate(chunking_variants()):
+        if rec["status"] != "ok":
+            chunking.append(rec)
+            continue
+        relative = 1.0 if rec["technique"] == "unchunked" else 1.2 + 0.1 * i
+        load = (3.4, 3.1) if i == 2 else (0.3, 0.4)
+        samples = [0.010 * relative * f for f in (0.97, 1.0, 1.02, 1.1)]
+        chunking.append(with_categories(timed(rec, samples, relative=relative, reference=0.010, load=load),
+                                        saved=(i % 4 + 1) * MiB, temporaries=2 * MiB))
+    chunking.append(measurement(EVIL, "chunking", {"n": 2000, "d": 256, "chunk_size": 250}, 15 * MiB))
+    chunking.append(measurement("plain", EVIL, {"n": 1}, 3 * MiB))
+    write_jsonl(data / "sweeps" / "chunking.jsonl", chunking)
+    again = measurement("slice_loop", "chunking", {"n": 2000, "d": 256, "chunk_size": 500}, 14 * MiB, samples_per_s=2100.0)
+    write_jsonl(data / "sweeps" / "chunking-again.jsonl", [again])
+    write_jsonl(data / "sweeps" / "reversible.jsonl", reversible_records())
+    return results, data

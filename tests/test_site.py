@@ -16,7 +16,8 @@ from memlab.site import figures as F
 from memlab.site import build_site
 from memlab.site.context import build_context
 from memlab.site.render import MARKER
-from site_fixtures import EVIL, MiB, chunking_records, make_inputs, measurement, write_jsonl
+from site_fixtures import (EVIL, MiB, chunking_records, chunking_variants, make_inputs, measurement,
+                           reversible_records, write_jsonl)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -381,19 +382,6 @@ def test_schema1_rows_show_a_dash_for_missing_timing(tmp_path):
 
 
 # -- issue 17: one visual language, tables, the index's answers, permalinks ---------------------------
-def _chunking_with_variants() -> list[dict]:
-    """unchunked, slice_loop over three chunk sizes, einsum_chunk with opt_einsum on and off, a peer."""
-    base = {"n": 2000, "d": 256}
-    recs = chunking_records()[:5]
-    for opt in (False, True):
-        for c in (100, 1000, 10000):
-            rec = measurement("einsum_chunk", "chunking", {**base, "chunk_size": c, "opt_einsum": opt},
-                              (8 + c // 1000 + (3 if opt else 0)) * MiB)
-            rec["extra"].update(opt_einsum_used=opt, contraction_order="x @ (w1 @ w2)" if opt else "(x @ w1) @ w2")
-            recs.append(rec)
-    return recs
-
-
 def _trace_colors(fig: dict) -> dict[str, str]:
     """Technique -> colour as a figure draws it (line or marker colour; per bar for bar charts)."""
     out = {}
@@ -409,7 +397,7 @@ def _trace_colors(fig: dict) -> dict[str, str]:
 
 def test_one_colour_per_technique_on_every_page_and_chart(tmp_path):
     results, data = make_inputs(tmp_path)
-    write_jsonl(data / "sweeps" / "chunking.jsonl", _chunking_with_variants())
+    write_jsonl(data / "sweeps" / "chunking.jsonl", chunking_variants())
     ctx = build_context(results, data)
     colors = ctx["colors"]
     assert colors["unchunked"] == F.BASELINE_COLOR and len({colors[t] for t in ("slice_loop", "einsum_chunk",
@@ -428,7 +416,7 @@ def test_one_colour_per_technique_on_every_page_and_chart(tmp_path):
 
 def test_legends_list_techniques_and_axes_have_clean_log_ticks(tmp_path):
     results, data = make_inputs(tmp_path)
-    write_jsonl(data / "sweeps" / "chunking.jsonl", _chunking_with_variants())
+    write_jsonl(data / "sweeps" / "chunking.jsonl", chunking_variants())
     section, = build_context(results, data)["pages"][1]["sections"]
     assert section["swept"] == "chunk_size"
     alloc = json.loads(section["charts"][0]["figure"])
@@ -480,27 +468,10 @@ def test_tables_sort_as_numbers_carry_mode_and_run_columns_and_download(tmp_path
     assert f'href="{train["table"]["csv"]}" download' in html and (out.parent / train["table"]["json"]).is_file()
 
 
-def _reversible_records() -> list[dict]:
-    """Two configurations with different verdicts: at batch 128 the weight gradients are nearly the
-    whole peak (nothing wins); at batch 1024 reversible saves; memcnn is listed (its defect)."""
-    def rev(technique, batch, peak, grads, act, step, peer=False, status="ok"):
-        rec = measurement(technique, "reversible", {"batch": batch, "depth": 16}, peak * MiB, workload="stack",
-                          samples_per_s=batch / step, peer=peer, status=status, baseline=technique == "residual")
-        rec.update(grad_bytes=grads * MiB)
-        rec["extra"].update(activation_peak_bytes=act * MiB)
-        return rec
-
-    return [rev("residual", 128, 130, 128, 25, 0.3), rev("reversible", 128, 131, 128, 3, 0.4),
-            rev("checkpoint_block", 128, 130, 128, 10, 0.35),
-            rev("residual", 1024, 204, 132, 202, 1.6), rev("reversible", 1024, 140, 132, 12, 2.4),
-            rev("checkpoint_block", 1024, 150, 132, 80, 2.0),
-            {**rev("memcnn", 1024, 150, 132, 12, 2.0, peer=True), "matches_reference": False}]
-
-
 def test_index_answers_each_question_once_per_family_with_why_and_footnotes(tmp_path):
     results, data = make_inputs(tmp_path)
-    write_jsonl(data / "sweeps" / "chunking.jsonl", _chunking_with_variants())
-    write_jsonl(data / "sweeps" / "reversible.jsonl", _reversible_records())
+    write_jsonl(data / "sweeps" / "chunking.jsonl", chunking_variants())
+    write_jsonl(data / "sweeps" / "reversible.jsonl", reversible_records())
     index = build_context(results, data)["pages"][0]
     chunking, reversible = index["entries"]
     assert [p["label"] for p in reversible["panels"]] == ["batch=128", "batch=1024"]  # one section, two configurations
@@ -531,7 +502,7 @@ def test_index_uses_total_peak_and_draws_memory_by_category(tmp_path):
         return {"parameters": params * MiB, "gradients": grads * MiB, "optimizer_state": 0, "inputs": inputs * MiB,
                 "saved_activations": saved * MiB, "temporaries": temps * MiB}
 
-    recs = _reversible_records()[3:6]
+    recs = reversible_records()[3:6]
     for rec, c in zip(recs, (cats(64, 132, 4, 60, 10), cats(64, 132, 4, 2, 6), cats(64, 132, 4, 20, 2))):
         rec.update(peak_by_category_bytes=c, total_peak_bytes=sum(c.values()), schema=2)
     results, data = make_inputs(tmp_path)
@@ -554,7 +525,7 @@ def test_index_uses_total_peak_and_draws_memory_by_category(tmp_path):
 
 def test_permalinks_on_every_part_and_a_footer_naming_the_data(tmp_path):
     results, data = make_inputs(tmp_path)
-    write_jsonl(data / "sweeps" / "reversible.jsonl", _reversible_records())
+    write_jsonl(data / "sweeps" / "reversible.jsonl", reversible_records())
     out = build_site(results, data, tmp_path / "out").parent
     for page in sorted(out.glob("*.html")):
         html = page.read_text()

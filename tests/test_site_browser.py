@@ -1,9 +1,13 @@
 """The built site in a real browser: headless Chromium loads every page from a local HTTP server.
 
 Asserts per page: no console errors, no uncaught exceptions, no failed loads or CSP violations
-(Chrome's log), every chart element drawn by plotly with data in it, and no script injected through
-a technique name.  Saves a screenshot of the overview to ``test-artifacts/`` (or
-``$MEMLAB_TEST_ARTIFACTS``).
+(Chrome's log), every chart element drawn by plotly with data in it, no script injected through
+a technique name, no chart text under plotly's toolbar (bounding boxes), and for every table that
+its CSV and JSON downloads exist and hold the table's rows.  Across pages: the chunking family's
+first chart has ``chunk_size`` on its x-axis; a technique has the same colour (chart traces and
+table swatches) on the index, its family page and the timelines page; a numeric column sorts as
+numbers when its header is clicked (and back when clicked again).  Writes a screenshot of every page
+to ``test-artifacts/`` (or ``$MEMLAB_TEST_ARTIFACTS``).
 
 Chromium is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``: JSON
 messages separated by NUL on file descriptors 3 and 4), so the test needs no Python packages
@@ -18,6 +22,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -29,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from memlab.site import build_site
-from site_fixtures import make_inputs
+from site_fixtures import make_inputs, rich_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -50,6 +55,59 @@ _CHARTS_JS = """new Promise(resolve => {
     } else { setTimeout(check, 50); }
   };
   check();
+})"""
+
+
+# What a page shows: technique colours (chart traces and table swatches, as #rrggbb), each chart's
+# x-axis title, chart text under the toolbar, and each table's rows and download links.
+_INSPECT_JS = """(() => {
+  const hex = c => {
+    if (typeof c !== 'string') return null;
+    const m = c.match(/^rgba?\\((\\d+),\\s*(\\d+),\\s*(\\d+)/);
+    return m ? '#' + m.slice(1, 4).map(v => (+v).toString(16).padStart(2, '0')).join('') : c.toLowerCase();
+  };
+  const name = n => String(n).split(' (')[0].split(':')[0];
+  const colors = {};
+  const add = (tech, c, where) => {
+    if (!tech || !c) return;
+    const seen = (colors[tech] = colors[tech] || {});
+    (seen[hex(c)] = seen[hex(c)] || []).push(where);
+  };
+  const charts = [...document.querySelectorAll('div.chart')].map(d => {
+    (d.data || []).forEach(t => {
+      if (/^(Pareto|under load)/.test(t.name || '') || t.type === 'bar' && t.orientation === 'h' && !Array.isArray((t.marker || {}).color)) return;
+      const c = (t.line || {}).color || (t.marker || {}).color;
+      if (Array.isArray(c)) {
+        (t.orientation === 'h' ? t.y : t.x).forEach((n, i) => add(name(n), c[i], d.id));
+      } else if (t.type !== 'bar') { add(name(t.name), c, d.id); }
+    });
+    const bar = d.querySelector('.modebar');
+    const box = bar && bar.getBoundingClientRect();
+    const under = !box || !box.width ? [] : [...d.querySelectorAll('text'), ...(d.closest('figure') ? d.closest('figure').querySelectorAll('h3') : [])]
+      .filter(t => { const r = t.getBoundingClientRect();
+        return r.width > 0 && t.textContent.trim() && r.left < box.right && r.right > box.left && r.top < box.bottom && r.bottom > box.top; })
+      .map(t => t.textContent.trim());
+    return {id: d.id, x: ((d.layout || {}).xaxis || {}).title ? d.layout.xaxis.title.text : null, under: under};
+  });
+  document.querySelectorAll('span.swatch[data-technique]').forEach(s => add(s.getAttribute('data-technique'), getComputedStyle(s).backgroundColor, 'swatch'));
+  const tables = [...document.querySelectorAll('div.table-box')].map(b => {
+    const heads = [...b.querySelectorAll('thead th')].map(th => th.textContent.trim());
+    return {id: b.id, heads: heads, rows: b.querySelectorAll('tbody tr').length,
+      techniques: heads[0] === 'technique' ? [...b.querySelectorAll('tbody tr')].map(tr => tr.cells[0].querySelector('.tech').textContent) : null,
+      links: [...b.querySelectorAll('a[download]')].map(a => a.getAttribute('href'))};
+  });
+  return JSON.stringify({colors: colors, charts: charts, tables: tables});
+})()"""
+
+# Clicks a header of the first table holding it; returns the column's data-sort values and texts.
+_SORT_JS = """(label => {
+  const th = [...document.querySelectorAll('table.sortable thead th')].find(h => h.textContent.trim() === label);
+  const table = th.closest('table');
+  const i = [...th.parentNode.children].indexOf(th);
+  th.click();
+  const cells = [...table.tBodies[0].rows].map(r => r.cells[i]);
+  return JSON.stringify({order: th.getAttribute('aria-sort'), values: cells.map(c => c.getAttribute('data-sort')),
+                         texts: cells.map(c => c.textContent.trim())});
 })"""
 
 
@@ -205,14 +263,47 @@ def _close(b: Chromium, session: str) -> None:
     b.send("Page.close", session=session)
 
 
+def _evaluate(b: Chromium, session: str, expression: str):
+    return json.loads(b.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
+                             session=session)["result"]["value"])
+
+
+def _check_downloads(out: Path, page: str, tables: list[dict]) -> int:
+    """Every table's CSV and JSON exist beside the page and hold its rows, in its order."""
+    for t in tables:
+        csv_href, json_href = sorted(t["links"])
+        assert csv_href.endswith(".csv") and json_href.endswith(".json"), (page, t["id"], t["links"])
+        records = json.loads((out / json_href).read_text())
+        lines = (out / csv_href).read_text().splitlines()
+        assert len(records) == len(lines) - 1 == t["rows"] > 0, (page, t["id"])
+        if t["techniques"] is not None:
+            assert [r["technique"] for r in records] == t["techniques"], (page, t["id"])
+    return len(tables)
+
+
+def _check_sorting(b: Chromium, session: str, label: str) -> None:
+    """Clicking a numeric header sorts by number (not text), missing values last; again: descending."""
+    up = _evaluate(b, session, f"{_SORT_JS}({json.dumps(label)})")
+    numbers = [float(v) for v in up["values"] if v is not None]
+    assert up["order"] == "ascending" and numbers == sorted(numbers) and len(numbers) >= 3, up
+    assert up["values"][:len(numbers)] == [v for v in up["values"] if v is not None]  # missing ones last
+    shown = [t for t, v in zip(up["texts"], up["values"]) if v is not None]
+    assert shown != sorted(shown), "the column's text order is its number order: the check would be blind"
+    down = _evaluate(b, session, f"{_SORT_JS}({json.dumps(label)})")
+    again = [float(v) for v in down["values"] if v is not None]
+    assert down["order"] == "descending" and again == sorted(numbers, reverse=True), down
+
+
 def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, tmp_path):
-    results, data = make_inputs(tmp_path, evil=True)
+    results, data = rich_inputs(tmp_path)
     out = tmp_path / "site"
     build_site(results, data, out)
     url = served(out)
     pages = sorted(p.name for p in out.glob("*.html"))
-    assert len(pages) == 7
-    drawn = 0
+    assert len(pages) == 8
+    folder = Path(os.environ.get("MEMLAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn, tables, colors = 0, 0, {}
     for page in pages:
         state, errors, session = _visit(browser, url(page))
         assert errors == [], f"{page}: {errors}"
@@ -221,17 +312,46 @@ def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, t
             assert chart["drawn"] is not None and int(chart["drawn"]) > 0, f"{page} {chart}"
             assert chart["traces"] > 0 and chart["points"] > 0 and chart["svg"] > 0, f"{page} {chart}"
         drawn += len(state["charts"])
-        if page == "index.html":
-            assert len(state["charts"]) == 1  # chunking has a baseline; the other family has none
-            shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
-                                session=session)
-            folder = Path(os.environ.get("MEMLAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
-            folder.mkdir(parents=True, exist_ok=True)
-            png = base64.b64decode(shot["data"])
-            (folder / "site-overview.png").write_bytes(png)
-            assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+        seen = _evaluate(browser, session, _INSPECT_JS)
+        for chart in seen["charts"]:
+            assert chart["under"] == [], f"{page} {chart['id']}: text under the toolbar: {chart['under']}"
+        tables += _check_downloads(out, page, seen["tables"])
+        colors[page] = seen["colors"]
+        if page == "family-chunking.html":
+            assert seen["charts"][0]["x"] == "chunk_size"
+            _check_sorting(browser, session, "peak allocated")
+        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
+                            session=session)
+        png = base64.b64decode(shot["data"])
+        (folder / f"site-{page[:60].removesuffix('.html')}.png").write_bytes(png)
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
         _close(browser, session)
-    assert drawn >= 10
+    assert drawn >= 20 and tables >= 12
+    # one colour per technique: the index, the family page and the timelines page agree
+    for tech in ("unchunked", "slice_loop", "einsum_chunk", "vmap_chunks"):
+        shown = {c for p in ("index.html", "family-chunking.html", "timelines.html") for c in colors[p].get(tech, {})}
+        assert len(shown) == 1, (tech, {p: colors[p].get(tech) for p in colors})
+        for page in ("index.html", "family-chunking.html"):  # drawn in a chart there, not only a table swatch
+            assert any(w != "swatch" for where in colors[page][tech].values() for w in where), (page, tech)
+    assert "unchunked" in colors["timelines.html"] and "slice_loop" in colors["timelines.html"]
+    assert {c for c in colors["family-reversible.html"]["residual"]} == {"#7f7f7f"}  # a baseline is grey
+
+
+def test_a_permalink_to_a_hidden_configuration_opens_it(browser, served, tmp_path):
+    """The index shows one configuration per family; a link to another one selects and shows it."""
+    results, data = rich_inputs(tmp_path)
+    out = tmp_path / "site"
+    build_site(results, data, out)
+    html = (out / "index.html").read_text()
+    hidden = re.findall(r'<div class="config-panel" data-group="reversible" id="([^"]+)" hidden>', html)
+    assert hidden
+    state, errors, session = _visit(browser, served(out)(f"index.html#{hidden[0]}"))
+    assert errors == []
+    shown = _evaluate(browser, session, f"""JSON.stringify([!document.getElementById({json.dumps(hidden[0])}).hidden,
+        document.querySelector('select.config-select[data-group="reversible"]').value,
+        [...document.querySelectorAll('.config-panel[data-group="reversible"]')].filter(p => !p.hidden).length])""")
+    _close(browser, session)
+    assert shown == [True, hidden[0], 1]
 
 
 def test_the_harness_sees_errors(browser, served, tmp_path):

@@ -431,7 +431,11 @@ def add_footer(ctx: Context) -> Context:
     for s in ctx["seeds"]:
         envs += [(s["environment"], "cpu")] + [(e or {}, d) for e, d in zip(s["measurements"]["environment"],
                                                                            s["measurements"]["device"])]
-    machines = {machine_of(e, d) + (f" ({e['cores']} cores)" if e.get("cores") else "") for e, d in envs if e}
+    cores: dict[str, set] = {}
+    for e, d in envs:
+        if e:
+            cores.setdefault(machine_of(e, d), set()).update([e["cores"]] if e.get("cores") else [])
+    machines = {m + (f" ({', '.join(map(str, sorted(c)))} cores)" if c else "") for m, c in cores.items()}
     machines |= {f"{m} (asv)" for m in ctx["machines"]}
     torch = {str(e["torch"]) for e, _ in envs if e.get("torch")}
     commits = {str(e["git_commit"])[:12] for e, _ in envs if e.get("git_commit")}
