@@ -547,3 +547,29 @@ def test_a_group_outside_the_workload_sweeps_still_sweeps_its_knob(tmp_path):
     recs += [measurement("chunky", "plug", {"n": 3, "d": 3, "chunk_size": c}, c * MiB) for c in (1, 2, 4)]
     sections = A.sweep_sections(_runs(tmp_path, recs))
     assert (sections[-1][0], sections[-1][1]) == ({"d": 3, "n": 3}, "chunk_size")
+
+
+def test_every_point_lies_inside_its_axis_range(tmp_path):
+    """Axes with an explicit range (log axes with 1-2-5 ticks) hold every value drawn on them, in the
+    units drawn (a range computed from bytes while points are in MiB would show an empty chart)."""
+    from site_fixtures import rich_inputs
+
+    results, data = rich_inputs(tmp_path)
+    recs = [measurement("dense", "tensor_train", {"batch": b}, b * MiB, baseline=True, samples_per_s=100.0 * b)
+            for b in (256, 1024, 4096)]
+    write_jsonl(data / "sweeps" / "tt.jsonl", recs + [measurement("tt", "tensor_train", {"batch": b}, b * MiB // 8,
+                                                                    samples_per_s=30.0 * b) for b in (256, 4096)])
+    out = build_site(results, data, tmp_path / "out").parent
+    checked = 0
+    for page in out.glob("*.html"):
+        for fig in _figures(page.read_text()):
+            for axis in ("xaxis", "yaxis"):
+                rng = fig["layout"][axis].get("range")
+                if fig["layout"][axis].get("type") != "log" or not rng:
+                    continue
+                values = [v for t in fig["data"] for v in t.get(axis[0], []) if isinstance(v, (int, float))]
+                lo, hi = 10 ** rng[0], 10 ** rng[1]
+                assert values and all(lo <= v <= hi for v in values), (page.name, axis, rng, values[:5])
+                assert all(lo <= v <= hi for v in fig["layout"][axis]["tickvals"])
+                checked += 1
+    assert checked >= 5

@@ -171,6 +171,8 @@ def _axis(title: str, values: Iterable[Any] | None = None, kind: str | None = No
     axis: dict[str, Any] = {"title": {"text": esc(title)}, "zeroline": False}
     if kind and kind != "log":
         axis["type"] = kind
+        if kind == "linear":
+            axis["tickformat"] = ","  # 25,000 as in the tables, not plotly's 25k
         return axis
     vals = list(values or [])
     nums = [_num(v) for v in vals]
@@ -182,11 +184,23 @@ def _axis(title: str, values: Iterable[Any] | None = None, kind: str | None = No
         axis.update(_log_ticks(nums))
     elif kind == "log":
         axis["type"] = "log"
+    else:
+        axis["tickformat"] = ","
     return axis
 
 
 def _ys(traces: list[dict]) -> list[float]:
-    return [y for t in traces for y in t.get("y", []) if _num(y) is not None]
+    """Every y drawn, error-bar ends included (so an explicit axis range keeps the whole bar)."""
+    out = []
+    for t in traces:
+        ys = t.get("y", [])
+        err = t.get("error_y") or {}
+        above, below = err.get("array") or [None] * len(ys), err.get("arrayminus") or [None] * len(ys)
+        for y, a, b in zip(ys, above, below):
+            if _num(y) is None:
+                continue
+            out += [y] + ([y + a] if _num(a) else []) + ([y - b] if _num(b) and y - b > 0 else [])
+    return out
 
 
 def _layout(xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
@@ -450,7 +464,7 @@ def throughput_vs_peak(rows: pd.DataFrame, variants: pd.Series, colors: dict[str
                            "line": {"color": "rgba(0,0,0,0.4)", "width": 3, "shape": "hv",
                                     "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]}, "hoverinfo": "name"})
     traces = fronts + traces + _load_ring(rings)  # the fronts beneath the markers
-    return {"data": traces, "layout": _layout(_axis("peak allocated (MiB)", [float(m) for m in ok["peak_allocated_bytes"]]),
+    return {"data": traces, "layout": _layout(_axis("peak allocated (MiB)", [mib(m) for m in ok["peak_allocated_bytes"]]),
                                               _axis("throughput (samples/s)", _ys(traces)))}
 
 
