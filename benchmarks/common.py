@@ -1,10 +1,28 @@
-"""Shared machinery of memlab's asv benchmarks: parameter lists, skips, one measured step.
+"""Shared machinery of memlab's asv benchmarks: parameter lists, skips, failures, one measured step.
 
 asv takes the benchmarks from the working tree but imports them in an environment holding memlab
 as it was at the commit being measured.  So everything here is written against the *oldest* public
-API it may meet (``memlab.get_technique``, ``memlab.measure(..., isolate=False)``) and turns every
-"this does not exist in that version" into :class:`NotImplementedError` raised from ``setup``,
-which asv records as a skipped combination (NaN), never as a wrong number.
+API it may meet (``memlab.list_techniques``, ``memlab.get_technique``,
+``memlab.measure(..., isolate=False)``, all present since the first commit).
+
+NOTE [ skipped or failed ]
+asv records a combination whose ``setup`` raises :class:`NotImplementedError` as *skipped* (``n/a``,
+NaN in the results file) and one that raises anything else as *failed* (``failed``, null; the
+traceback is shown by ``asv run -e``; ``asv compare`` marks a value that became a failure with
+``!``).  The two must not be confused:
+
+- skipped: the combination does not exist in the memlab version being measured: the technique
+  is not registered there, belongs to another workload, lacks a workload parameter the class
+  sweeps, a swept parameter does not apply to it, or the technique says it cannot run here
+  (``TechniqueUnavailable``: an optional peer library missing, a CPU-only technique on CUDA);
+  ``track_peak_reserved`` on CPU (NOTE [ CPU resident is not a regression metric ]).
+- failed: everything else.  ``import torch``, ``import memlab`` or the technique registry
+  failing (recorded once, when asv's fork server imports this module, and raised again by every
+  combination's ``setup``: a partly imported registry must not make techniques look absent), a
+  ``cuda`` combination where torch cannot use CUDA, an invalid parameter value (``ValueError``
+  from ``memlab.measure.prepare``: the grid is valid in the working tree, so a version rejecting it
+  changed or broke something), building the problem, the warm-up step or the measurement raising,
+  a measurement whose status is not ``ok``.
 
 NOTE [ params must not depend on the installed memlab ]
 asv discovers a benchmark's ``params`` once, then runs combination *k* by index in a fresh process
@@ -15,10 +33,46 @@ files by reading their source (no import), which does not depend on the memlab v
 Whether a name exists, and belongs to the benchmark's workload, is decided in ``setup``.
 
 NOTE [ device ]
-``device`` is always ``["cpu", "cuda"]`` so result files from CPU-only and GPU hosts share one
-``benchmarks.json``; ``setup`` skips ``cuda`` where ``torch.cuda.is_available()`` is False.
-Nothing here touches CUDA at import time: asv imports this module in a parent process (and, with
-the fork server, forks every benchmark from it).
+The ``device`` values depend on the host, never on memlab: ``MEMLAB_ASV_DEVICES`` (a comma-separated
+subset of ``cpu,cuda``) when set, otherwise ``cpu`` plus ``cuda`` where the host shows an NVIDIA
+GPU (``/proc/driver/nvidia/gpus`` or ``/dev/nvidiaN``, hidden by ``CUDA_VISIBLE_DEVICES=""``).  So a
+CPU host's tables hold no ``cuda`` column of ``n/a``, while the parameter *names* and every other
+value stay the same on every host: asv stores each results file's own parameter values and
+matches them by value (``asv compare`` and memlab's history page read CPU and GPU hosts' files
+side by side; ``asv publish`` shows the values ``benchmarks.json`` lists, the devices of the last
+run).  The probe does not
+ask torch: ``torch.cuda.is_available()`` initialises the CUDA driver unless NVML is used, and this
+module is imported in asv's fork server, whose forked children could then not use CUDA.  Nothing
+here touches CUDA at import time; a ``cuda`` combination checks ``torch.cuda.is_available()`` in
+its own (forked) process and fails if torch cannot use the GPU.
+
+NOTE [ CPU resident is not a regression metric ]
+``track_peak_reserved`` is measured on CUDA only.  On CPU memlab's ``peak_reserved_bytes`` is the
+process's resident high-water mark over one step: page-granular, and moved by glibc's heap
+trimming and by what earlier steps left mapped, it changed up to 2x between commits with no
+change on its path (checkpoint_block depth 4, batch 128: 1,302,528 B at 8a7601e, 2,662,400 B at
+581aeb9).  A benchmark that changes without a code change is noise in ``asv compare``; CPU
+resident stays in memlab's sweeps and site, labelled there.  ``track_peak_allocated`` (exact on CPU) is the CPU memory regression metric.
+
+NOTE [ timing ]
+asv re-runs ``setup`` before every timing sample, so a sample is one training step right after the
+warm-up step of a freshly built problem: ``number = 1``.  ``warmup_time`` adds one discarded
+sample per process; ``repeat = (3, 6, 1.0)`` takes 3 to 6 samples per round (no new one after 1 s
+once 3 are taken) and ``rounds = 2`` measures every combination in two separate processes:
+6 to 12 samples per commit, enough for asv's Mann-Whitney test (p < 0.002, used from 6 + 6
+samples on) to apply on top of its 10% factor.  ``asv continuous`` and a multi-commit ``asv run``
+interleave the rounds over the commits (A B B A), so a slow minute hits both sides.
+``min_run_count = 4`` (the warm-up call plus 3 samples) only restates that floor.
+
+NOTE [ no track_relative_step_time ]
+memlab's ``Measurement.relative_step_time`` (the step over the plain reference step timed around
+it) was tried here as ``track_relative_step_time`` and taken out again.  ``asv continuous -b
+ChainedMatmul`` between 3b5aa65 and 515b07e (a README-only change), at load average 2.0-5.5 on
+2 cores, flagged 8 of its 16 combinations (ratios 0.24 to 1.86: vmap_chunk at chunk 200 went from
+8.60 to 2.10) and exited 1, "PERFORMANCE DECREASED"; ``time_step`` in the same run, with the
+settings of NOTE [ timing ], flagged none.  A ``track_`` value is one number per commit: asv has
+no samples to test it against, only its 10% factor, and under contention the technique and its
+reference step slow down by different amounts.  It stays in memlab's sweeps and site.
 
 NOTE [ warm the fork server ]
 Everything a combination would import lazily is imported here, once, in the fork server: the first
@@ -30,35 +84,93 @@ from __future__ import annotations
 
 import abc
 import ast
+import inspect
 import json
 import os
 import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+#: what failed while this module was imported, by step; see NOTE [ skipped or failed ]
+_IMPORT_FAILURES: dict[str, BaseException] = {}
+
 try:  # imported once in asv's fork server, not in every benchmark process
     import torch
-except Exception:  # pragma: no cover - the environment has no torch at all
+except Exception as exc:  # pragma: no cover - exercised by tests in a subprocess
     torch = None
+    _IMPORT_FAILURES["import torch"] = exc
 try:
     import memlab
-except Exception:  # pragma: no cover - memlab at this commit does not import
+except Exception as exc:  # pragma: no cover - exercised by tests in a subprocess
     memlab = None
-try:  # import every technique module (and plug-in) once, before asv forks; CPU only
-    memlab.list_techniques()
-except Exception:  # pragma: no cover - setup reports what is missing, per combination
-    pass
-try:  # see NOTE [ warm the fork server ]
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
-except Exception:  # pragma: no cover
-    pass
+    _IMPORT_FAILURES["import memlab"] = exc
+if memlab is not None:
+    try:  # import every technique module (and plug-in) once, before asv forks; CPU only
+        memlab.list_techniques()
+    except Exception as exc:  # pragma: no cover - exercised by tests in a subprocess
+        _IMPORT_FAILURES["memlab.list_techniques()"] = exc
+if torch is not None:
+    try:  # see NOTE [ warm the fork server ]; an optimisation only: a broken optimizer fails in setup
+        torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+    except Exception:  # pragma: no cover
+        pass
 
 __all__ = [
-    "DEVICES", "DTYPE", "MODE", "plugin_techniques", "technique_list", "class_params", "MemlabBenchmark",
+    "DEVICES", "DEVICES_ENV", "DTYPE", "MODE", "BenchmarkFailure", "devices_from_env", "plugin_techniques",
+    "technique_list", "class_params", "MemlabBenchmark",
 ]
 
-#: Every benchmark sweeps both; ``cuda`` is skipped where no GPU is available.
-DEVICES = ["cpu", "cuda"]
+DEVICES_ENV = "MEMLAB_ASV_DEVICES"
+KNOWN_DEVICES = ("cpu", "cuda")
+_NVIDIA_PROC = "/proc/driver/nvidia/gpus"
+_NVIDIA_DEV = re.compile(r"nvidia\d+")
+
+
+class BenchmarkFailure(RuntimeError):
+    """The code or environment being measured is broken: asv records the combination as failed."""
+
+
+def host_has_nvidia_gpu(environ: Mapping[str, str] | None = None, proc_dir: str = _NVIDIA_PROC,
+                        dev_dir: str = "/dev") -> bool:
+    """Whether the host shows an NVIDIA GPU, without loading CUDA (see NOTE [ device ])."""
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    try:
+        if any(Path(proc_dir).iterdir()):
+            return True
+    except OSError:
+        pass
+    try:
+        return any(_NVIDIA_DEV.fullmatch(p.name) for p in Path(dev_dir).iterdir())
+    except OSError:
+        return False
+
+
+def devices_from_env(environ: Mapping[str, str] | None = None, *, gpu: bool | None = None) -> list[str]:
+    """The ``device`` parameter values on this host, in the order ``cpu``, ``cuda``.
+
+    ``MEMLAB_ASV_DEVICES`` (e.g. ``cpu`` or ``cpu,cuda``) when set and not empty, otherwise ``cpu``
+    plus ``cuda`` when :func:`host_has_nvidia_gpu` (or ``gpu``, for tests).  See NOTE [ device ].
+
+    Raises:
+        ValueError: ``MEMLAB_ASV_DEVICES`` names something other than ``cpu`` and ``cuda``.
+    """
+    environ = os.environ if environ is None else environ
+    raw = environ.get(DEVICES_ENV, "")
+    if not raw.strip():
+        return ["cpu", "cuda"] if (host_has_nvidia_gpu(environ) if gpu is None else gpu) else ["cpu"]
+    names = [d.strip().lower() for d in raw.split(",") if d.strip()]
+    unknown = sorted(set(names) - set(KNOWN_DEVICES))
+    if unknown:
+        raise ValueError(f"{DEVICES_ENV}={raw!r} is not valid: unknown device(s) {unknown}; "
+                         f"expected a comma-separated subset of {','.join(KNOWN_DEVICES)}, e.g. 'cpu,cuda'")
+    return [d for d in KNOWN_DEVICES if d in names]
+
+
+#: The devices every benchmark sweeps on this host; see NOTE [ device ].
+DEVICES = devices_from_env()
 DTYPE = "float32"
 MODE = "train"
 
@@ -135,6 +247,21 @@ def technique_list(static: Sequence[str], workload: str) -> list[str]:
     return list(static) + [n for n in plugin_techniques(workload) if n not in static]
 
 
+def _require_imports() -> None:
+    """Raise what failed when this module was imported (NOTE [ skipped or failed ])."""
+    if _IMPORT_FAILURES:
+        what, exc = next(iter(_IMPORT_FAILURES.items()))
+        raise BenchmarkFailure(f"{what} failed in this environment: {type(exc).__name__}: {exc}") from exc
+
+
+def _cuda_only(cache_dir, *values) -> None:
+    """Per-benchmark asv setup (runs after the class's): skip every device but ``cuda``."""
+    if values and values[-1] != "cuda":
+        raise NotImplementedError(
+            "CPU resident is not a regression metric (NOTE [ CPU resident is not a regression metric ]); "
+            "see memlab's sweeps and site")
+
+
 class MemlabBenchmark(abc.ABC):
     """Base of the per-workload benchmark classes: one training step of one technique.
 
@@ -156,11 +283,16 @@ class MemlabBenchmark(abc.ABC):
     A swept technique parameter that a technique lacks (or ignores) is measured at the first value
     of its list only; the other values are skipped as saying nothing.
 
-    Metrics: ``track_peak_allocated`` and ``track_peak_reserved`` (bytes above the step's
-    baseline) come from ONE ``memlab.measure(..., isolate=False)`` per combination: the first of
-    the two to run stores the Measurement in asv's ``setup_cache`` directory (fresh for each commit
-    and environment, deleted by asv afterwards), the second reads it.  ``time_step`` is seconds of
-    one training step, timed by asv after the warm-up step that ``setup`` runs.
+    Metrics (NOTE [ skipped or failed ] says when a combination is skipped and when it fails):
+        ``track_peak_allocated`` (bytes): peak bytes of live tensors during one training step above
+            the step's baseline; exact on CPU, ``max_memory_allocated`` on CUDA.
+        ``track_peak_reserved`` (bytes, CUDA only): the caching allocator's reserved bytes above
+            the baseline; skipped on CPU, see NOTE [ CPU resident is not a regression metric ].
+        ``time_step`` (seconds): one training step, timed by asv after the warm-up step that
+            ``setup`` runs; see NOTE [ timing ].
+    Both ``track_`` figures come from ONE ``memlab.measure(..., isolate=False)`` per combination:
+    the first of them to run stores it in asv's ``setup_cache`` directory (fresh for each commit
+    and environment, deleted by asv afterwards), the other reads it.
     """
 
     @property
@@ -174,11 +306,12 @@ class MemlabBenchmark(abc.ABC):
     params: list = []
     param_names: list = []
 
-    # asv timing: one step per sample, a few samples, the warm-up step is run in setup.
+    # asv timing, see NOTE [ timing ]
     number = 1
-    repeat = (3, 5, 2.0)
-    rounds = 1
-    warmup_time = 0.0
+    repeat = (3, 6, 1.0)
+    min_run_count = 4
+    rounds = 2
+    warmup_time = 0.1
     timeout = 300
     #: bump when what is measured changes; otherwise asv versions results by a hash of the code,
     #: and a cosmetic edit would cut the history
@@ -197,19 +330,28 @@ class MemlabBenchmark(abc.ABC):
         config = dict(zip(self.param_names, values))
         self.technique_name = config.pop("technique")
         self.device = config.pop("device")
+        _require_imports()
+        self._require_device()
         self.config = self._resolve_config(config)
         self._prepare_step()
 
+    def _require_device(self) -> None:
+        """A ``cuda`` combination fails, never skips, where torch cannot use CUDA (NOTE [ device ])."""
+        if self.device == "cuda" and not torch.cuda.is_available():
+            build = getattr(torch.version, "cuda", None)
+            raise BenchmarkFailure(
+                f"device 'cuda' is in this host's params ({DEVICES_ENV}={os.environ.get(DEVICES_ENV, '')!r}, "
+                f"devices {DEVICES}) but torch.cuda.is_available() is False in this environment "
+                f"(torch {torch.__version__}, {'CUDA ' + build if build else 'built without CUDA'}); install a "
+                f"CUDA build of torch in asv's environment, or set {DEVICES_ENV}=cpu")
+
     def _resolve_config(self, swept: dict[str, Any]) -> dict[str, Any]:
         """The technique's keyword parameters; raises NotImplementedError to skip."""
-        if torch is None or memlab is None:
-            raise NotImplementedError("torch or memlab does not import in this environment")
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise NotImplementedError("no CUDA device here")
-        try:
-            cls = memlab.get_technique(self.technique_name)
-        except ValueError as exc:
-            raise NotImplementedError(f"not in this memlab version: {exc}") from None
+        _require_imports()
+        # the registry must list; it raising is a failure (NOTE [ skipped or failed ])
+        if self.technique_name not in memlab.list_techniques():
+            raise NotImplementedError(f"technique {self.technique_name!r} is not in this memlab version")
+        cls = memlab.get_technique(self.technique_name)
         name = getattr(cls.workload, "name", None)
         if name != self.workload:
             raise NotImplementedError(f"technique {self.technique_name!r} computes {name!r}, not {self.workload!r}")
@@ -230,17 +372,13 @@ class MemlabBenchmark(abc.ABC):
 
     def _prepare_step(self) -> None:
         """Validate the configuration, build the problem and run one warm-up step."""
-        try:
-            from memlab.measure import prepare
-            from memlab.measure.step import make_step
-        except ImportError as exc:
-            raise NotImplementedError(f"memlab internals missing: {exc}") from None
+        from memlab.measure import prepare
+        from memlab.measure.step import make_step
+
         try:
             technique, dev, dt = prepare(self.technique_cls, dict(self.config), self.device, DTYPE, MODE)
         except memlab.TechniqueUnavailable as exc:
-            raise NotImplementedError(str(exc)) from None
-        except ValueError as exc:  # an invalid combination in this version (e.g. rank too large)
-            raise NotImplementedError(f"invalid configuration: {exc}") from None
+            raise NotImplementedError(f"{self.technique_name!r} cannot run here: {exc}") from None
         problem = technique.build(dev, dt, 0)
         step, _ = make_step(technique, problem, MODE)
         step()
@@ -261,33 +399,39 @@ class MemlabBenchmark(abc.ABC):
         return Path(self.cache_dir) / f"memlab-{safe}.json"
 
     def _measure(self) -> dict[str, Any]:
-        """Peak figures of one measured step, measured once per combination and run."""
+        """The figures of one measured step, measured once per combination and run."""
         path = self._cache_file()
         if path.exists():
             return json.loads(path.read_text())
         self._step = None  # free the timing problem first (refcounted): the measurement builds its own
-        m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE,
-                           isolate=False, iterations=1, repeats=1, check=False, **self.config)
+        # one timed step, no more: asv times the step itself (time_step); time_budget exists from 36df35b
+        options = {"time_budget": 0.0} if "time_budget" in inspect.signature(memlab.measure).parameters else {}
+        m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE, isolate=False,
+                           iterations=1, repeats=1, check=False, **options, **self.config)
         if m.status != "ok":
-            raise RuntimeError(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
+            raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
         figures = {"peak_allocated_bytes": m.peak_allocated_bytes, "peak_reserved_bytes": m.peak_reserved_bytes}
         path.write_text(json.dumps(figures))
         return figures
 
+    def _figure(self, key: str):
+        value = self._measure()[key]
+        if value is None:
+            raise BenchmarkFailure(f"memlab reported no {key} for {self.technique_name} on {self.device}")
+        return value
+
     def track_peak_allocated(self, cache_dir, *values):
         """Peak bytes of live tensors during one training step, above the step's baseline."""
-        return self._measure()["peak_allocated_bytes"]
+        return self._figure("peak_allocated_bytes")
 
     track_peak_allocated.unit = "bytes"
 
     def track_peak_reserved(self, cache_dir, *values):
-        """CUDA: peak reserved bytes above the baseline; CPU: resident high-water mark over the step."""
-        value = self._measure()["peak_reserved_bytes"]
-        if value is None:
-            raise RuntimeError("memlab reported no peak_reserved_bytes on this device")
-        return value
+        """CUDA: peak reserved bytes of the caching allocator above the baseline (skipped on CPU)."""
+        return self._figure("peak_reserved_bytes")
 
     track_peak_reserved.unit = "bytes"
+    track_peak_reserved.setup = _cuda_only
 
     def time_step(self, cache_dir, *values):
         """Seconds of one training step (forward, backward, SGD step)."""

@@ -1,8 +1,11 @@
-"""The asv suite: aligned params, the torch pin, plug-in discovery, skips, and asv itself.
+"""The asv suite: aligned params, the torch pin, plug-in discovery, skips vs failures, devices, and asv.
 
-The last two tests run asv (``asv check`` and one ``--quick --dry-run`` combination) in the current
-venv (``--python=same``), about 30-60 s together on 2 cores; they are marked ``asv`` so
-``pytest -m "not asv"`` leaves them out.
+The tests marked ``asv`` run asv itself: ``asv check``, one ``--quick --dry-run`` combination, and a
+good and a broken commit of a throw-away repository through ``asv run`` and ``asv compare``, once in
+the current venv (``--python=same``, the broken memlab put first on the path) and once for real
+(asv builds its virtualenv and both commits; skipped unless torch resolves to a local wheel).
+About 3.5 minutes together on 2 cores, 2 of them the real build.  ``pytest -m "not asv"`` leaves
+them out.
 """
 from __future__ import annotations
 
@@ -70,10 +73,13 @@ def test_params_and_param_names_aligned(cls):
     assert all(isinstance(p, list) and p for p in cls.params)
     assert all(len(set(map(repr, p))) == len(p) for p in cls.params), "duplicate values in a param list"
     assert cls.param_names[0] == "technique" and cls.param_names[-1] == "device"
-    assert cls.params[-1] == ["cpu", "cuda"]
+    from benchmarks.common import DEVICES, devices_from_env
+
+    assert cls.params[-1] == DEVICES == devices_from_env()
     for metric in METRICS:
         assert callable(getattr(cls, metric))
     assert cls.track_peak_allocated.unit == "bytes" and cls.track_peak_reserved.unit == "bytes"
+    assert not hasattr(cls, "track_relative_step_time")  # NOTE [ no track_relative_step_time ]
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -192,15 +198,82 @@ def test_setup_skips_the_asv_way(tmp_path, combo, reason):
         ChainedMatmul().setup(str(tmp_path), *combo)
 
 
-def test_cuda_skipped_without_a_gpu(tmp_path):
+def test_cuda_where_torch_cannot_use_it_fails_not_skips(tmp_path):
+    """A ``cuda`` combination exists only where the host shows a GPU or MEMLAB_ASV_DEVICES asks for
+    it; torch then failing to use CUDA (a CPU build in asv's environment) is a failure."""
     import torch
 
     from benchmarks.bench_chunking import ChainedMatmul
+    from benchmarks.common import BenchmarkFailure
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
-    with pytest.raises(NotImplementedError, match="no CUDA device"):
+    with pytest.raises(BenchmarkFailure, match=r"torch.cuda.is_available\(\) is False") as info:
         ChainedMatmul().setup(str(tmp_path), "unchunked", 2000, "cuda")
+    assert not isinstance(info.value, NotImplementedError)
+
+
+@pytest.mark.parametrize("environ, gpu, expected", [
+    ({}, False, ["cpu"]),
+    ({}, True, ["cpu", "cuda"]),
+    ({"MEMLAB_ASV_DEVICES": ""}, True, ["cpu", "cuda"]),
+    ({"MEMLAB_ASV_DEVICES": "cpu"}, True, ["cpu"]),
+    ({"MEMLAB_ASV_DEVICES": " CUDA , cpu,cuda"}, False, ["cpu", "cuda"]),
+    ({"MEMLAB_ASV_DEVICES": "cuda"}, False, ["cuda"]),
+])
+def test_devices_from_env(environ, gpu, expected):
+    from benchmarks.common import devices_from_env
+
+    assert devices_from_env(environ, gpu=gpu) == expected
+
+
+def test_devices_from_env_rejects_unknown_names():
+    from benchmarks.common import devices_from_env
+
+    with pytest.raises(ValueError, match=r"MEMLAB_ASV_DEVICES='cpu,gpu' is not valid: unknown device\(s\) \['gpu'\]"):
+        devices_from_env({"MEMLAB_ASV_DEVICES": "cpu,gpu"})
+
+
+def test_gpu_probe_reads_the_driver_not_torch(tmp_path):
+    """NOTE [ device ]: the probe looks at the driver's files; CUDA_VISIBLE_DEVICES="" hides GPUs."""
+    from benchmarks.common import host_has_nvidia_gpu
+
+    proc, dev = tmp_path / "gpus", tmp_path / "dev"
+    proc.mkdir()
+    dev.mkdir()
+    assert not host_has_nvidia_gpu({}, proc_dir=str(proc), dev_dir=str(dev))
+    (dev / "nvidiactl").touch()
+    assert not host_has_nvidia_gpu({}, proc_dir=str(proc), dev_dir=str(dev))
+    (dev / "nvidia0").touch()
+    assert host_has_nvidia_gpu({}, proc_dir=str(proc), dev_dir=str(dev))
+    (proc / "0000:3b:00.0").mkdir()
+    assert host_has_nvidia_gpu({}, proc_dir=str(proc), dev_dir=str(tmp_path / "missing"))
+    assert not host_has_nvidia_gpu({"CUDA_VISIBLE_DEVICES": ""}, proc_dir=str(proc), dev_dir=str(dev))
+
+
+def test_device_list_follows_the_environment_in_a_fresh_import():
+    """What asv's discovery and fork server see: MEMLAB_ASV_DEVICES decides, and CUDA stays untouched."""
+    code = ("import torch, benchmarks.bench_chunking as b; "
+            "print(b.ChainedMatmul.params[-1], torch.cuda.is_initialized())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MEMLAB_ASV_DEVICES": "cuda,cpu"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['cpu',", "'cuda']", "False"]
+
+
+def test_cpu_resident_is_not_measured_on_cpu(tmp_path):
+    """NOTE [ CPU resident is not a regression metric ]: asv runs the benchmark's own setup after
+    the class's; on CPU it skips, on CUDA it lets the combination run."""
+    discovery = pytest.importorskip("asv_runner.discovery")
+    from benchmarks.common import _cuda_only
+
+    bench = {b.name: b for b in discovery.disc_benchmarks(str(ROOT / "benchmarks"))}
+    for name in ("bench_chunking.ChainedMatmul", "bench_tensor_train.TTLinear", "bench_reversible.ResidualStack"):
+        assert bench[f"{name}.track_peak_reserved"]._setups[-1] is _cuda_only
+        assert _cuda_only not in bench[f"{name}.track_peak_allocated"]._setups
+    with pytest.raises(NotImplementedError, match="CPU resident is not a regression metric"):
+        _cuda_only(str(tmp_path), "unchunked", 2000, "cpu")
+    assert _cuda_only(str(tmp_path), "unchunked", 2000, "cuda") is None
 
 
 def _tiny_chained_matmul():
@@ -227,6 +300,7 @@ def test_both_memory_metrics_come_from_one_measurement(tmp_path):
     b.teardown(str(tmp_path), *combo)
     b2 = tiny()
     b2.setup(str(tmp_path), *combo)
+    # called directly (asv's per-benchmark setup would skip it on CPU): read from the same file
     assert b2.track_peak_reserved(str(tmp_path), *combo) == json.loads(cached.read_text())["peak_reserved_bytes"]
 
 
@@ -249,18 +323,20 @@ def test_import_does_not_initialise_cuda():
     assert not torch.cuda.is_initialized()
 
 
-def _asv(tmp_path: Path, *args: str, timeout: float, env: dict | None = None) -> subprocess.CompletedProcess:
+def _asv(tmp_path: Path, *args: str, timeout: float, env: dict | None = None,
+         repo: Path | None = None) -> subprocess.CompletedProcess:
     """Run asv with a copy of asv.conf.json whose output paths lie under ``tmp_path``.
 
     Even ``--dry-run`` writes ``results/<machine>/machine.json``; the copy keeps the repository
     clean.  HOME points at ``tmp_path`` too, whose ``.asv-machine.json`` names a test machine, so
-    the user's own machine file is neither needed nor touched.
+    the user's own machine file is neither needed nor touched.  ``repo``: another git repository
+    (default: this one); the benchmarks are always this working tree's.
     """
     exe = Path(sys.executable).with_name("asv")
     if not exe.exists():
         pytest.skip("asv is not installed next to this Python (pip install -e '.[bench]')")
     conf = _asv_conf()
-    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "results"),
+    conf.update(repo=str(repo or ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "results"),
                 env_dir=str(tmp_path / "env"), html_dir=str(tmp_path / "html"))
     (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
     (tmp_path / ".asv-machine.json").write_text(json.dumps({"version": 1, "memlab-test": {
@@ -309,9 +385,167 @@ def test_asv_quick_dry_run_of_one_combination(tmp_path):
                env={"MEMLAB_PLUGINS": str(plugin)})
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    # the measured values, e.g. "8.24M" in asv's table; a failure prints "failed" instead
-    assert re.search(r"einsum_chunk\s+2000\s+[\d.]+[kMG]", text), text
-    assert re.search(r"plugin_unchunked\s+2000\s+[\d.]+[kMG]", text), text
+    # the measured values, e.g. "8.24M" in asv's table (first column: chunk_size 2000 on this host's
+    # first device, cpu); a failure prints "failed" instead
+    assert re.search(r"einsum_chunk\s+[\d.]+[kMG]", text), text
+    assert re.search(r"plugin_unchunked\s+[\d.]+[kMG]", text), text
     assert "failed" not in text, text
     saved = [f for f in (tmp_path / "results").rglob("*.json") if f.name not in ("machine.json", "benchmarks.json")]
     assert not saved, saved
+
+
+# -- failures are failures (NOTE [ skipped or failed ] in benchmarks/common.py) ------------------------
+
+BROKEN_MEMLAB = 'raise ImportError("memlab is broken at this commit (deliberately)")\n'
+
+SETUP_ONE = """
+import sys
+sys.path.insert(0, {root!r})  # the benchmarks package; a broken memlab, when given, goes first
+from benchmarks.bench_chunking import ChainedMatmul
+try:
+    ChainedMatmul().setup({cache!r}, "unchunked", 2000, "cpu")
+except Exception as exc:
+    print("RAISED", type(exc).__name__, "skip" if isinstance(exc, NotImplementedError) else "fail", "|", exc)
+else:
+    print("RAN")
+"""
+
+
+def _setup_in_fresh_process(tmp_path: Path, pythonpath: str | None = None, env: dict | None = None) -> str:
+    """Import the benchmarks in a fresh interpreter (as asv's fork server does) and run one setup."""
+    code = SETUP_ONE.format(root=str(ROOT), cache=str(tmp_path))
+    if pythonpath:
+        code = f"import sys; sys.path.insert(0, {pythonpath!r})\n" + code.replace(
+            f"sys.path.insert(0, {str(ROOT)!r})", f"sys.path.insert(1, {str(ROOT)!r})")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                         env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_broken_memlab_fails_setup_instead_of_skipping(tmp_path):
+    """A commit whose ``import memlab`` raises is a failure (asv: ``failed``), not ``n/a``."""
+    broken = tmp_path / "broken"
+    (broken / "memlab").mkdir(parents=True)
+    (broken / "memlab" / "__init__.py").write_text(BROKEN_MEMLAB)
+    line = _setup_in_fresh_process(tmp_path, pythonpath=str(broken))
+    assert line.startswith("RAISED BenchmarkFailure fail | import memlab failed"), line
+    assert "memlab is broken at this commit" in line, line
+
+
+def test_broken_registry_fails_setup_instead_of_skipping(tmp_path):
+    """A technique module (here a plug-in) that raises on import leaves the registry half-filled:
+    the error recorded at import is raised again, techniques are not reported as absent."""
+    plugin = tmp_path / "bad_plugin.py"
+    plugin.write_text("raise RuntimeError('this plug-in is broken')\n")
+    line = _setup_in_fresh_process(tmp_path, env={"MEMLAB_PLUGINS": str(plugin)})
+    assert line.startswith("RAISED BenchmarkFailure fail | memlab.list_techniques() failed"), line
+    assert "this plug-in is broken" in line, line
+
+
+def test_working_memlab_runs_setup(tmp_path):
+    assert _setup_in_fresh_process(tmp_path) == "RAN"
+
+
+def test_invalid_value_fails_not_skips(tmp_path):
+    """A value the memlab version rejects (ValueError from prepare) is a failure: the grid is valid
+    in the working tree, so a version rejecting it changed or broke something."""
+    from benchmarks.bench_chunking import ChainedMatmul
+
+    class Bad(ChainedMatmul):
+        params = [["slice_loop"], [0], ["cpu"]]
+
+    with pytest.raises(ValueError, match="chunk_size"):
+        Bad().setup(str(tmp_path), "slice_loop", 0, "cpu")
+
+
+GOOD_BAD_CONF_BENCH = r"bench_chunking\.ChainedMatmul\.track_peak_allocated\('einsum_chunk', 2000, 'cpu'\)"
+
+
+@pytest.mark.asv
+def test_asv_records_a_broken_commit_as_failed(tmp_path):
+    """``asv run`` and ``asv compare`` over a throw-away repository: a good commit, then one whose
+    memlab does not import.  Both runs use this venv (``--python=same``); the broken commit's memlab
+    is put first on the benchmark processes' path with ``ASV_PYTHONPATH`` (asv's way to set
+    PYTHONPATH for them), and ``--set-commit-hash`` files each run under its commit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "README").write_text("good\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "good"], check=True)
+    (repo / "memlab").mkdir()
+    (repo / "memlab" / "__init__.py").write_text(BROKEN_MEMLAB)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "break memlab"], check=True)
+    good, bad = (subprocess.run([*git, "rev-parse", rev], check=True, capture_output=True, text=True).stdout.strip()
+                 for rev in ("HEAD~1", "HEAD"))
+    run = ("run", "--python=same", "--show-stderr", "--machine", "memlab-test", "-b", GOOD_BAD_CONF_BENCH)
+    out_good = _asv(tmp_path, *run, "--set-commit-hash", good, timeout=240, repo=repo)
+    assert out_good.returncode == 0, out_good.stdout + out_good.stderr
+    out_bad = _asv(tmp_path, *run, "--set-commit-hash", bad, timeout=240, repo=repo,
+                   env={"ASV_PYTHONPATH": str(repo)})
+    text = out_bad.stdout + out_bad.stderr
+    assert out_bad.returncode != 0, text  # asv run exits non-zero when a benchmark failed
+    assert "failed" in text and "import memlab failed" in text and "memlab is broken at this commit" in text, text
+    (saved,) = (tmp_path / "results" / "memlab-test").glob(f"{bad[:8]}-*.json")
+    data = json.loads(saved.read_text())
+    name = "bench_chunking.ChainedMatmul.track_peak_allocated"
+    params = dict(zip(data["result_columns"], data["results"][name]))["params"]
+    values = dict(zip(data["result_columns"], data["results"][name]))["result"]
+    assert values is None or values[list(itertools.product(*params)).index(("'einsum_chunk'", "2000", "'cpu'"))] is None
+    cmp = _asv(tmp_path, "compare", "--machine", "memlab-test", good, bad, timeout=120, repo=repo)
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+    # asv 0.6's markdown table: | Change | Before | After | Ratio | Benchmark (Parameter) |
+    (row,) = [line for line in cmp.stdout.splitlines() if "('einsum_chunk', 2000, 'cpu')" in line]
+    change, before, after = (cell.strip() for cell in row.strip().strip("|").split("|")[:3])
+    assert (change, after) == ("!", "failed") and before.endswith("M"), cmp.stdout
+
+
+def _matrix_resolves_with_a_local_torch() -> str | None:
+    """Why asv's environment cannot be built here cheaply, or None.
+
+    ``pip install --dry-run --report`` resolves the matrix (and asv's own packages) with the user's
+    pip configuration, downloading nothing; the environment is built only where torch resolves to
+    a local file (a wheelhouse or local index), never a multi-GB download from an index.
+    """
+    conf = _asv_conf()
+    reqs = [f"{name}=={versions[0]}" for name, versions in conf["matrix"]["req"].items()]
+    out = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+                          "--quiet", "--report", "-", *reqs, "asv_runner", "pympler", "build"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PIP_RETRIES": "0"})
+    if out.returncode != 0:
+        return f"pip cannot resolve asv's matrix here: {out.stderr.strip()[-300:]}"
+    urls = {item["metadata"]["name"].lower(): item["download_info"]["url"] for item in json.loads(out.stdout)["install"]}
+    if not urls.get("torch", "").startswith("file:"):
+        return f"torch would be downloaded ({urls.get('torch')}), not read from a local wheel"
+    return None
+
+
+@pytest.mark.asv
+def test_asv_run_builds_a_broken_commit_and_records_it_as_failed(tmp_path):
+    """The whole asv path, no shortcuts: a throw-away clone of this repository's HEAD plus a commit
+    that breaks ``import memlab``; asv builds its virtualenv (torch from the local wheel), builds and
+    installs memlab at both commits and runs one combination at each.  About 80 s on 2 cores."""
+    why = _matrix_resolves_with_a_local_torch()
+    if why:
+        pytest.skip(why)
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{ROOT}", str(repo)], check=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    (repo / "memlab" / "__init__.py").write_text(BROKEN_MEMLAB)
+    subprocess.run([*git, "commit", "-q", "-am", "break memlab"], check=True)
+    good, bad = (subprocess.run([*git, "rev-parse", rev], check=True, capture_output=True, text=True).stdout.strip()
+                 for rev in ("HEAD~1", "HEAD"))
+    (tmp_path / "commits.txt").write_text(f"{good}\n{bad}\n")
+    run = _asv(tmp_path, "run", "--show-stderr", "--machine", "memlab-test", "-b", GOOD_BAD_CONF_BENCH,
+               f"HASHFILE:{tmp_path / 'commits.txt'}", timeout=900, repo=repo)
+    text = run.stdout + run.stderr
+    assert run.returncode != 0, text  # asv run exits non-zero when a benchmark failed
+    assert re.search(r"track_peak_allocated\s+1/\d+ failed", text) and "import memlab failed" in text, text
+    cmp = _asv(tmp_path, "compare", "--machine", "memlab-test", good, bad, timeout=120, repo=repo)
+    assert cmp.returncode == 0, cmp.stdout + cmp.stderr
+    (row,) = [line for line in cmp.stdout.splitlines() if "('einsum_chunk', 2000, 'cpu')" in line]
+    change, before, after = (cell.strip() for cell in row.strip().strip("|").split("|")[:3])
+    assert (change, after) == ("!", "failed") and before.endswith("M"), cmp.stdout
