@@ -380,6 +380,45 @@ def _cmd_bench_harness(args) -> int:
     return 0
 
 
+def _cmd_advise(args) -> int:
+    """Rank the modelled techniques and knob settings that fit ``--budget`` (from data/models, no
+    measurement, no torch); ``--verify`` measures the first; ``--fit`` rebuilds the models.  Bad input
+    and a budget nothing meets are one line each, exit 2 (see ``main``)."""
+    from .advisor import AdviceError, advise, format_advice, format_verify, verify
+
+    models_dir = Path(args.models) if args.models else None
+    if args.fit:
+        from .advisor import fit_all
+        from .advisor.fit import OPTIMIZERS_FITTED
+        from .advisor.model import MODELS_DIR
+
+        optimizers = [args.optimizer] if args.optimizer else list(OPTIMIZERS_FITTED)
+        for path in fit_all(models_dir or MODELS_DIR, optimizers, [args.family] if args.family else None,
+                            say=_say):
+            print(path)
+        return 0
+    if not args.family or not args.budget:
+        raise UsageError("memlab advise needs --family and --budget (or --fit)")
+    try:
+        a = advise(args.family, args.budget, args.param or [], optimizer=args.optimizer or "sgd",
+                   device=args.device, models_dir=models_dir)
+    except AdviceError as exc:
+        raise UsageError(str(exc)) from None
+    for x in a["extrapolation"]:
+        _say(f"memlab: warning: {x['param']}={x['value']} is {x['factor']}x beyond the validated range "
+             f"({x['param']} <= {x['validated_max']}); predicted by extrapolating the exact model")
+    checked = verify(a) if args.verify else None
+    if args.json:
+        print(json.dumps({**a, "verify": checked}, indent=1, sort_keys=True))
+    else:
+        _print_or_drop(format_advice(a, limit=None if args.all else 15))
+        if checked is not None:
+            _print_or_drop("\n" + format_verify(checked))
+    if checked is not None and checked["measured"] and not checked["fits_budget"]:
+        return 1
+    return 0
+
+
 def _cmd_site(args) -> int:
     """Build the site; each input problem is one ``memlab: warning:`` line on stderr (and on the
     methodology page).  A refused ``--out`` is the ValueError's one line, exit 2 (see ``main``)."""
@@ -492,6 +531,22 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out", default="html", help="output directory (default html)")
     s.add_argument("--run", action="append", metavar="FILE.jsonl", help="extra sweep JSON Lines file (repeatable)")
     s.set_defaults(func=_cmd_site)
+
+    s = sub.add_parser("advise", parents=[common], help="which technique and knob setting fit a memory budget, "
+                                                       "ranked by predicted relative step time (from data/models)")
+    s.add_argument("--family", help="technique family (modelled: chunking, reversible)")
+    s.add_argument("--budget", help="memory budget: 2GiB, 1.5GB, 512MiB or bytes")
+    s.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="workload size or knob (repeatable); a knob given is held, else its settings are searched")
+    s.add_argument("--optimizer", default=None, metavar="NAME", help="sgd (default) or adam")
+    s.add_argument("--device", default="cpu", help="cpu (exact peak) or cuda (peak plus a stated allocator margin)")
+    s.add_argument("--json", action="store_true", help="print the advice as JSON (bytes)")
+    s.add_argument("--all", action="store_true", help="list every fitting setting, not the first 15")
+    s.add_argument("--verify", action="store_true", help="measure the first recommendation when it fits this "
+                                                          "machine's available memory; exit 1 if it overflows the budget")
+    s.add_argument("--fit", action="store_true", help="rebuild the models (traces + held-out measurements, minutes)")
+    s.add_argument("--models", metavar="DIR", help="models directory (default data/models)")
+    s.set_defaults(func=_cmd_advise)
 
     s = sub.add_parser("bench-harness", help="the harness's own overhead per point (spawn vs fork server) and "
                                              "how a CPU load moves absolute vs relative step times")

@@ -1,0 +1,323 @@
+"""``memlab advise``: which technique and knob setting fit a step in a memory budget, and how slow they are.
+
+Answers from the committed models (:mod:`memlab.advisor.model`) without measuring and without torch;
+``verify`` measures the first recommendation.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from ..params import Param
+from ..units import MiB
+from .families import knob_candidates
+from .model import CATEGORIES, load_models, models_path, predict, predict_time
+
+__all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
+           "fmt_bytes", "CUDA_MARGIN"]
+
+GiB = 1024 * MiB
+#: the caching allocator's margin over the exact allocated peak when no CUDA model is fitted (NOTE in
+#: :func:`cuda_need`): 10% + 64 MiB, plus cuBLAS (8 MiB + 128 KiB) and cuBLASLt (1 MiB) workspaces
+CUDA_MARGIN = {"fraction": 0.10, "fixed_bytes": 64 * MiB, "workspace_bytes": 4096 * 1024 * 2 + 16 * 1024 * 8 + MiB}
+
+
+class AdviceError(ValueError):
+    """Bad input or a budget nothing meets: one line for the user (exit status 2)."""
+
+
+_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 10**6, "mib": MiB,
+          "g": GiB, "gb": 10**9, "gib": GiB, "t": 1024 * GiB, "tb": 10**12, "tib": 1024 * GiB}
+
+
+def parse_budget(text: str) -> int:
+    """``'2GiB'``, ``'1.5 GB'``, ``'512MiB'``, ``'3e9'`` -> bytes (K/M/G/T alone are binary)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise AdviceError(f"--budget {text!r} is not a memory size; write e.g. 2GiB, 1.5GB, 512MiB or bytes")
+    value = float(m.group(1)) * _UNITS[unit]
+    if value < 1:
+        raise AdviceError(f"--budget {text!r} is not positive")
+    return int(value)
+
+
+def fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    if n >= GiB:
+        return f"{sign}{n / GiB:.2f} GiB"
+    return f"{sign}{n / MiB:.1f} MiB"
+
+
+def cuda_need(total: int) -> int:
+    """Bytes to reserve on a GPU for a step whose exact allocated peak is ``total``.
+
+    The models are of exact allocated bytes (CPU; CUDA allocates the same tensors, rounded to 512 B).
+    The caching allocator reserves more (2 MiB / 20 MiB segments, block rounding, fragmentation), which
+    is not a polynomial of the sizes, so it is a stated margin here: :data:`CUDA_MARGIN`.  The CUDA
+    context (hundreds of MiB, outside the allocator) is not included.
+    """
+    return int(total * (1 + CUDA_MARGIN["fraction"])) + CUDA_MARGIN["fixed_bytes"] + CUDA_MARGIN["workspace_bytes"]
+
+
+def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> tuple[dict, list[str]]:
+    specs = {**fam["sizes"], **fam["knobs"]}
+    fixed = fam["workload_fixed"]
+    valid = sorted({*specs, *fixed})
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise AdviceError(f"--param {pair!r} is not of the form name=value")
+        if key in fixed:
+            value = Param(fixed[key]).parse(key, text.strip())
+            if value != fixed[key]:
+                raise AdviceError(f"the {family} models cover {key}={fixed[key]!r} only (got {value!r})")
+            continue
+        if key not in specs:
+            raise AdviceError(f"family {family!r} has no parameter {key!r}; valid parameters: {', '.join(valid)}")
+        s = specs[key]
+        out[key] = Param(s["default"], low=s["low"], high=s["high"]).parse(key, text.strip())
+    notes = []
+    for size, s in fam["sizes"].items():
+        if size not in out:
+            out[size] = s["default"]
+            notes.append(f"{size}={s['default']} (default)")
+    return out, notes
+
+
+def _error_bound(entry: Mapping[str, Any]) -> dict[str, Any]:
+    measured = [r for r in entry.get("held_out_measured", []) if r.get("status") == "ok"]
+    traced = entry.get("held_out_traced", {})
+    worst = entry.get("max_abs_error_bytes")
+    rel = entry.get("max_rel_error")
+    text = (f"exact on {len(measured)} measured + {traced.get('points', 0)} traced held-out" if worst == 0
+            else f"±{100 * (rel or 0):.2f}% (max {worst} B) on {len(measured)} measured held-out")
+    return {"max_abs_error_bytes": worst, "max_rel_error": rel, "measured_points": len(measured),
+            "traced_points": traced.get("points", 0), "text": text}
+
+
+def _extrapolation(fam: Mapping[str, Any], sizes: Mapping[str, int]) -> list[dict[str, Any]]:
+    out = []
+    for size in fam["sizes"]:
+        highs = [e["validated_range"][size][1] for e in fam["entries"] if size in e.get("validated_range", {})]
+        if highs and sizes[size] > min(highs):
+            hi = min(highs)
+            out.append({"param": size, "value": sizes[size], "validated_max": hi,
+                        "factor": round(sizes[size] / hi, 1)})
+    return out
+
+
+def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimizer: str = "sgd",
+           device: str = "cpu", models_dir=None) -> dict[str, Any]:
+    """Every modelled technique and knob setting predicted to fit ``budget`` bytes, ranked.
+
+    Returns a JSON-ready dict: ``fits`` (ranked by predicted relative step time, then peak),
+    ``pareto`` (settings no other beats on both the need and the time), ``cannot_fit`` (with the
+    smallest need each reaches), ``extrapolation`` and ``notes``.
+
+    Raises:
+        AdviceError: unknown family, parameter, device or optimizer; unparsable budget; nothing fits.
+    """
+    if device not in ("cpu", "cuda"):
+        raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
+    budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
+    try:
+        models = load_models(optimizer, models_dir)
+    except ValueError as exc:
+        raise AdviceError(str(exc)) from None
+    fams = models["families"]
+    if family not in fams:
+        raise AdviceError(f"unknown family {family!r}; modelled families: {', '.join(sorted(fams))}")
+    fam = fams[family]
+    chosen, notes = _parse_params(fam, family, params)
+    sizes = {s: chosen[s] for s in fam["sizes"]}
+    candidates = []
+    for entry in fam["entries"]:
+        settings: list[dict[str, int]] = [{}]
+        for knob in entry["knobs"]:
+            if knob in chosen:
+                settings = [{knob: chosen[knob]}]
+            else:
+                spec = fam["knobs"][knob]
+                settings = [{knob: c} for c in knob_candidates(family, sizes, int(spec["low"]), int(spec["high"]))]
+        for knobs in settings:
+            p = {**sizes, **knobs}
+            pred = predict(family, entry, p)
+            need = pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])
+            t = predict_time(family, entry, p)
+            candidates.append({
+                "technique": entry["technique"], "label": entry["label"], "fixed": entry["fixed"], "knobs": knobs,
+                "params": {**entry["fixed"], **p}, "total_peak_bytes": pred["total_peak_bytes"],
+                "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need,
+                "headroom_bytes": budget_bytes - need, "fits": need <= budget_bytes,
+                "relative_step_time": None if t is None else round(t, 3), "chunks": pred["k"],
+                "recommendable": entry.get("recommendable", False), "error_bound": _error_bound(entry),
+            })
+    usable = [c for c in candidates if c["recommendable"]]
+    fits = sorted((c for c in usable if c["fits"]),
+                  key=lambda c: (c["relative_step_time"] is None, c["relative_step_time"] or 0, c["need_bytes"]))
+    cannot = []
+    for label in dict.fromkeys(c["label"] for c in candidates):
+        mine = [c for c in candidates if c["label"] == label]
+        if not any(c["fits"] for c in mine) or not mine[0]["recommendable"]:
+            best = min(mine, key=lambda c: c["need_bytes"])
+            cannot.append({"label": label, "smallest_need_bytes": best["need_bytes"], "knobs": best["knobs"],
+                           "chunks": best["chunks"], "recommendable": best["recommendable"]})
+    if not fits:
+        best = min(usable or candidates, key=lambda c: c["need_bytes"])
+        knob = "".join(f" {k}={v}" for k, v in best["knobs"].items())
+        raise AdviceError(
+            f"no modelled {family} technique fits {fmt_bytes(budget_bytes)} at "
+            f"{' '.join(f'{k}={v}' for k, v in sizes.items())} ({optimizer}, {device}); the smallest predicted "
+            f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
+    timed = [c for c in usable if c["relative_step_time"] is not None]
+    pareto = [c for c in timed if not any(
+        o["need_bytes"] <= c["need_bytes"] and o["relative_step_time"] <= c["relative_step_time"]
+        and (o["need_bytes"], o["relative_step_time"]) != (c["need_bytes"], c["relative_step_time"]) for o in timed)]
+    pareto = sorted({(c["label"], tuple(sorted(c["knobs"].items()))): c for c in pareto}.values(),
+                    key=lambda c: c["need_bytes"])
+    return {
+        "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
+        "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
+        "dtype": models.get("dtype"), "fits": fits, "pareto": pareto, "cannot_fit": cannot, "notes": notes,
+        "extrapolation": _extrapolation(fam, sizes),
+        "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
+        "time_note": "relative step time (technique step / plain reference step) is approximate: measured at "
+                     "one moderate size per family on a loaded 2-core machine; chunked: the one-chunk figure plus "
+                     "a per-chunk cost scaled by the work n*d*hidden (memlab.advisor.fit.time_model)",
+    }
+
+
+def _cats(c: Mapping[str, Any]) -> str:
+    short = {"parameters": "params", "gradients": "grads", "optimizer_state": "opt", "inputs": "inputs",
+             "saved_activations": "saved", "temporaries": "temp"}
+    return "  ".join(f"{short[k]} {fmt_bytes(c['peak_by_category_bytes'][k])}" for k in CATEGORIES
+                     if c["peak_by_category_bytes"].get(k))
+
+
+def _knobs(c: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in c["knobs"].items()) + (f" ({c['chunks']} chunks)" if c["knobs"] else "")
+
+
+def _time(c: Mapping[str, Any]) -> str:
+    t = c["relative_step_time"]
+    return "-" if t is None else f"~{t:.1f}x" if t < 10 else f"~{t:.0f}x"
+
+
+def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
+    """The advice as text: ranked fits (each with its categories), the Pareto front, what cannot fit."""
+    need = "peak" if a["device"] == "cpu" else "CUDA need"
+    lines = [f"memlab advise: {a['family']} {' '.join(f'{k}={v}' for k, v in a['sizes'].items())}, budget "
+             f"{fmt_bytes(a['budget_bytes'])}, optimizer {a['optimizer']}, device {a['device']}",
+             f"models: {a['models']} (memlab {str(a['memlab_commit'])[:12]}, {a['dtype']}, exact CPU bytes; "
+             f"nothing measured)"]
+    if a["notes"]:
+        lines.append("sizes not given: " + ", ".join(a["notes"]))
+    if a["device"] == "cuda":
+        m = a["cuda_margin"]
+        lines.append(f"CUDA need = exact peak x {1 + m['fraction']:.2f} + {fmt_bytes(m['fixed_bytes'])} "
+                     f"caching-allocator "
+                     f"margin + {fmt_bytes(m['workspace_bytes'])} cuBLAS/cuBLASLt workspaces (a stated margin, not a "
+                     f"fitted reserved model); the CUDA context is not included")
+    shown = a["fits"] if limit is None else a["fits"][:limit]
+    lines += ["", f"Fits ({len(a['fits'])} settings, ranked by predicted relative step time"
+              + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
+    rows = [("#", "technique", "setting", need, "headroom", "time", "model error")]
+    for i, c in enumerate(shown, 1):
+        t = _time(c)
+        rows.append((str(i), c["label"], _knobs(c) or "-", fmt_bytes(c["need_bytes"]), fmt_bytes(c["headroom_bytes"]),
+                     t, c["error_bound"]["text"]))
+    widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+    for j, r in enumerate(rows):
+        lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
+        if j:
+            lines.append(" " * (widths[0] + 2) + _cats(shown[j - 1]))
+    front = a["pareto"]
+    if limit is not None and len(front) > limit:  # evenly spaced along the front, both ends kept
+        front = [front[round(i * (len(front) - 1) / (limit - 1))] for i in range(limit)]
+    lines += ["", f"Pareto front ({need} vs relative time, {len(a['pareto'])} settings"
+              + (f", {len(front)} shown" if len(front) < len(a["pareto"]) else "") + "; * fits):"]
+    for c in front:
+        lines.append(f"  {'*' if c['fits'] else ' '} {fmt_bytes(c['need_bytes']):>11}  {_time(c):>7}  "
+                     f"{c['label']} {_knobs(c)}".rstrip())
+    if a["cannot_fit"]:
+        lines += ["", "Cannot fit at any setting:"]
+        for c in a["cannot_fit"]:
+            why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
+            knob = f" at {_knobs(c)}" if c["knobs"] else ""
+            lines.append(f"  {c['label']}: smallest {need} {fmt_bytes(c['smallest_need_bytes'])}{knob}{why}")
+    lines += ["", "Time: " + a["time_note"] + "."]
+    return "\n".join(lines)
+
+
+def _available_bytes() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
+    """Measure the first recommendation (CPU, isolated) when it fits in this machine's available memory.
+
+    Returns ``{"measured": bool, ...}`` with predicted and measured total peak, categories and
+    relative step time, or the reason it was not measured.
+    """
+    first = a["fits"][0]
+    avail = _available_bytes()
+    want = int(first["total_peak_bytes"] * 1.5) + 512 * MiB
+    if avail is not None and want > avail:
+        return {"measured": False, "reason": f"needs about {fmt_bytes(want)} and this machine has "
+                f"{fmt_bytes(avail)} available", "setting": first}
+    if measure_fn is None:
+        import memlab
+
+        measure_fn = memlab.measure
+    from ..registry import get_technique
+
+    cls = get_technique(first["technique"])
+    fixed = {k: v for k, v in first["params"].items() if k in cls.all_params()}
+    m = measure_fn(first["technique"], iterations=2, repeats=3, time_budget=0, check=False,
+                   optimizer=a["optimizer"], **fixed)
+    out = {"measured": True, "setting": first, "status": m.status, "error": m.error,
+           "predicted_total_peak_bytes": first["total_peak_bytes"], "measured_total_peak_bytes": m.total_peak_bytes,
+           "predicted_by_category_bytes": first["peak_by_category_bytes"],
+           "measured_by_category_bytes": dict(m.peak_by_category_bytes),
+           "predicted_relative_step_time": first["relative_step_time"],
+           "measured_relative_step_time": m.relative_step_time, "budget_bytes": a["budget_bytes"]}
+    if a["device"] == "cuda" and m.predicted_cuda:
+        out["predicted_cuda_reserved_bytes"] = m.predicted_cuda.get("reserved_peak_bytes")
+    out["fits_budget"] = m.status == "ok" and (m.total_peak_bytes or 0) <= a["budget_bytes"]
+    return out
+
+
+def format_verify(v: Mapping[str, Any]) -> str:
+    c = v["setting"]
+    head = f"verify #1 {c['label']} {_knobs(c)}".rstrip()
+    if not v["measured"]:
+        return f"{head}: not measured: {v['reason']}"
+    if v["status"] != "ok":
+        return f"{head}: measurement {v['status'].upper()}: {v['error']}"
+    p, m = v["predicted_total_peak_bytes"], v["measured_total_peak_bytes"]
+    lines = [f"{head}: predicted {fmt_bytes(p)} ({p} B), measured {fmt_bytes(m)} ({m} B), error {p - m:+d} B; "
+             f"{'fits' if v['fits_budget'] else 'DOES NOT FIT'} the budget {fmt_bytes(v['budget_bytes'])}"]
+    for k in CATEGORIES:
+        a, b = v["predicted_by_category_bytes"].get(k, 0), v["measured_by_category_bytes"].get(k, 0)
+        lines.append(f"  {k:<18} predicted {fmt_bytes(a):>11}  measured {fmt_bytes(b):>11}")
+    t0, t1 = v["predicted_relative_step_time"], v["measured_relative_step_time"]
+    lines.append(f"  relative step time predicted {'-' if t0 is None else f'~{t0:.2g}x'}, measured "
+                 f"{'-' if t1 is None else f'{t1:.2g}x'}")
+    if "predicted_cuda_reserved_bytes" in v:
+        lines.append(f"  CUDA reserved predicted from this run's trace: "
+                     f"{fmt_bytes(v['predicted_cuda_reserved_bytes'])} "
+                     f"(advisor's CUDA need {fmt_bytes(c['need_bytes'])})")
+    return "\n".join(lines)

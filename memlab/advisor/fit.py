@@ -1,0 +1,293 @@
+"""Build the memory models of NOTE [ advisor models ] and check them against held-out measurements.
+
+``memlab advise --fit`` (``make models``) runs :func:`fit_all` and writes ``data/models/cpu-float32-<optimizer>.json``.
+Traces run in this process (cheap: tiny sizes, a few ms each once ``gc.freeze`` has moved torch's
+objects out of the collector's way); the held-out checks are ordinary isolated
+:func:`memlab.measure` calls.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from .families import (BASE_K, FAMILIES, Entry, Family, class_variables, fitted_range, get_family, random_points,
+                       to_params, trace_points)
+from .model import CATEGORIES, SCHEMA, encode_poly, models_path, predict
+from .structure import infer_loops, loop_baseline, pieces_of, prune, split_baseline
+
+__all__ = ["fit_all", "fit_entry", "OPTIMIZERS_FITTED"]
+
+OPTIMIZERS_FITTED = ("sgd", "adam")
+#: raw-trace held-out points per model (exact replays at random sizes and loop counts)
+TRACED_HELD_OUT = 12
+
+
+def _encode_piece(piece: dict) -> dict:
+    return {c: encode_poly(p) for c, p in sorted(piece.items()) if p}
+
+
+def _classes(fam: Family, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
+    """The model classes of one entry and every traced point (for the fitted range)."""
+    from .trace import check_distinct, symbolic_trace
+
+    chunked = bool(entry.knobs)
+    fixed = {**fam.workload_fixed, **entry.fixed}
+    looped = chunked or fam.name == "reversible"
+    traced: list[dict] = []
+    step_of: dict[int, tuple] = {}
+
+    def trace(k: int):
+        variables = class_variables(fam.name, k, chunked)
+        pts = trace_points(fam.name, k, chunked, check_distinct)
+        params = [to_params(fam.name, k, p, chunked) for p in pts]
+        traced.extend(params)
+        events = symbolic_trace(entry.technique, fixed, pts, variables,
+                                lambda p: to_params(fam.name, k, p, chunked), optimizer)
+        return split_baseline(events)
+
+    classes = []
+    for k in range(1, (BASE_K if looped else 1) + 1):
+        baseline, step = step_of.setdefault(k, trace(k))
+        classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))]})
+    if looped:
+        for k in range(BASE_K, BASE_K + 4):
+            if k not in step_of:
+                step_of[k] = trace(k)
+        steps = {k: step_of[k][1] for k in range(BASE_K, BASE_K + 4)}
+        structure = infer_loops(steps[BASE_K], steps[BASE_K + 1], BASE_K,
+                                [(k, steps[k]) for k in range(BASE_K + 2, BASE_K + 4)])
+        baseline = loop_baseline({k: step_of[k][0] for k in steps}, BASE_K)
+        pieces = prune(pieces_of(baseline, structure.base, structure))
+        classes.append({"k_min": BASE_K + 1, "loop_bodies": len(structure.insertions),
+                        "pieces": [_encode_piece(p) for p in pieces]})
+    return classes, traced
+
+
+def _traced_check(fam: Family, entry: Entry, optimizer: str, model: dict, seed: int) -> dict:
+    """Predicted vs exactly replayed peaks (total and categories) at random held-out configurations."""
+    from .trace import raw_trace
+
+    chunked = bool(entry.knobs)
+    worst, worst_at, cats_ok = -1, None, True
+    pts = random_points(fam.name, chunked, TRACED_HELD_OUT, seed)
+    for p in pts:
+        params = {**fam.workload_fixed, **entry.fixed, **p}
+        events = raw_trace(entry.technique, params, optimizer)
+        live = {c: 0 for c in CATEGORIES}
+        best = None
+        for delta, cat, phase, _op in events:
+            if phase != "pre" and best is None:
+                best = (sum(live.values()), dict(live))
+            live[cat] = live.get(cat, 0) + delta
+            if phase != "pre" and sum(live.values()) > best[0]:
+                best = (sum(live.values()), dict(live))
+        pred = predict(fam.name, model, p)
+        err = abs(pred["total_peak_bytes"] - best[0])
+        cats_ok &= all(pred["peak_by_category_bytes"][c] == best[1].get(c, 0) for c in CATEGORIES)
+        if err > worst:
+            worst, worst_at = err, p
+    return {"points": len(pts), "max_abs_error_bytes": worst, "categories_exact": cats_ok,
+            "worst_at": worst_at}
+
+
+def _measured_points(fam: Family, entry: Entry, optimizer: str, seed: int) -> list[tuple[dict, str]]:
+    """Held-out configurations measured with memlab.measure: small random ones, and the time points
+    (a medium size, many times the traced sizes) for SGD."""
+    chunked = bool(entry.knobs)
+    out = [(p, "small") for p in random_points(fam.name, chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
+    size = dict(fam.time_size)
+    if chunked:
+        chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
+        for k in chunks:
+            out.append(({**size, "chunk_size": -(-size["n"] // k)}, "time"))
+    else:
+        out.append((size, "time"))
+    return out
+
+
+def _beyond(params: dict, fitted: dict) -> float:
+    return max((params[s] / hi for s, (_lo, hi) in fitted.items() if s in params and hi), default=1.0)
+
+
+def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable | None = None,
+              say: Callable[[str], None] = lambda s: None, seed: int = 0) -> dict:
+    """One entry's model: classes, fitted range, held-out checks (traced and measured), time model."""
+    import memlab
+
+    started = time.perf_counter()
+    classes, traced = _classes(fam, entry, optimizer)
+    fitted = fitted_range(traced, fam.sizes + entry.knobs)
+    model: dict[str, Any] = {"technique": entry.technique, "label": entry.label, "fixed": dict(entry.fixed),
+                             "knobs": list(entry.knobs), "classes": classes, "fitted_range": fitted}
+    model["held_out_traced"] = _traced_check(fam, entry, optimizer, model, seed)
+    measure_fn = measure_fn or memlab.measure
+    rows, time_points, statuses = [], [], set()
+    for p, kind in _measured_points(fam, entry, optimizer, seed):
+        params = {**fam.workload_fixed, **entry.fixed, **p}
+        small = kind == "small"
+        m = measure_fn(entry.technique, iterations=2, repeats=1 if small else 3, time_budget=0,
+                       check=small, optimizer=optimizer, **params)
+        statuses.add(m.status)
+        if m.status != "ok":
+            rows.append({"params": p, "status": m.status, "error": m.error})
+            continue
+        pred = predict(fam.name, model, p)
+        err = pred["total_peak_bytes"] - m.total_peak_bytes
+        cuda = m.predicted_cuda or {}
+        rows.append({
+            "params": p, "kind": kind, "status": m.status, "beyond_fitted": round(_beyond(p, fitted), 1),
+            "measured_total_peak_bytes": m.total_peak_bytes, "predicted_total_peak_bytes": pred["total_peak_bytes"],
+            "error_bytes": err, "rel_error": abs(err) / m.total_peak_bytes if m.total_peak_bytes else 0.0,
+            "categories_exact": all(pred["peak_by_category_bytes"][c] == m.peak_by_category_bytes.get(c, 0)
+                                    for c in CATEGORIES),
+            "predicted_cuda_reserved_bytes": cuda.get("reserved_peak_bytes"),
+            "relative_step_time": m.relative_step_time,
+        })
+        if kind == "time" and m.relative_step_time is not None and m.reference_step_time_s:
+            k = -(-p["n"] // min(p["chunk_size"], p["n"])) if "chunk_size" in p else 1
+            time_points.append({"chunks": k, "relative_step_time": round(m.relative_step_time, 4),
+                                "step_time_s": m.step_time_s, "reference_step_time_s": m.reference_step_time_s,
+                                "load_avg": m.load_avg_before})
+    ok_rows = [r for r in rows if r["status"] == "ok"]
+    model["held_out_measured"] = rows
+    model["max_rel_error"] = max((r["rel_error"] for r in ok_rows), default=None)
+    model["max_abs_error_bytes"] = max((abs(r["error_bytes"]) for r in ok_rows), default=None)
+    model["validated_range"] = fitted_range(traced + [r["params"] for r in ok_rows], fam.sizes + entry.knobs)
+    model["recommendable"] = statuses == {"ok"}
+    model["time"] = time_model(fam, entry, time_points)
+    say(f"  {entry.label} ({optimizer}): {sum(len(c['pieces']) for c in classes)} pieces, traced held-out "
+        f"max error {model['held_out_traced']['max_abs_error_bytes']} B, measured held-out max error "
+        f"{model['max_abs_error_bytes']} B over {len(ok_rows)} points ({time.perf_counter() - started:.1f} s)")
+    return model
+
+
+def time_model(fam: Family, entry: Entry, points: list[dict]) -> dict:
+    """The approximate relative-step-time model of NOTE [ advisor models ].
+
+    Without a knob: the measured relative step time ``a`` (``constant``).  Chunked (``per_chunk``):
+    ``relative(k) = a + (k - 1) * o / t_ref`` with ``a`` the relative time measured with one chunk
+    (the technique's own overhead: recomputation, copies), ``o`` the seconds each further chunk adds
+    (median over the measured chunk counts) and ``t_ref`` the plain reference step, scaled at a
+    query from the measured one by the work ``n * d * hidden``.  On a loaded machine the per-chunk
+    seconds are inflated (each small op can wait for a time slice), so large chunk counts at the
+    measured size look slower than they are; at large sizes ``a`` dominates.
+    """
+    note = ("relative_step_time at the sizes in 'at' (median of >= 3 steps, each against the plain reference "
+            "steps timed around it), on a shared 2-core machine under load; approximate")
+    pts = sorted(points, key=lambda p: p["chunks"])
+    out: dict[str, Any] = {"at": dict(fam.time_size), "points": pts, "note": note}
+    if not pts:
+        return {**out, "kind": "none"}
+    if not entry.knobs or len(pts) < 2 or pts[0]["chunks"] != 1:
+        rel = sorted(p["relative_step_time"] for p in pts)
+        return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}
+    a = pts[0]["relative_step_time"]
+    per = sorted(max(0.0, (p["relative_step_time"] - a) * p["reference_step_time_s"] / (p["chunks"] - 1))
+                 for p in pts[1:])
+    refs = sorted(p["reference_step_time_s"] for p in pts)
+    size = fam.time_size
+    return {**out, "kind": "per_chunk", "a": round(a, 4), "per_chunk_s": per[len(per) // 2],
+            "reference_step_s": refs[len(refs) // 2], "reference_work": size["n"] * size["d"] * size["hidden"],
+            "work": "n*d*hidden"}
+
+
+def _cuda_margin_facts(families: dict) -> dict:
+    ratios = []
+    for fam in families.values():
+        for e in fam["entries"]:
+            for r in e["held_out_measured"]:
+                if r.get("kind") == "time" and r.get("predicted_cuda_reserved_bytes"):
+                    ratios.append(r["predicted_cuda_reserved_bytes"] / r["measured_total_peak_bytes"])
+    return {"max_predicted_reserved_over_total_peak": round(max(ratios), 4) if ratios else None,
+            "points": len(ratios)}
+
+
+def fit_all(out_dir: Path, optimizers=OPTIMIZERS_FITTED, families=None, *, say: Callable[[str], None] = print,
+            measure_fn: Callable | None = None) -> list[Path]:
+    """Fit every modelled entry for each optimizer; write one JSON file per optimizer; return the paths."""
+    from .trace import raw_trace
+
+    import torch
+
+    # Traces run in this process on one intra-op thread: on a loaded machine every small op of a
+    # multi-threaded step can wait for a time slice (10x slower traces); tensors this small never run
+    # in parallel, and the held-out measurements (the fork server's default threads) check that the
+    # bytes are the same.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    raw_trace("unchunked", {"n": 3, "d": 2, "hidden": 2})  # import and initialise everything once, then
+    gc.collect()                                           # keep torch's objects out of the collector
+    gc.freeze()
+    try:
+        return _fit_all(out_dir, optimizers, families, say, measure_fn)
+    finally:
+        gc.unfreeze()
+        torch.set_num_threads(threads)
+
+
+def _fit_all(out_dir, optimizers, families, say, measure_fn) -> list[Path]:
+    from ..measure.environment import git_commit
+    from ..registry import get_technique
+
+    paths = []
+    started = time.perf_counter()
+    for optimizer in optimizers:
+        fams = {}
+        for name in families or FAMILIES:
+            fam = get_family(name)
+            say(f"memlab: fitting {name} ({optimizer})")
+            entries = []
+            for i, entry in enumerate(fam.entries):
+                model = fit_entry(fam, entry, optimizer, measure_fn=measure_fn, say=say, seed=i)
+                cls = get_technique(entry.technique)
+                model.update(baseline=cls.baseline, peer=cls.peer)
+                entries.append(model)
+            specs = get_technique(fam.entries[0].technique).all_params()
+            knob_specs = {}
+            for e in fam.entries:
+                for kname in e.knobs:
+                    p = get_technique(e.technique).all_params()[kname]
+                    knob_specs[kname] = {"default": p.default, "low": p.low, "high": p.high, "doc": p.doc}
+            fams[name] = {
+                "workload": fam.workload,
+                "sizes": {s: {"default": specs[s].default, "low": specs[s].low, "high": specs[s].high,
+                              "doc": specs[s].doc} for s in fam.sizes},
+                "knobs": knob_specs,
+                "workload_fixed": dict(fam.workload_fixed),
+                "variables": _VARIABLES[name],
+                "entries": entries,
+            }
+        doc = {
+            "schema": SCHEMA, "kind": "memlab memory models (NOTE [ advisor models ] in memlab/advisor/model.py)",
+            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
+            "optimizer": optimizer, "loss": "given", "families": fams,
+            "cuda_margin_facts": _cuda_margin_facts(fams),
+            "fit_seconds": round(time.perf_counter() - started, 1),
+        }
+        path = models_path(optimizer, out_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        from ..atomic import write_text_atomic
+
+        write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        say(f"memlab: wrote {path} ({time.perf_counter() - started:.0f} s so far)")
+        paths.append(path)
+    return paths
+
+
+_VARIABLES = {
+    "chunking": {
+        "chunk": "rows per chunk: min(chunk_size, n); n for unchunked",
+        "k": "chunks: ceil(n / chunk); selects the class (k = 1, 2, 3 exact; k >= 4 general)",
+        "last": "rows of the last chunk: n - (k - 1) * chunk",
+        "m": "k - 4 in the general class (k_min = 4)",
+        "n": "rows of x", "d": "features of x and y", "hidden": "width of x @ w1",
+    },
+    "reversible": {
+        "k": "depth; selects the class (k = 1, 2, 3 exact; k >= 4 general)",
+        "m": "depth - 4 in the general class (k_min = 4)",
+        "batch": "samples per step", "width": "channels per half", "hidden": "hidden width of F and G",
+    },
+}

@@ -1,0 +1,165 @@
+"""Memory models of a training step, stored as JSON and evaluated without torch.
+
+# NOTE [ advisor models ]
+Form.  For one technique configuration (workload fixed parameters and optimizer fixed, float32, CPU
+exact bytes), the total peak of a training step is
+
+    total_peak(sizes, knobs) = max_j  P_j(variables)
+
+a maximum of a few polynomials with integer coefficients (bytes), one per moment of the step at which
+the live bytes can peak; each ``P_j`` is split the same way into the six memory categories, so the
+categories at the peak are those of the maximising piece (the first one on a tie, as the
+measurement reports the first moment its peak is reached).  The variables depend on the family
+(:mod:`memlab.advisor.families`): a loop count ``k`` (chunks of the chunking family, blocks of the
+reversible stack) selects a class: ``k = 1, 2, 3`` have their own pieces; every ``k >= 4`` shares
+one set of pieces in which the loop enters through ``m = k - 4 >= 0``.
+
+Why this form, and why it is exact.  Every allocation of a step is one tensor whose bytes are
+``q * monomial`` of the sizes (``4 * chunk * hidden`` for a chunk's hidden activation, ``4 * d * n``
+for ``slice_backward``'s zero gradient), and the sequence of allocations and frees depends on the
+sizes only through the loop count.  So the live bytes after every event are a polynomial, and the peak
+is the maximum of those polynomials: piecewise polynomial, not one polynomial.  A least-squares fit of
+one polynomial over monomials is therefore wrong wherever the step's peak moves from one moment to
+another (it did: 12 KB residuals at 40 chained-matmul points for ``slice_loop`` when its peak moves
+between the first and second chunk of backward, depending on ``n * d`` against ``last * hidden``).
+Instead the models are built from the exact allocation trace itself (:mod:`memlab.advisor.trace`):
+
+1. Trace the step at two size points of a class whose sizes are distinct primes; each event's bytes
+   at the two points identify its ``q`` and monomial uniquely (an exact rational solve of one
+   unknown per event; no rounding needed, and a failure to identify is an error, not a residual).
+2. For the loop classes, trace ``k = 3`` and ``k = 4``: the difference is the loop bodies (one more
+   iteration of each loop); checked by reproducing the traces at ``k = 5`` and ``k = 6`` event for
+   event.  Inside a run of loop bodies the live bytes grow linearly with the body's index, so the
+   maximum over the ``m + 1`` extra bodies is at the first or the last: both are pieces.
+3. Sum the events into the live bytes after each event (pieces), drop duplicates and pieces that
+   another dominates coefficient-wise (every variable is >= 0).
+
+Per family (variables of the pieces; the monomials that occur, times 4 bytes for float32):
+
+* chunking: ``n, d, hidden`` and, for a chunked technique, ``chunk = min(chunk_size, n)``,
+  ``last = n - (k - 1) * chunk`` (the last chunk may be shorter), ``k = ceil(n / chunk)`` and
+  ``m = k - 4``.  Tensors are 2-D products of two of them (``d*n`` inputs, output, x-sized gradients and
+  ``slice_backward`` zeros; ``d*hidden`` weights and their gradients; ``chunk*hidden``, ``hidden*last``,
+  ``chunk*d``, ``d*last`` per-chunk activations and temporaries), and loop terms ``m*chunk*hidden``
+  (every chunk's hidden activation saved by ``slice_loop``/``vmap_chunk``), ``m*chunk*d`` ...  The peak
+  moves between a few moments (end of forward, the first or second chunk of backward, the optimizer):
+  up to ~36 pieces per technique over the four classes.
+* reversible (``block="mlp"``, ``coupling="additive"``): ``batch, width, hidden`` and ``m = depth - 4``.
+  Terms ``batch*width``, ``batch*hidden``, ``hidden*width``, ``hidden``, ``width``, constants (Adam's
+  step counters) and their ``m*`` multiples (parameters, gradients and optimizer state grow with the
+  depth; so do the activations ``residual`` and ``checkpoint_block`` keep, while ``reversible`` keeps
+  O(1) in depth).
+
+Checks reported with each model: traces at random held-out sizes and loop counts (exact
+replays, cheap), and :func:`memlab.measure` at held-out points including 4x-30x beyond the traced sizes
+(the error bound the advisor prints).  The relative step time is a separate, approximate model
+(:func:`memlab.advisor.fit.time_model`): measured at one moderate size per family on a loaded shared
+machine; the relative time with one chunk plus a per-chunk cost scaled by the work ``n * d * hidden``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from .families import get_family, loop_of
+
+__all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
+           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time"]
+
+SCHEMA = 1
+CATEGORIES = ("parameters", "gradients", "optimizer_state", "inputs", "saved_activations", "temporaries")
+#: committed models, beside the sweeps
+MODELS_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
+
+
+def encode_poly(poly: Mapping[tuple, int]) -> dict[str, int]:
+    """``{("chunk", "hidden"): 4}`` -> ``{"chunk*hidden": 4}`` (the constant is ``"1"``)."""
+    return {("*".join(m) or "1"): int(c) for m, c in sorted(poly.items(), key=lambda kv: (len(kv[0]), kv[0]))}
+
+
+def decode_poly(data: Mapping[str, int]) -> dict[tuple, int]:
+    return {(() if k == "1" else tuple(k.split("*"))): int(c) for k, c in data.items()}
+
+
+def eval_poly(poly: Mapping[str, int], values: Mapping[str, int]) -> int:
+    """Value (bytes) of an encoded polynomial; exact integer arithmetic."""
+    total = 0
+    for key, c in poly.items():
+        term = c
+        if key != "1":
+            for v in key.split("*"):
+                term *= values[v]
+        total += term
+    return total
+
+
+class Prediction(dict):
+    """``total_peak_bytes``, ``peak_by_category_bytes``, ``k`` and the class used (a dict, JSON-ready)."""
+
+
+def _class_for(classes: list[dict], k: int) -> tuple[dict, dict[str, int]]:
+    for c in classes:
+        if c.get("k") == k:
+            return c, {}
+    general = [c for c in classes if "k_min" in c and k >= c["k_min"]]
+    if not general:
+        raise ValueError(f"no model class covers loop count k={k}")
+    c = general[0]
+    return c, {"m": k - c["k_min"]}
+
+
+def predict(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) -> Prediction:
+    """Predicted total peak and categories (bytes) of ``entry`` (a model entry of the JSON) at ``params``
+    (sizes and knobs, technique parameter names)."""
+    k, values = loop_of(family, params, chunked=bool(entry.get("knobs")))
+    cls, extra = _class_for(entry["classes"], k)
+    values = {**values, **extra}
+    best = None
+    for piece in cls["pieces"]:
+        cats = {c: eval_poly(p, values) for c, p in piece.items()}
+        total = sum(cats.values())
+        if best is None or total > best[0]:
+            best = (total, cats)
+    total, cats = best
+    return Prediction(total_peak_bytes=total, peak_by_category_bytes={c: cats.get(c, 0) for c in CATEGORIES},
+                      k=k, model_class=cls.get("k", f">={cls.get('k_min')}"))
+
+
+def predict_time(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) -> float | None:
+    """Approximate relative step time (technique step / plain reference step), see
+    :func:`memlab.advisor.fit.time_model`: ``a`` without a knob, ``a + (k - 1) * o / t_ref`` for chunks."""
+    t = entry.get("time") or {}
+    if t.get("kind") == "constant":
+        return float(t["a"])
+    if t.get("kind") != "per_chunk":
+        return None
+    k, _ = loop_of(family, params, chunked=True)
+    work = eval_poly({t["work"]: 1}, params)
+    t_ref = t["reference_step_s"] * work / t["reference_work"]
+    return float(t["a"] + (k - 1) * t["per_chunk_s"] / t_ref) if t_ref > 0 else None
+
+
+def models_path(optimizer: str, directory: Path | None = None) -> Path:
+    return (directory or MODELS_DIR) / f"cpu-float32-{optimizer}.json"
+
+
+def load_models(optimizer: str, directory: Path | None = None) -> dict[str, Any]:
+    """The committed models for ``optimizer``.
+
+    Raises:
+        ValueError: no models for that optimizer, or a file of another schema.
+    """
+    path = models_path(optimizer, directory)
+    if not path.is_file():
+        have = sorted(p.stem.rsplit("-", 1)[-1] for p in path.parent.glob("cpu-float32-*.json"))
+        raise ValueError(f"no memory models for optimizer {optimizer!r} in {path.parent}; "
+                         f"modelled optimizers: {', '.join(have) or 'none (run memlab advise --fit)'}")
+    data = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path} has schema {data.get('schema')!r}; this memlab reads schema {SCHEMA} "
+                         f"(regenerate with memlab advise --fit)")
+    for fam in data["families"]:
+        get_family(fam)
+    return data
+

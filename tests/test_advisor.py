@@ -1,0 +1,207 @@
+"""The advisor: exact memory models (NOTE [ advisor models ]) and ``memlab advise`` over the committed ones.
+
+Measurements here are small (isolated, a few seconds each); the models themselves are the committed
+``data/models/*.json`` (``make models`` rebuilds them).
+"""
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+import memlab
+from memlab.advisor import AdviceError, advise, load_models, parse_budget, predict
+from memlab.advisor.families import knob_candidates, random_points
+from memlab.advisor.model import MODELS_DIR, eval_poly
+from memlab.advisor.structure import infer_loops, pieces_of, prune, total_poly
+from memlab.advisor.trace import SymEvent
+from memlab.cli import main
+
+OPTIMIZERS = ("sgd", "adam")
+
+
+def _entry(models, family, label):
+    return next(e for e in models["families"][family]["entries"] if e["label"] == label)
+
+
+def _measure(entry, family, models, params, optimizer):
+    fixed = models["families"][family]["workload_fixed"]
+    return memlab.measure(entry["technique"], iterations=2, repeats=1, time_budget=0, check=False,
+                          optimizer=optimizer, **fixed, **entry["fixed"], **params)
+
+
+# -- the form, on hand-made traces (no torch) -------------------------------------------------------
+
+def _ev(sign, mono, phase="forward", cat="temporaries", q=4, op="op"):
+    return SymEvent(sign, q, tuple(sorted(mono)), cat, phase, op)
+
+
+def _loop_trace(k):
+    """A toy step: allocate an [n, d] output, then k chunks each keep a [chunk, hidden] activation;
+    backward frees them one by one after a [chunk, hidden] gradient each."""
+    ev = [_ev(1, ("d", "n"), "pre", "inputs")]
+    ev += [_ev(1, ("d", "n"))]
+    ev += [_ev(1, ("chunk", "hidden"), cat="saved_activations") for _ in range(k)]
+    for _ in range(k):
+        ev += [_ev(1, ("chunk", "hidden"), "backward"), _ev(-1, ("chunk", "hidden"), "backward"),
+               _ev(-1, ("chunk", "hidden"), "backward", "saved_activations")]
+    return ev + [_ev(-1, ("d", "n"), "backward")]
+
+
+def test_loop_structure_gives_k_linear_pieces():
+    steps = {k: [e for e in _loop_trace(k) if e.phase != "pre"] for k in (3, 4, 5, 6)}
+    st = infer_loops(steps[3], steps[4], 3, [(5, steps[5]), (6, steps[6])])
+    assert len(st.insertions) == 2
+    pieces = prune(pieces_of({"inputs": {("d", "n"): 4}}, st.base, st))
+    for k in (4, 7, 50):
+        vals = {"n": 1000, "d": 8, "chunk": 10, "hidden": 32, "m": k - 4}
+        peak = max(eval_poly({"*".join(m) or "1": c for m, c in total_poly(p).items()}, vals) for p in pieces)
+        # baseline + output + k saved activations + one gradient
+        assert peak == 4 * (2 * 1000 * 8 + (k + 1) * 10 * 32)
+
+
+# -- the committed models ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module", params=OPTIMIZERS)
+def models(request):
+    return load_models(request.param)
+
+
+def test_models_are_versioned_and_exact_on_their_held_out_points(models):
+    assert models["memlab_commit"] and models["schema"] == 1
+    for family, fam in models["families"].items():
+        for e in fam["entries"]:
+            assert e["held_out_traced"]["max_abs_error_bytes"] == 0, (family, e["label"])
+            ok = [r for r in e["held_out_measured"] if r["status"] == "ok"]
+            assert ok and e["max_abs_error_bytes"] == 0 and all(r["categories_exact"] for r in ok), e["label"]
+            assert e["fitted_range"] and e["validated_range"]
+
+
+@pytest.mark.parametrize("optimizer,family,label,seed", [
+    ("sgd", "chunking", "slice_loop", 11),
+    ("sgd", "chunking", "slice_accumulate[backward=manual]", 12),
+    ("adam", "chunking", "checkpoint_chunk", 13),
+    ("sgd", "reversible", "reversible", 14),
+    ("adam", "reversible", "checkpoint_block", 15),
+])
+def test_fit_reproduces_new_held_out_measurements(optimizer, family, label, seed):
+    """Points the fit never saw (another seed, loop counts up to 40) are predicted within the stated
+    bound (0 bytes), total and every category."""
+    models = load_models(optimizer)
+    entry = _entry(models, family, label)
+    for p in random_points(family, bool(entry["knobs"]), 1, seed):
+        m = _measure(entry, family, models, p, optimizer)
+        assert m.status == "ok", m.error
+        pred = predict(family, entry, p)
+        assert abs(pred["total_peak_bytes"] - m.total_peak_bytes) <= entry["max_abs_error_bytes"], p
+        assert pred["peak_by_category_bytes"] == {k: m.peak_by_category_bytes.get(k, 0)
+                                                  for k in pred["peak_by_category_bytes"]}
+
+
+def _queries(n_queries, seed):
+    """Generated (family, sizes, budget) queries whose budget lies between the smallest and the largest
+    predicted need, at sizes that measure in about a second."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_queries):
+        optimizer = OPTIMIZERS[i % 2]
+        if i % 3 < 2:
+            family = "chunking"
+            sizes = {"n": rng.choice([400, 600, 900]), "d": rng.choice([16, 24, 32]),
+                     "hidden": rng.choice([64, 96, 128])}
+        else:
+            family = "reversible"
+            sizes = {"depth": rng.randint(2, 7), "batch": rng.choice([16, 32, 48]), "width": rng.choice([8, 16]),
+                     "hidden": rng.choice([16, 32])}
+        pairs = [f"{k}={v}" for k, v in sizes.items()]
+        everything = advise(family, 1 << 40, pairs, optimizer=optimizer)
+        needs = sorted(c["need_bytes"] for c in everything["fits"])
+        budget = needs[0] + int(rng.uniform(0.05, 0.6) * (needs[-1] - needs[0])) + 1
+        out.append((family, pairs, budget, optimizer))
+    return out
+
+
+def _queries_or_skip(n_queries, seed):
+    try:
+        return _queries(n_queries, seed)
+    except AdviceError as exc:  # no committed models: test_models_dir_is_beside_the_sweeps fails instead
+        return [pytest.param(None, None, None, None, marks=pytest.mark.skip(reason=str(exc)))]
+
+
+@pytest.mark.parametrize("family,pairs,budget,optimizer", _queries_or_skip(6, 2024))
+def test_first_recommendation_measured_fits_the_budget(family, pairs, budget, optimizer):
+    a = advise(family, budget, pairs, optimizer=optimizer)
+    first = a["fits"][0]
+    assert first["need_bytes"] <= budget
+    models = load_models(optimizer)
+    entry = _entry(models, family, first["label"])
+    sizes_knobs = {k: v for k, v in first["params"].items() if k not in entry["fixed"]}
+    m = _measure(entry, family, models, sizes_knobs, optimizer)
+    assert m.status == "ok" and m.total_peak_bytes <= budget
+    assert m.total_peak_bytes == first["total_peak_bytes"]
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,match", [
+    (["--family", "tensor_train", "--budget", "1GiB"], "unknown family 'tensor_train'; modelled families: chunking"),
+    (["--family", "chunking", "--budget", "1GiB", "--param", "rank=4"], "family 'chunking' has no parameter 'rank'"),
+    (["--family", "chunking", "--budget", "lots"], "--budget 'lots' is not a memory size"),
+    (["--family", "chunking", "--budget", "1MiB", "--param", "n=400000"], "no modelled chunking technique fits 1.0 MiB"),
+    (["--family", "chunking", "--budget", "1GiB", "--param", "n=0"], "n=0 is out of range"),
+    (["--family", "chunking", "--budget", "1GiB", "--param", "x_requires_grad=false"], "cover x_requires_grad=True only"),
+    (["--family", "chunking", "--budget", "1GiB", "--optimizer", "lion"], "no memory models for optimizer 'lion'"),
+    (["--family", "chunking", "--budget", "1GiB", "--device", "tpu"], "--device 'tpu' is not valid"),
+    (["--budget", "1GiB"], "memlab advise needs --family and --budget"),
+])
+def test_bad_input_is_one_line_exit_2(argv, match, capsys):
+    assert main(["advise", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("memlab: error: ") and match in err and "\n" not in err, err
+
+
+def test_advise_answers_from_committed_models_without_measuring(monkeypatch, capsys):
+    def refuse(*a, **k):
+        raise AssertionError("memlab advise measured something")
+
+    monkeypatch.setattr(memlab, "measure", refuse)
+    import memlab.measure as measure_pkg
+
+    monkeypatch.setattr(measure_pkg, "measure", refuse, raising=False)
+    argv = ["advise", "--family", "chunking", "--budget", "8GiB", "--param", "n=400000", "--param", "d=1024",
+            "--param", "hidden=4096"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "Fits (" in out and "Pareto front" in out and "Cannot fit at any setting" in out and "unchunked" in out
+    assert "n=400000 is" in err and "beyond the validated range" in err  # extrapolation flagged with its factor
+    assert main([*argv, "--json", "--optimizer", "adam", "--device", "cuda"]) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert a["fits"] and all(c["need_bytes"] <= 8 * 2**30 for c in a["fits"])
+    times = [c["relative_step_time"] for c in a["fits"]]
+    assert times == sorted(times)
+    assert a["cuda_margin"]["fraction"] == 0.10 and a["fits"][0]["need_bytes"] > a["fits"][0]["total_peak_bytes"]
+
+
+def test_advisor_imports_no_torch_and_is_quick():
+    """The advice itself needs no torch (``memlab.cli.main`` imports ``memlab.technique`` before any
+    command runs, which is the torch import; the advisor adds nothing to it)."""
+    code = ("import sys, time; t = time.perf_counter(); from memlab.advisor import advise, format_advice; "
+            "a = advise('reversible', '1GiB', ['depth=32']); text = format_advice(a); "
+            "assert 'torch' not in sys.modules; print(time.perf_counter() - t)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert float(p.stdout.strip().splitlines()[-1]) < 2.0
+
+
+def test_budget_units_and_knob_candidates():
+    assert parse_budget("2GiB") == 2 * 2**30 and parse_budget("1.5GB") == 1_500_000_000
+    assert parse_budget("512M") == 512 * 2**20 and parse_budget("1e6") == 10**6
+    with pytest.raises(AdviceError, match="not a memory size"):
+        parse_budget("2 potatoes")
+    cands = knob_candidates("chunking", {"n": 1000}, 1, 10_000_000)
+    assert cands[0] == 1 and cands[-1] == 1000 and len(cands) < 40
+
+
+def test_models_dir_is_beside_the_sweeps():
+    assert MODELS_DIR.parent.name == "data" and (MODELS_DIR / "cpu-float32-sgd.json").is_file()
