@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= out
 
-.PHONY: install demo test data site clean gpu-check
+.PHONY: install demo test data site clean gpu-check models
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ data: install
 	$(BIN)/memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl
 	$(BIN)/memlab timelines --out-dir data/timelines
 	$(BIN)/memlab reproduce --out data/reproductions
+
+## memory models for memlab advise (data/models/*.json): exact traces + held-out measurements, ~10 min on 2 cores
+models: install
+	$(BIN)/memlab advise --fit
 
 site: install
 	$(BIN)/memlab site --results results --data data --out $(OUT)/site
