@@ -80,7 +80,6 @@ def test_models_are_versioned_and_exact_on_their_held_out_points(models):
 
 @pytest.mark.parametrize("optimizer,family,label,seed", [
     ("sgd", "chunking", "slice_loop", 11),
-    ("sgd", "chunking", "slice_accumulate[backward=manual]", 12),
     ("adam", "chunking", "checkpoint_chunk", 13),
     ("sgd", "reversible", "reversible", 14),
     ("adam", "reversible", "checkpoint_block", 15),
