@@ -38,9 +38,11 @@ def _parse_params(cls, pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _load_plugins(args) -> None:
+    if not args.plugin:  # the registry imports torch: commands that need no technique stay fast
+        return
     from .registry import load_plugin
 
-    for p in args.plugin or []:
+    for p in args.plugin:
         load_plugin(p)
 
 
@@ -380,6 +382,23 @@ def _cmd_bench_harness(args) -> int:
     return 0
 
 
+def _cmd_compare(args) -> int:
+    from .sweep_compare import compare_sweeps
+
+    for path in (args.old, args.new):
+        if not Path(path).is_file():
+            raise UsageError(f"{path}: no such sweep file")
+    result = compare_sweeps(args.old, args.new)
+    for line in result.problems:
+        print(f"memlab: warning: {line}", file=sys.stderr)
+    for diff in result.differences[:args.limit]:
+        print(diff)
+    if len(result.differences) > args.limit:
+        print(f"... and {len(result.differences) - args.limit} more")
+    print(result.summary())
+    return 0 if result.identical else 1
+
+
 def _cmd_advise(args) -> int:
     """Rank the modelled techniques and knob settings that fit ``--budget`` (from data/models, no
     measurement, no torch); ``--verify`` measures the first; ``--fit`` rebuilds the models.  Bad input
@@ -548,6 +567,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--models", metavar="DIR", help="models directory (default data/models)")
     s.set_defaults(func=_cmd_advise)
 
+    s = sub.add_parser("compare", help="compare the exact memory figures of two sweep files point by point "
+                                        "(exit 1 if any byte differs)")
+    s.add_argument("old", metavar="OLD.jsonl")
+    s.add_argument("new", metavar="NEW.jsonl")
+    s.add_argument("--limit", type=int, default=50, help="differences to print (default 50)")
+    s.set_defaults(func=_cmd_compare)
+
     s = sub.add_parser("bench-harness", help="the harness's own overhead per point (spawn vs fork server) and "
                                              "how a CPU load moves absolute vs relative step times")
     s.add_argument("--no-load", action="store_true", help="skip the load experiment")
@@ -558,7 +584,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from .technique import TechniqueUnavailable
+    from .errors import TechniqueUnavailable
 
     try:
         _load_plugins(args)

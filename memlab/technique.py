@@ -21,19 +21,13 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
+from .errors import TechniqueUnavailable
 from .params import Param, resolve_params
 from .workload import Problem, Workload, _same_definition
 
 __all__ = ["Technique", "TechniqueUnavailable"]
 
 _TECHNIQUES: dict[str, type["Technique"]] = {}
-
-
-class TechniqueUnavailable(RuntimeError):
-    """The technique cannot run here (device, optional dependency, torch version).
-
-    A subclass of RuntimeError that memlab reports as such; it never measures something else.
-    """
 
 
 class Technique:

@@ -15,7 +15,8 @@ def test_median_and_interquartile_range():
 
 
 def test_measurement_records_samples_load_and_threads():
-    m = memlab.measure("unchunked", isolate=False, iterations=1, repeats=4, n=64, d=8, hidden=16)
+    # time_budget=0: exactly ``repeats`` timed steps (a budget may add more until the spread is stable)
+    m = memlab.measure("unchunked", isolate=False, iterations=1, repeats=4, time_budget=0, n=64, d=8, hidden=16)
     assert len(m.step_times_s) == 4 and m.step_time_iqr_s is not None
     assert m.load_avg_before is not None and m.load_avg_after is not None
     assert m.environment["threads"] >= 1 and m.environment["cores"] >= 1
