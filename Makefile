@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 ## quick CPU sweep of every family (about a minute per family), then the site
 demo: install
 	@mkdir -p $(OUT)
-	$(BIN)/memlab sweep --quick --out $(OUT)/demo-sweep.jsonl
+	$(BIN)/memlab sweep --quick --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
 	@$(BIN)/memlab site --results results --data data --run $(OUT)/demo-sweep.jsonl --out $(OUT)/site > $(OUT)/.site-path \
 	  && echo "site: $$(cat $(OUT)/.site-path)" \
 	  || echo "site builder not available yet; the sweep table is above ($(OUT)/demo-sweep.jsonl)"
@@ -32,10 +32,12 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
-## full sweeps, timelines and reproductions committed under data/ (CPU: the sweep alone took 40 min on 2 idle cores;
-## an interrupted sweep continues with: memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl --resume)
+## full sweeps (SGD over every family's grid; Adam at each technique's defaults), timelines and reproductions
+## committed under data/; an interrupted sweep continues with the same command plus --resume
+SWEEP_FLAGS := --iterations 2 --repeats 3 --time-budget 1
 data: install
-	$(BIN)/memlab sweep --iterations 2 --repeats 3 --out data/sweeps/cpu.jsonl
+	$(BIN)/memlab sweep $(SWEEP_FLAGS) --out data/sweeps/cpu.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --optimizer adam --out data/sweeps/cpu-adam.jsonl || test $$? -eq 1
 	$(BIN)/memlab timelines --out-dir data/timelines
 	$(BIN)/memlab reproduce --out data/reproductions
 
