@@ -20,7 +20,7 @@ traceback is shown by ``asv run -e``; ``asv compare`` marks a value that became 
   failing (recorded once, when asv's fork server imports this module, and raised again by every
   combination's ``setup``: a partly imported registry must not make techniques look absent), a
   ``cuda`` combination where torch cannot use CUDA, an invalid parameter value (``ValueError``
-  from ``memlab.measure.prepare``: the grid is valid in the working tree, so a version rejecting it
+  from ``memlab.measurement.prepare``: the grid is valid in the working tree, so a version rejecting it
   changed or broke something), building the problem, the warm-up step or the measurement raising,
   a measurement whose status is not ``ok``.
 
@@ -124,6 +124,22 @@ DEVICES_ENV = "MEMLAB_ASV_DEVICES"
 KNOWN_DEVICES = ("cpu", "cuda")
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 _NVIDIA_DEV = re.compile(r"nvidia\d+")
+
+
+def _measurement_module(sub: str):
+    """``memlab.measurement<sub>``, or ``memlab.measure<sub>`` in versions before the package's rename.
+
+    asv runs these benchmarks against old commits too, where the measurement layer is the package
+    ``memlab.measure``; a module that exists but fails to import is raised as it is.
+    """
+    import importlib
+
+    try:
+        return importlib.import_module("memlab.measurement" + sub)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("memlab.measurement", "memlab.measurement" + sub):
+            raise
+    return importlib.import_module("memlab.measure" + sub)
 
 
 class BenchmarkFailure(RuntimeError):
@@ -372,8 +388,8 @@ class MemlabBenchmark(abc.ABC):
 
     def _prepare_step(self) -> None:
         """Validate the configuration, build the problem and run one warm-up step."""
-        from memlab.measure import prepare
-        from memlab.measure.step import make_step
+        prepare = _measurement_module("").prepare
+        make_step = _measurement_module(".step").make_step
 
         try:
             technique, dev, dt = prepare(self.technique_cls, dict(self.config), self.device, DTYPE, MODE)

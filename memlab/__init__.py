@@ -11,15 +11,12 @@ Public API::
 ``import memlab`` does not import torch: the results reader (:mod:`memlab.results`) and the site
 builder (:mod:`memlab.site`) only read files and must run where torch is absent or slow to load.
 The public names below are imported from their modules on first access (PEP 562 ``__getattr__``).
-``memlab.measure`` is both a subpackage and the public function; the import system binds the
-subpackage onto this module when it is first loaded, so :class:`_Package` keeps the function there
-(the same binding the eager ``from .measure import measure`` used to leave).
+``memlab.measure`` is the public function; the measurement layer is the subpackage
+:mod:`memlab.measurement`.
 """
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 
 from ._version import __version__
 
@@ -29,9 +26,9 @@ _EXPORTS = {
     "Param": ".params",
     "list_techniques": ".registry", "list_families": ".registry", "get_technique": ".registry",
     "load_plugin": ".registry",
-    "measure": ".measure", "timeline": ".measure", "Measurement": ".measure", "Timeline": ".measure",
-    "TimelineEvent": ".measure",
-    "Verification": ".measure.verify", "verify_technique": ".measure.verify",
+    "measure": ".measurement", "timeline": ".measurement", "Measurement": ".measurement",
+    "Timeline": ".measurement", "TimelineEvent": ".measurement",
+    "Verification": ".measurement.verify", "verify_technique": ".measurement.verify",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -50,14 +47,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
-
-class _Package(types.ModuleType):
-    """See NOTE [ lazy top-level imports ]: ``memlab.measure`` stays the function."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "measure" and isinstance(value, types.ModuleType):
-            value = value.measure
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .measure.verify import Verification, verify_technique
+from .measurement.verify import Verification, verify_technique
 from .registry import get_technique, list_techniques
 from .technique import TechniqueUnavailable
 

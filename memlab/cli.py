@@ -76,7 +76,7 @@ def _cmd_list(args) -> int:
 
 
 def _measure_kwargs(args) -> dict[str, Any]:
-    from .measure.step import LOSSES, OPTIMIZERS, check_choice
+    from .measurement.step import LOSSES, OPTIMIZERS, check_choice
 
     check_choice("optimizer", args.optimizer, OPTIMIZERS)  # up front, before a sweep opens its file
     check_choice("loss", args.loss, LOSSES)
@@ -88,9 +88,9 @@ def _measure_kwargs(args) -> dict[str, Any]:
 
 
 def _cmd_measure(args) -> int:
-    from .measure import measure
-    from .measure.categories import CATEGORIES
-    from .measure.record import fmt_mib
+    from .measurement import measure
+    from .measurement.categories import CATEGORIES
+    from .measurement.record import fmt_mib
     from .registry import get_technique
 
     cls = get_technique(args.name)
@@ -207,7 +207,7 @@ class _Progress:
     def __call__(self, done, total, point, m, seconds) -> None:
         import time
 
-        from .measure.record import fmt_mib
+        from .measurement.record import fmt_mib
 
         if self.started is None:
             self.started = time.perf_counter()
@@ -247,7 +247,7 @@ def _unmeasured(points, out, args) -> list:
 
 
 def _cmd_sweep(args) -> int:
-    from .measure import prepare
+    from .measurement import prepare
     from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, open_sweep_output, plan_sweep, run_sweep,
                         status_summary)
 
@@ -298,8 +298,8 @@ def _cmd_sweep(args) -> int:
 
 def _cmd_timeline(args) -> int:
     from .atomic import write_text_atomic
-    from .measure import timeline
-    from .measure.record import fmt_mib
+    from .measurement import timeline
+    from .measurement.record import fmt_mib
     from .registry import get_technique
 
     cls = get_technique(args.name)
@@ -321,8 +321,8 @@ def _cmd_timeline(args) -> int:
 
 def _cmd_timelines(args) -> int:
     from .atomic import write_text_atomic
-    from .measure import timeline
-    from .measure.record import fmt_mib
+    from .measurement import timeline
+    from .measurement.record import fmt_mib
     from .registry import get_technique, list_families, list_techniques
 
     if args.family is not None and args.family not in list_families():

@@ -84,7 +84,7 @@ def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_bud
              progress: Callable[[str], None] | None = None) -> list[OverheadRow]:
     """Measure every point in every mode (the fork server is started first and not counted)."""
     import memlab
-    from memlab.measure.runner import shutdown_server
+    from memlab.measurement.runner import shutdown_server
 
     points = quick_points() if points is None else points
     if "fork" in modes:

@@ -55,7 +55,7 @@ __all__ = [
 FAMILY_BASELINES: dict[str, str] = {"chunking": "unchunked", "tensor_train": "dense", "reversible": "residual"}
 
 VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
-#: Measurement statuses (``memlab.measure.record.STATUSES``; a test keeps the two equal).
+#: Measurement statuses (``memlab.measurement.record.STATUSES``; a test keeps the two equal).
 STATUSES = ("ok", "mismatch", "leak", "oom", "error")
 _MODES = ("train", "infer")
 
@@ -76,7 +76,7 @@ _FLOAT_FIELDS = ("step_time_s", "samples_per_s", "step_time_iqr_s", "reference_s
 #: Errors against the reference: NaN/Infinity allowed (a non-finite output is shown as wrong).
 _ERROR_FIELDS = ("max_abs_error", "max_rel_error", "drift_max_abs_error", "drift_max_rel_error")
 _LIST_FIELDS = ("allocated_after_step_bytes", "peak_allocated_per_iteration_bytes", "step_times_s")
-#: Bytes by memory category (``parameters``, ``gradients``, ... see ``memlab/measure/categories.py``).
+#: Bytes by memory category (``parameters``, ``gradients``, ... see ``memlab/measurement/categories.py``).
 _CATEGORY_FIELDS = ("peak_by_category_bytes", "end_by_category_bytes")
 #: The training step's optimizer and loss, with the value rows from before the choice existed carry.
 _STEP_FIELDS = {"optimizer": "sgd", "loss": "given"}

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TextIO
 
 from .atomic import FileLocked, append_line_durable, lock_exclusive
-from .measure import measure
-from .measure.record import STATUSES, Measurement, fmt_mib
+from .measurement import measure
+from .measurement.record import STATUSES, Measurement, fmt_mib
 from .registry import get_technique, list_families, list_techniques
 
 __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done",

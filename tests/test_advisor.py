@@ -165,7 +165,7 @@ def test_advise_answers_from_committed_models_without_measuring(monkeypatch, cap
         raise AssertionError("memlab advise measured something")
 
     monkeypatch.setattr(memlab, "measure", refuse)
-    import memlab.measure as measure_pkg
+    import memlab.measurement as measure_pkg
 
     monkeypatch.setattr(measure_pkg, "measure", refuse, raising=False)
     argv = ["advise", "--family", "chunking", "--budget", "8GiB", "--param", "n=400000", "--param", "d=1024",

@@ -5,9 +5,9 @@ import torch
 
 import memlab
 from memlab.analysis.reversible import activation_peak
-from memlab.measure.categories import CATEGORIES
-from memlab.measure.inprocess import traced_steps
-from memlab.measure.step import baseline_objects, make_step, tensors_bytes
+from memlab.measurement.categories import CATEGORIES
+from memlab.measurement.inprocess import traced_steps
+from memlab.measurement.step import baseline_objects, make_step, tensors_bytes
 
 CPU = torch.device("cpu")
 FULL = 1000 * 1000 * 4      # bytes of one [1000, 1000] float32 tensor (x, grad_output, out)

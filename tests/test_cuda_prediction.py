@@ -1,4 +1,4 @@
-"""Predicted CUDA memory from the CPU allocation trace (memlab.measure.cuda_prediction)."""
+"""Predicted CUDA memory from the CPU allocation trace (memlab.measurement.cuda_prediction)."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 
 import memlab
-from memlab.measure.alloc_trace import AllocEvent, Window, iteration_stats
-from memlab.measure.cuda_prediction import (CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak,
+from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats
+from memlab.measurement.cuda_prediction import (CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak,
                                             slice_backward_reserved_answer, trace_step)
 from memlab.technique import TechniqueUnavailable
 

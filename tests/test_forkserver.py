@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import memlab
-from memlab.measure.runner import shutdown_server
+from memlab.measurement.runner import shutdown_server
 
 STATEFUL = Path(__file__).parent / "plugins" / "stateful.py"
 FAST = {"iterations": 2, "repeats": 1, "time_budget": 0}

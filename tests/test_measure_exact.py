@@ -2,7 +2,7 @@
 import pytest
 
 import memlab
-from memlab.measure.alloc_trace import trace_allocations, iteration_stats
+from memlab.measurement.alloc_trace import trace_allocations, iteration_stats
 
 import torch
 

@@ -5,7 +5,7 @@ import torch
 
 import memlab
 from memlab.cli import main
-from memlab.measure.inprocess import traced_steps
+from memlab.measurement.inprocess import traced_steps
 
 CPU = torch.device("cpu")
 FULL = 1000 * 1000 * 4      # x, grad_output and out of the pattern workload, bytes

@@ -200,10 +200,10 @@ def test_activation_figures_read_per_technique(tmp_path):
 
 
 def test_statuses_and_fields_follow_the_record():
-    """The reader's statuses and known fields are the record's (declared once, in memlab.measure.record)."""
+    """The reader's statuses and known fields are the record's (declared once, in memlab.measurement.record)."""
     import dataclasses
 
-    from memlab.measure.record import STATUSES, Measurement
+    from memlab.measurement.record import STATUSES, Measurement
 
     assert R.STATUSES == STATUSES
     assert {f.name for f in dataclasses.fields(Measurement)} <= R._KNOWN_FIELDS

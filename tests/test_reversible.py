@@ -9,7 +9,7 @@ import memlab
 from memlab.analysis.reversible import LeakyCtxOutput, activation_peak
 from memlab.functional.reversible import (check_invertibility, residual_stack, reversible_stack,
                                           reversible_stack_inverse)
-from memlab.measure.step import make_step
+from memlab.measurement.step import make_step
 from memlab.workloads.residual_stack import ResidualStack
 
 CPU = torch.device("cpu")

@@ -1,4 +1,4 @@
-"""memlab.site: analysis, page contexts, rendering; determinism, escaping, offline, no torch."""
+"""memlab.site: ranking, page contexts, rendering; determinism, escaping, offline, no torch."""
 from __future__ import annotations
 
 import hashlib
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memlab import results as R
-from memlab.site import analysis as A
+from memlab.site import ranking as A
 from memlab.site import figures as F
 from memlab.site import build_site
 from memlab.site.context import build_context
@@ -32,7 +32,7 @@ def _figures(html: str) -> list[dict]:
     return [json.loads(htmlmod.unescape(m)) for m in re.findall(r'data-figure="([^"]*)"', html)]
 
 
-# -- analysis -----------------------------------------------------------------------------------
+# -- ranking ------------------------------------------------------------------------------------
 def test_pareto_front():
     points = [(10, 100), (5, 50), (5, 40), (20, 100), (1, 10), (30, 200)]
     assert A.pareto_front(points) == [4, 1, 0, 5]

@@ -6,7 +6,7 @@ import torch
 
 from memlab.functional.chained_matmul import chained_matmul, chained_matmul_chunk_vjp
 from memlab.functional.slice_accumulate import slice_accumulate
-from memlab.measure.alloc_trace import iteration_stats, trace_allocations
+from memlab.measurement.alloc_trace import iteration_stats, trace_allocations
 
 
 def tanh_chain(xc, w1, w2):

@@ -2,7 +2,7 @@
 import pytest
 
 import memlab
-from memlab.measure.inprocess import step_time_fields
+from memlab.measurement.inprocess import step_time_fields
 
 
 def test_median_and_interquartile_range():
@@ -32,7 +32,7 @@ def test_under_load_compares_the_load_average_with_the_cores():
 
 
 def test_relative_step_time_cancels_a_load_that_slows_both():
-    from memlab.measure.inprocess import relative_step_time
+    from memlab.measurement.inprocess import relative_step_time
 
     # each step against the mean of the reference steps just before and after it
     assert relative_step_time([2.0, 4.0, 2.0], [1.0, 3.0, 1.0, 1.0]) == pytest.approx(2.0)   # 1, 2, 2

@@ -9,7 +9,7 @@ import torch
 import memlab
 from memlab.functional.tt import TTShape, tt_contract, tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd
 from memlab.layers import TensorTrainLinear, TTPath
-from memlab.measure.verify import verify_technique
+from memlab.measurement.verify import verify_technique
 from memlab.workloads.tt_linear import TTLinear, einsum_reconstruct
 
 TT_TECHNIQUES = ("tt_factorized", "tt_reconstructed", "tt_chunked")

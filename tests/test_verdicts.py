@@ -10,7 +10,7 @@ import pytest
 
 import memlab
 from memlab.cli import main
-from memlab.measure.verdict import leak_per_step
+from memlab.measurement.verdict import leak_per_step
 
 HOSTILE = Path(__file__).parent / "plugins" / "hostile_maths.py"
 SMALL = {"n": 64, "d": 16, "hidden": 32}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import memlab
-from memlab.measure import runner
-from memlab.measure.runner import MAX_MESSAGE, WorkerFailed, describe_exit, memory_limit_bytes
+from memlab.measurement import runner
+from memlab.measurement.runner import MAX_MESSAGE, WorkerFailed, describe_exit, memory_limit_bytes
 
 HOSTILE = Path(__file__).parent / "plugins" / "hostile_process.py"
 FAST = {"iterations": 1, "repeats": 1}
@@ -134,7 +134,7 @@ def test_timeout_kills_the_process_group_and_removes_the_temp_folder(hostile, tm
     # the measurement's folder is gone; the warm fork server (restarted here, as the environment
     # changed) keeps its own folder while it lives, and removes it when it stops
     assert [p.name for p in temp_root.iterdir() if not p.name.startswith("memlab-server-")] == []
-    from memlab.measure.runner import shutdown_server
+    from memlab.measurement.runner import shutdown_server
 
     shutdown_server()
     assert list(temp_root.iterdir()) == []

@@ -229,7 +229,7 @@ def fit_all(out_dir: Path, optimizers=OPTIMIZERS_FITTED, families=None, *, say: 
 
 
 def _fit_all(out_dir, optimizers, families, say, measure_fn) -> list[Path]:
-    from ..measure.environment import git_commit
+    from ..measurement.environment import git_commit
     from ..registry import get_technique
 
     paths = []

@@ -1,8 +1,8 @@
 """Symbolic allocation traces: one traced training step whose every allocation is a monomial in the sizes.
 
 The measurement's exact CPU trace (NOTE [ exact CPU allocated bytes ]) is recorded here the way
-:func:`memlab.measure.inprocess.traced_steps` records it (build, one warm-up step, one traced step
-under the category :class:`~memlab.measure.categories.Probe`), but kept event by event with each
+:func:`memlab.measurement.inprocess.traced_steps` records it (build, one warm-up step, one traced step
+under the category :class:`~memlab.measurement.categories.Probe`), but kept event by event with each
 event's category.  Tracing the same configuration class at two size points whose sizes are
 distinct primes lets every allocation's byte count be read as ``q * monomial`` (``q`` bytes per
 unit, e.g. 4 for float32, 1 for a bool mask) with the monomial unique: see NOTE [ advisor models ]
@@ -59,12 +59,12 @@ def raw_trace(technique_name: str, params: Mapping[str, Any],
     """
     import torch
 
-    from ..measure import prepare
-    from ..measure import alloc_trace
-    from ..measure.categories import Probe, baseline_categories
+    from ..measurement import prepare
+    from ..measurement import alloc_trace
+    from ..measurement.categories import Probe, baseline_categories
     # private helpers of the category replay: the same pairing and attribution as the measurement's
-    from ..measure.categories import _block_categories, _blocks, _cat
-    from ..measure.step import make_step
+    from ..measurement.categories import _block_categories, _blocks, _cat
+    from ..measurement.step import make_step
 
     technique, dev, dt = prepare(technique_name, dict(params), "cpu", "float32", "train")
     gc.collect()

@@ -50,7 +50,7 @@ def interleaved_time_ratios(configs: dict[str, dict[str, Any]], reference: str, 
 
     import torch
 
-    from ..measure.step import make_step
+    from ..measurement.step import make_step
     from ..registry import get_technique
 
     if threads is not None:

@@ -44,7 +44,7 @@ def activation_peak(technique, problem) -> dict[str, Any]:
     """
     from torch.profiler import record_function
 
-    from ..measure.alloc_trace import trace_allocations
+    from ..measurement.alloc_trace import trace_allocations
 
     device = problem.grad_output.device
     leaves = problem.leaves()

@@ -50,7 +50,7 @@ def list_reproductions() -> dict[str, ModuleType]:
 def run_one(mod: ModuleType, out_dir: Path, quick: bool = False) -> Path:
     import torch
 
-    from ..measure.environment import environment
+    from ..measurement.environment import environment
 
     data = dict(mod.reproduce(quick=quick))
     data.update(seed=mod.SEED, title=mod.TITLE, claim=mod.CLAIM, quick=quick,

@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import pandas as pd
 
 from .. import results as R
-from . import analysis as A
+from . import ranking as A
 from . import figures as F
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview

@@ -5,7 +5,7 @@ template blob and is byte-for-byte stable.  Every string that reaches plotly goe
 :func:`esc` (trace names, hover text, annotations) or :func:`value` (x values and category
 tick labels): plotly renders a subset of HTML in all of them (``<a href=...>`` becomes a live
 link), so ``<`` ``>`` ``&`` are entity-escaped and plotly displays the entities as the characters.
-Only ranked rows are drawn (:func:`memlab.site.analysis.ranked`).  Memory is shown in MiB
+Only ranked rows are drawn (:func:`memlab.site.ranking.ranked`).  Memory is shown in MiB
 (bytes / 2**20), throughput in samples/s, time in ms (or relative to the reference step).
 
 # NOTE [ one visual language ]
@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from ..units import MiB
-from .analysis import pareto_front, ranked, sort_key
+from .ranking import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
@@ -47,7 +47,7 @@ _PEER_SYMBOLS = ("diamond-open", "square-open", "triangle-up-open", "x-open", "s
 _PEER_DASH = "dash"
 #: The ring drawn around a point measured under load.
 UNDER_LOAD_COLOR = "#d62728"
-#: Memory categories (``memlab.measure.categories.CATEGORIES``): warm for activation memory (what
+#: Memory categories (``memlab.measurement.categories.CATEGORIES``): warm for activation memory (what
 #: the techniques change), pale for the rest.
 CATEGORY_COLORS = {"parameters": "#a6bddb", "gradients": "#74a9cf", "optimizer_state": "#d9d9d9",
                    "inputs": "#bcbddc", "saved_activations": "#e34a33", "temporaries": "#fdbb84"}

@@ -15,7 +15,7 @@ from ..units import MiB
 
 __all__ = ["CATEGORY_NAMES", "why", "footnotes"]
 
-#: How the memory categories read in text (keys: ``memlab.measure.categories.CATEGORIES``).
+#: How the memory categories read in text (keys: ``memlab.measurement.categories.CATEGORIES``).
 CATEGORY_NAMES = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
                   "inputs": "inputs", "saved_activations": "saved activations", "temporaries": "temporaries"}
 #: Categories an activation-memory technique does not change.

@@ -4,7 +4,7 @@ A family measured at several workload configurations (reversible: depth x batch 
 give one index section each, with conflicting verdicts side by side.  Here a family is one section:
 a compact table with a row per configuration (the answer to each question there), a selector
 showing one configuration's detail (every technique's figures, a chart, why the winner wins), and
-footnotes.  The questions are NOTE [ the overview's questions ] in :mod:`memlab.site.analysis`.
+footnotes.  The questions are NOTE [ the overview's questions ] in :mod:`memlab.site.ranking`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import analysis as A
+from . import ranking as A
 from . import figures as F
 from .notes import footnotes, why
 from .page import Page

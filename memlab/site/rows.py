@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import analysis as A
+from . import ranking as A
 from .page import Page
 from .tables import column, sort_value
 from .text import fmt_check, fmt_load, fmt_mib, fmt_rate, fmt_relative, fmt_step

@@ -14,7 +14,7 @@ what autograd keeps between forward and backward:
 
 ``describe`` stores the analytic activation bytes of every design; the *measured* activation peak
 (``extra["activation_peak_bytes"]``: saved activations plus temporaries during forward and backward,
-above the step's start, NOTE [ memory categories ] in :mod:`memlab.measure.categories`) comes from
+above the step's start, NOTE [ memory categories ] in :mod:`memlab.measurement.categories`) comes from
 the measurement itself (``reports_activation_peak``), since the plain step peak is dominated by
 parameter gradients on this workload.
 """

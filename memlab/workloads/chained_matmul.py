@@ -5,7 +5,7 @@ Shapes: ``x`` [n, d], ``w1`` [d, hidden], ``w2`` [hidden, d], ``y`` [n, d].  The
 
 # NOTE [ chained-matmul analytic floor ]
 What any row-chunked computation of one step must hold at once, in bytes ABOVE the step's baseline
-(the baseline already holds x, w1, w2 and grad_output, see :mod:`memlab.measure.step`):
+(the baseline already holds x, w1, w2 and grad_output, see :mod:`memlab.measurement.step`):
 
 * train: the output ``y`` [n, d] (the step keeps it until backward returns) + ``grad_w1`` [d, hidden]
   + ``grad_w2`` [hidden, d] + ``grad_x`` [n, d] (only when x requires grad) + ONE chunk's hidden

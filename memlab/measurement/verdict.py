@@ -14,7 +14,7 @@ steady; everything else is a row with a status and a one-line reason, never rank
   If the float64 check does not fit in memory at the measured size it runs at the technique's
   check configuration instead (``extra["verdict_config"] == "check"``).
 * **Mismatch.**  Outputs or any gradient outside ``technique.tolerance("float64")``, non-finite
-  values, a wrong shape, or a changed input/parameter (see :mod:`memlab.measure.verify`).
+  values, a wrong shape, or a changed input/parameter (see :mod:`memlab.measurement.verify`).
 * **Leak.**  ``allocated_after_step_bytes`` (live bytes after each measured step, above the level
   before the first one) grows at every step: :func:`leak_per_step`.  A one-off retention (a cache
   filled once) is not a leak by this rule; a constant offset neither.  This needs at least two
@@ -59,7 +59,7 @@ def decide(exact, drift=None, after: Sequence[int] = ()) -> tuple[str, str | Non
     the after-step live bytes.
 
     Args:
-        exact: the :class:`~memlab.measure.verify.Verification` in float64 (or None: not checked).
+        exact: the :class:`~memlab.measurement.verify.Verification` in float64 (or None: not checked).
         drift: the Verification in the measured dtype (or None); only structural failures count.
         after: ``allocated_after_step_bytes``.
     """

@@ -1,10 +1,10 @@
-"""Subprocess entry point: ``python -m memlab.measure.worker REQUEST.json RESULT.json``.
+"""Subprocess entry point: ``python -m memlab.measurement.worker REQUEST.json RESULT.json``.
 
-Reads a request written by :mod:`memlab.measure.runner`, measures in this fresh process and writes
+Reads a request written by :mod:`memlab.measurement.runner`, measures in this fresh process and writes
 the Measurement (or Timeline) JSON to the result path atomically.  Plug-ins arrive through
 ``MEMLAB_PLUGINS`` as absolute paths.  The runner starts this module with ``python -P`` in a private
 temporary folder, so nothing is imported from the caller's directory (NOTE [ worker isolation ] in
-:mod:`memlab.measure.runner`); whatever a technique prints goes to a log there, read as bytes.
+:mod:`memlab.measurement.runner`); whatever a technique prints goes to a log there, read as bytes.
 """
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
             timed beside the technique's uses the technique's optimizer).
         loss: one of :data:`LOSSES`.
 
-    ``step(probe)`` with a :class:`~memlab.measure.categories.Probe` marks saved tensors, gradients
+    ``step(probe)`` with a :class:`~memlab.measurement.categories.Probe` marks saved tensors, gradients
     and the upstream gradient for the memory categories (NOTE [ memory categories ]).
     """
     if mode not in MODES:

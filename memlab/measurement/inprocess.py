@@ -69,9 +69,9 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     (more until stable or ``time_budget_s`` is spent), one FLOP-counted step (and on CUDA the
     ``iterations`` allocator-counted steps).  The verdict (NOTE [ verdicts ]) sets the status:
     ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
-    The traced CPU steps run with a :class:`~memlab.measure.categories.Probe` for the memory
+    The traced CPU steps run with a :class:`~memlab.measurement.categories.Probe` for the memory
     categories (NOTE [ memory categories ]); ``optimizer`` and ``loss`` choose the training step
-    (see :mod:`memlab.measure.step`).
+    (see :mod:`memlab.measurement.step`).
     """
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("loss", loss, LOSSES)
@@ -215,7 +215,7 @@ class TracedSteps:
     """What :func:`traced_steps` leaves: the problem and its step, and on CPU the exact figures.
 
     ``stats`` (per-iteration peaks and after-step bytes) and ``categories`` (one
-    :class:`~memlab.measure.categories.IterationCategories` per iteration) are None on CUDA.
+    :class:`~memlab.measurement.categories.IterationCategories` per iteration) are None on CUDA.
     """
 
     problem: Any

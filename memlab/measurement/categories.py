@@ -25,7 +25,7 @@ block at ``ADDR`` whose lifetime contains that time takes the category (preceden
 baseline categories, then gradients, upstream gradient, saved activations).  A block is one
 category for its whole lifetime: a gradient counts as a gradient from its allocation (while backward
 still fills it), a saved tensor from the op that produced it.  The replay sums the same deltas as
-:func:`~memlab.measure.alloc_trace.iteration_stats`, so the categories add up to the live bytes to
+:func:`~memlab.measurement.alloc_trace.iteration_stats`, so the categories add up to the live bytes to
 the byte at every event.
 
 The hooks observe without changing what is measured: the pack hook returns a detached alias of the
@@ -101,7 +101,7 @@ def _on_upstream(grad: torch.Tensor) -> None:
 class Probe:
     """Marks saved tensors, the leaves' gradients and the upstream gradient in the profiler trace.
 
-    Used by the measured steps only (:func:`memlab.measure.step.make_step`'s ``step(probe)``)::
+    Used by the measured steps only (:func:`memlab.measurement.step.make_step`'s ``step(probe)``)::
 
         with Probe(problem.leaves()) as probe:      # gradient hooks on the leaves
             recorder.iterations(lambda: step(probe), n)

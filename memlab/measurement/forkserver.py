@@ -1,7 +1,7 @@
 """A warm measurement server: torch imported once, one forked child per measurement.
 
 # NOTE [ fork server ]
-A fresh ``python -m memlab.measure.worker`` per measurement pays for the torch import, memlab's
+A fresh ``python -m memlab.measurement.worker`` per measurement pays for the torch import, memlab's
 import, plug-in loading and the lazy imports of the first step (``torch._dynamo`` through the first
 optimizer: 1.2-1.6 s) every time: several seconds per point on 2 cores, more than most measured
 steps.  The server pays them once, then forks one child per measurement.  The child is as isolated
@@ -19,7 +19,7 @@ as a fresh process for what memlab measures:
 * The child is the leader of a new session, writes its output as bytes to a log in its own temporary
   folder and its result to a file there, exactly as the spawned worker does; the server reaps it
   with ``os.wait4`` and reports the exit status and peak resident memory, which the caller turns
-  into the same errors (:func:`~memlab.measure.runner.describe_exit`).
+  into the same errors (:func:`~memlab.measurement.runner.describe_exit`).
 * CUDA must not be initialised before a fork, and the server cannot know whether a plug-in does:
   CUDA measurements, and platforms without ``fork``, use the spawned worker.
 

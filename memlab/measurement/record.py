@@ -52,7 +52,7 @@ class Measurement:
             live at the step's start (``allocated_baseline_bytes`` plus any other storage the
             technique or workload keeps between steps).
         peak_by_category_bytes: ``total_peak_bytes`` split by category (NOTE [ memory categories ]
-            in ``memlab/measure/categories.py``): ``parameters``, ``gradients``, ``optimizer_state``,
+            in ``memlab/measurement/categories.py``): ``parameters``, ``gradients``, ``optimizer_state``,
             ``inputs`` (inputs and upstream gradient), ``saved_activations`` (tensors autograd
             saved for backward) and ``temporaries`` (everything else); the values sum to
             ``total_peak_bytes`` exactly.
@@ -64,7 +64,7 @@ class Measurement:
             baseline before the first measured step; growth here is a leak.
         leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
         predicted_cuda: CPU only: PyTorch's CUDA caching allocator replayed on this step's exact
-            allocation trace (:func:`memlab.measure.cuda_prediction.predict_cuda`; bytes, marked
+            allocation trace (:func:`memlab.measurement.cuda_prediction.predict_cuda`; bytes, marked
             ``predicted``): allocated and reserved peaks, fragmentation, segments, the extra
             device terms the trace cannot see listed apart.  A prediction, not a measurement.
 
@@ -73,7 +73,7 @@ class Measurement:
     ``optimizer_class`` the class that ran (a technique may supply its own); ``loss`` is ``given``
     (``output.backward(grad_output)`` with a preallocated upstream gradient in the baseline) or
     ``mse`` (``mse_loss(output.float(), zeros).backward()``: the upstream gradient is allocated inside
-    the step and no ``grad_output`` is in the baseline).  See ``memlab/measure/step.py``.
+    the step and no ``grad_output`` is in the baseline).  See ``memlab/measurement/step.py``.
 
     Step time (seconds): ``step_times_s`` holds every timed sample, ``step_time_s`` their median and
     ``step_time_iqr_s`` their interquartile range (None under two samples); ``load_avg_before`` and
@@ -83,7 +83,7 @@ class Measurement:
     plain-reference steps timed right before and after it (same problem, same process), and
     ``reference_step_time_s`` the median reference step.  Compare techniques and commits on it.
 
-    Verdict (see NOTE [ verdicts ] in ``memlab/measure/verdict.py``):
+    Verdict (see NOTE [ verdicts ] in ``memlab/measurement/verdict.py``):
         status: one of :data:`STATUSES`; ``error`` holds the one-line reason for every non-ok status.
         matches_reference: decided in ``check_dtype`` (float64 unless the technique runs in low
             precision only), where a correct technique agrees to ~1e-12.

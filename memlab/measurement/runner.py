@@ -184,7 +184,7 @@ def _child_env(technique: type[Technique]) -> dict[str, str]:
 
 def _command(req_path: str, res_path: str) -> list[str]:
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # NOTE [ worker isolation ]
-    return [sys.executable, *safe_path, "-m", "memlab.measure.worker", req_path, res_path]
+    return [sys.executable, *safe_path, "-m", "memlab.measurement.worker", req_path, res_path]
 
 
 def _output_tail(path: str) -> list[str]:
@@ -267,7 +267,7 @@ def _server_for(env: dict[str, str]):
         _server = None
     if _server is None:
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # NOTE [ worker isolation ]
-        _server = ForkServer(env, [sys.executable, *safe_path, "-m", "memlab.measure.forkserver"])
+        _server = ForkServer(env, [sys.executable, *safe_path, "-m", "memlab.measurement.forkserver"])
     return _server
 
 
@@ -303,7 +303,7 @@ def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeo
     """Run ``request`` in an isolated process; return the result JSON object.
 
     ``isolate``: ``"fork"`` (a child forked from the warm server, NOTE [ fork server ]), ``"spawn"``
-    (``python -P -m memlab.measure.worker``) or ``"auto"``: fork for CPU where the platform can,
+    (``python -P -m memlab.measurement.worker``) or ``"auto"``: fork for CPU where the platform can,
     spawn for CUDA.  Either way the child runs in its own temporary folder (removed afterwards, also
     after a timeout) and its own session; its stdout and stderr go, as bytes, to one file there, of
     which the last lines (decoded with replacement) explain a failure.  A fork server that fails

@@ -25,7 +25,7 @@ __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
 #: optimizer and loss (rows from before that choice are ``sgd`` / ``given``).
 SETTING = ("device", "dtype", "mode", "optimizer", "loss")
 _DEFAULT_STEP = {"optimizer": "sgd", "loss": "given"}
-#: Memory categories that are activation memory (``memlab.measure.categories.ACTIVATION_CATEGORIES``).
+#: Memory categories that are activation memory (``memlab.measurement.categories.ACTIVATION_CATEGORIES``).
 ACTIVATION_CATEGORIES = ("saved_activations", "temporaries")
 
 
