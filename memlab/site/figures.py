@@ -512,34 +512,79 @@ def peak_by_category(items: list[tuple[str, bool, dict[str, int]]], categories: 
 # -- history, timelines, reproductions -------------------------------------------------------------
 #: asv units -> (scale, the unit shown)
 UNITS = {"bytes": (1 / MiB, "MiB"), "seconds": (1e3, "ms")}
+#: asv metric -> the quantity named on the history chart's y-axes
+_HISTORY_METRICS = {"track_peak_allocated": "peak allocated", "track_peak_reserved": "peak reserved",
+                    "time_step": "step"}
 
 
-def history(frame: pd.DataFrame, colors: dict[str, str]) -> dict[str, Any]:
-    """One asv benchmark on one machine across commits: a line per parameter combination, coloured
-    by its ``technique`` parameter where it has one.
+def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = ()) -> dict[str, Any]:
+    """One asv benchmark on one machine across commits: one panel per technique (stacked, sharing the
+    commit axis), a line per combination of its other parameters, in the technique's colour.
 
-    ``frame`` holds :func:`memlab.results.load_asv_results` rows; bytes are shown in MiB and
-    seconds in ms; x is the commit date (UTC), hover names the commit.
+    ``frame`` holds :func:`memlab.results.load_asv_results` rows of one benchmark and machine;
+    ``order`` the measured commits in history order (:func:`memlab.site.history.commit_order`; the
+    commits' dates when empty).  x is the commit (short hash, one category per measured commit, in
+    history order, NOTE [ commit order ] in :mod:`memlab.site.history`), hover names its subject;
+    bytes are shown in MiB (hover adds the exact bytes), seconds in ms.  A combination's marker
+    symbol and dash are the same in every panel and its legend entry toggles it in all of them.
     """
+    from . import history as H
+
+    order = list(order) or H.commit_order(frame)
     unit = frame["unit"].iloc[0]
-    scale, y_title = UNITS.get(unit, (1.0, unit or "value"))
-    traces = []
-    for i, (key, group) in enumerate(frame.groupby("params_key", sort=True)):
-        group = group.sort_values(["date_ms", "commit"], kind="stable")
-        params = group.iloc[0]["params"]
-        name = esc(", ".join(f"{k}={v}" for k, v in params.items())) or "(no parameters)"
-        dates = [_utc(d) for d in group["date_ms"]]
-        tech = params.get("technique")
-        color = colors.get(tech) if isinstance(tech, str) else None
-        trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": dates,
-                 "y": [_rounded(v * scale, 6) for v in group["value"]], "hoverinfo": "text",
-                 "hovertext": [f"{name}<br>commit {esc(c[:10])}<br>{_rounded(v * scale, 4)} {esc(y_title)}"
-                               for c, v in zip(group["commit"], group["value"])]}
-        if color:
-            trace["line"] = {"color": color}
-            trace["marker"] = {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}
-        traces.append(trace)
-    return {"data": traces, "layout": _layout(_axis("commit date (UTC)", kind="date"), _axis(f"{y_title}"))}
+    scale, shown_unit = UNITS.get(unit, (1.0, unit or "value"))
+    panels = H.technique_histories(frame, order)
+    labels = sorted({ln.label for p in panels for ln in p.lines})
+    style = {lab: i for i, lab in enumerate(labels)}
+    n, gap = max(len(panels), 1), 0.06
+    height = (1 - gap * (n - 1)) / n
+    traces, layout, seen, annotations = [], {}, set(), []
+    metric = str(frame["benchmark"].iloc[0]).rpartition(".")[2]
+    y_name = _HISTORY_METRICS.get(metric, metric)
+    categories = [value(c.short) for c in order]
+    for k, panel in enumerate(panels):
+        suffix = "" if k == 0 else str(k + 1)
+        top = 1 - k * (height + gap)
+        tech = panel.technique
+        color = colors.get(tech, _OTHER) if tech else _OTHER
+        for line in panel.lines:
+            i = style[line.label]
+            name = esc(line.label)
+            xs = [value(c.short) for c, _ in line.points]
+            ys = [_rounded(v * scale, 6) for _, v in line.points]
+            hover = [f"<b>{esc(c.short)}</b> {esc(c.subject or '(subject unknown: not in this repository)')}"
+                     f"<br>{esc(tech or '-')}: {name}<br>{_rounded(v * scale, 4)} {esc(shown_unit)}"
+                     + (f" ({v:,.0f} bytes)" if unit == "bytes" else "") for c, v in line.points]
+            trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
+                     "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
+                     "legendgroup": name, "showlegend": line.label not in seen,
+                     "line": {"color": color, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
+                     "marker": {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}}
+            seen.add(line.label)
+            traces.append(trace)
+        x_axis = {"type": "category", "categoryorder": "array", "categoryarray": categories,
+                  "range": [-0.5, len(categories) - 0.5], "anchor": f"y{suffix}", "showticklabels": k == n - 1,
+                  "tickangle": -60, "automargin": True}
+        if k:
+            x_axis["matches"] = "x"
+        if k == n - 1:
+            x_axis["title"] = {"text": "commit, oldest first (history order; hover for its subject)"}
+        ys = [v for t in traces[-len(panel.lines):] for v in t["y"] if v is not None] if panel.lines else []
+        annotations.append({"text": f"<b>{esc(tech or 'all')}</b>" + (" (baseline)" if tech and colors.get(tech) == BASELINE_COLOR else ""),
+                            "xref": "paper", "yref": "paper", "x": 0, "y": round(top, 6), "xanchor": "left",
+                            "yanchor": "bottom", "showarrow": False, "font": {"color": color}})
+        y_axis = {"title": {"text": esc(f"{y_name} ({shown_unit})")}, "zeroline": False, "tickformat": ",",
+                  "domain": [round(max(top - height, 0.0), 6), round(top, 6)], "anchor": f"x{suffix}"}
+        if ys:
+            lo, hi = min(ys), max(ys)
+            pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
+            y_axis["range"] = [_rounded(lo - pad, 6), _rounded(hi + pad, 6)]
+        layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"] = x_axis, y_axis
+    fig_layout = _layout(layout.pop("xaxis", {"title": {"text": "commit"}}), layout.pop("yaxis", {"title": {"text": shown_unit}}),
+                         **layout)
+    fig_layout.update(height=120 + 190 * n, margin={"l": 90, "r": 20, "t": 36, "b": 110},
+                      legend={"orientation": "v", "title": {"text": "parameters"}}, annotations=annotations)
+    return {"data": traces, "layout": fig_layout}
 
 
 def _rounded(v: float, digits: int) -> float | None:
