@@ -5,6 +5,7 @@ Run from the repository root (``Makefile.asv`` does)::
     python -m benchmarks.asv_host name                 # the machine name derived from the host
     python -m benchmarks.asv_host register NAME        # record NAME in ~/.asv-machine.json
     python -m benchmarks.asv_host scratch-config OUT   # asv.conf.json with results under .asv/
+    git rev-list --reverse A^..main | python -m benchmarks.asv_host spread   # commits, spread order
 
 asv imports every module of ``benchmarks/`` while discovering benchmarks, in environments that have
 ``asv_runner`` but not ``asv``: this module defines no benchmark and imports asv only inside
@@ -37,10 +38,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence, TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["CI_MACHINE", "HARDWARE_KEYS", "MachineClash", "default_name", "valid_name", "detect", "detect_gpu",
-           "register", "scratch_config"]
+           "register", "scratch_config", "spread_order"]
 
 CI_MACHINE = "memlab-ci-2core"
 #: facts that tell two hosts apart; a recorded one that differs from this host's refuses registration
@@ -190,6 +193,33 @@ def scratch_config(conf_path: str | os.PathLike = "asv.conf.json", results_dir: 
     return conf
 
 
+def spread_order(items: Sequence[T]) -> list[T]:
+    """``items`` (a commit range, oldest first) in the order an interrupted run covers evenly: the
+    first, the last, then the middles of the gaps left, halving (0, n-1, n/2, n/4, 3n/4, ...).
+
+    ``make asv-history`` measures commits in this order, so when it stops early (a shared machine's
+    load makes the minutes per commit unpredictable), the measured commits still span the history
+    and a later run with ``--skip-existing-commits`` fills the gaps in between.
+    """
+    n, order, seen = len(items), [], set()
+    gaps = [(0, n - 1)] if n else []
+    for i in (0, n - 1):
+        if 0 <= i < n and i not in seen:
+            seen.add(i)
+            order.append(i)
+    while gaps:
+        nxt = []
+        for lo, hi in gaps:
+            if hi - lo < 2:
+                continue
+            mid = (lo + hi) // 2
+            seen.add(mid)
+            order.append(mid)
+            nxt += [(lo, mid), (mid, hi)]
+        gaps = nxt
+    return [items[i] for i in order]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.asv_host", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -200,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     reg.add_argument("--force", action="store_true", help="register even if results/<name>/ records other hardware")
     scr = sub.add_parser("scratch-config", help="write asv.conf.json with results under .asv/scratch-results")
     scr.add_argument("out")
+    spr = sub.add_parser("spread", help="the lines of standard input (commits, oldest first) in spread order")
     args = parser.parse_args(argv)
     try:
         if args.command == "name":
@@ -209,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
             facts = ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("machine", "version"))
             print(f"asv machine {args.machine!r}: {facts}\n"
                   f"  in ~/.asv-machine.json; asv runs with --machine {args.machine} write {args.results}/{args.machine}/")
+        elif args.command == "spread":
+            lines = [line.strip() for line in sys.stdin if line.strip()]
+            print("\n".join(spread_order(lines)))
         else:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)

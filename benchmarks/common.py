@@ -74,16 +74,30 @@ settings of NOTE [ timing ], flagged none.  A ``track_`` value is one number per
 no samples to test it against, only its 10% factor, and under contention the technique and its
 reference step slow down by different amounts.  It stays in memlab's sweeps and site.
 
+NOTE [ only time_step builds a step in setup ]
+The class ``setup`` resolves and validates the configuration only (``prepare``: no tensors); the
+problem and its warm-up step are built by ``time_step``'s own setup (asv runs a benchmark function's
+``setup`` attribute after the class's, with the parameters but without the instance, so the class
+setup leaves its instance in ``_CURRENT``: one asv process runs one benchmark).  The ``track_``
+benchmarks build their own problem inside ``memlab.measure``: building one more and stepping it
+before, as the suite did until December 2026, cost 10-20% of each memory combination's time (0.9 s
+of 9.7 s for slice_loop, 8.8 s of 47.9 s for reversible at depth 16, at load 10 on 2 cores) and
+changed no figure (the warm-up problem was freed before the measurement).
+
 NOTE [ warm the fork server ]
 Everything a combination would import lazily is imported here, once, in the fork server: the first
 ``torch.optim`` optimizer built in a process imports ``torch._dynamo`` (1.2-1.6 s measured), which
 every forked combination would otherwise pay again.  Building an SGD optimizer on a CPU tensor
-does it without touching CUDA.
+does it without touching CUDA.  Then ``gc.freeze()`` moves everything imported so far out of the
+garbage collector's reach: ``memlab.measure`` calls ``gc.collect()`` around its steps, which in a
+forked child would otherwise walk torch's whole object graph each time (0.8 s per call measured at
+load 10 on 2 cores; memlab's own fork server freezes the same way).  No figure depends on it.
 """
 from __future__ import annotations
 
 import abc
 import ast
+import gc
 import inspect
 import json
 import os
@@ -114,6 +128,7 @@ if torch is not None:
         torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
     except Exception:  # pragma: no cover
         pass
+gc.freeze()  # NOTE [ warm the fork server ]: forked combinations' gc.collect() skips torch's objects
 
 __all__ = [
     "DEVICES", "DEVICES_ENV", "DTYPE", "MODE", "BenchmarkFailure", "devices_from_env", "plugin_techniques",
@@ -278,6 +293,18 @@ def _cuda_only(cache_dir, *values) -> None:
             "see memlab's sweeps and site")
 
 
+#: the benchmark instance whose class ``setup`` ran last in this process (one per asv process)
+_CURRENT: "MemlabBenchmark | None" = None
+
+
+def _timing_setup(cache_dir, *values) -> None:
+    """``time_step``'s own asv setup (runs after the class's): build the problem and run the warm-up
+    step; see NOTE [ only time_step builds a step in setup ]."""
+    if _CURRENT is None:  # pragma: no cover - asv always runs the class setup first
+        raise BenchmarkFailure("time_step's setup ran before the class setup")
+    _CURRENT._prepare_step()
+
+
 class MemlabBenchmark(abc.ABC):
     """Base of the per-workload benchmark classes: one training step of one technique.
 
@@ -349,7 +376,9 @@ class MemlabBenchmark(abc.ABC):
         _require_imports()
         self._require_device()
         self.config = self._resolve_config(config)
-        self._prepare_step()
+        self._validate()
+        global _CURRENT
+        _CURRENT = self  # NOTE [ only time_step builds a step in setup ]
 
     def _require_device(self) -> None:
         """A ``cuda`` combination fails, never skips, where torch cannot use CUDA (NOTE [ device ])."""
@@ -386,15 +415,20 @@ class MemlabBenchmark(abc.ABC):
                     f"{key} does not apply to {self.technique_name!r}: measured at {key}={first[key]!r} only")
         return config
 
-    def _prepare_step(self) -> None:
-        """Validate the configuration, build the problem and run one warm-up step."""
+    def _validate(self) -> None:
+        """Validate the configuration (``prepare``: no tensor is built); the technique saying it cannot
+        run here skips the combination, an invalid value fails it (NOTE [ skipped or failed ])."""
         prepare = _measurement_module("").prepare
-        make_step = _measurement_module(".step").make_step
-
         try:
-            technique, dev, dt = prepare(self.technique_cls, dict(self.config), self.device, DTYPE, MODE)
+            self._prepared = prepare(self.technique_cls, dict(self.config), self.device, DTYPE, MODE)
         except memlab.TechniqueUnavailable as exc:
             raise NotImplementedError(f"{self.technique_name!r} cannot run here: {exc}") from None
+
+    def _prepare_step(self) -> None:
+        """Build the problem and run one warm-up step (``time_step``'s own setup)."""
+        make_step = _measurement_module(".step").make_step
+
+        technique, dev, dt = self._prepared
         problem = technique.build(dev, dt, 0)
         step, _ = make_step(technique, problem, MODE)
         step()
@@ -453,6 +487,8 @@ class MemlabBenchmark(abc.ABC):
         """Seconds of one training step (forward, backward, SGD step)."""
         self._step()
         self._sync()
+
+    time_step.setup = _timing_setup
 
 
 def class_params(spec: Sequence[tuple[str, list]]) -> tuple[list[list], list[str]]:

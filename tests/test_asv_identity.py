@@ -161,3 +161,17 @@ def test_make_uses_the_ci_machine_only_when_named(tmp_path):
     entry = _machines(tmp_path / ".asv-machine.json")[asv_host.CI_MACHINE]
     assert entry == {k: v for k, v in recorded.items() if k != "version"}
     assert _tree_digest(ROOT / "results") == before
+
+
+def test_spread_order_covers_the_range_evenly():
+    """``make asv-history`` measures commits first, last, middle, quarters...: an interrupted run
+    still spans the history; every commit comes exactly once."""
+    from benchmarks.asv_host import spread_order
+
+    assert spread_order([]) == [] and spread_order(["a"]) == ["a"] and spread_order(["a", "b"]) == ["a", "b"]
+    assert spread_order(list(range(10))) == [0, 9, 4, 2, 6, 1, 3, 5, 7, 8]
+    order = spread_order(list(range(80)))
+    assert sorted(order) == list(range(80)) and order[:5] == [0, 79, 39, 19, 59]
+    # after the first 9 (first, last and 7 middles) no gap is wider than a ninth of the range
+    first = sorted(order[:9])
+    assert max(b - a for a, b in zip(first, first[1:])) <= 10

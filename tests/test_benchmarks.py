@@ -290,6 +290,9 @@ def test_both_memory_metrics_come_from_one_measurement(tmp_path):
     combo = ("unchunked", 2000, "cpu")
     b = tiny()
     b.setup(str(tmp_path), *combo)
+    assert b._step is None  # NOTE [ only time_step builds a step in setup ]
+    b.time_step.setup(str(tmp_path), *combo)  # asv runs time_step's own setup after the class's
+    assert b._step is not None
     b.time_step(str(tmp_path), *combo)
     allocated = b.track_peak_allocated(str(tmp_path), *combo)
     # unchunked (x @ w1) @ w2 at n=64, d=8, hidden=16, float32: hidden h [64, 16] saved for backward,
