@@ -90,7 +90,7 @@ def _measure_kwargs(args) -> dict[str, Any]:
 def _cmd_measure(args) -> int:
     from .measurement import measure
     from .measurement.categories import CATEGORIES
-    from .measurement.record import fmt_mib
+    from .record import fmt_mib
     from .registry import get_technique
 
     cls = get_technique(args.name)
@@ -207,7 +207,7 @@ class _Progress:
     def __call__(self, done, total, point, m, seconds) -> None:
         import time
 
-        from .measurement.record import fmt_mib
+        from .record import fmt_mib
 
         if self.started is None:
             self.started = time.perf_counter()
@@ -299,7 +299,7 @@ def _cmd_sweep(args) -> int:
 def _cmd_timeline(args) -> int:
     from .atomic import write_text_atomic
     from .measurement import timeline
-    from .measurement.record import fmt_mib
+    from .record import fmt_mib
     from .registry import get_technique
 
     cls = get_technique(args.name)
@@ -322,7 +322,7 @@ def _cmd_timeline(args) -> int:
 def _cmd_timelines(args) -> int:
     from .atomic import write_text_atomic
     from .measurement import timeline
-    from .measurement.record import fmt_mib
+    from .record import fmt_mib
     from .registry import get_technique, list_families, list_techniques
 
     if args.family is not None and args.family not in list_families():

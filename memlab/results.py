@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import dataclasses
 import errno
 import itertools
 import json
@@ -40,24 +41,18 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import pandas as pd
 
-from .analytic import activation_figures, analytic_floor
+from .record import MODES, STATUSES, Measurement, activation_figures, analytic_floor
+from .record import is_number as _is_number
 
 __all__ = [
-    "ResultsWarning", "FAMILY_BASELINES", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS", "STATUSES",
+    "ResultsWarning", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS", "STATUSES",
     "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
     "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
     "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
     "canonical_params",
 ]
 
-#: The no-savings baseline technique of each family, used only when the measurements do not say
-#: (``extra["baseline"]``: ``True`` on the baseline's rows, or the baseline's name).  The one place.
-FAMILY_BASELINES: dict[str, str] = {"chunking": "unchunked", "tensor_train": "dense", "reversible": "residual"}
-
 VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
-#: Measurement statuses (``memlab.measurement.record.STATUSES``; a test keeps the two equal).
-STATUSES = ("ok", "mismatch", "leak", "oom", "error")
-_MODES = ("train", "infer")
 
 #: Deepest JSON nesting read (memlab writes at most 5 levels); deeper files are refused unparsed.
 MAX_JSON_DEPTH = 64
@@ -66,27 +61,30 @@ MAX_FILE_BYTES = 256 * 2**20
 #: Problems warned about one by one per file; the rest are counted in one more warning.
 PROBLEMS_PER_FILE = 5
 
-_REQUIRED_STR = ("technique", "workload", "family", "device", "dtype", "mode", "status")
-_INT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "peak_reserved_bytes",
-               "reserved_baseline_bytes", "device_used_bytes", "samples_per_step", "flops",
-               "param_count", "param_bytes", "grad_bytes", "total_peak_bytes")
-#: Seconds, samples/s, a ratio of step times and load averages: finite numbers >= 0 or null.
-_FLOAT_FIELDS = ("step_time_s", "samples_per_s", "step_time_iqr_s", "reference_step_time_s", "relative_step_time",
-                 "load_avg_before", "load_avg_after")
+# The record's schema is declared once, on :class:`~memlab.record.Measurement`; the reader derives
+# the fields it checks from the dataclass's fields and their annotations.
+_FIELDS = {f.name: f for f in dataclasses.fields(Measurement)}
+_REQUIRED_STR = tuple(n for n, f in _FIELDS.items()
+                      if f.type == "str" and (f.default is dataclasses.MISSING or n == "status"))
+#: Bytes and counts: finite numbers >= 0 or null.
+_INT_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "int | None")
 #: Errors against the reference: NaN/Infinity allowed (a non-finite output is shown as wrong).
-_ERROR_FIELDS = ("max_abs_error", "max_rel_error", "drift_max_abs_error", "drift_max_rel_error")
-_LIST_FIELDS = ("allocated_after_step_bytes", "peak_allocated_per_iteration_bytes", "step_times_s")
+_ERROR_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "float | None" and n.endswith("_error"))
+#: Signed figures: a finite number or null.
+_SIGNED_FIELDS = ("leak_bytes_per_step",)
+#: Seconds, samples/s, a ratio of step times and load averages: finite numbers >= 0 or null.
+_FLOAT_FIELDS = tuple(n for n, f in _FIELDS.items()
+                      if f.type == "float | None" and n not in _ERROR_FIELDS + _SIGNED_FIELDS)
+_LIST_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type.startswith("tuple[") and f.type.endswith(", ...]"))
 #: Bytes by memory category (``parameters``, ``gradients``, ... see ``memlab/measurement/categories.py``).
-_CATEGORY_FIELDS = ("peak_by_category_bytes", "end_by_category_bytes")
-#: The training step's optimizer and loss, with the value rows from before the choice existed carry.
-_STEP_FIELDS = {"optimizer": "sgd", "loss": "given"}
+_CATEGORY_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "dict[str, int]")
+#: The training step's optimizer and loss, with the value rows from before the choice existed carry
+#: (the record's defaults).
+_STEP_FIELDS = {n: f.default for n, f in _FIELDS.items() if f.type == "str" and n not in _REQUIRED_STR}
 #: Fields of the record the site does not read (so it does not check them either).
 _UNREAD_FIELDS = ("optimizer_class", "predicted_cuda")
-_KNOWN_FIELDS = frozenset(
-    _REQUIRED_STR + _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS + _LIST_FIELDS + _CATEGORY_FIELDS
-    + tuple(_STEP_FIELDS) + _UNREAD_FIELDS + (
-    "params", "error", "errors_by_tensor", "tolerance", "matches_reference", "check_dtype", "leak_bytes_per_step",
-    "peer", "memory_method", "extra", "environment", "schema", "baseline"))
+#: The record's fields, and ``baseline``, which rows from before ``extra["baseline"]`` carried.
+_KNOWN_FIELDS = frozenset(_FIELDS) | {"baseline"}
 
 #: Columns of :func:`load_runs` (one row per measurement).
 RUN_COLUMNS = (
@@ -331,10 +329,6 @@ def list_input_files(folder: Path | str, suffix: str) -> list[Path]:
     return [folder / n for n in sorted(names) if n.endswith(suffix)]
 
 
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
 def _bad_numbers(value: Any, where: str) -> Iterator[str]:
     """A problem for each number outside float range or NaN/Infinity inside ``value`` (at ``where``)."""
     if isinstance(value, _OutOfRange) or (isinstance(value, float) and not math.isfinite(value)):
@@ -382,8 +376,8 @@ def validate_measurement(rec: Any) -> list[str]:
             problems.append(f"field {key!r} must be an object, got {type(rec[key]).__name__}")
     if isinstance(rec.get("status"), str) and rec["status"] not in STATUSES:
         problems.append(f"status={_short(rec['status'])} is not one of {STATUSES}")
-    if isinstance(rec.get("mode"), str) and rec["mode"] not in _MODES:
-        problems.append(f"mode={_short(rec['mode'])} is not one of {_MODES}")
+    if isinstance(rec.get("mode"), str) and rec["mode"] not in MODES:
+        problems.append(f"mode={_short(rec['mode'])} is not one of {MODES}")
     for key in _INT_FIELDS + _FLOAT_FIELDS:
         problems += _optional(rec, key, lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
     for key in _ERROR_FIELDS:
@@ -586,10 +580,10 @@ def find_sweep_files(data_dir: Path | str) -> list[Path]:
 def family_baselines(runs: pd.DataFrame) -> dict[str, str]:
     """The baseline technique of each family present in ``runs``.
 
-    Order of evidence: rows whose ``baseline`` is True name their own technique; a string
-    ``baseline`` names the baseline technique; otherwise :data:`FAMILY_BASELINES`.  Families
-    with no evidence and no mapping are absent.  Conflicting claims warn and the first name in
-    sorted order wins.
+    Rows whose ``baseline`` is True name their own technique (a technique's ``baseline = True``,
+    which every measurement records in ``extra["baseline"]``: declared once, on the technique); a
+    string ``baseline`` names the baseline technique.  Families with no such row are absent.
+    Conflicting claims warn and the first name in sorted order wins.
     """
     out: dict[str, str] = {}
     for family, rows in runs.groupby("family", sort=True):
@@ -604,8 +598,6 @@ def family_baselines(runs: pd.DataFrame) -> dict[str, str]:
                   f"({', '.join(sorted(claimed))}); using {sorted(claimed)[0]!r}")
         if claimed:
             out[family] = sorted(claimed)[0]
-        elif family in FAMILY_BASELINES:
-            out[family] = FAMILY_BASELINES[family]
     return out
 
 

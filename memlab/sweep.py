@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 from .atomic import FileLocked, append_line_durable, lock_exclusive
 from .measurement import measure
-from .measurement.record import STATUSES, Measurement, fmt_mib
+from .record import STATUSES, Measurement, fmt_mib
 from .registry import get_technique, list_families, list_techniques
 
 __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done",

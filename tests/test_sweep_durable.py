@@ -18,7 +18,7 @@ import memlab.atomic
 import memlab.sweep
 from memlab.atomic import append_line_durable
 from memlab.cli import main
-from memlab.measurement.record import Measurement
+from memlab.record import Measurement
 from memlab.sweep import SweepOutputBusy, open_sweep_output
 
 HELPERS = Path(__file__).parent / "plugins" / "sweep_helpers.py"

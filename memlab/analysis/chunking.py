@@ -2,7 +2,7 @@
 
 Two views of one training step:
 
-* :func:`slice_backward_allocations` reads a :class:`~memlab.measurement.record.Timeline` (from
+* :func:`slice_backward_allocations` reads a :class:`~memlab.record.Timeline` (from
   ``memlab.timeline("slice_loop", ...)``): every allocation whose operator stack contains
   ``aten::slice_backward`` (its ``aten::zeros``), with its size and the live bytes at that moment.
   A timeline has no addresses, so it cannot say when each of them is freed.

@@ -18,11 +18,11 @@ recomputed graph (its intermediates, its gradients and the chunk's parameter-gra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
-__all__ = ["slice_accumulate", "ChunkVJP"]
+__all__ = ["slice_accumulate", "ChunkVJP", "chunk_bounds"]
 
 #: ``chunk_vjp(x_chunk, grad_chunk, params, grad_x_chunk, grad_params) -> None``: writes the chunk's
 #: input gradient into ``grad_x_chunk`` (a [rows, ...] view of the preallocated ``grad_x``; None when
@@ -43,7 +43,13 @@ class _Spec:
     chunk_vjp: Optional[ChunkVJP]
 
 
-def _bounds(n: int, chunk_size: int):
+def chunk_bounds(n: int, chunk_size: int) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each run of ``chunk_size`` rows out of ``n``; the last may be shorter.
+
+    Example::
+
+        list(chunk_bounds(5, 2))  # [(0, 2), (2, 4), (4, 5)]
+    """
     for s in range(0, n, chunk_size):
         yield s, min(s + chunk_size, n)
 
@@ -63,7 +69,7 @@ def _forward_loop(spec: _Spec, x: torch.Tensor, params: Sequence[torch.Tensor]) 
     """The chunk loop without autograd: y [N, ...] preallocated from the first chunk's shape."""
     n = x.shape[0]
     y: Optional[torch.Tensor] = None
-    for s, e in _bounds(n, spec.chunk_size):
+    for s, e in chunk_bounds(n, spec.chunk_size):
         out = _checked_chunk(spec.fn(x[s:e], *params), e - s, s, e)
         if y is None:
             y = out.new_empty((n, *out.shape[1:]))
@@ -126,7 +132,7 @@ class _SliceAccumulate(torch.autograd.Function):
         grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if need_x else None
         grad_params = [torch.zeros_like(p) if need else None for p, need in zip(params, need_p)]
         vjp = spec.chunk_vjp or _autograd_chunk_vjp(spec.fn)
-        for s, e in _bounds(x.shape[0], spec.chunk_size):
+        for s, e in chunk_bounds(x.shape[0], spec.chunk_size):
             vjp(x[s:e], grad_y[s:e], params, None if grad_x is None else grad_x[s:e], grad_params)
         return (None, grad_x, *grad_params)
 

@@ -11,9 +11,9 @@ from ..registry import get_technique, load_plugin
 from ..technique import Technique
 from .devices import parse_device, parse_dtype
 from .inprocess import measure_in_process, skeleton, timeline_in_process, memory_method
-from .record import Measurement, Timeline, TimelineEvent, fmt_mib
+from ..record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
 from .runner import WorkerFailed, run_in_subprocess
-from .step import LOSSES, MODES, OPTIMIZERS, check_choice
+from .step import LOSSES, OPTIMIZERS, check_choice
 
 __all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare"]
 

@@ -15,7 +15,7 @@ from . import alloc_trace, resident
 from .categories import Probe, baseline_categories, categorise, refuses_saved_hooks
 from .devices import device_label
 from .environment import environment, load_average
-from .record import Measurement, Timeline, TimelineEvent
+from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
 from .cuda_prediction import predict_cuda
 from .verdict import decide

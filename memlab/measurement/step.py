@@ -28,13 +28,13 @@ from typing import Callable, Literal
 import torch
 from torch.profiler import record_function
 
+from ..record import MODES
 from ..technique import Technique
 from ..workload import Problem
 
 __all__ = ["make_step", "make_optimizer", "MODES", "PHASES", "OPTIMIZERS", "LOSSES", "OptimizerName", "LossName",
            "check_choice"]
 
-MODES = ("train", "infer")
 PHASES = ("forward", "backward", "optimizer")
 OptimizerName = Literal["sgd", "sgd_momentum", "adam", "adamw"]
 OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")

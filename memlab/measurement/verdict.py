@@ -48,7 +48,7 @@ def leak_per_step(after: Sequence[int]) -> float | None:
 
 
 def leak_reason(per_step: float, after: Sequence[int]) -> str:
-    from .record import fmt_mib
+    from ..record import fmt_mib
 
     return (f"live memory grows by {fmt_mib(per_step)} ({per_step:.0f} B) per step "
             f"(after each step: {', '.join(fmt_mib(a) for a in after)})")

@@ -5,13 +5,12 @@ plain text (the templates escape it).  Memory in MiB as the tables show it.
 """
 from __future__ import annotations
 
-import math
-import numbers
 from typing import Any, Iterable
 
 import pandas as pd
 
-from ..units import MiB
+from ..record import fmt_mib as _mib
+from ..record import is_number as _num
 
 __all__ = ["CATEGORY_NAMES", "why", "footnotes"]
 
@@ -20,14 +19,6 @@ CATEGORY_NAMES = {"parameters": "parameters", "gradients": "gradients", "optimiz
                   "inputs": "inputs", "saved_activations": "saved activations", "temporaries": "temporaries"}
 #: Categories an activation-memory technique does not change.
 _FIXED = ("parameters", "gradients", "optimizer_state", "inputs")
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _mib(n: float) -> str:
-    return f"{n / MiB:.1f} MiB"
 
 
 def _cats(row: pd.Series) -> dict[str, int] | None:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from ..record import is_number as _num
+
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
            "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels", "line_variants",
            "pareto_front", "comparable", "savings", "param_text", "sort_key",
@@ -239,10 +241,6 @@ def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
         entries.append({"row": best, "saving": (1 - peak / bpeak) if bpeak else None, "throughput_ratio": ratio})
     entries.sort(key=lambda e: (e["row"]["peak_allocated_bytes"], e["row"]["technique"]))
     return {"baseline": base, "techniques": entries}
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # -- the questions the overview answers ---------------------------------------------------------

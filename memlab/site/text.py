@@ -2,27 +2,16 @@
 reference check as one line."""
 from __future__ import annotations
 
-import math
-import numbers
 import re
 from typing import Any, Iterable
 
 import pandas as pd
 
-from ..units import MiB
+from ..record import fmt_mib
+from ..record import is_number as _finite
 
 __all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "fmt_rate", "fmt_load",
            "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class"]
-
-
-def _finite(v: Any) -> bool:
-    """A real, finite number (numpy scalars included, bools excluded)."""
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def fmt_mib(n: Any) -> str:
-    """Bytes as MiB with one decimal (``'17.2 MiB'``); ``'-'`` when unknown."""
-    return f"{n / MiB:.1f} MiB" if _finite(n) else "-"
 
 
 def fmt_num(v: Any, digits: int = 4) -> str:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from ..functional.chained_matmul import chained_matmul, chained_matmul_chunk_vjp
+from ..functional.slice_accumulate import chunk_bounds as _bounds
 from ..functional.slice_accumulate import slice_accumulate
 from ..params import Param
 from ..technique import Technique, TechniqueUnavailable
@@ -27,11 +28,6 @@ CHECK_CHUNK = {"chunk_size": 5}
 
 SliceAccumulateBackward = Literal["manual", "autograd"]
 EINSUM_EQUATION = "bi,ij,jk->bk"
-
-
-def _bounds(n: int, c: int):
-    for st in range(0, n, c):
-        yield st, min(st + c, n)
 
 
 class _ChainedMatmulTechnique(Technique):

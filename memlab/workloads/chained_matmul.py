@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..params import Param
+from ..record import MODES
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
@@ -102,7 +103,7 @@ class AnalyticFloor:
     chunk_rows: int
 
     def bytes_for(self, mode: str) -> int:
-        if mode not in ("train", "infer"):
+        if mode not in MODES:
             raise ValueError(f"mode={mode!r} is not valid; valid modes: train, infer")
         return self.train_bytes if mode == "train" else self.infer_bytes
 

@@ -1,15 +1,25 @@
-"""The records measurement produces: :class:`Measurement` and :class:`Timeline` (frozen, JSON)."""
+"""The record core (torch-free): what a measurement is and how its figures read.
+
+:class:`Measurement` and :class:`Timeline` (frozen, JSON), the statuses and modes a record may
+hold, the byte unit and formatting, the number predicate every reader uses, and how the analytic
+expectations a technique states in ``Measurement.extra`` are read (:func:`analytic_floor`).  The
+measurement layer (:mod:`memlab.measurement`) writes these records; the results reader
+(:mod:`memlab.results`), the site and the advisor read them.  This module imports nothing heavy
+(no torch, no pandas), so ``import memlab.record`` is cheap anywhere; a test keeps it so.
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analytic import analytic_floor
-from ..units import MiB
+from .units import MiB
 
-__all__ = ["analytic_floor", "Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MiB", "fmt_mib"]
+__all__ = ["Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MODES", "RANKABLE_STATUS",
+           "MiB", "fmt_mib", "is_number", "analytic_floor", "activation_figures"]
 
 SCHEMA_VERSION = 2
 #: ``ok``: measured and verified; ``mismatch``: outputs/gradients differ from the reference (or the
@@ -18,11 +28,54 @@ SCHEMA_VERSION = 2
 #: Only ``ok`` rows are ever ranked, called best, or drawn as Pareto points.
 STATUSES = ("ok", "mismatch", "leak", "oom", "error")
 RANKABLE_STATUS = "ok"
+#: What a step runs: ``train`` (forward, backward, optimizer step) or ``infer`` (forward under no_grad).
+MODES = ("train", "infer")
 
 
-def fmt_mib(n: int | float | None) -> str:
-    """Bytes as MiB with one decimal (``'87.3 MiB'``); ``'-'`` for None."""
-    return "-" if n is None else f"{n / MiB:.1f} MiB"
+def is_number(v: Any) -> bool:
+    """A real, finite number: ints, floats and numpy scalars; not bool, NaN or infinity."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def fmt_mib(n: Any) -> str:
+    """Bytes as MiB with one decimal (``'87.3 MiB'``); ``'-'`` for None or anything not a finite number."""
+    return f"{n / MiB:.1f} MiB" if is_number(n) else "-"
+
+
+# -- the analytic expectations a technique states in ``Measurement.extra`` --------------------------
+def _floor_number(v: Any) -> bool:
+    return is_number(v) and v >= 0
+
+
+def activation_figures(extra: dict[str, Any] | None, technique: str) -> tuple[float | None, float | None]:
+    """``(measured activation peak, expected activation bytes)`` a technique stated, each or None.
+
+    Some families (reversible) state activation memory rather than a whole-step floor, because the
+    step peak is dominated by parameter gradients: ``extra["activation_peak_bytes"]`` is the measured
+    peak of bytes live above the baseline minus the gradients accumulated so far, and
+    ``extra["expected_activation_bytes"]`` maps technique names to the analytic expectation.
+    """
+    extra = extra if isinstance(extra, dict) else {}
+    measured = extra.get("activation_peak_bytes")
+    expected = extra.get("expected_activation_bytes")
+    expected = expected.get(technique) if isinstance(expected, dict) else None
+    return (measured if _floor_number(measured) else None), (expected if _floor_number(expected) else None)
+
+
+def analytic_floor(extra: dict[str, Any] | None, mode: str) -> float | None:
+    """The analytic floor (bytes above baseline) a technique stated for ``mode``, or None.
+
+    Techniques put ``analytic_floor_bytes_by_mode`` (``{"train": .., "infer": ..}``) or
+    ``analytic_floor_bytes`` (for ``analytic_floor_mode``, train when absent) in ``extra``.
+    """
+    extra = extra if isinstance(extra, dict) else {}
+    by_mode = extra.get("analytic_floor_bytes_by_mode")
+    if isinstance(by_mode, dict) and _floor_number(by_mode.get(mode)):
+        return by_mode[mode]
+    floor = extra.get("analytic_floor_bytes")
+    if not _floor_number(floor) or extra.get("analytic_floor_mode", mode) != mode:
+        return None
+    return floor
 
 
 def _tupled(v: Any) -> Any:
@@ -148,7 +201,7 @@ class Measurement:
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"status={self.status!r} is not one of {STATUSES}")
-        if self.mode not in ("train", "infer"):
+        if self.mode not in MODES:
             raise ValueError(f"mode={self.mode!r} is not 'train' or 'infer'")
 
     # -- serialisation -------------------------------------------------------------------------
