@@ -152,6 +152,7 @@ def test_history_chart_one_panel_per_technique_in_commit_order(tmp_path):
     traces = fig["data"]
     assert len(traces) == 5  # unchunked once, 2 chunk sizes for the others
     assert [t["name"] for t in traces if t["showlegend"]] == ["chunk_size=2000", "chunk_size=500"]
+    assert H.line_labels(H.technique_histories(mem, order)) == ["chunk_size=500", "chunk_size=2000"]
     slice_loop = [t for t in traces if t["yaxis"] == "y2"]
     assert all(t["x"] == [c[:H.SHORT] for c in commits] for t in slice_loop)
     assert all(t["line"]["color"] == "#d62728" for t in slice_loop)
@@ -203,3 +204,8 @@ def test_history_page_lists_the_doubling_commit(tmp_path):
     assert len(figures) == 3  # one per benchmark on the one machine
     assert all(f["layout"]["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in commits] for f in figures)
     assert "in the repository&#39;s history order" in page or "in the repository's history order" in page
+
+
+def test_memory_sections_come_before_times():
+    names = [TIME, RES, MEM, "bench_reversible.ResidualStack.time_step"]
+    assert sorted(names, key=H.benchmark_order) == [MEM, RES, TIME, "bench_reversible.ResidualStack.time_step"]

@@ -277,7 +277,9 @@ def add_history_page(ctx: Context) -> Context:
     asv, page, sections = ctx["asv"], Page("history.html"), []
     known = H.git_commits(ctx["results_dir"]) if asv is not None and len(asv) else []
     order = H.commit_order(asv, known) if asv is not None else []
-    for bench, frame in (asv.groupby("benchmark", sort=True) if asv is not None else ()):
+    groups = sorted(asv.groupby("benchmark", sort=True), key=lambda g: H.benchmark_order(g[0])) \
+        if asv is not None else []
+    for bench, frame in groups:
         charts = []
         for machine, mframe in frame.groupby("machine", sort=True):
             info = ctx["machines"].get(machine, {})

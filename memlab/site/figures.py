@@ -534,7 +534,7 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
     unit = frame["unit"].iloc[0]
     scale, shown_unit = UNITS.get(unit, (1.0, unit or "value"))
     panels = H.technique_histories(frame, order)
-    labels = sorted({ln.label for p in panels for ln in p.lines})
+    labels = H.line_labels(panels)
     style = {lab: i for i, lab in enumerate(labels)}
     n, gap = max(len(panels), 1), 0.06
     height = (1 - gap * (n - 1)) / n
@@ -557,7 +557,7 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
                      + (f" ({v:,.0f} bytes)" if unit == "bytes" else "") for c, v in line.points]
             trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
                      "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
-                     "legendgroup": name, "showlegend": line.label not in seen,
+                     "legendgroup": name, "showlegend": line.label not in seen, "legendrank": 1000 + i,
                      "line": {"color": color, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
                      "marker": {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}}
             seen.add(line.label)

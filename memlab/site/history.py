@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 __all__ = ["Commit", "Line", "TechniqueHistory", "git_commits", "commit_order", "split_benchmark", "is_exact_memory",
-           "technique_histories", "step_changes", "changes_by_commit", "SHORT"]
+           "technique_histories", "line_labels", "benchmark_order", "step_changes", "changes_by_commit", "SHORT"]
 
 #: characters of a short hash: asv's (its results file names and ``asv compare`` use 8)
 SHORT = 8
@@ -192,6 +192,23 @@ def technique_histories(frame: pd.DataFrame, order: Sequence[Commit]) -> list[Te
         lines.sort(key=lambda ln: [_sort_key(ln.params[k]) for k in sorted(ln.params)])
         out.append(TechniqueHistory(tech, tuple(lines)))
     return out
+
+
+def line_labels(histories: Sequence[TechniqueHistory]) -> list[str]:
+    """Every line label of ``histories`` once, ordered by its parameters' values (numbers as numbers:
+    ``chunk_size=200`` before ``chunk_size=2000``): the legend's order, one entry per combination."""
+    params = {}
+    for h in histories:
+        for ln in h.lines:
+            params.setdefault(ln.label, ln.params)
+    return sorted(params, key=lambda lab: ([_sort_key(params[lab][k]) for k in sorted(params[lab])], lab))
+
+
+def benchmark_order(name: str) -> tuple:
+    """Sort key of a benchmark on the history page: per class, the exact memory metric first, then
+    other memory metrics, then times (``bench_x.Cls.track_peak_allocated`` < ``...time_step``)."""
+    head, metric = split_benchmark(name)
+    return (head, metric != "track_peak_allocated", not metric.startswith("track_"), metric)
 
 
 def step_changes(frame: pd.DataFrame, order: Sequence[Commit]) -> list[dict[str, Any]]:
