@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= out
 
-.PHONY: install demo test data site clean gpu-check models
+.PHONY: install demo test data site clean gpu-check models cuda-variants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,7 +53,14 @@ clean:
 
 -include Makefile.asv
 
-## on a machine with a CUDA GPU: the CUDA tests and a quick CUDA sweep (results under data/sweeps)
+## on a machine with a CUDA GPU: the CUDA tests, a quick CUDA sweep (results under data/sweeps) and the
+## predicted-vs-measured table (data/gpu-check/<gpu>.json: every technique at its defaults and every seed
+## configuration, measured on the GPU beside the prediction from its CPU trace; the site shows the errors)
 gpu-check: install
 	$(BIN)/python -m pytest -q tests/test_cuda.py
 	$(BIN)/memlab sweep --quick --device cuda --out data/sweeps/cuda-quick.jsonl
+	$(BIN)/python -m memlab.gpu_check --out data/gpu-check
+
+## the seed configurations predicted for a GPU under several PYTORCH_CUDA_ALLOC_CONF settings (CPU only)
+cuda-variants: install
+	$(BIN)/python -m memlab.cuda_variants --out data/cuda-variants

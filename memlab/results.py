@@ -49,7 +49,7 @@ __all__ = [
     "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
     "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
     "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
-    "canonical_params",
+    "canonical_params", "load_json_objects",
 ]
 
 VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
@@ -82,7 +82,12 @@ _CATEGORY_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "dict[str, i
 #: (the record's defaults).
 _STEP_FIELDS = {n: f.default for n, f in _FIELDS.items() if f.type == "str" and n not in _REQUIRED_STR}
 #: Fields of the record the site does not read (so it does not check them either).
-_UNREAD_FIELDS = ("optimizer_class", "predicted_cuda")
+_UNREAD_FIELDS = ("optimizer_class",)
+#: ``predicted_cuda`` figures the site shows (bytes: the step's predicted ``max_memory_allocated()`` and
+#: ``max_memory_reserved()``, baseline included, and reserved - allocated when allocated peaks), as
+#: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.measurement.cuda_prediction.
+_PREDICTED_CUDA = {"allocated_bytes": "allocated_peak_total_bytes", "reserved_bytes": "reserved_peak_bytes",
+                   "fragmentation_bytes": "fragmentation_at_peak_bytes"}
 #: The record's fields, and ``baseline``, which rows from before ``extra["baseline"]`` carried.
 _KNOWN_FIELDS = frozenset(_FIELDS) | {"baseline"}
 
@@ -93,7 +98,7 @@ RUN_COLUMNS = (
     "step_times_s", "step_time_q1_s", "step_time_q3_s", "cores", "threads", "under_load", *_CATEGORY_FIELDS,
     "matches_reference", "check_dtype", "tolerance", "leak_bytes_per_step", "schema", "status_shown", "reason",
     "check", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
-    "extra", "environment", "memory_method",
+    "extra", "environment", "memory_method", *(f"predicted_cuda_{k}" for k in _PREDICTED_CUDA),
 )
 
 #: Columns of :func:`load_asv_results` (one row per benchmark x parameter combination x commit).
@@ -407,6 +412,13 @@ def validate_measurement(rec: Any) -> list[str]:
         if isinstance(rec.get(key), dict):
             bad = list(itertools.islice(_bad_numbers(rec[key], key), 3))
             problems += bad
+    pc = rec.get("predicted_cuda")
+    if pc is not None and not isinstance(pc, dict):
+        problems.append(f"field 'predicted_cuda' must be an object, got {type(pc).__name__}")
+    elif pc is not None:
+        for key in _PREDICTED_CUDA.values():
+            problems += [f"predicted_cuda: {p}" for p in _optional(pc, key, lambda v: _is_number(v) and v >= 0,
+                                                                   "a finite number >= 0")]
     if rec.get("status") == "ok" and rec.get("peak_allocated_bytes") is None:
         problems.append("status 'ok' but peak_allocated_bytes is null")
     return problems
@@ -529,6 +541,7 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
         "extra": extra,
         "environment": env,
         "memory_method": rec.get("memory_method") or {},
+        **{f"predicted_cuda_{k}": (rec.get("predicted_cuda") or {}).get(v) for k, v in _PREDICTED_CUDA.items()},
     }
 
 
@@ -879,6 +892,22 @@ def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
     return {"type": fig["type"], "x": fig["x"], **text, "log_x": fig.get("log_x") is True,
             "log_y": fig.get("log_y") is True,
             "series": {k: [y if _is_number(y) else None for y in v] for k, v in fig["series"].items()}}
+
+
+def load_json_objects(paths: Iterable[Path | str]) -> list[tuple[Path, dict[str, Any]]]:
+    """``(path, object)`` for each file that is one JSON object, read as defensively as every input
+    (NOTE [ hostile input files ]); any other file is warned about (ResultsWarning) and left out."""
+    out = []
+    for path in map(Path, paths):
+        with _FileProblems(path) as report:
+            data = _read_json(path, report)
+            if data is _FAILED:
+                continue
+            if not isinstance(data, dict):
+                report("not a JSON object; skipped")
+                continue
+            out.append((path, data))
+    return out
 
 
 def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:

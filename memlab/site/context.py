@@ -23,6 +23,8 @@ import pandas as pd
 from .. import results as R
 from . import ranking as A
 from . import figures as F
+from . import cuda as C
+from .choose import add_choose_page, model_files
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
 from .page import Page
@@ -51,6 +53,7 @@ def input_files(results_dir: Path, data_dir: Path, extra_runs: Sequence[Path] = 
         files += R.find_sweep_files(data_dir)
         files += R.list_input_files(data_dir / "timelines", ".json")
         files += R.list_input_files(data_dir / "reproductions", ".json")
+        files += model_files(data_dir) + C.variant_files(data_dir) + C.gpu_check_files(data_dir)
     return files + [Path(p) for p in extra_runs]
 
 
@@ -198,6 +201,8 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
                   + (" Ringed points were measured under load." if ok["under_load"].any() else ""))
         cats = _category_chart(page, rows, heading)
         charts += [cats] if cats else []
+        gpu = C.predicted_chart(page, rows, variants, swept, colors, heading)
+        charts += [gpu] if gpu else []
     fixed = _fixed_params(rows)
     keys = {i: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run)
             for i, r in zip(rows.index, rows.itertuples())}
@@ -464,12 +469,19 @@ def add_methodology_page(ctx: Context) -> Context:
     items = sorted(methods)
     method_table = page.table("method strings", cols, [{"device": d, "figure": k, "method": v} for d, k, v in items],
                               [{"device": d, "figure": k, "method": v} for d, k, v in items]) if items else None
-    for fixed in ("verdicts", "data-problems", "step-times"):
+    for fixed in ("verdicts", "data-problems", "step-times", "predicted-on-gpu", "gpu-check"):
         page.anchor(fixed)  # ids the template writes by hand
     tolerances = _tolerances(page, runs) if len(runs) else None
+    with warnings.catch_warnings(record=True) as caught:  # predicted vs measured on a GPU (make gpu-check)
+        warnings.simplefilter("always", R.ResultsWarning)
+        gpu_check = C.gpu_check_section(page, C.load_gpu_checks(C.gpu_check_files(ctx["data_dir"])))
+    for w in caught:
+        ctx["problems"].append(str(w.message))
+        warnings.warn(str(w.message), R.ResultsWarning, stacklevel=2)
     return {**ctx, "pages": ctx["pages"] + [page.done({
         "template": "methodology.html", "path": "methodology.html", "title": "Methodology",
         "methods": method_table, "tolerances": tolerances if tolerances and tolerances["rows"] else None,
+        "gpu_check": gpu_check,
         "problems": ctx["problems"]})]}
 
 
@@ -494,6 +506,7 @@ def add_footer(ctx: Context) -> Context:
 def add_nav(ctx: Context) -> Context:
     """The navigation bar every page shows."""
     nav = [("Overview", "index.html")]
+    nav += [("Choose", "choose.html")] if any(p["path"] == "choose.html" for p in ctx["pages"]) else []
     nav += [(f"Family: {f}", p) for f, p in sorted(ctx["family_paths"].items())]
     nav += [("Timelines", "timelines.html"), ("History", "history.html")]
     nav += [(f"Seed: {s}", p) for s, p in sorted(ctx["seed_paths"].items())]
@@ -502,8 +515,8 @@ def add_nav(ctx: Context) -> Context:
 
 
 STEPS: tuple[Callable[[Context], Context], ...] = (
-    load_inputs, add_colors, add_family_pages, add_seed_pages, add_history_page, add_timelines_page,
-    add_overview_page, add_methodology_page, add_footer, add_nav,
+    load_inputs, add_colors, add_family_pages, add_seed_pages, C.add_cuda_to_seed_pages, add_history_page,
+    add_timelines_page, add_overview_page, add_choose_page, add_methodology_page, add_footer, add_nav,
 )
 
 

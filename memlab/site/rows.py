@@ -72,6 +72,9 @@ def _record(r: Any) -> dict[str, Any]:
         "params": r.params, "status": r.status_shown, "reason": r.reason,
         "peak_allocated_bytes": r.peak_allocated_bytes, "total_peak_bytes": r.total_peak_bytes,
         "peak_reserved_bytes": r.peak_reserved_bytes, "analytic_floor_bytes": r.analytic_floor_bytes,
+        "predicted_cuda_allocated_bytes": r.predicted_cuda_allocated_bytes,
+        "predicted_cuda_reserved_bytes": r.predicted_cuda_reserved_bytes,
+        "predicted_cuda_fragmentation_bytes": r.predicted_cuda_fragmentation_bytes,
         "activation_peak_bytes": r.activation_peak_bytes, "peak_by_category_bytes": r.peak_by_category_bytes,
         "step_time_s": r.step_time_s, "step_time_iqr_s": r.step_time_iqr_s, "step_times_s": list(r.step_times_s),
         "relative_step_time": r.relative_step_time, "reference_step_time_s": r.reference_step_time_s,
@@ -105,6 +108,13 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
     if _any(rows, "total_peak_bytes"):
         cols.append(column("total_peak", "total peak", num=True, title="everything live at the step's peak, baseline included"))
     cols.append(column("peak_reserved", f"peak {second}", num=True))
+    if _any(rows, "predicted_cuda_reserved_bytes"):  # NOTE [ predicted CUDA memory ]: never measured, always said
+        cols += [column("gpu_allocated", "GPU allocated (predicted)", num=True,
+                        title="predicted max_memory_allocated() of this step on a GPU, baseline included: PyTorch's "
+                              "caching allocator modelled on this row's exact CPU allocation trace"),
+                 column("gpu_reserved", "GPU reserved (predicted)", num=True,
+                        title="predicted max_memory_reserved() of this step on a GPU (default PYTORCH_CUDA_ALLOC_CONF); "
+                              "the CUDA context and cuBLAS/cuDNN workspaces are not included")]
     if _any(rows, "analytic_floor_bytes"):
         cols.append(column("floor", "analytic floor", num=True, title="the technique's stated floor for this step"))
     if _any(rows, "activation_peak_bytes"):
@@ -128,6 +138,9 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
             "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_allocated__sort": _n(r.peak_allocated_bytes),
             "total_peak": fmt_mib(r.total_peak_bytes), "total_peak__sort": _n(r.total_peak_bytes),
             "peak_reserved": fmt_mib(r.peak_reserved_bytes), "peak_reserved__sort": _n(r.peak_reserved_bytes),
+            "gpu_allocated": fmt_mib(r.predicted_cuda_allocated_bytes),
+            "gpu_allocated__sort": _n(r.predicted_cuda_allocated_bytes),
+            "gpu_reserved": fmt_mib(r.predicted_cuda_reserved_bytes), "gpu_reserved__sort": _n(r.predicted_cuda_reserved_bytes),
             "floor": fmt_mib(r.analytic_floor_bytes), "floor__sort": _n(r.analytic_floor_bytes),
             "activation": fmt_mib(r.activation_peak_bytes), "activation__sort": _n(r.activation_peak_bytes),
             "step": fmt_step(r.step_time_s, r.step_time_iqr_s), "step__sort": _n(r.step_time_s),

@@ -1,0 +1,246 @@
+"""The Choose page: which technique and knob setting fit a step in a memory budget, answered in the browser.
+
+The committed memory models (``data/models/cpu-float32-<optimizer>.json``, NOTE [ advisor models ] in
+:mod:`memlab.advisor.model`) are checked here, reduced to what the evaluation needs and embedded in the
+page as JSON; ``static/choose.js`` evaluates them with plain JavaScript (BigInt bytes, no server, no
+network) the way :func:`memlab.advisor.advise` does, and the originals are copied beside the page
+(``models/*.json``) for download.  A test evaluates the same models in Python and in Chromium and
+compares the bytes (``tests/test_site_choose.py``).
+
+# NOTE [ the Choose page agrees with memlab advise ]
+What ``choose.js`` repeats of the Python advisor, rule for rule (change both together):
+* the loop of a family (:func:`memlab.advisor.families.loop_of`): stated here per family in
+  :data:`LOOPS` and shipped with the models, so the script holds no family names;
+* a class per loop count (``k`` exact, else the first ``k_min <= k`` with ``m = k - k_min``), each
+  piece's categories as integer polynomials (BigInt), the maximising piece (first on a tie);
+* chunk sizes tried when no knob is given (:func:`memlab.advisor.families.knob_candidates`);
+* the relative time (:func:`memlab.advisor.model.predict_time`) in the same float operations and order,
+  rounded to 3 decimals as Python's ``round`` does (half to even on an exact tie);
+* the CUDA need (:func:`memlab.advisor.advise.cuda_need`) from the shipped :data:`CUDA_MARGIN`;
+* the budget's units (:func:`memlab.advisor.advise.parse_budget`), the ranking (time, then need), the
+  Pareto front, what cannot fit, and the extrapolation flags.
+A family without a loop rule here, or a model entry of an unexpected shape, is left out of the page
+with a problem line (methodology page), never evaluated wrongly.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from .. import results as R
+from ..advisor.advise import CUDA_MARGIN, _UNITS, _error_bound
+from ..advisor.model import CATEGORIES, SCHEMA
+from .figures import CATEGORY_COLORS, color_of
+from .notes import CATEGORY_NAMES
+from .page import Page
+from .tables import column
+from .text import fmt_relative
+
+__all__ = ["LOOPS", "load_models", "compact_models", "add_choose_page", "model_files"]
+
+#: How each modelled family's loop count and variables follow from the parameters
+#: (:func:`memlab.advisor.families.loop_of`): ``chunks`` (k = ceil(rows / min(knob, rows)), variables
+#: the sizes plus ``chunk`` and ``last``) or ``count`` (k = a size, variables the other sizes); ``order``
+#: is how the form lists the sizes.
+LOOPS: dict[str, dict[str, Any]] = {
+    "chunking": {"kind": "chunks", "rows": "n", "knob": "chunk_size", "sizes": ["n", "d", "hidden"],
+                 "order": ["n", "d", "hidden"]},
+    "reversible": {"kind": "count", "count": "depth", "sizes": ["batch", "width", "hidden"],
+                   "order": ["depth", "batch", "width", "hidden"]},
+}
+_MONOMIAL = re.compile(r"^(1|[a-z_]+(\*[a-z_]+)*)$")
+_TIME_KEYS = ("a", "per_chunk_s", "reference_step_s", "reference_work")
+
+
+def model_files(data_dir: Path) -> list[Path]:
+    """``<data_dir>/models/cpu-float32-*.json`` (listed, not opened)."""
+    return [p for p in R.list_input_files(Path(data_dir) / "models", ".json") if p.name.startswith("cpu-float32-")]
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2 ** 53
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _spec_ok(spec: Any) -> bool:
+    return isinstance(spec, dict) and all(_int(spec.get(k)) for k in ("default", "low", "high")) \
+        and 1 <= spec["low"] <= spec["default"] <= spec["high"]
+
+
+def _poly_ok(poly: Any, variables: set[str]) -> bool:
+    return isinstance(poly, dict) and all(
+        isinstance(k, str) and _MONOMIAL.match(k) and _int(c) and (k == "1" or set(k.split("*")) <= variables)
+        for k, c in poly.items())
+
+
+def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[str]) -> str | None:
+    """Why a model entry cannot be evaluated by the page (None when it can)."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("technique"), str) or not isinstance(entry.get("label"), str):
+        return "an entry without technique and label"
+    if not isinstance(entry.get("knobs"), list) or not set(entry["knobs"]) <= knobs:
+        return f"{entry['label']}: knobs {R._short(entry.get('knobs'))} are not the family's"
+    classes = entry.get("classes")
+    if not isinstance(classes, list) or not classes:
+        return f"{entry['label']}: no classes"
+    for c in classes:
+        if not isinstance(c, dict) or not (_int(c.get("k")) or _int(c.get("k_min"))):
+            return f"{entry['label']}: a class without k or k_min"
+        pieces = c.get("pieces")
+        if not isinstance(pieces, list) or not pieces or not all(
+                isinstance(p, dict) and set(p) <= set(CATEGORIES) and all(_poly_ok(q, variables | {"m"}) for q in p.values())
+                for p in pieces):
+            return f"{entry['label']}: a class whose pieces are not category -> integer polynomial"
+    t = entry.get("time")
+    if t is not None and not isinstance(t, dict):
+        return f"{entry['label']}: time is not an object"
+    if isinstance(t, dict) and t.get("kind") == "per_chunk" and not (
+            all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)):
+        return f"{entry['label']}: a per-chunk time model without a, per_chunk_s, reference_step_s, reference_work, work"
+    if isinstance(t, dict) and t.get("kind") == "constant" and not _num(t.get("a")):
+        return f"{entry['label']}: a constant time model without a"
+    for key in ("validated_range", "fitted_range"):
+        r = entry.get(key, {})
+        if not isinstance(r, dict) or not all(isinstance(v, list) and len(v) == 2 and all(map(_int, v)) for v in r.values()):
+            return f"{entry['label']}: {key} is not name -> [low, high]"
+    return None
+
+
+def _compact_entry(entry: dict) -> dict[str, Any]:
+    t = entry.get("time") or {}
+    time = {k: t[k] for k in ("kind", *_TIME_KEYS, "work") if k in t} if t.get("kind") in ("constant", "per_chunk") else None
+    return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
+            "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
+            "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,
+            "validated_range": entry.get("validated_range", {}), "fitted_range": entry.get("fitted_range", {}),
+            "error": _error_bound(entry)["text"]}
+
+
+def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """One model file reduced to what ``choose.js`` evaluates, and the problems that left parts out."""
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("families"), dict):
+        return None, [f"{name}: not a memlab models file of schema {SCHEMA}; left out of the Choose page"]
+    if not isinstance(data.get("optimizer"), str):
+        return None, [f"{name}: no optimizer named; left out of the Choose page"]
+    problems, families = [], {}
+    for fam, f in sorted(data["families"].items()):
+        loop = LOOPS.get(fam)
+        if loop is None:
+            problems.append(f"{name}: family {fam!r} has no loop rule in memlab.site.choose.LOOPS; left out of the "
+                            "Choose page")
+            continue
+        sizes, knobs = f.get("sizes") if isinstance(f, dict) else None, f.get("knobs") if isinstance(f, dict) else None
+        if not (isinstance(sizes, dict) and isinstance(knobs, dict) and all(map(_spec_ok, sizes.values()))
+                and all(map(_spec_ok, knobs.values())) and isinstance(f.get("entries"), list)):
+            problems.append(f"{name}: family {fam!r} has malformed sizes, knobs or entries; left out")
+            continue
+        need = set(loop["sizes"]) | {loop.get("rows"), loop.get("count")} - {None}
+        if not need <= set(sizes) or (loop["kind"] == "chunks" and loop["knob"] not in knobs):
+            problems.append(f"{name}: family {fam!r} lacks the sizes its loop rule needs; left out")
+            continue
+        variables = set(sizes) | ({"chunk", "last"} if loop["kind"] == "chunks" else set())
+        entries = []
+        for entry in f["entries"]:
+            why = _entry_problem(entry, variables, set(sizes), set(knobs))
+            if why:
+                problems.append(f"{name}: family {fam!r}: {why}; entry left out of the Choose page")
+            else:
+                entries.append(_compact_entry(entry))
+        if entries:
+            natural = [n for n in loop.get("order", ()) if n in sizes]
+            families[fam] = {"order": natural + sorted(set(sizes) - set(natural)), "sizes": sizes, "knobs": knobs,
+                             "workload": f.get("workload"), "workload_fixed": f.get("workload_fixed") or {},
+                             "loop": loop, "entries": entries}
+    if not families:
+        return None, problems
+    return {"optimizer": data["optimizer"], "memlab_commit": str(data.get("memlab_commit") or ""),
+            "dtype": data.get("dtype"), "device": data.get("device"), "mode": data.get("mode"),
+            "loss": data.get("loss"), "families": families}, problems
+
+
+def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
+    """``(compact models by optimizer, file texts to ship by site path, problems)`` from ``data/models``."""
+    models, files, problems = {}, {}, []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", R.ResultsWarning)
+        loaded = R.load_json_objects(model_files(data_dir))
+    problems += [str(w.message) for w in caught if issubclass(w.category, R.ResultsWarning)]
+    for path, data in loaded:
+        compact, why = compact_models(data, path.name)
+        problems += why
+        if compact is None:
+            continue
+        if compact["optimizer"] in models:
+            problems.append(f"{path.name}: a second model file for optimizer {compact['optimizer']!r}; left out")
+            continue
+        models[compact["optimizer"]] = {**compact, "file": f"models/{path.name}"}
+        files[f"models/{path.name}"] = json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+    return dict(sorted(models.items())), files, problems
+
+
+def _ranges(r: dict[str, list[int]]) -> str:
+    return ", ".join(f"{k} {lo:,}-{hi:,}" for k, (lo, hi) in sorted(r.items())) or "-"
+
+
+def _time_text(t: dict | None) -> str:
+    if not t:
+        return "-"
+    if t["kind"] == "constant":
+        return f"{fmt_relative(t['a'])} at any size"
+    return f"{fmt_relative(t['a'])} with one chunk, plus a per-chunk cost scaled by {t['work']}"
+
+
+def _models_table(page: Page, models: dict[str, dict[str, Any]], colors: dict[str, str]) -> dict[str, Any]:
+    """One row per optimizer, family and modelled technique: knobs, validated range, error, time model."""
+    cols = [column("technique", "technique", kind="tech"), column("label", "configuration", kind="code"),
+            column("optimizer", "optimizer"), column("family", "family"), column("knobs", "knobs"),
+            column("validated", "validated at", title="sizes of the held-out checks: beyond them a size is flagged"),
+            column("error", "model error", title="held-out traces and measurements against the model"),
+            column("time", "relative step model")]
+    cells, records = [], []
+    for opt, m in models.items():
+        for fam, f in m["families"].items():
+            for e in f["entries"]:
+                cells.append({"optimizer": opt, "family": fam, "technique": e["technique"], "peer": e["peer"],
+                              "is_baseline": e["baseline"], "note": None, "label": e["label"],
+                              "knobs": ", ".join(e["knobs"]) or "-", "validated": _ranges(e["validated_range"]),
+                              "error": e["error"] + ("" if e["recommendable"] else "; not recommended"),
+                              "time": _time_text(e["time"])})
+                records.append({"optimizer": opt, "family": fam, "technique": e["technique"], "label": e["label"],
+                                "knobs": e["knobs"], "validated_range": e["validated_range"], "error": e["error"],
+                                "recommendable": e["recommendable"], "time": e["time"]})
+    return page.table("modelled techniques", cols, cells, records)
+
+
+def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
+    """The Choose page, when ``data/models`` holds models the page can evaluate (else no page)."""
+    models, files, problems = load_models(ctx["data_dir"])
+    for p in problems:
+        warnings.warn(p, R.ResultsWarning, stacklevel=2)
+    ctx = {**ctx, "problems": ctx["problems"] + problems}
+    if not models:
+        return ctx
+    page = Page("choose.html")
+    for fixed in ("inputs", "answer", "fits", "categories", "pareto", "cannot-fit", "models", "fits-table",
+                  "pareto-table", "cannot-table", "choose-extrapolation"):
+        page.anchor(fixed)  # ids the template and the script write
+    techniques = sorted({e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]})
+    app = {"models": models, "default_optimizer": "sgd" if "sgd" in models else next(iter(models)),
+           "units": {k: v for k, v in _UNITS.items()}, "cuda_margin": CUDA_MARGIN,
+           "categories": list(CATEGORIES), "category_names": CATEGORY_NAMES,
+           "category_colors": {c: CATEGORY_COLORS.get(c, "#444444") for c in CATEGORIES},
+           "colors": {t: color_of(ctx.get("colors", {}), t) for t in techniques}}
+    shipped = [{"file": m["file"], "optimizer": o} for o, m in models.items()]
+    page.files.update(files)
+    return {**ctx, "pages": ctx["pages"] + [page.done({
+        "template": "choose.html", "path": "choose.html", "title": "Choose a technique for your step",
+        "app": json.dumps(app, sort_keys=True, separators=(",", ":"), allow_nan=False),
+        "families": sorted({f for m in models.values() for f in m["families"]}),
+        "optimizers": list(models), "shipped": shipped, "models_table": _models_table(page, models, app["colors"]),
+        "commits": sorted({m["memlab_commit"][:12] for m in models.values() if m["memlab_commit"]})})]}

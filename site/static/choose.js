@@ -1,0 +1,601 @@
+// memlab Choose page: evaluates the committed memory models (embedded in the form's data-app attribute
+// as JSON) in the browser, as `memlab advise` does in Python: bytes as BigInt (exact), the relative
+// step time in the same float operations and order, rounded as Python's round() does.  See
+// NOTE [ the Choose page agrees with memlab advise ] in memlab/site/choose.py: change both together.
+// Inputs live in the URL's hash (#family=chunking&n=...&budget=2GiB), so a link reopens an answer.
+"use strict";
+
+var memlabChoose = (function () {
+  var APP = null;
+  var MiB = 1048576;
+  var SHOWN = 15;   // rows of the fits table shown before "Show all"
+
+  // -- Python-compatible numbers -------------------------------------------------------------------
+  // An exact tie at nd decimals is x = j / 2^(nd+1) with j odd (x * 10^nd = j * 5^nd / 2): Python rounds
+  // it half to even; toFixed rounds it up.  Everything else toFixed rounds as Python does (exact value).
+  function tieEven(x, nd) {
+    var y = Math.abs(x) * Math.pow(2, nd + 1);
+    if (!Number.isInteger(y) || y % 2 !== 1 || !Number.isSafeInteger(y)) { return null; }
+    var num = BigInt(y) * (5n ** BigInt(nd));            // odd: x * 10^nd = num / 2
+    var lo = (num - 1n) / 2n;
+    return lo % 2n === 0n ? lo : lo + 1n;                   // the even neighbour, in units of 10^-nd
+  }
+
+  function pyFixed(x, nd) {   // f"{x:.{nd}f}"
+    var even = tieEven(x, nd);
+    if (even === null) { return x.toFixed(nd); }
+    var s = even.toString().padStart(nd + 1, "0");
+    var text = nd ? s.slice(0, s.length - nd) + "." + s.slice(s.length - nd) : s;
+    return (x < 0 ? "-" : "") + text;
+  }
+
+  function pyRound(x, nd) {   // round(x, nd) -> float
+    return Number(pyFixed(x, nd));
+  }
+
+  function fmtMiB(bytes) {    // memlab.site.text.fmt_mib
+    return bytes === null || bytes === undefined ? "-" : pyFixed(Number(bytes) / MiB, 1) + " MiB";
+  }
+
+  function fmtRel(t) {        // memlab.site.text.fmt_relative
+    return t === null || t === undefined ? "-" : pyFixed(t, 2) + "×";
+  }
+
+  function cmpBig(a, b) { return a < b ? -1 : (a > b ? 1 : 0); }
+
+  // -- the models (memlab.advisor.model, memlab.advisor.families) -------------------------------------
+  function evalPoly(poly, values) {
+    var total = 0n;
+    Object.keys(poly).forEach(function (key) {
+      var term = BigInt(poly[key]);
+      if (key !== "1") {
+        key.split("*").forEach(function (v) {
+          if (values[v] === undefined) { throw new Error("the model uses " + v + ", which is not given"); }
+          term *= BigInt(values[v]);
+        });
+      }
+      total += term;
+    });
+    return total;
+  }
+
+  function loopOf(loop, params, chunked) {
+    var values = {};
+    loop.sizes.forEach(function (s) { values[s] = params[s]; });
+    if (loop.kind === "chunks") {
+      var n = params[loop.rows];
+      var chunk = chunked ? Math.min(params[loop.knob], n) : n;
+      var k = Math.floor(n / chunk);
+      if (k * chunk < n) { k += 1; }
+      values.chunk = chunk;
+      values.last = n - (k - 1) * chunk;
+      return {k: k, values: values};
+    }
+    return {k: params[loop.count], values: values};
+  }
+
+  function classFor(classes, k) {
+    for (var i = 0; i < classes.length; i++) {
+      if (classes[i].k === k) { return {cls: classes[i], extra: {}}; }
+    }
+    for (var j = 0; j < classes.length; j++) {
+      var c = classes[j];
+      if (c.k_min !== undefined && k >= c.k_min) { return {cls: c, extra: {m: k - c.k_min}}; }
+    }
+    throw new Error("no model class covers loop count k=" + k);
+  }
+
+  function predict(fam, entry, params) {
+    var lk = loopOf(fam.loop, params, entry.knobs.length > 0);
+    var found = classFor(entry.classes, lk.k);
+    var values = Object.assign({}, lk.values, found.extra);
+    var best = null;
+    found.cls.pieces.forEach(function (piece) {
+      var cats = {}, total = 0n;
+      Object.keys(piece).forEach(function (c) { cats[c] = evalPoly(piece[c], values); total += cats[c]; });
+      if (best === null || total > best.total) { best = {total: total, cats: cats}; }
+    });
+    var out = {};
+    APP.categories.forEach(function (c) { out[c] = best.cats[c] === undefined ? 0n : best.cats[c]; });
+    return {total: best.total, categories: out, k: lk.k};
+  }
+
+  function predictTime(fam, entry, params) {
+    var t = entry.time;
+    if (!t) { return null; }
+    if (t.kind === "constant") { return Number(t.a); }
+    if (t.kind !== "per_chunk") { return null; }
+    var k = loopOf(fam.loop, params, true).k;
+    var work = {};
+    work[t.work] = 1;
+    var tRef = t.reference_step_s * Number(evalPoly(work, params)) / t.reference_work;
+    return tRef > 0 ? t.a + (k - 1) * t.per_chunk_s / tRef : null;
+  }
+
+  function knobCandidates(n, low, high) {   // memlab.advisor.families.knob_candidates
+    var counts = new Set(), c = 1.0;
+    while (c <= n) {
+      counts.add(Math.trunc(c));
+      counts.add(pyRound(c * 1.5, 0));
+      c *= 2;
+    }
+    counts.add(n);
+    var sizes = new Set();
+    counts.forEach(function (k) {
+      if (k >= 1 && k <= n) {
+        var per = Math.floor(n / k);
+        if (per * k < n) { per += 1; }
+        sizes.add(Math.max(low, Math.min(high, per)));
+      }
+    });
+    return Array.from(sizes).sort(function (a, b) { return a - b; });
+  }
+
+  function cudaNeed(total) {                 // memlab.advisor.advise.cuda_need
+    var m = APP.cuda_margin;
+    return BigInt(Math.trunc(Number(total) * (1 + m.fraction))) + BigInt(m.fixed_bytes) + BigInt(m.workspace_bytes);
+  }
+
+  function parseBudget(text) {               // memlab.advisor.advise.parse_budget
+    var m = /^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$/.exec(String(text));
+    var unit = m ? m[2].toLowerCase() : null;
+    if (!m || !Object.prototype.hasOwnProperty.call(APP.units, unit)) {
+      throw new Error("budget " + JSON.stringify(text) + " is not a memory size; write e.g. 2GiB, 1.5GB, 512MiB or bytes");
+    }
+    var value = parseFloat(m[1]) * APP.units[unit];
+    if (!(value >= 1) || !isFinite(value)) { throw new Error("budget " + JSON.stringify(text) + " is not positive"); }
+    return BigInt(Math.trunc(value));
+  }
+
+  function parseSize(name, text, spec) {
+    if (!/^\s*\+?[0-9]+\s*$/.test(String(text))) {
+      throw new Error(name + "=" + JSON.stringify(text) + " is not a whole number (" + spec.low + " to " + spec.high + ")");
+    }
+    var v = Number(String(text).trim());
+    if (v < spec.low || v > spec.high) {
+      throw new Error(name + "=" + v + " is out of range: expected " + spec.low + " to " + spec.high);
+    }
+    return v;
+  }
+
+  function extrapolation(fam, sizes) {       // memlab.advisor.advise._extrapolation
+    var out = [];
+    Object.keys(fam.sizes).forEach(function (size) {
+      var highs = fam.entries.filter(function (e) { return e.validated_range[size]; })
+        .map(function (e) { return e.validated_range[size][1]; });
+      if (highs.length && sizes[size] > Math.min.apply(null, highs)) {
+        var hi = Math.min.apply(null, highs);
+        out.push({param: size, value: sizes[size], validated_max: hi, factor: pyRound(sizes[size] / hi, 1)});
+      }
+    });
+    return out;
+  }
+
+  function beyond(entry, params) {           // this entry's own validated range: the largest factor first
+    var out = [];
+    Object.keys(entry.validated_range).forEach(function (k) {
+      var hi = entry.validated_range[k][1];
+      if (params[k] !== undefined && params[k] > hi) { out.push({param: k, factor: params[k] / hi}); }
+    });
+    return out.sort(function (a, b) { return b.factor - a.factor; })
+      .map(function (x) { return x.param + " ×" + pyFixed(x.factor, 1); });
+  }
+
+  // query: {family, optimizer, device, budget (text or BigInt), sizes: {name: int}, knobs: {name: int}}
+  function advise(query) {
+    var model = APP.models[query.optimizer];
+    if (!model) { throw new Error("no models for optimizer " + query.optimizer); }
+    var fam = model.families[query.family];
+    if (!fam) { throw new Error("no " + query.family + " models for optimizer " + query.optimizer); }
+    var budget = typeof query.budget === "bigint" ? query.budget : parseBudget(query.budget);
+    var device = query.device === "cuda" ? "cuda" : "cpu";
+    var sizes = {}, chosen = {};
+    Object.keys(fam.sizes).forEach(function (s) {
+      var given = query.sizes && query.sizes[s] !== undefined && query.sizes[s] !== "";
+      sizes[s] = given ? parseSize(s, query.sizes[s], fam.sizes[s]) : fam.sizes[s]["default"];
+    });
+    Object.keys(fam.knobs).forEach(function (k) {
+      if (query.knobs && query.knobs[k] !== undefined && query.knobs[k] !== "") {
+        chosen[k] = parseSize(k, query.knobs[k], fam.knobs[k]);
+      }
+    });
+    var candidates = [];
+    fam.entries.forEach(function (entry) {
+      var settings = [{}];
+      entry.knobs.forEach(function (knob) {
+        if (chosen[knob] !== undefined) {
+          var one = {};
+          one[knob] = chosen[knob];
+          settings = [one];
+        } else {
+          var spec = fam.knobs[knob];
+          settings = fam.loop.kind !== "chunks" ? [] : knobCandidates(sizes[fam.loop.rows], spec.low, spec.high)
+            .map(function (c) { var s = {}; s[knob] = c; return s; });
+        }
+      });
+      settings.forEach(function (knobs) {
+        var p = Object.assign({}, sizes, knobs);
+        var pred = predict(fam, entry, p);
+        var need = device === "cpu" ? pred.total : cudaNeed(pred.total);
+        var t = predictTime(fam, entry, p);
+        candidates.push({technique: entry.technique, label: entry.label, peer: entry.peer, knobs: knobs,
+                         total_peak_bytes: pred.total, peak_by_category_bytes: pred.categories, need_bytes: need,
+                         headroom_bytes: budget - need, fits: need <= budget,
+                         relative_step_time: t === null ? null : pyRound(t, 3), chunks: pred.k,
+                         recommendable: entry.recommendable, error: entry.error, beyond: beyond(entry, p)});
+      });
+    });
+    var usable = candidates.filter(function (c) { return c.recommendable; });
+    var fits = usable.filter(function (c) { return c.fits; }).sort(function (a, b) {
+      return ((a.relative_step_time === null) - (b.relative_step_time === null))
+        || ((a.relative_step_time || 0) - (b.relative_step_time || 0)) || cmpBig(a.need_bytes, b.need_bytes);
+    });
+    var cannot = [], labels = [];
+    candidates.forEach(function (c) { if (labels.indexOf(c.label) < 0) { labels.push(c.label); } });
+    labels.forEach(function (label) {
+      var mine = candidates.filter(function (c) { return c.label === label; });
+      if (!mine.some(function (c) { return c.fits; }) || !mine[0].recommendable) {
+        var best = mine.reduce(function (a, c) { return c.need_bytes < a.need_bytes ? c : a; });
+        cannot.push({label: label, technique: best.technique, peer: best.peer, smallest_need_bytes: best.need_bytes,
+                     knobs: best.knobs, chunks: best.chunks, recommendable: best.recommendable, setting: best});
+      }
+    });
+    var timed = usable.filter(function (c) { return c.relative_step_time !== null; });
+    var front = timed.filter(function (c) {
+      return !timed.some(function (o) {
+        return o.need_bytes <= c.need_bytes && o.relative_step_time <= c.relative_step_time
+          && !(o.need_bytes === c.need_bytes && o.relative_step_time === c.relative_step_time);
+      });
+    });
+    var unique = new Map();
+    front.forEach(function (c) {
+      var key = c.label + "|" + JSON.stringify(Object.keys(c.knobs).sort().map(function (k) { return [k, c.knobs[k]]; }));
+      unique.set(key, c);
+    });
+    var pareto = Array.from(unique.values()).sort(function (a, b) { return cmpBig(a.need_bytes, b.need_bytes); });
+    var smallest = null;
+    if (!fits.length) {
+      var pool = usable.length ? usable : candidates;
+      smallest = pool.reduce(function (a, c) { return c.need_bytes < a.need_bytes ? c : a; });
+    }
+    return {family: query.family, optimizer: query.optimizer, device: device, budget_bytes: budget, sizes: sizes,
+            knobs: chosen, fits: fits, pareto: pareto, cannot_fit: cannot, smallest: smallest,
+            extrapolation: extrapolation(fam, sizes), model: model, candidates: candidates.length};
+  }
+
+  // -- the page ------------------------------------------------------------------------------------
+  function esc(text) {        // for plotly's pseudo-HTML and for innerHTML
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
+
+  function el(tag, attrs, children) {
+    var node = document.createElement(tag);
+    Object.keys(attrs || {}).forEach(function (k) {
+      if (attrs[k] === null || attrs[k] === undefined || attrs[k] === false) { return; }
+      if (k === "text") { node.textContent = attrs[k]; } else { node.setAttribute(k, attrs[k] === true ? "" : attrs[k]); }
+    });
+    (children || []).forEach(function (c) { if (c) { node.appendChild(typeof c === "string" ? document.createTextNode(c) : c); } });
+    return node;
+  }
+
+  function tech(name, peer) {
+    var color = APP.colors[name] || "#444444";
+    return [el("span", {"class": "swatch", "data-technique": name, style: "background:" + color}),
+            el("span", {"class": "tech", text: name}), peer ? el("span", {"class": "badge peer", text: "peer"}) : null];
+  }
+
+  function knobText(c) {
+    var parts = Object.keys(c.knobs).map(function (k) { return k + "=" + c.knobs[k]; });
+    return parts.length ? parts.join(" ") + " (" + c.chunks + " chunk" + (c.chunks === 1 ? "" : "s") + ")" : "-";
+  }
+
+  function labelText(c) {     // "slice_accumulate[backward=manual] chunk_size=2500 (4 chunks)"
+    var k = knobText(c);
+    return c.label + (k === "-" ? "" : " " + k);
+  }
+
+  function table(id, columns, rows, caption) {
+    var head = el("tr", {}, columns.map(function (col) {
+      return el("th", {"data-type": col.num ? "num" : null, title: col.title || null, text: col.label});
+    }));
+    var body = el("tbody", {}, rows.map(function (r) {
+      return el("tr", {"class": r.cls || null}, columns.map(function (col) {
+        var v = r.cells[col.key];
+        if (col.num) {
+          return el("td", {"class": "num", "data-sort": r.sort[col.key] === undefined ? null : String(r.sort[col.key]),
+                           text: v});
+        }
+        return el("td", {}, Array.isArray(v) ? v : [String(v)]);
+      }));
+    }));
+    var t = el("table", {"class": "rows sortable"}, [el("thead", {}, [head]), body]);
+    t.querySelectorAll("thead th").forEach(function (th) {
+      th.setAttribute("tabindex", "0");
+      th.addEventListener("click", function () {   // a sorted table shows every row
+        var box = th.closest(".table-box");
+        box.querySelectorAll("tbody tr[hidden]").forEach(function (r) { r.hidden = false; });
+        box.querySelectorAll("button.show-all").forEach(function (b) { b.remove(); });
+        window.sortTable(th);
+      });
+    });
+    return el("div", {"class": "table-box choose-table", id: id}, [
+      el("p", {"class": "table-tools"}, [el("a", {"class": "anchor", href: "#" + id, text: "#"}),
+        " " + rows.length + " row(s)" + (caption ? " · " + caption : "") + " · click a header to sort"]), t]);
+  }
+
+  function fitRows(a, pareto) {
+    return a.fits.map(function (c, i) {
+      var onFront = pareto.indexOf(c) >= 0;
+      return {
+        cells: {rank: String(i + 1), technique: tech(c.label, c.peer), setting: knobText(c),
+                need: fmtMiB(c.need_bytes), headroom: fmtMiB(c.headroom_bytes), time: fmtRel(c.relative_step_time),
+                front: onFront ? "on the front" : "",
+                beyond: c.beyond.length ? [el("span", {title: "beyond this model's validated range: " + c.beyond.join(", "),
+                                                       text: "⚠ " + c.beyond[0] + (c.beyond.length > 1 ? " …" : "")})] : ""},
+        sort: {rank: i + 1, need: c.need_bytes.toString(), headroom: c.headroom_bytes.toString(),
+               time: c.relative_step_time === null ? undefined : c.relative_step_time}};
+    });
+  }
+
+  function categoryChart(a) {
+    // one bar per technique: its first-ranked fitting setting, else its smallest one (does not fit)
+    var items = [], seen = {};
+    a.fits.forEach(function (c) { if (!seen[c.label]) { seen[c.label] = 1; items.push({c: c, fits: true}); } });
+    a.cannot_fit.forEach(function (x) { if (!seen[x.label]) { seen[x.label] = 1; items.push({c: x.setting, fits: false}); } });
+    items.reverse();
+    var names = items.map(function (it) {
+      return esc(labelText(it.c)) + (it.fits ? "" : " (does not fit)");
+    });
+    var data = [];
+    APP.categories.forEach(function (cat) {
+      var xs = items.map(function (it) { return Math.round(Number(it.c.peak_by_category_bytes[cat]) / MiB * 1e4) / 1e4; });
+      if (!xs.some(function (x) { return x; })) { return; }
+      data.push({type: "bar", orientation: "h", name: esc(APP.category_names[cat] || cat), y: names, x: xs,
+                 marker: {color: APP.category_colors[cat]}, hoverinfo: "x+y+name"});
+    });
+    if (a.device === "cuda") {
+      data.push({type: "bar", orientation: "h", name: "CUDA margin (stated)", y: names,
+                 x: items.map(function (it) { return Math.round(Number(it.c.need_bytes - it.c.total_peak_bytes) / MiB * 1e4) / 1e4; }),
+                 marker: {color: "#bdbdbd", pattern: {shape: "/"}}, hoverinfo: "x+y+name"});
+    }
+    var budget = Number(a.budget_bytes) / MiB;
+    var layout = {barmode: "stack", hovermode: "closest", height: Math.max(220, 130 + 36 * items.length),
+                  margin: {l: 20, r: 20, t: 64, b: 50},
+                  legend: {orientation: "h", y: 1.0, x: 0, xanchor: "left", yanchor: "bottom", traceorder: "normal"},
+                  xaxis: {title: {text: (a.device === "cuda" ? "predicted CUDA need" : "predicted total peak") + " (MiB)"},
+                          zeroline: false, tickformat: ","},
+                  yaxis: {title: {text: ""}, type: "category", automargin: true},
+                  shapes: [{type: "line", xref: "x", yref: "paper", x0: budget, x1: budget, y0: 0, y1: 1,
+                            line: {color: "#9a1f1f", width: 2, dash: "dash"}}],
+                  annotations: [{x: budget, y: 1, xref: "x", yref: "paper", xanchor: "left", yanchor: "top",
+                                 showarrow: false, bgcolor: "rgba(255,255,255,0.85)",
+                                 text: "budget " + esc(fmtMiB(a.budget_bytes)), font: {color: "#9a1f1f"}}]};
+    return {data: data, layout: layout};
+  }
+
+  function render(a) {
+    var box = document.getElementById("choose-answer");
+    box.textContent = "";
+    var need = a.device === "cuda" ? "CUDA need" : "predicted peak";
+    var sizesText = Object.keys(a.sizes).map(function (k) { return k + "=" + a.sizes[k]; }).join(", ");
+    var first = a.fits[0];
+    var head = el("div", {"class": "headline"}, [el("p", {}, first ? [
+      el("strong", {text: "First choice: "}), ].concat(tech(first.label, first.peer)).concat([
+      " " + knobText(first).replace(/^-$/, "") + ": " + need + " " + fmtMiB(first.need_bytes) + " of "
+      + fmtMiB(a.budget_bytes) + " (headroom " + fmtMiB(first.headroom_bytes) + "), about "
+      + fmtRel(first.relative_step_time) + " the plain step's time. " + a.fits.length + " of " + a.candidates
+      + " settings fit."]) : [el("strong", {text: "Nothing fits: "}),
+      "no modelled " + a.family + " technique fits " + fmtMiB(a.budget_bytes) + "; the smallest " + need + " is "
+      + fmtMiB(a.smallest.need_bytes) + " (" + labelText(a.smallest) + ")."])]);
+    box.appendChild(el("p", {"class": "note", text: a.family + " at " + sizesText + ", optimizer " + a.optimizer + ", "
+      + (a.device === "cuda" ? "CUDA (exact peak × " + pyFixed(1 + APP.cuda_margin.fraction, 2) + " + "
+         + fmtMiB(APP.cuda_margin.fixed_bytes) + " + " + fmtMiB(APP.cuda_margin.workspace_bytes)
+         + " cuBLAS workspaces; the CUDA context not included)" : "CPU (exact bytes)")
+      + "; models of float32 training steps fitted at memlab " + (a.model.memlab_commit || "?").slice(0, 12) + "."}));
+    box.appendChild(head);
+    if (a.extrapolation.length) {
+      box.appendChild(el("p", {"class": "extrapolated", id: "choose-extrapolation", text: "⚠ Beyond the validated range: "
+        + a.extrapolation.map(function (x) { return x.param + "=" + x.value + " is " + pyFixed(x.factor, 1)
+          + "× the largest validated (" + x.validated_max + ")"; }).join("; ")
+        + ". The models' form is exact wherever the step's allocations follow the same sequence; nothing this large was measured."}));
+    }
+    var cols = [{key: "rank", label: "#", num: true}, {key: "technique", label: "technique"},
+                {key: "setting", label: "setting"},
+                {key: "need", label: need, num: true, title: a.device === "cuda" ? "exact total peak plus the stated CUDA margin" : "predicted total peak of the step, baseline included (exact model)"},
+                {key: "headroom", label: "headroom", num: true, title: "budget minus the " + need},
+                {key: "time", label: "relative step (predicted)", num: true, title: "technique step over the plain reference step: approximate"},
+                {key: "front", label: "Pareto", title: "no other setting needs less memory and less time"},
+                {key: "beyond", label: "extrapolated", title: "sizes beyond this model's validated range, with the factor"}];
+    box.appendChild(el("figure", {"class": "chart-box", id: "categories"}, [
+        el("h3", {"class": "chart-title"}, ["Predicted peak by memory category ",
+                                            el("a", {"class": "anchor", href: "#categories", text: "#"})]),
+        el("div", {"class": "chart", id: "categories-plot"}),
+        el("figcaption", {text: "Each technique's first-ranked setting that fits (and, for a technique that cannot fit, its "
+          + "smallest setting), its predicted peak split by category; the dashed line is the budget."})]));
+    if (a.fits.length) {
+      box.appendChild(el("h3", {id: "fits", text: "Settings that fit, fastest first"}));
+      var shown = SHOWN;
+      var fits = table("fits-table", cols, fitRows(a, a.pareto), "ranked by predicted relative step time, then memory");
+      var rows = fits.querySelectorAll("tbody tr");
+      if (rows.length > shown) {
+        Array.prototype.slice.call(rows, shown).forEach(function (r) { r.hidden = true; });
+        var more = el("button", {type: "button", "class": "show-all", text: "Show all " + rows.length + " settings"});
+        more.addEventListener("click", function () {
+          rows.forEach(function (r) { r.hidden = false; });
+          more.remove();
+        });
+        fits.appendChild(more);
+      }
+      box.appendChild(fits);
+    }
+    if (a.pareto.length) {
+      box.appendChild(el("h3", {id: "pareto", text: "Pareto front: " + need + " vs relative step time"}));
+      box.appendChild(table("pareto-table", [{key: "technique", label: "technique"}, {key: "setting", label: "setting"},
+        {key: "need", label: need, num: true}, {key: "time", label: "relative step (predicted)", num: true},
+        {key: "fits", label: "fits the budget"}], a.pareto.map(function (c) {
+          return {cells: {technique: tech(c.label, c.peer), setting: knobText(c), need: fmtMiB(c.need_bytes),
+                          time: fmtRel(c.relative_step_time), fits: c.fits ? "yes" : "no"},
+                  sort: {need: c.need_bytes.toString(), time: c.relative_step_time}};
+        }), "settings no other beats on both memory and time"));
+    }
+    if (a.cannot_fit.length) {
+      box.appendChild(el("h3", {id: "cannot-fit", text: "Cannot fit at any setting"}));
+      box.appendChild(table("cannot-table", [{key: "technique", label: "technique"},
+        {key: "need", label: "smallest " + need, num: true}, {key: "setting", label: "at"},
+        {key: "why", label: "note"}], a.cannot_fit.map(function (c) {
+          return {cells: {technique: tech(c.label, c.peer), need: fmtMiB(c.smallest_need_bytes), setting: knobText(c),
+                          why: c.recommendable ? "" : "not recommended: a held-out measurement was not ok"},
+                  sort: {need: c.smallest_need_bytes.toString()}};
+        }), "the smallest each reaches"));
+    }
+    if (window.Plotly) {
+      var fig = categoryChart(a);
+      var div = document.getElementById("categories-plot");
+      Plotly.newPlot(div, fig.data, fig.layout, {responsive: true, displaylogo: false})
+        .then(function () { div.setAttribute("data-drawn", String(fig.data.length)); })
+        .catch(function (err) { console.error("chart categories: " + err); });
+    }
+  }
+
+  // -- the form and the URL ------------------------------------------------------------------------
+  var form, fields = {};
+
+  function currentFamily() {
+    var m = APP.models[form.elements.optimizer.value] || APP.models[APP.default_optimizer];
+    return m.families[form.elements.family.value];
+  }
+
+  function buildInputs(values) {
+    var fam = currentFamily();
+    ["sizes", "knobs"].forEach(function (kind) {
+      var box = document.getElementById("choose-" + kind);
+      box.querySelectorAll("label").forEach(function (l) { l.remove(); });
+      var names = kind === "sizes" ? (fam.order || Object.keys(fam.sizes)) : Object.keys(fam.knobs);
+      names.forEach(function (name) {
+        var spec = fam[kind][name];
+        var v = values[name] !== undefined ? values[name] : (kind === "sizes" ? String(spec["default"]) : "");
+        var input = el("input", {name: "p:" + name, value: v, size: 9, inputmode: "numeric",
+                                 title: (spec.doc || name) + " (" + spec.low + " to " + spec.high + ")",
+                                 placeholder: kind === "knobs" ? "try settings" : null});
+        box.appendChild(el("label", {}, [name + " ", input]));
+      });
+      box.hidden = !names.length;
+    });
+  }
+
+  function readForm() {
+    var q = {family: form.elements.family.value, optimizer: form.elements.optimizer.value,
+             device: form.elements.device.value, budget: form.elements.budget.value.trim(), sizes: {}, knobs: {}};
+    var fam = currentFamily();
+    Object.keys(fam.sizes).forEach(function (s) { q.sizes[s] = form.elements["p:" + s].value.trim(); });
+    Object.keys(fam.knobs).forEach(function (k) { q.knobs[k] = form.elements["p:" + k].value.trim(); });
+    return q;
+  }
+
+  function toHash(q) {
+    var parts = [["family", q.family], ["optimizer", q.optimizer], ["device", q.device], ["budget", q.budget]];
+    Object.keys(q.sizes).forEach(function (k) { parts.push([k, q.sizes[k]]); });
+    Object.keys(q.knobs).forEach(function (k) { if (q.knobs[k] !== "") { parts.push([k, q.knobs[k]]); } });
+    return parts.map(function (p) { return encodeURIComponent(p[0]) + "=" + encodeURIComponent(p[1]); }).join("&");
+  }
+
+  function fromHash() {
+    var h = location.hash.slice(1), out = {};
+    if (h.indexOf("=") < 0) { return null; }
+    h.split("&").forEach(function (part) {
+      var i = part.indexOf("=");
+      if (i > 0) {
+        try { out[decodeURIComponent(part.slice(0, i))] = decodeURIComponent(part.slice(i + 1)); } catch (e) { /* skip */ }
+      }
+    });
+    return out;
+  }
+
+  function choose(write) {
+    var err = document.getElementById("choose-error");
+    var q = readForm();
+    var hash = toHash(q);
+    document.getElementById("choose-permalink").setAttribute("href", "#" + hash);
+    if (write) {
+      try { history.replaceState(null, "", "#" + hash); } catch (e) { location.hash = hash; }
+    }
+    try {
+      var a = advise(q);
+      err.hidden = true;
+      render(a);
+      return a;
+    } catch (e) {
+      err.hidden = false;
+      err.textContent = e.message;
+      document.getElementById("choose-answer").textContent = "";
+      return null;
+    }
+  }
+
+  function apply(values) {
+    ["family", "optimizer", "device", "budget"].forEach(function (k) {
+      if (values[k] === undefined) { return; }
+      var input = form.elements[k];
+      if (input.tagName === "SELECT" && !Array.prototype.some.call(input.options, function (o) { return o.value === values[k]; })) {
+        return;
+      }
+      input.value = values[k];
+    });
+    buildInputs(values);
+  }
+
+  function setUp() {
+    form = document.getElementById("choose-form");
+    if (!form) { return; }
+    APP = JSON.parse(form.getAttribute("data-app"));
+    form.elements.optimizer.value = APP.default_optimizer;
+    apply(fromHash() || {});
+    form.addEventListener("submit", function (e) { e.preventDefault(); choose(true); });
+    form.elements.family.addEventListener("change", function () { buildInputs({}); choose(true); });
+    form.elements.optimizer.addEventListener("change", function () { buildInputs(readFormValues()); choose(true); });
+    form.elements.device.addEventListener("change", function () { choose(true); });
+    window.addEventListener("hashchange", function () {
+      var v = fromHash();
+      if (v && toHash(readForm()) !== location.hash.slice(1)) { apply(v); choose(false); }
+    });
+    choose(false);
+  }
+
+  function readFormValues() {
+    var out = {};
+    Array.prototype.forEach.call(form.elements, function (e) {
+      if (e.name && e.name.indexOf("p:") === 0) { out[e.name.slice(2)] = e.value; }
+    });
+    return out;
+  }
+
+  document.addEventListener("DOMContentLoaded", setUp);
+
+  // for tests: evaluate a query with the page's models (bytes as strings)
+  function evaluate(query) {
+    var a = advise(query);
+    var big = function (o) {
+      return JSON.parse(JSON.stringify(o, function (k, v) { return typeof v === "bigint" ? v.toString() : v; }));
+    };
+    var row = function (c) {
+      return big({label: c.label, knobs: c.knobs, total_peak_bytes: c.total_peak_bytes, need_bytes: c.need_bytes,
+                  headroom_bytes: c.headroom_bytes, peak_by_category_bytes: c.peak_by_category_bytes,
+                  relative_step_time: c.relative_step_time, chunks: c.chunks});
+    };
+    return {fits: a.fits.map(row), pareto: a.pareto.map(row), extrapolation: a.extrapolation,
+            cannot_fit: a.cannot_fit.map(function (c) {
+              return big({label: c.label, smallest_need_bytes: c.smallest_need_bytes, knobs: c.knobs, chunks: c.chunks});
+            }), smallest: a.smallest ? row(a.smallest) : null, budget_bytes: a.budget_bytes.toString(), sizes: a.sizes};
+  }
+
+  function predictOne(optimizer, family, label, params) {
+    var fam = APP.models[optimizer].families[family];
+    var entry = fam.entries.filter(function (e) { return e.label === label; })[0];
+    var p = predict(fam, entry, params);
+    var t = predictTime(fam, entry, params);
+    return {total: p.total.toString(), k: p.k, time: t,
+            categories: JSON.parse(JSON.stringify(p.categories, function (k, v) { return typeof v === "bigint" ? v.toString() : v; }))};
+  }
+
+  return {evaluate: evaluate, predict: predictOne, pyFixed: pyFixed, knobCandidates: knobCandidates};
+})();

@@ -1,0 +1,212 @@
+"""The Choose page: the committed memory models evaluated in the browser agree with ``memlab advise``.
+
+The same model files (``data/models/*.json``) are evaluated by :func:`memlab.advisor.advise` (and
+:func:`memlab.advisor.model.predict`) in Python and by ``static/choose.js`` in headless Chromium; the
+bytes (total peak, every category, the CUDA need, the headroom), the loop count, the relative step
+time, the ranking, the Pareto front, what cannot fit and the extrapolation flags must be identical.
+A permalink with the inputs in the URL reopens the answer; the page has no console errors and draws
+its chart.  Without Chromium the browser part skips (fails under CI), as in ``test_site_browser.py``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+from memlab.advisor import AdviceError, advise, load_models, predict, predict_time
+from memlab.advisor.advise import fmt_bytes
+from memlab.results import ResultsWarning
+from memlab.site import build_site
+from memlab.site.choose import LOOPS, compact_models
+from memlab.site.text import fmt_mib
+from test_site_browser import REPO, _close, _evaluate, _visit, browser, served  # noqa: F401 (fixtures)
+
+MODELS = REPO / "data" / "models"
+
+#: (family, sizes, knobs, budget, optimizer, device): fits and not, knob given or tried, cpu and
+#: cuda, beyond the validated range, sizes whose bytes pass 2**53
+QUERIES = [
+    ("chunking", {"n": 400000, "d": 1024, "hidden": 4096}, {}, "8GiB", "adam", "cpu"),
+    ("chunking", {"n": 10000, "d": 256, "hidden": 1024}, {}, "64MiB", "sgd", "cpu"),
+    ("chunking", {"n": 10000, "d": 256, "hidden": 1024}, {"chunk_size": 700}, "1GiB", "sgd", "cuda"),
+    ("chunking", {"n": 2049, "d": 3, "hidden": 5}, {}, "76.9 MB", "adam", "cuda"),
+    ("chunking", {"n": 10000000, "d": 1000000, "hidden": 1000000}, {}, "9000TiB", "sgd", "cpu"),
+    ("reversible", {"depth": 64, "batch": 256, "width": 512, "hidden": 2048}, {}, "2.05GiB", "sgd", "cpu"),
+    ("reversible", {"depth": 3, "batch": 7, "width": 11, "hidden": 13}, {}, "73.25MiB", "adam", "cuda"),
+    ("reversible", {"depth": 4096, "batch": 10**6, "width": 10**6, "hidden": 10**6}, {}, "3e20", "adam", "cpu"),
+]
+#: a budget nothing meets: Python refuses it (AdviceError); the page says the same smallest need
+NOTHING = ("chunking", {"n": 400000, "d": 1024, "hidden": 4096}, {}, "100MiB", "sgd", "cpu")
+
+
+def _query(q):
+    family, sizes, knobs, budget, optimizer, device = q
+    return {"family": family, "sizes": {k: str(v) for k, v in sizes.items()},
+            "knobs": {k: str(v) for k, v in knobs.items()}, "budget": budget, "optimizer": optimizer, "device": device}
+
+
+def _row(c):
+    return {"label": c["label"], "knobs": c["knobs"], "total_peak_bytes": str(c["total_peak_bytes"]),
+            "need_bytes": str(c["need_bytes"]), "headroom_bytes": str(c["headroom_bytes"]),
+            "peak_by_category_bytes": {k: str(v) for k, v in c["peak_by_category_bytes"].items()},
+            "relative_step_time": c["relative_step_time"], "chunks": c["chunks"]}
+
+
+def _python(q, models_dir):
+    family, sizes, knobs, budget, optimizer, device = q
+    a = advise(family, budget, [f"{k}={v}" for k, v in {**sizes, **knobs}.items()], optimizer=optimizer,
+               device=device, models_dir=models_dir)
+    return {"fits": [_row(c) for c in a["fits"]], "pareto": [_row(c) for c in a["pareto"]],
+            "cannot_fit": [{"label": c["label"], "smallest_need_bytes": str(c["smallest_need_bytes"]), "knobs": c["knobs"],
+                            "chunks": c["chunks"]} for c in a["cannot_fit"]],
+            "extrapolation": a["extrapolation"], "budget_bytes": str(a["budget_bytes"]), "sizes": a["sizes"]}
+
+
+def _points(family: str, entry: dict, rng: random.Random, count: int) -> list[dict[str, int]]:
+    """Random technique parameters over the whole valid range (log-uniform), plus small exact classes."""
+    fam = load_models("sgd", MODELS)["families"][family]
+    specs = {**fam["sizes"], **{k: fam["knobs"][k] for k in entry["knobs"]}}
+    out = []
+    for i in range(count):
+        hi = 10 ** rng.uniform(0, 7) if i % 2 else 60
+        out.append({k: max(s["low"], min(s["high"], int(rng.uniform(1, hi)))) for k, s in specs.items()})
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """A site built from an empty results folder and data holding only the committed models."""
+    root = tmp_path_factory.mktemp("choose")
+    data = root / "data"
+    shutil.copytree(MODELS, data / "models")
+    out = root / "site"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResultsWarning)
+        build_site(root / "results", data, out)
+    return out, data / "models"
+
+
+def test_the_page_and_its_models_are_built(site):
+    out, _ = site
+    html = (out / "choose.html").read_text()
+    assert 'href="choose.html"' in (out / "index.html").read_text()  # in the nav
+    assert "static/choose.js" in html and "data-app=" in html
+    for opt in ("sgd", "adam"):
+        shipped = json.loads((out / "models" / f"cpu-float32-{opt}.json").read_text())
+        assert shipped == json.loads((MODELS / f"cpu-float32-{opt}.json").read_text())
+
+
+def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
+    results, data = tmp_path / "results", tmp_path / "data"
+    (data / "models").mkdir(parents=True)
+    build_site(results, data, tmp_path / "a")
+    assert not (tmp_path / "a" / "choose.html").exists()
+    good = json.loads((MODELS / "cpu-float32-sgd.json").read_text())
+    good["families"]["chunking"]["entries"][1]["classes"][0]["pieces"][0]["gradients"] = {"d*bogus": 4}
+    good["families"]["nope"] = good["families"]["reversible"]
+    (data / "models" / "cpu-float32-sgd.json").write_text(json.dumps(good))
+    (data / "models" / "cpu-float32-adam.json").write_text("[1, 2")
+    with pytest.warns(ResultsWarning) as caught:
+        build_site(results, data, tmp_path / "b")
+    lines = " | ".join(str(w.message) for w in caught)
+    assert "family 'nope' has no loop rule" in lines and "slice_loop: a class whose pieces" in lines
+    assert "cpu-float32-adam.json" in lines
+    compact, _ = compact_models(good, "x")
+    assert [e["label"] for e in compact["families"]["chunking"]["entries"]].count("slice_loop") == 0
+    assert set(compact["families"]) == set(LOOPS)
+    methodology = (tmp_path / "b" / "methodology.html").read_text()
+    assert "no loop rule" in methodology
+
+
+def test_browser_evaluation_agrees_with_python_to_the_byte(browser, served, site):  # noqa: F811
+    out, models_dir = site
+    state, errors, session = _visit(browser, served(out)("choose.html"))
+    try:
+        assert errors == [], errors
+        # every entry of every model at random sizes: bytes, categories, loop count, time
+        rng = random.Random(16)
+        checked = 0
+        for opt in ("sgd", "adam"):
+            models = load_models(opt, models_dir)
+            for family, fam in models["families"].items():
+                for entry in fam["entries"]:
+                    points = _points(family, entry, rng, 25)
+                    got = _evaluate(browser, session, "JSON.stringify(" + json.dumps(points) + ".map(p => memlabChoose.predict("
+                                    + json.dumps(opt) + ", " + json.dumps(family) + ", " + json.dumps(entry["label"])
+                                    + ", p)))")
+                    for p, js in zip(points, got):
+                        py = predict(family, entry, p)
+                        assert js["total"] == str(py["total_peak_bytes"]), (opt, entry["label"], p)
+                        assert js["categories"] == {k: str(v) for k, v in py["peak_by_category_bytes"].items()}
+                        assert js["k"] == py["k"]
+                        assert js["time"] == predict_time(family, entry, p), (opt, entry["label"], p)
+                        checked += 1
+        assert checked >= 500
+        assert all(int(c["total_peak_bytes"]) > 2 ** 53 for c in _python(QUERIES[-1], models_dir)["fits"])
+        # the advisor's whole answer
+        for q in QUERIES:
+            js = _evaluate(browser, session, f"JSON.stringify(memlabChoose.evaluate({json.dumps(_query(q))}))")
+            py = _python(q, models_dir)
+            assert js["fits"], q
+            for key in ("fits", "pareto", "cannot_fit", "extrapolation", "budget_bytes", "sizes"):
+                assert js[key] == py[key], (q, key)
+        js = _evaluate(browser, session, f"JSON.stringify(memlabChoose.evaluate({json.dumps(_query(NOTHING))}))")
+        with pytest.raises(AdviceError) as exc:
+            _python(NOTHING, models_dir)
+        assert js["fits"] == [] and fmt_bytes(int(js["smallest"]["need_bytes"])) in str(exc.value)
+        assert js["smallest"]["label"] in str(exc.value)
+        # Python's number formats, ties included (half to even on an exact binary tie)
+        cases = [(0.0625, 3), (0.125, 2), (0.25, 1), (2.5, 0), (1.0625, 3), (1 / 3, 2), (12.35, 1), (0.05, 1)]
+        shown = _evaluate(browser, session, "JSON.stringify(" + json.dumps(cases) + ".map(c => memlabChoose.pyFixed(c[0], c[1])))")
+        assert shown == [f"{x:.{n}f}" for x, n in cases]
+    finally:
+        _close(browser, session)
+
+
+def test_a_permalink_opens_the_answer_and_the_page_draws_it(browser, served, site):  # noqa: F811
+    out, models_dir = site
+    q = QUERIES[0]
+    family, sizes, knobs, budget, optimizer, device = q
+    hash_ = "&".join(f"{k}={v}" for k, v in {"family": family, "optimizer": optimizer, "device": device,
+                                                 "budget": budget, **sizes}.items())
+    state, errors, session = _visit(browser, served(out)("choose.html#" + hash_))
+    try:
+        assert errors == [], errors
+        assert [c["drawn"] for c in state["charts"]] == ["6"] or all(int(c["drawn"]) > 0 for c in state["charts"])
+        shown = _evaluate(browser, session, """JSON.stringify({
+            rows: [...document.querySelectorAll('#fits-table tbody tr')].slice(0, 3).map(r => [...r.cells].map(c => c.textContent.trim())),
+            n: document.querySelectorAll('#fits-table tbody tr').length,
+            budget: document.getElementById('choose-budget').value,
+            link: document.getElementById('choose-permalink').getAttribute('href'),
+            charts: [...document.querySelectorAll('div.chart')].map(d => d.getAttribute('data-drawn')),
+            extrapolated: !!document.getElementById('choose-extrapolation')})""")
+        py = advise(family, budget, [f"{k}={v}" for k, v in sizes.items()], optimizer=optimizer, device=device,
+                    models_dir=models_dir)
+        assert shown["budget"] == budget and shown["n"] == len(py["fits"])
+        for row, c in zip(shown["rows"], py["fits"]):
+            assert row[1].startswith(c["label"]) and row[3] == fmt_mib(c["need_bytes"]), (row, c["label"])
+            assert row[4] == fmt_mib(c["headroom_bytes"])
+        assert shown["extrapolated"] and shown["charts"] and all(int(c) > 0 for c in shown["charts"])
+        assert f"n={sizes['n']}" in shown["link"] and f"budget={budget}" in shown["link"]
+        # sorting the dynamic table by a numeric column
+        up = _evaluate(browser, session, """(() => { const th = [...document.querySelectorAll('#fits-table th')]
+            .find(h => h.textContent === 'headroom'); th.click();
+            return JSON.stringify([...document.querySelectorAll('#fits-table tbody tr')].map(r => Number(r.cells[4].getAttribute('data-sort')))); })()""")
+        assert up == sorted(up)
+        folder = Path(os.environ.get("MEMLAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
+        folder.mkdir(parents=True, exist_ok=True)
+        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=session)
+        (folder / "site-choose.png").write_bytes(base64.b64decode(shot["data"]))
+        # a bad size says why, in one line, and the answer is cleared
+        bad = _evaluate(browser, session, """(() => { const i = document.querySelector('input[name="p:n"]'); i.value = '0';
+            document.querySelector('#choose-form button').click();
+            const e = document.getElementById('choose-error'); return JSON.stringify([e.hidden, e.textContent]); })()""")
+        assert bad[0] is False and "n=0 is out of range" in bad[1]
+    finally:
+        _close(browser, session)
