@@ -227,6 +227,7 @@ class TracedSteps:
     saved_separated: bool = True
     #: CPU: the CUDA caching allocator's predicted figures for the peak iteration (cuda_prediction)
     predicted_cuda: dict | None = None
+    predict_cuda_s: float = 0.0  # seconds spent replaying the trace through the CUDA allocator model
 
 
 def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
@@ -270,7 +271,9 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
         traced.categories = categorise(events, windows, known)
         peaks = list(traced.stats.peaks)
         if peaks:  # the caching allocator replayed on the same trace (NOTE in memlab.cuda_model)
+            replay_started = time.perf_counter()
             traced.predicted_cuda = predict_cuda(events, windows, iteration=f"iteration{peaks.index(max(peaks))}")
+            traced.predict_cuda_s = time.perf_counter() - replay_started
         del events, windows
         gc.collect()
     return traced
@@ -283,6 +286,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
                           optimizer=base.optimizer, loss=base.loss)
     # seconds: build, warm-up step, the profiled steps and their trace's processing (bench-harness)
     notes["recorded_steps_s"] = time.perf_counter() - started
+    notes["predict_cuda_s"] = traced.predict_cuda_s  # seconds, part of recorded_steps_s (bench-harness)
     problem, step, optimizer = traced.problem, traced.step, traced.optimizer
     if not traced.saved_separated:
         notes["saved_activations_separated"] = False
