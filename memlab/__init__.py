@@ -22,7 +22,7 @@ from ._version import __version__
 
 _EXPORTS = {
     "Technique": ".technique", "TechniqueUnavailable": ".technique",
-    "Workload": ".workload", "Problem": ".workload", "get_workload": ".workload", "list_workloads": ".workload",
+    "Workload": ".workload", "Problem": ".workload", "get_workload": ".registry", "list_workloads": ".registry",
     "Param": ".params",
     "list_techniques": ".registry", "list_families": ".registry", "get_technique": ".registry",
     "load_plugin": ".registry",

@@ -1,8 +1,13 @@
-"""Finding techniques by name: built-in modules, user plug-in files, ``MEMLAB_PLUGINS``.
+"""The one registry of workloads and techniques: registration, discovery, lookup by name.
 
-Built-in techniques live one family per module under :mod:`memlab.techniques`; every module there is
-imported on first lookup, so adding a module (or a user's file via :func:`load_plugin`) is all it
-takes for a technique to show up in the CLI, the sweep, the benchmarks and the site.
+Subclassing registers: ``class X(Workload, name=..., family=...)`` and ``class Y(Technique, name=...)``
+call :func:`register_workload` / :func:`register_technique` from ``__init_subclass__``; nothing else
+lists them.  Built-in workloads and techniques live one family per module under
+:mod:`memlab.workloads` and :mod:`memlab.techniques`; every module there is imported on first lookup,
+so adding a module (or a user's file via :func:`load_plugin`) is all it takes for a technique to show
+up in the CLI, the sweep, the benchmarks and the site.  This module imports no other memlab module
+(the packages are found by name), so the classes that register here never form an import cycle
+with their lookup.
 
 ``MEMLAB_PLUGINS`` (paths separated by ``os.pathsep``) names plug-in files loaded on discovery; the
 measurement subprocess receives the plug-ins of its parent the same way.
@@ -16,12 +21,55 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from .technique import Technique, registered
+__all__ = ["register_workload", "register_technique", "discover", "load_plugin", "loaded_plugins",
+           "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
-__all__ = ["discover", "load_plugin", "list_techniques", "get_technique", "loaded_plugins"]
-
+_WORKLOADS: dict[str, type] = {}
+_TECHNIQUES: dict[str, type] = {}
+#: the packages whose modules :func:`discover` imports, workloads first
+_BUILTIN_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
+
+
+def _same_definition(a: type, b: type) -> bool:
+    """True when ``b`` re-defines ``a`` from the same source (a module re-import)."""
+    import inspect
+
+    try:
+        return a.__qualname__ == b.__qualname__ and inspect.getfile(a) == inspect.getfile(b)
+    except (TypeError, OSError):
+        return False
+
+
+def _register(table: dict[str, type], kind: str, name: str, cls: type, hint: str = "") -> None:
+    if name in table and not _same_definition(table[name], cls):
+        other = table[name]
+        raise ValueError(f"{kind} name {name!r} is already registered by {other.__module__}.{other.__qualname__}{hint}")
+    table[name] = cls
+
+
+def register_workload(name: str, cls: type) -> None:
+    """Register ``cls`` as workload ``name`` (called by ``Workload.__init_subclass__``).
+
+    Raises:
+        ValueError: another class holds the name; the message names it.
+    """
+    _register(_WORKLOADS, "workload", name, cls)
+
+
+def register_technique(name: str, cls: type) -> None:
+    """Register ``cls`` as technique ``name`` (called by ``Technique.__init_subclass__``).
+
+    Raises:
+        ValueError: another class holds the name; the message names it.
+    """
+    _register(_TECHNIQUES, "technique", name, cls, "; choose another name")
+
+
+def registered() -> dict[str, type]:
+    """The techniques registered so far, by name (no discovery)."""
+    return _TECHNIQUES
 
 
 def discover() -> None:
@@ -30,9 +78,7 @@ def discover() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED = True
-    from . import techniques, workloads
-
-    for pkg in (workloads, techniques):
+    for pkg in map(importlib.import_module, _BUILTIN_PACKAGES):
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
             if not info.name.startswith("_"):
                 importlib.import_module(f"{pkg.__name__}.{info.name}")
@@ -92,7 +138,7 @@ def list_families() -> list[str]:
     return sorted({c.family() for c in registered().values()})
 
 
-def get_technique(name: str) -> type[Technique]:
+def get_technique(name: str) -> type:
     """The technique class registered as ``name``.
 
     Raises:
@@ -104,3 +150,22 @@ def get_technique(name: str) -> type[Technique]:
     except (KeyError, TypeError):
         known = ", ".join(sorted(registered())) or "(none)"
         raise ValueError(f"unknown technique {name!r}; available: {known}") from None
+
+
+def list_workloads() -> list[str]:
+    """Sorted names of the registered workloads."""
+    discover()
+    return sorted(_WORKLOADS)
+
+
+def get_workload(name: str) -> type:
+    """The workload class registered as ``name``.
+
+    Raises:
+        ValueError: unknown name; the message lists what exists.
+    """
+    discover()
+    try:
+        return _WORKLOADS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown workload {name!r}; available: {', '.join(sorted(_WORKLOADS)) or '(none)'}") from None

@@ -23,11 +23,10 @@ import torch
 
 from .errors import TechniqueUnavailable
 from .params import Param, resolve_params
-from .workload import Problem, Workload, _same_definition
+from .registry import register_technique
+from .workload import Problem, Workload
 
 __all__ = ["Technique", "TechniqueUnavailable"]
-
-_TECHNIQUES: dict[str, type["Technique"]] = {}
 
 
 class Technique:
@@ -71,14 +70,8 @@ class Technique:
         clash = set(cls.params) & set(cls.workload.params)
         if clash:
             raise ValueError(f"technique {name!r} redefines workload parameter(s) {sorted(clash)}")
-        if name in _TECHNIQUES and not _same_definition(_TECHNIQUES[name], cls):
-            other = _TECHNIQUES[name]
-            raise ValueError(
-                f"technique name {name!r} is already registered by "
-                f"{other.__module__}.{other.__qualname__}; choose another name"
-            )
+        register_technique(name, cls)  # refuses a name another class holds
         cls.name = name
-        _TECHNIQUES[name] = cls
 
     def __init__(self, **params: Any):
         self.config = self.resolve(params)
@@ -177,7 +170,3 @@ class Technique:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         return f"{type(self).__name__}({args})"
-
-
-def registered() -> dict[str, type[Technique]]:
-    return _TECHNIQUES

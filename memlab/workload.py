@@ -18,8 +18,9 @@ from typing import Any, ClassVar, Mapping
 import torch
 
 from .params import Param, resolve_params
+from .registry import register_workload
 
-__all__ = ["Workload", "Problem", "get_workload", "list_workloads", "DEFAULT_TOLERANCES"]
+__all__ = ["Workload", "Problem", "DEFAULT_TOLERANCES"]
 
 #: (rtol, atol) per dtype used when comparing a technique with the workload's reference.
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -28,9 +29,6 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (5e-2, 5e-2),
     "float16": (1e-2, 1e-2),
 }
-
-_WORKLOADS: dict[str, type["Workload"]] = {}
-
 
 @dataclass
 class Problem:
@@ -78,14 +76,9 @@ class Workload:
             return
         if not name.isidentifier():
             raise ValueError(f"workload name {name!r} must be an identifier")
-        if name in _WORKLOADS and not _same_definition(_WORKLOADS[name], cls):
-            raise ValueError(
-                f"workload name {name!r} is already registered by "
-                f"{_WORKLOADS[name].__module__}.{_WORKLOADS[name].__qualname__}"
-            )
+        register_workload(name, cls)  # refuses a name another class holds
         cls.name = name
         cls.family = family or name
-        _WORKLOADS[name] = cls
 
     def __init__(self, config: Mapping[str, Any]):
         self.config = dict(config)
@@ -121,32 +114,3 @@ class Workload:
     @classmethod
     def resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:
         return resolve_params(cls.params, given, owner=f"workload {cls.name!r}")
-
-
-def _same_definition(a: type, b: type) -> bool:
-    """True when ``b`` re-defines ``a`` from the same source (a module re-import)."""
-    import inspect
-
-    try:
-        return a.__qualname__ == b.__qualname__ and inspect.getfile(a) == inspect.getfile(b)
-    except (TypeError, OSError):
-        return False
-
-
-def get_workload(name: str) -> type[Workload]:
-    from .registry import discover
-
-    discover()
-    try:
-        return _WORKLOADS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown workload {name!r}; available: {', '.join(sorted(_WORKLOADS)) or '(none)'}"
-        ) from None
-
-
-def list_workloads() -> list[str]:
-    from .registry import discover
-
-    discover()
-    return sorted(_WORKLOADS)

@@ -53,3 +53,49 @@ def test_shared_helpers_are_declared_once():
                     predicates.append(f"{path}:{node.lineno} {node.name}")
     assert found == {name: [where] for name, where in once.items()}
     assert not predicates, f"use memlab.record.is_number: {predicates}"
+
+
+def _unit(module: str) -> str:
+    """``memlab.measurement.step`` -> ``memlab.measurement``: a top-level module or subpackage."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_cycle_among_top_level_modules():
+    """Every import statement (module level or inside a function) between memlab's top-level modules
+    and subpackages; a cycle fails, naming the imports that close it.  The registry finds the built-in
+    workload and technique packages by name, so discovery is not an edge."""
+    graph: dict[str, dict[str, str]] = {}
+    for path, tree in _modules().items():
+        parts = path[:-3].split("/")
+        package = parts[:-1] if parts[-1] != "__init__" else parts
+        unit = _unit(".".join(p for p in parts if p != "__init__"))
+        edges = graph.setdefault(unit, {})
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [base] if node.module else [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.startswith("memlab.") and _unit(target) not in (unit, "memlab"):
+                    edges.setdefault(_unit(target), f"{path}:{node.lineno}")
+    cycles, state = [], {}
+
+    def visit(unit: str, trail: list[str]) -> None:
+        state[unit] = "open"
+        for dep in sorted(graph.get(unit, {})):
+            if state.get(dep) == "open":
+                loop = trail[trail.index(dep):] + [unit, dep] if dep in trail else [unit, dep]
+                cycles.append(" -> ".join(f"{a} ({graph[a][b]})" for a, b in zip(loop, loop[1:])))
+            elif dep not in state:
+                visit(dep, trail + [unit])
+        state[unit] = "done"
+
+    for unit in sorted(graph):
+        if unit not in state:
+            visit(unit, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
