@@ -1,0 +1,66 @@
+"""The seed reports' own code paths: the TT report's einsum layer and the split-based checkpoint.
+
+Same maths (float64 reference, train and infer), and the exact peak each form's NOTE derives, against
+its leaner twin, at small sizes (CPU allocation tracking is exact).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import memlab
+from memlab.functional.tt import TTShape
+from memlab.techniques.chunking_split import split_saving_bytes
+from memlab.techniques.tensor_train_report import extra_backward_bytes, report_tt_matmul
+
+
+
+def peak(name: str, **params) -> int:
+    """Exact training peak above the baseline: the highest live bytes of one traced step."""
+    return max(e.live_bytes for e in memlab.timeline(name, **params).events)
+
+# The float64 reference checks (train and infer) of both techniques run in tests/test_reference_all.py.
+
+
+def test_report_form_is_the_reports_einsum_chain():
+    """Unequal modes and ranks: the einsum chain gives x @ W with a transposed-view output."""
+    g = torch.Generator().manual_seed(0)
+    shape = TTShape.create((2, 3, 4), (3, 2, 2), (2, 5))
+    cores = [torch.randn(*s, generator=g, dtype=torch.float64) for s in shape.core_shapes]
+    x = torch.randn(7, shape.in_features, generator=g, dtype=torch.float64)
+    w = torch.einsum("aijb,bklc,cmnd->ikmjln", *cores).reshape(shape.in_features, shape.out_features)
+    y = report_tt_matmul(x, cores)
+    assert not y.is_contiguous() and y.t().is_contiguous()
+    torch.testing.assert_close(y, x @ w, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"report_tt_matmul: x must be \[batch, 24\]"):
+        report_tt_matmul(x[:, :5], cores)
+
+
+def test_report_form_peak_is_exact():
+    """B=64, d=4, r=2: the report's form holds B d^3 + 2 d^2 r elements more than tt_factorized."""
+    b, d, r = 64, 4, 2
+    size = dict(batch=b, rank=r, in_modes=(d,) * 3, out_modes=(d,) * 3)
+    rep, fac = peak("tt_report_einsum", **size), peak("tt_factorized", **size)
+    e = 4
+    assert rep == (b * d**3 * (3 * r + 2) + d * d * (r * r + 2 * r) + d * d * r) * e
+    assert fac == (b * d**3 * (3 * r + 1) + d * d * r * r + d * d * r) * e
+    extra = extra_backward_bytes(TTShape.create((d,) * 3, (d,) * 3, r), b, e)
+    assert rep - fac == extra == 16_640
+
+
+def test_extra_backward_bytes_refuses_unequal_cores():
+    with pytest.raises(ValueError, match="three equal cores"):
+        extra_backward_bytes(TTShape.create((2, 3, 4), (3, 2, 2), 2), 8, 4)
+
+
+def test_split_checkpoint_peak_below_slice_checkpoint():
+    """n=2000, d=64, c=500: split saves one chunk's gradient (c d x 4 bytes) plus at most one
+    saved RNG state per chunk (see NOTE [ split vs slice checkpoint ])."""
+    n, d, hidden, c = 2000, 64, 128, 500
+    size = dict(n=n, d=d, hidden=hidden, chunk_size=c)
+    saving = peak("checkpoint_chunk", **size) - peak("checkpoint_split_chunk", **size)
+    chunk_grad = split_saving_bytes(n, d, c, 4)
+    assert chunk_grad == c * d * 4
+    rng_state = torch.get_rng_state().numel()
+    assert chunk_grad <= saving <= chunk_grad + (n // c) * rng_state, (saving, chunk_grad, rng_state)
+    assert split_saving_bytes(n, d, n, 4) == 0
