@@ -8,7 +8,9 @@ one ``slice_backward`` allocation per slice, growing with the number of chunks. 
   address-paired trace says how many are alive at once
   (:func:`memlab.analysis.chunking.slice_backward_lifetimes`);
 * isolated measurements give the training peak of ``slice_loop``, ``vmap_chunk``,
-  ``checkpoint_chunk`` and ``slice_accumulate`` against the number of chunks, with the analytic
+  ``checkpoint_chunk`` (slices of x, as the report's loop), ``checkpoint_split_chunk`` (the same
+  checkpoint over ``torch.split`` views: no per-chunk ``slice_backward`` zeros, NOTE [ split vs
+  slice checkpoint ]) and ``slice_accumulate`` against the number of chunks, with the analytic
   floor of NOTE [ chained-matmul analytic floor ] beside each.
 """
 from __future__ import annotations
@@ -24,13 +26,43 @@ TITLE = "For loop on slices creates multiple intermediate gradients"
 CLAIM = ("Chunking y = (x @ w1) @ w2 over row slices lowers the forward peak, but backward allocates a "
          "full-size slice_backward gradient per slice and the memory grows as chunks get smaller.")
 
-TECHNIQUES = ("slice_loop", "vmap_chunk", "checkpoint_chunk", "slice_accumulate")
+TECHNIQUES = ("slice_loop", "vmap_chunk", "checkpoint_chunk", "checkpoint_split_chunk", "slice_accumulate")
 
 
 def _plan(quick: bool) -> tuple[dict[str, int], tuple[int, ...], tuple[str, ...]]:
     if quick:
         return {"n": 4000, "d": 256, "hidden": 1024}, (4000, 1000, 400), ("slice_loop", "slice_accumulate")
     return {"n": 10000, "d": 256, "hidden": 1024}, (10000, 2500, 1000, 250, 100), TECHNIQUES
+
+
+def _split_sentence(techniques, chunks, peak) -> str:
+    """Which checkpoint form the page shows: both, the slicing one (the report's) and the split one."""
+    if "checkpoint_split_chunk" not in techniques:
+        return ""
+    diffs = [None if peak("checkpoint_chunk", c) is None or peak("checkpoint_split_chunk", c) is None
+             else peak("checkpoint_chunk", c) - peak("checkpoint_split_chunk", c) for c in chunks]
+    return (
+        " The page shows both checkpoint forms: checkpoint_chunk slices x (x[st:ed], the report's code path, "
+        "so it carries the slice_backward zeros) and checkpoint_split_chunk takes the chunks with torch.split "
+        "(one SplitBackward0 node, no zero-filled x-sized buffers); the split form's training peak is lower by "
+        + ", ".join("-" if v is None else f"{v:,}" for v in diffs)
+        + f" bytes at chunk sizes {', '.join(map(str, chunks))} (one chunk's gradient, c d x 4 bytes, plus saved "
+        "RNG states)."
+    )
+
+
+def _cuda_sentence(rows, techniques, chunk) -> str:
+    """Predicted CUDA (caching-allocator replay of each step's exact trace) at one chunk size, MiB."""
+    parts = []
+    for name in techniques:
+        m = rows.get((name, chunk))
+        p = (m.predicted_cuda or {}) if m is not None and m.status == "ok" else {}
+        if p.get("allocated_peak_bytes") is not None:
+            parts.append(f"{name} {p['allocated_peak_bytes'] / MiB:.1f} / {p.get('reserved_peak_bytes', 0) / MiB:.1f}")
+    if not parts:
+        return ""
+    return (f" Predicted CUDA at chunk {chunk} (allocated peak above baseline / reserved peak, MiB; the caching "
+            f"allocator replayed on the exact CPU trace): {'; '.join(parts)}.")
 
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
@@ -78,7 +110,7 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     max_alive = max(v["max_alive"] for v in lifetimes.values())
     verdict = "reproduced with caveat" if per_chunk_sb else "not reproduced on this device"
     summary = (
-        f"CPU, float32, n={n}, d={size['d']}, hidden={size['hidden']}. slice_loop's backward allocates exactly one "
+        f"Claim: {CLAIM} Configuration: CPU, float32, n={n}, d={size['d']}, hidden={size['hidden']}. slice_loop's backward allocates exactly one "
         f"x-sized ({x_bytes / MiB:.2f} MiB) aten::slice_backward zero tensor per chunk "
         f"({', '.join(str(v['count']) for v in lifetimes.values())} for {', '.join(map(str, num_chunks))} chunks), "
         f"as reported; the backward of y[st:ed] = ... (CopySlices) also clones a y-sized gradient per chunk "
@@ -94,6 +126,9 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
         f"{', '.join('-' if p is None else f'{p / MiB:.1f}' for p in acc)} MiB, "
         f"{'equal to' if acc == floors else 'against'} the analytic floor "
         f"({', '.join('-' if f is None else f'{f / MiB:.1f}' for f in floors)} MiB)."
+        + _split_sentence(techniques, chunks, peak)
+        + _cuda_sentence(rows, techniques, chunks[1])
+        + f" Verdict: {verdict}."
     )
     figure = {
         "type": "line", "title": "Training peak allocated vs number of chunks (CPU, float32)",
