@@ -6,6 +6,7 @@ Run from the repository root (``Makefile.asv`` does)::
     python -m benchmarks.asv_host register NAME        # record NAME in ~/.asv-machine.json
     python -m benchmarks.asv_host scratch-config OUT   # asv.conf.json with results under .asv/
     git rev-list --reverse A^..main | python -m benchmarks.asv_host spread   # commits, spread order
+    python -m benchmarks.asv_host history-config OUT   # asv.conf.json installing commits from source
 
 asv imports every module of ``benchmarks/`` while discovering benchmarks, in environments that have
 ``asv_runner`` but not ``asv``: this module defines no benchmark and imports asv only inside
@@ -43,7 +44,7 @@ from typing import Any, Mapping, Sequence, TypeVar
 T = TypeVar("T")
 
 __all__ = ["CI_MACHINE", "HARDWARE_KEYS", "MachineClash", "default_name", "valid_name", "detect", "detect_gpu",
-           "register", "scratch_config", "spread_order"]
+           "register", "scratch_config", "source_install_config", "spread_order"]
 
 CI_MACHINE = "memlab-ci-2core"
 #: facts that tell two hosts apart; a recorded one that differs from this host's refuses registration
@@ -193,6 +194,40 @@ def scratch_config(conf_path: str | os.PathLike = "asv.conf.json", results_dir: 
     return conf
 
 
+#: asv commands of :func:`source_install_config`: memlab at the commit is asv's checkout of it, put on
+#: the environment's path by a ``.pth`` file (NOTE [ source install ])
+_PTH = "memlab-asv-source.pth"
+_SOURCE_INSTALL = ("in-dir={env_dir} python -c 'import site, sys; "
+                   "open(site.getsitepackages()[0] + \"/" + _PTH + "\", \"w\").write(sys.argv[1] + chr(10))' {build_dir}")
+#: then checks that ``import memlab`` resolves to the checkout (an installed copy would shadow it)
+_SOURCE_CHECK = ("in-dir={env_dir} python -c 'import sys, importlib.util as u; s = u.find_spec(\"memlab\"); "
+                 "sys.exit(0 if s and s.origin.startswith(sys.argv[1]) else \"memlab resolves to %s, not to the "
+                 "checkout %s: run pip uninstall memlab in this environment\" % (s and s.origin, sys.argv[1]))' "
+                 "{build_dir}")
+_SOURCE_UNINSTALL = ("in-dir={env_dir} python -c 'import os, site; p = os.path.join(site.getsitepackages()[0], "
+                     "\"" + _PTH + "\"); os.path.exists(p) and os.remove(p)'")
+
+
+def source_install_config(conf_path: str | os.PathLike = "asv.conf.json") -> dict[str, Any]:
+    """``asv.conf.json`` (results in ``results/``, same environments) whose build and install of a
+    commit is its source checkout on the environment's path: for ``make asv-history``.
+
+    NOTE [ source install ]
+    asv checks out each commit into its build directory, then builds a wheel and installs it with pip:
+    on 2 shared cores under load, pip's uninstall, wheel build and install took 1-3 minutes per commit,
+    more than measuring it.  memlab is pure Python and never reads its own installed metadata
+    (``importlib.metadata``, entry points), so the commit's checkout on ``sys.path`` is the code the
+    wheel would install.  This configuration keeps asv's checkout and replaces the three pip calls with
+    one ``.pth`` file (written and removed by a bare ``python -c``).  The environment, its name and the
+    results files are the same as with ``asv.conf.json``.  The environment must not hold a pip-installed
+    memlab (it would shadow the checkout): the install step checks where ``import memlab`` resolves
+    and fails the commit's install, naming the fix, otherwise.
+    """
+    conf = scratch_config(conf_path, results_dir="results", html_dir=".asv/html")
+    conf.update(build_command=[], install_command=[_SOURCE_INSTALL, _SOURCE_CHECK], uninstall_command=[_SOURCE_UNINSTALL])
+    return conf
+
+
 def spread_order(items: Sequence[T]) -> list[T]:
     """``items`` (a commit range, oldest first) in the order an interrupted run covers evenly: the
     first, the last, then the middles of the gaps left, halving (0, n-1, n/2, n/4, 3n/4, ...).
@@ -231,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     scr = sub.add_parser("scratch-config", help="write asv.conf.json with results under .asv/scratch-results")
     scr.add_argument("out")
     spr = sub.add_parser("spread", help="the lines of standard input (commits, oldest first) in spread order")
+    his = sub.add_parser("history-config", help="write asv.conf.json installing each commit from its checkout")
+    his.add_argument("out")
     args = parser.parse_args(argv)
     try:
         if args.command == "name":
@@ -240,6 +277,10 @@ def main(argv: list[str] | None = None) -> int:
             facts = ", ".join(f"{k}={v}" for k, v in entry.items() if k not in ("machine", "version"))
             print(f"asv machine {args.machine!r}: {facts}\n"
                   f"  in ~/.asv-machine.json; asv runs with --machine {args.machine} write {args.results}/{args.machine}/")
+        elif args.command == "history-config":
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(source_install_config(), indent=4) + "\n", encoding="utf-8")
         elif args.command == "spread":
             lines = [line.strip() for line in sys.stdin if line.strip()]
             print("\n".join(spread_order(lines)))

@@ -175,3 +175,18 @@ def test_spread_order_covers_the_range_evenly():
     # after the first 9 (first, last and 7 middles) no gap is wider than a ninth of the range
     first = sorted(order[:9])
     assert max(b - a for a, b in zip(first, first[1:])) <= 10
+
+
+def test_history_config_installs_the_checkout_and_keeps_results_and_environments():
+    """NOTE [ source install ]: same matrix, env and results directories as asv.conf.json; install
+    writes a .pth to asv's checkout and checks that memlab resolves there; no pip, no wheel."""
+    from benchmarks.asv_host import scratch_config, source_install_config
+
+    conf, base = source_install_config(), scratch_config()
+    root = Path(__file__).resolve().parent.parent
+    assert conf["results_dir"] == str(root / "results") and conf["env_dir"] == base["env_dir"]
+    assert conf["matrix"] == base["matrix"] and conf["build_command"] == []
+    install, check = conf["install_command"]
+    assert "memlab-asv-source.pth" in install and install.endswith("{build_dir}") and "pip" not in install
+    assert "find_spec" in check and "pip uninstall memlab" in check
+    assert "memlab-asv-source.pth" in conf["uninstall_command"][0]
