@@ -318,7 +318,8 @@ def add_history_page(ctx: Context) -> Context:
             config = ", ".join(f"{k}={v}" for k, v in c["params"].items())
             factor = "from 0" if c["factor"] is None else f"{c['factor']:.2f}×"
             rows.append({"after": b.short, "subject": b.subject or "(not in this repository)", "range": span,
-                         "machine": c["machine"], "benchmark": c["benchmark"], "technique": c["technique"] or "-",
+                         "machine": c["machine"], "benchmark": c["benchmark"].split(".", 1)[-1],
+                         "technique": c["technique"] or "-",
                          "peer": False, "config": config, "before": f"{c['before_value']:,.0f}",
                          "before__sort": c["before_value"],
                          "after_bytes": f"{c['after_value']:,.0f}", "after_bytes__sort": c["after_value"],
