@@ -25,6 +25,7 @@ from . import ranking as A
 from . import figures as F
 from . import cuda as C
 from .choose import add_choose_page, model_files
+from .complexity import family_badges, reproduction_extras
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
 from .page import Page
@@ -218,6 +219,7 @@ def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
     rows = ctx["runs"][ctx["runs"]["family"] == family]
     page = Page(path)
     page.anchor("not-ranked-measurements")  # the section id the template writes by hand
+    page.anchor("complexity")  # likewise (the complexity badges)
     baseline = ctx["baselines"].get(family)
     notes, marks = _note_marks(page, footnotes(rows))
     bad = A.not_ranked(rows)
@@ -228,7 +230,8 @@ def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
     return page.done({"template": "family.html", "path": path, "title": f"Family: {family}", "family": family,
                       "baseline": baseline, "sections": [s for s in sections if s is not None],
                       "not_ranked": not_ranked, "n_bad": len(bad), "notes": notes,
-                      "peers": sorted(set(rows.loc[rows["peer"], "technique"]))})
+                      "peers": sorted(set(rows.loc[rows["peer"], "technique"])),
+                      "complexity": _guarded(ctx, f"family {family!r}: complexity badges", lambda: family_badges(rows)) or []})
 
 
 def add_family_pages(ctx: Context) -> Context:
@@ -421,7 +424,8 @@ def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
         "fixed": A.param_text(_fixed_params(rows)) if len(rows) else "",
         "environments": env_caption(rows) if len(rows) else [],
         "environment": sorted((str(k), str(v)) for k, v in s["environment"].items() if v not in (None, "")),
-        "timelines": [_timeline_section(page, tl, colors) for tl in s["timelines"]]})
+        "timelines": [_timeline_section(page, tl, colors) for tl in s["timelines"]],
+        **reproduction_extras(page, s)})
 
 
 def add_seed_pages(ctx: Context) -> Context:

@@ -1,0 +1,122 @@
+"""Reproduction of Chen, Xu, Zhang, Guestrin 2016, "Training Deep Nets with Sublinear Memory Cost".
+
+The paper (arXiv:1604.06174): keeping only every sqrt(n)-th layer's output and recomputing the rest
+in backward gives O(sqrt(n)) activation memory for one extra forward; their 1000-layer ResNet went
+from 48 GB to 7 GB of memory (about 6.9x) for about 30% more time.
+
+memlab measures the CIFAR ResNet of :mod:`memlab.workloads.resnet` (basic blocks, 6n+2 layers) at
+a small width over depths spanning 16x in blocks, with three techniques: plain autograd, a
+``torch.utils.checkpoint`` per block, and ``checkpoint_sequential`` with round(sqrt(blocks))
+segments; plus a 1001-layer bottleneck ResNet (9n+2, n = 111), the paper's depth.  Columns:
+
+* activation peak: ``extra["activation_peak_bytes"]``, the highest saved activations + temporaries
+  during forward and backward (exact CPU allocation trace; parameters, gradients, inputs excluded);
+* memory ratio: plain's activation peak / the technique's (the paper's 48 GB / 7 GB is a total of
+  a GPU run, of which feature maps are the bulk);
+* time ratio: ``relative_step_time``, the technique's training step over the plain step interleaved
+  with it in the same process (the paper's "+30%" is 1.30).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ._papers import activation, badges, mib, ratio, table
+
+__all__ = ["SEED", "TITLE", "CLAIM", "reproduce"]
+
+SEED = "chen-2016-sqrt-checkpointing"
+TITLE = "Training Deep Nets with Sublinear Memory Cost (Chen et al. 2016): sqrt(n) checkpointing"
+CLAIM = ("Checkpointing every sqrt(n) layers makes activation memory O(sqrt n) for one extra forward: a "
+         "1000-layer ResNet from 48 GB to 7 GB (6.9x) at about 30% more time.")
+
+TECHNIQUES = ("resnet", "resnet_checkpoint_block", "resnet_checkpoint_sqrt")
+LABELS = {"resnet": "plain", "resnet_checkpoint_block": "per-block", "resnet_checkpoint_sqrt": "sqrt(n)"}
+
+
+def _configs(quick: bool) -> tuple[dict[str, Any], tuple[int, ...], dict[str, Any] | None]:
+    if quick:
+        return {"batch": 2, "width": 4, "image": 16}, (26, 98), None
+    # n = 6, 24, 96 blocks per stage: 18 .. 288 blocks (16x); ResNet-1001 as the paper's depth
+    return ({"batch": 4, "width": 4, "image": 32}, (38, 146, 578),
+            {"depth": 1001, "block": "bottleneck", "batch": 4, "width": 4, "image": 32})
+
+
+def reproduce(quick: bool = False) -> dict[str, Any]:
+    import memlab
+
+    cfg, depths, deep = _configs(quick)
+    opts = {"iterations": 2, "repeats": 3, "time_budget": 1.0}
+    series_rows: dict[str, dict[int, Any]] = {}
+    measurements = []
+    for depth in depths:
+        for name in TECHNIQUES:
+            m = memlab.measure(name, depth=depth, **cfg, **opts)
+            measurements.append(m)
+            series_rows.setdefault(name, {})[depth] = m
+    deep_rows = {}
+    if deep is not None:
+        for name in TECHNIQUES:
+            deep_rows[name] = m = memlab.measure(name, **deep, **opts)
+            measurements.append(m)
+
+    def row_for(label, depth, ms):
+        plain = activation(ms["resnet"])
+        blocks = ms["resnet"].extra.get("blocks") if ms["resnet"].status == "ok" else None
+        cells = [label, depth, blocks]
+        for name in TECHNIQUES:
+            a = activation(ms[name])
+            rel = ms[name].relative_step_time if ms[name].status == "ok" else None
+            cells += [mib(a), ratio(plain, a), None if rel is None else round(rel, 2)]
+        return cells
+
+    columns = ["network", "layers", "blocks"]
+    for name in TECHNIQUES:
+        lab = LABELS[name]
+        columns += [f"{lab} activation MiB", f"{lab} memory ratio (plain / this)", f"{lab} time ratio (this / plain)"]
+    rows = [row_for(f"ResNet-{d} (basic)", d, {n: series_rows[n][d] for n in TECHNIQUES}) for d in depths]
+    if deep_rows:
+        rows.append(row_for("ResNet-1001 (bottleneck)", deep["depth"], deep_rows))
+    paper = table("paper", "The paper's figure (Chen et al. 2016, 1000-layer ResNet)",
+                  ["network", "layers", "plain memory", "sqrt(n) memory", "memory ratio", "time ratio"],
+                  [["ResNet (paper)", 1000, "48 GB", "7 GB", 6.9, 1.30]],
+                  "GPU totals as reported; the ratio 48/7 = 6.9 and '+30% time' = 1.30.")
+    ours = table("memlab", "memlab: activation peak and ratios by depth (CPU, exact)", columns, rows,
+                 f"CPU, float32, batch {cfg['batch']}, width {cfg['width']}, {cfg['image']}x{cfg['image']} inputs; "
+                 "activation MiB = the measured activation peak (saved activations + temporaries in forward "
+                 "and backward); memory ratio = plain's activation peak / this technique's; time ratio = this "
+                 "technique's training step / the plain step interleaved with it (relative_step_time).")
+    fit_ms = [m for name in TECHNIQUES for m in series_rows[name].values()]
+    badge_list = badges(fit_ms, TECHNIQUES)
+    by = {b["name"]: b for b in badge_list}
+    last = rows[-1]
+    sqrt_mem, sqrt_time = last[3 + 3 * 2 + 1], last[3 + 3 * 2 + 2]
+    block_mem, block_time = last[3 + 3 + 1], last[3 + 3 + 2]
+    sq = by.get("resnet_checkpoint_sqrt", {})
+    exponent_ok = abs(sq.get("exponent", 9) - 0.5) <= 0.1
+    verdict = "reproduced" if exponent_ok and sqrt_mem and sqrt_mem >= 3 else "reproduced with caveat"
+    summary = " ".join([
+        f"Claim: {CLAIM}",
+        f"Activation memory against depth ({depths[0]} to {depths[-1]} layers, "
+        f"{series_rows['resnet'][depths[0]].extra.get('blocks')} to {series_rows['resnet'][depths[-1]].extra.get('blocks')} "
+        "blocks; log-log fit): " + "; ".join(f"{LABELS[b['name']]} {b['text']}" for b in badge_list) + ".",
+        f"At {last[0]}: sqrt(n) checkpointing keeps {sqrt_mem}x less activation memory than plain autograd at "
+        f"{sqrt_time}x its step time; per-block checkpointing {block_mem}x at {block_time}x.",
+        "The paper: 6.9x at 1.30x for a 1000-layer ResNet. The memory ratio grows like sqrt(blocks), so it "
+        "depends on depth (and, in a GPU total, on what else is counted); the time ratio is about one extra "
+        "forward (~4/3 of a step) on either machine.",
+        "Caveat: CPU, small width and batch (exact bytes; the ratios do not depend on the batch); the paper's "
+        "figures are GPU totals with its own memory planner.",
+    ])
+    series = {f"{LABELS[n]} activation": [mib(activation(series_rows[n][d])) for d in depths] for n in TECHNIQUES}
+    blocks = [series_rows["resnet"][d].extra.get("blocks", d) for d in depths]
+    return {
+        "verdict": verdict,
+        "summary": summary,
+        "measurements": [m.to_dict() for m in measurements],
+        "timelines": [],
+        "tables": [paper, ours],
+        "badges": badge_list,
+        "figure": {"type": "line", "title": "Activation peak against depth (log-log: the slope is the exponent)",
+                   "x_label": "residual blocks (3n)", "y_label": "activation peak, MiB", "x": blocks,
+                   "series": series, "log_x": True, "log_y": True},
+    }
