@@ -161,3 +161,28 @@ def test_fit_groups_skips_bad_rows_and_takes_medians():
     rows += [{"technique": "a", "status": "mismatch", "x": 64, "y": 1e9}, {"technique": "b", "x": 1, "y": 1}]
     fits = fit_groups(rows, x=lambda r: r["x"], y=lambda r: r["y"])
     assert set(fits) == {"a"} and math.isclose(fits["a"].exponent, 0.5)
+
+
+# -- the site's badges and paper tables -----------------------------------------------------------
+
+def test_site_family_badges_and_paper_tables():
+    import pandas as pd
+
+    from memlab.site.complexity import family_badges, reproduction_extras
+    from memlab.site.page import Page
+
+    rows = [{"technique": "t", "status": "ok", "params": {"depth": d, "batch": 4}, "extra": {"blocks": 3 * d},
+             "activation_peak_bytes": 1000 * d ** 0.5} for d in (4, 16, 64)]
+    rows += [{"technique": "short", "status": "ok", "params": {"depth": d}, "extra": {}, "activation_peak_bytes": d}
+             for d in (4, 8)]  # a 2x span: no badge
+    (b,) = family_badges(pd.DataFrame(rows))
+    assert (b["technique"], b["label"], b["x"], b["fixed"]) == ("t", "O(sqrt n)", "blocks", "batch=4")
+    data = {"tables": [{"title": "Paper", "columns": ["net", "ratio"], "rows": [["ResNet-164", 2.5], ["x", None]],
+                        "note": "n"},
+                       {"title": "bad", "columns": ["a"], "rows": [["too", "many"]]}, "junk"],
+            "badges": [{"name": "revnet", "label": "O(1)", "text": "O(1): exponent 0.00"}, {"name": 3}]}
+    out = reproduction_extras(Page("seed-x.html"), data)
+    (t,) = out["paper_tables"]
+    assert t["title"] == "Paper" and [c["label"] for c in t["table"]["columns"]] == ["net", "ratio"]
+    assert t["table"]["rows"][0]["c1"] == 2.5 and t["table"]["rows"][1]["c1"] == "-"
+    assert out["badges"] == [{"name": "revnet", "label": "O(1)", "text": "O(1): exponent 0.00"}]
