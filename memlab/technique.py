@@ -26,7 +26,7 @@ from .params import Param, resolve_params
 from .registry import register_technique
 from .workload import Problem, Workload
 
-__all__ = ["Technique", "TechniqueUnavailable"]
+__all__ = ["Technique", "TechniqueUnavailable", "described"]
 
 
 class Technique:
@@ -142,11 +142,15 @@ class Technique:
         """The workload reference on this technique's problem (plain autograd)."""
         return self.problem_spec.reference(problem)
 
-    def describe(self, problem: Problem) -> dict[str, Any]:
+    def describe(self, problem: Problem, mode: str = "train") -> dict[str, Any]:
         """JSON-serialisable facts stored in ``Measurement.extra`` (analytic floors, path taken).
 
-        Analytic only: a measured figure (the activation peak) comes from the measurement itself
-        (:attr:`reports_activation_peak`), never from tracing inside ``describe``.
+        Called after the measured steps with the step's ``mode`` (``"train"`` or ``"infer"``), so a
+        floor can be stated for the mode measured.  Analytic only: a measured figure (the
+        activation peak) comes from the measurement itself (:attr:`reports_activation_peak`), never
+        from tracing inside ``describe``.  Override as ``def describe(self, problem, mode="train")``;
+        an override without ``mode`` (written before it was passed) is still called, without it
+        (:func:`described`).
         """
         return {}
 
@@ -170,3 +174,15 @@ class Technique:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         return f"{type(self).__name__}({args})"
+
+
+def described(technique: Technique, problem: Problem, mode: str) -> dict[str, Any]:
+    """``technique.describe(problem, mode)``; ``describe(problem)`` for an override that takes no
+    ``mode`` (a plug-in written before the mode was passed)."""
+    import inspect
+
+    try:
+        inspect.signature(technique.describe).bind(problem, mode)
+    except TypeError:
+        return technique.describe(problem)
+    return technique.describe(problem, mode)

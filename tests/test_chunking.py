@@ -82,6 +82,18 @@ def test_describe_reports_floor_for_the_measured_mode():
     assert train.extra["num_chunks"] == 4
 
 
+def test_describe_is_told_the_mode_and_remembers_nothing():
+    """The floor follows the ``mode`` argument, whatever ran before (no state from the last forward)."""
+    t = memlab.get_technique("slice_loop")(chunk_size=500, **SMALL)
+    problem = t.build(CPU, torch.float32, 0)
+    with torch.no_grad():
+        t.forward(problem)  # an inference forward last: describe(problem, "train") still says train
+    floor = analytic_floor({**SMALL, "x_requires_grad": True}, 500, E)
+    assert t.describe(problem, "train")["analytic_floor_bytes"] == floor.train_bytes
+    assert t.describe(problem, "infer")["analytic_floor_bytes"] == floor.infer_bytes
+    assert t.describe(problem)["analytic_floor_mode"] == "train"
+
+
 def test_einsum_records_opt_einsum():
     t = memlab.get_technique("einsum_chunk")(chunk_size=500, **SMALL)
     m = t.describe(t.build(CPU, torch.float32, 0))

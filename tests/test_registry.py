@@ -87,6 +87,27 @@ def test_plugin_via_cli_list_and_measure(tmp_path):
     assert rec.technique == "cli_two_chunks" and rec.status == "ok"
 
 
+def test_describe_gets_the_mode_and_old_plugins_still_work():
+    """``describe(problem, mode)``; an override written before the mode was passed (``describe(self,
+    problem)``) is called without it."""
+    from memlab.technique import described
+
+    class Old(memlab.Technique):  # no name=: not registered
+        workload = ChainedMatmul
+
+        def describe(self, problem):
+            return {"old": True}
+
+    class New(memlab.Technique):
+        workload = ChainedMatmul
+
+        def describe(self, problem, mode="train"):
+            return {"mode": mode}
+
+    assert described(Old(), None, "infer") == {"old": True}
+    assert described(New(), None, "infer") == {"mode": "infer"}
+
+
 def test_broken_plugin_gives_clear_error(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("raise RuntimeError('boom')\n")

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..technique import Technique
+from ..technique import Technique, described
 from . import alloc_trace, resident
 from .categories import Probe, baseline_categories, categorise, refuses_saved_hooks
 from .devices import device_label
@@ -365,7 +365,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
     status, reason, per_step = decide(exact, drift, after)
     fields.update(status=status, error=reason, leak_bytes_per_step=per_step)
-    fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **technique.describe(problem)}
+    fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **described(technique, problem, mode)}
     if technique.reports_activation_peak and activation is not None:
         fields["extra"].update(activation_peak_bytes=activation.activation_peak_bytes,
                                activation_peak_phase=activation.activation_peak_phase)

@@ -31,32 +31,29 @@ EINSUM_EQUATION = "bi,ij,jk->bk"
 
 
 class _ChainedMatmulTechnique(Technique):
-    """Shared by the family (not registered): remembers the mode it last ran in and reports the floor.
+    """Shared by the family (not registered): reports the analytic floor.
 
-    The mode is taken from grad mode at the last ``forward`` (a training step runs it with grad
-    enabled, an inference step under ``no_grad``), so ``describe`` after a measurement reports the
-    floor of the mode that was measured; both modes' floors are always included as well.
+    ``describe`` states the floor of the mode it is given (the measured step's); both modes' floors
+    are always included as well.
     """
 
     workload = ChainedMatmul
-    _last_mode: str | None = None
 
     def chunk_rows(self) -> int | None:
         return self.config.get("chunk_size")
 
     def forward(self, problem):
-        self._last_mode = "train" if torch.is_grad_enabled() else "infer"
         m = problem.model
         return self._compute(problem.inputs["x"], m.w1, m.w2)
 
     def _compute(self, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def describe(self, problem) -> dict[str, Any]:
+    def describe(self, problem, mode="train") -> dict[str, Any]:
         floor = analytic_floor(self.problem_spec.config, self.chunk_rows(), problem.inputs["x"].element_size())
         n = self.problem_spec.config["n"]
         c = floor.chunk_rows
-        return {**floor.to_extra(self._last_mode), "num_chunks": -(-n // c)}
+        return {**floor.to_extra(mode), "num_chunks": -(-n // c)}
 
 
 class Unchunked(_ChainedMatmulTechnique, name="unchunked"):
@@ -137,8 +134,8 @@ class EinsumChunk(_ChainedMatmulTechnique, name="einsum_chunk"):
                 y[st:ed] = torch.einsum(EINSUM_EQUATION, x[st:ed], w1, w2)
         return y
 
-    def describe(self, problem):
-        out = super().describe(problem)
+    def describe(self, problem, mode="train"):
+        out = super().describe(problem, mode)
         cfg = self.problem_spec.config
         used = bool(self.config["opt_einsum"] and torch.backends.opt_einsum.is_available())
         out.update(
@@ -207,5 +204,5 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
         vjp = chained_matmul_chunk_vjp if kind == "manual" else None
         return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"], chunk_vjp=vjp)
 
-    def describe(self, problem):
-        return {**super().describe(problem), "backward_path": self.config["backward"]}
+    def describe(self, problem, mode="train"):
+        return {**super().describe(problem, mode), "backward_path": self.config["backward"]}

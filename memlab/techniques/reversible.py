@@ -78,7 +78,7 @@ class Residual(_Stack, name="residual"):
         f, g = self._blocks(problem)
         return residual_stack(problem.inputs["x"], f, g, coupling=self.config["coupling"])
 
-    def describe(self, problem):
+    def describe(self, problem, mode="train"):
         return stack_facts(self, problem, "plain autograd")
 
 
@@ -93,7 +93,7 @@ class CheckpointBlock(_Stack, name="checkpoint_block"):
             x1, x2 = checkpoint(_block, fi, gi, c, x1, x2, use_reentrant=False)
         return torch.cat([x1, x2], dim=1)
 
-    def describe(self, problem):
+    def describe(self, problem, mode="train"):
         return stack_facts(self, problem, "torch.utils.checkpoint per block, use_reentrant=False")
 
 
@@ -111,7 +111,7 @@ class Reversible(_Stack, name="reversible"):
         f, g = self._blocks(problem)
         return reversible_stack(problem.inputs["x"], f, g, coupling=self.config["coupling"], save_memory=True)
 
-    def describe(self, problem):
+    def describe(self, problem, mode="train"):
         return stack_facts(self, problem, "memlab.functional.reversible_stack(save_memory=True)")
 
 
@@ -122,5 +122,5 @@ class ReversibleNoSave(_Stack, name="reversible_nosave"):
         f, g = self._blocks(problem)
         return reversible_stack(problem.inputs["x"], f, g, coupling=self.config["coupling"], save_memory=False)
 
-    def describe(self, problem):
+    def describe(self, problem, mode="train"):
         return stack_facts(self, problem, "memlab.functional.reversible_stack(save_memory=False)")

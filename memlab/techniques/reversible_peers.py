@@ -77,7 +77,7 @@ class _Peer(Technique):
             problem.extra[key] = self._wrap(lib, list(problem.model.f), list(problem.model.g))
         return problem.extra[key]
 
-    def describe(self, problem):
+    def describe(self, problem, mode="train"):
         from .reversible import stack_facts
 
         return {**stack_facts(self, problem, self._path), "peer_version": f"{self._dist[1]}=={self._dist[2]}"}

@@ -95,7 +95,7 @@ class _TTTechnique(Technique):
     def forward(self, problem):
         return problem.model(problem.inputs["x"])
 
-    def describe(self, problem) -> dict[str, Any]:
+    def describe(self, problem, mode="train") -> dict[str, Any]:
         layer = problem.model
         ran = layer.last_path
         if ran is not None and ran is not self.path:  # pragma: no cover - the layer never switches
@@ -129,7 +129,7 @@ class Dense(Technique, name="dense"):
     def forward(self, problem):
         return problem.model(problem.inputs["x"])
 
-    def describe(self, problem) -> dict[str, Any]:
+    def describe(self, problem, mode="train") -> dict[str, Any]:
         e = problem.model.weight.element_size()
         shape, b = self.problem_spec.tt_shape, self.config["batch"]
         return {"path": "dense", "compression": 1.0, "analytic": analytic_bytes(shape, b, e),

@@ -68,7 +68,7 @@ class _TltorchBlockTT(Technique):
         cores = [f.permute(0, 2, 1, 3) for f in problem.model.weight.factors]
         return F.linear(problem.inputs["x"], einsum_reconstruct(cores).t())
 
-    def describe(self, problem) -> dict[str, Any]:
+    def describe(self, problem, mode="train") -> dict[str, Any]:
         import tltorch
 
         e = problem.inputs["x"].element_size()
