@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import memlab
-from memlab.analysis.reversible import activation_peak
+from activation_reference import activation_peak
 from memlab.measurement.categories import CATEGORIES
 from memlab.measurement.inprocess import traced_steps
 from memlab.measurement.step import baseline_objects, make_step, tensors_bytes
@@ -107,7 +107,7 @@ def test_adam_and_loss_sum_exactly_and_the_probe_changes_nothing(name):
 
 @pytest.mark.parametrize("name", ["residual", "checkpoint_block", "reversible", "reversible_nosave"])
 def test_activation_peak_equals_the_former_describe_trace(name):
-    # memlab.analysis.reversible.activation_peak: live above the start minus the final gradients
+    # activation_reference.activation_peak: live above the start minus the final gradients
     t = memlab.get_technique(name)(depth=5, **SMALL)
     p = t.build(CPU, torch.float32, 0)
     step, _ = make_step(t, p, "train")

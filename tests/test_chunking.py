@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import memlab
-from memlab.analysis.chunking import slice_backward_allocations, slice_backward_lifetimes
+from memlab.reproductions._slice_backward import slice_backward_allocations, slice_backward_lifetimes
 from memlab.workloads.chained_matmul import ChainedMatmul, analytic_floor
 
 CPU = torch.device("cpu")

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import memlab
-from memlab.analysis.reversible import LeakyCtxOutput, activation_peak
+from activation_reference import activation_peak
+from memlab.reproductions._leaky_ctx import LeakyCtxOutput
 from memlab.functional.reversible import (check_invertibility, residual_stack, reversible_stack,
                                           reversible_stack_inverse)
 from memlab.measurement.step import make_step

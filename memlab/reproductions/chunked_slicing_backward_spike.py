@@ -4,9 +4,9 @@ The user chunks ``y = (x @ w1) @ w2`` with ``y[st:ed] = (x[st:ed] @ w1) @ w2`` a
 one ``slice_backward`` allocation per slice, growing with the number of chunks.  Here:
 
 * the timeline of one ``slice_loop`` training step counts the ``aten::slice_backward``
-  allocations and their size (:func:`memlab.analysis.chunking.slice_backward_allocations`), and an
+  allocations and their size (:func:`memlab.reproductions._slice_backward.slice_backward_allocations`), and an
   address-paired trace says how many are alive at once
-  (:func:`memlab.analysis.chunking.slice_backward_lifetimes`);
+  (:func:`memlab.reproductions._slice_backward.slice_backward_lifetimes`);
 * isolated measurements give the training peak of ``slice_loop``, ``vmap_chunk``,
   ``checkpoint_chunk`` (slices of x, as the report's loop), ``checkpoint_split_chunk`` (the same
   checkpoint over ``torch.split`` views: no per-chunk ``slice_backward`` zeros, NOTE [ split vs
@@ -69,7 +69,7 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure (subprocess-isolated, CPU, float32, train) and analyse; see the module docstring."""
     import memlab
 
-    from ..analysis.chunking import slice_backward_allocations, slice_backward_lifetimes
+    from ._slice_backward import slice_backward_allocations, slice_backward_lifetimes
 
     size, chunks, techniques = _plan(quick)
     n = size["n"]

@@ -5,11 +5,11 @@ The users saw no saving from reversible blocks in nvidia-smi, and allocated memo
 activations, which totals (weights, gradients, the allocator's cache) hide; the growth was a bug
 fixed in MemCNN 1.3.1.  Here, on CPU with exact allocated bytes:
 
-* activation peak (NOTE [ activation peak ] in :mod:`memlab.analysis.reversible`) against depth
+* activation peak (NOTE [ memory categories ] in :mod:`memlab.measurement.categories`) against depth
   for plain autograd, memlab's whole-stack reversible Function and, when installed, MemCNN 1.5.2
   and RevLib 1.7.2, beside the total peak that hides the saving;
 * ``allocated_after_step_bytes`` over 10 iterations for ``reversible``, and for a per-block Function
-  with the classic ``ctx.y = y`` reference cycle (:class:`memlab.analysis.reversible.LeakyCtxOutput`,
+  with the classic ``ctx.y = y`` reference cycle (:class:`memlab.reproductions._leaky_ctx.LeakyCtxOutput`,
   measured in-process since it is deliberately not registered), which grows step after step.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _configs(quick: bool) -> tuple[dict[str, Any], tuple[int, ...]]:
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     import memlab
-    from memlab.analysis.reversible import LeakyCtxOutput
+    from ._leaky_ctx import LeakyCtxOutput
 
     cfg, depths = _configs(quick)
     names = [n for n in ("residual", "reversible", "memcnn", "revlib") if n in memlab.list_techniques()]

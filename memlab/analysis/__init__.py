@@ -1,1 +1,0 @@
-"""Analyses built on memlab's measurements and timelines (e.g. the slice_backward allocations)."""
