@@ -76,17 +76,21 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
                      round(max(loads), 1) if loads else None])
         if depth in PAPER:
             mb_res, mb_rev, t = PAPER[depth]
+            scale = 128 / cfg["batch"]
             paper_rows.append([f"ResNet-{depth} / RevNet-{depth}", mb_res, mb_rev, round(mb_res / mb_rev, 2), t,
+                               mib(a_res and a_res * scale, 0), mib(a_rev and a_rev * scale, 0),
                                ratio(a_res, a_rev), time_ratio])
         lines.append(f"{depth} layers: activation {mib(a_res)} vs {mib(a_rev)} MiB ({ratio(a_res, a_rev)}x less), "
                      f"total peak {ratio(t_res, t_rev)}x less, RevNet step {time_ratio}x ResNet's "
                      f"({recompute}x its own plain-autograd step)")
     paper = table("paper", "MemCNN's table beside memlab's ratios",
                   ["networks", "MemCNN ResNet MB", "MemCNN RevNet MB", "MemCNN memory ratio", "MemCNN time ratio",
+                   "memlab ResNet activation MiB at batch 128", "memlab RevNet activation MiB at batch 128",
                    "memlab activation ratio", "memlab time ratio"], paper_rows,
                   "MemCNN: GPU memory in MB as its README reports (CIFAR-10, its own training script); memlab: "
-                  f"CPU, float32, batch {cfg['batch']}, exact activation peaks; ratios are ResNet / RevNet for "
-                  "memory and RevNet / ResNet for time.")
+                  f"CPU, float32, batch {cfg['batch']}, exact activation peaks (the batch-128 columns scale them by "
+                  f"128/{cfg['batch']}: every saved map is [B, C, H, W]); ratios are ResNet / RevNet for memory and "
+                  "RevNet / ResNet for time.")
     ours = table("memlab", "memlab: what each network keeps", [
         "networks", "ResNet activation MiB", "RevNet activation MiB", "activation ratio", "ResNet total peak MiB",
         "RevNet total peak MiB", "total ratio", "time ratio (RevNet / ResNet step)",
@@ -98,14 +102,26 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
     tim = [(r[7], PAPER[d][2]) for r, (d, _) in zip(rows, nets) if d in PAPER]
     close = lambda pairs: bool(pairs) and all(m is not None and abs(m / p - 1) <= 0.35 for m, p in pairs)  # noqa: E731
     memory_ok, time_ok = close(mem), close(tim)
-    verdict = ("reproduced" if memory_ok and time_ok else "reproduced with caveat" if memory_ok or quick
+    # a saving at least as large as claimed (within the same 35%) still supports the claim
+    at_least = bool(mem) and all(m is not None and m >= 0.65 * p for m, p in mem)
+    verdict = ("reproduced" if memory_ok and time_ok else "reproduced with caveat" if at_least or quick
                else "not reproduced on this device")
-    summary = " ".join([
+    big = [r for r in paper_rows if r[5] is not None and r[6] is not None]
+    scaled = "; ".join(f"{r[0]}: {r[5]:.0f} / {r[6]:.0f} MiB beside MemCNN's {r[1]} / {r[2]} MB" for r in big)
+    summary = " ".join(part for part in [
         f"Claim: {CLAIM}",
         "memlab (CPU, exact): " + "; ".join(lines) + ".",
         "MemCNN: 164 layers 2.5x at 1.47x, 110 layers 1.9x at 1.30x.",
-        f"Memory ratios {'within' if memory_ok else 'not within'} 35% of MemCNN's; time ratios "
-        f"{'within' if time_ok else 'not within'} 35%.",
+        f"Memory ratios {'within' if memory_ok else 'not within'} 35% of MemCNN's"
+        + ("" if memory_ok or not at_least else " but larger: RevNet saves more activation memory than MemCNN's "
+           "table shows") + f"; time ratios {'within' if time_ok else 'not within'} 35%.",
+        (f"Scaled to MemCNN's batch 128 (activations are linear in the batch), memlab's activations are {scaled}: "
+         "the ResNets' activations are the bulk of MemCNN's totals, while MemCNN's RevNet figures hold several "
+         "hundred MB more than a reversible design's activations. Candidates, not measured here: the CUDA context, "
+         "cuDNN workspaces and the caching allocator's free blocks, which a GPU total counts, and a per-block "
+         "autograd Function keeping each block's output until backward. Such a fixed part shrinks a ratio of "
+         "totals."
+         if scaled else ""),
         f"Caveat: batch {cfg['batch']} instead of 128 (activation ratios do not depend on the batch); MemCNN's MB are "
         "GPU memory (weights, allocator cache and cuDNN workspaces included), memlab's activation column is the "
         "activations alone and its total column adds weights, gradients and inputs; the networks are memlab's own "
