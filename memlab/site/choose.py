@@ -25,7 +25,6 @@ with a problem line (methodology page), never evaluated wrongly.
 from __future__ import annotations
 
 import json
-import math
 import re
 import warnings
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 from .. import results as R
 from ..advisor.advise import CUDA_MARGIN, _UNITS, _error_bound
 from ..advisor.model import CATEGORIES, SCHEMA
+from ..record import is_number as _num
 from .figures import CATEGORY_COLORS, color_of
 from .notes import CATEGORY_NAMES
 from .page import Page
@@ -63,10 +63,6 @@ def model_files(data_dir: Path) -> list[Path]:
 
 def _int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2 ** 53
-
-
-def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _spec_ok(spec: Any) -> bool:
