@@ -43,7 +43,7 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     for name in names:
         for depth in depths:
             try:
-                m = memlab.measure(name, iterations=10, repeats=1, depth=depth, **cfg)
+                m = memlab.measure(name, iterations=10, repeats=1, timeout=3600, depth=depth, **cfg)
             except memlab.TechniqueUnavailable:
                 break
             measurements.append(m.to_dict())
