@@ -8,7 +8,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 OUT    ?= out
 
-.PHONY: install demo test data site clean gpu-check models cuda-variants
+.PHONY: install demo test test-slow data site clean gpu-check models cuda-variants
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+## the slow tests `make test` leaves out (asv building its own virtualenv and memlab at two commits)
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow
 
 ## full sweeps (SGD over every family's grid; Adam at each technique's defaults), timelines and reproductions
 ## committed under data/; an interrupted sweep continues with the same command plus --resume

@@ -528,6 +528,7 @@ def _matrix_resolves_with_a_local_torch() -> str | None:
 
 
 @pytest.mark.asv
+@pytest.mark.slow  # ~2 min idle: `make test-slow`; the same verdict through --python=same is in `make test`
 def test_asv_run_builds_a_broken_commit_and_records_it_as_failed(tmp_path):
     """The whole asv path, no shortcuts: a throw-away clone of this repository's HEAD plus a commit
     that breaks ``import memlab``; asv builds its virtualenv (torch from the local wheel), builds and
