@@ -166,9 +166,12 @@ def report(over: list[OverheadRow], load: list[LoadRow]) -> str:
                      f"({100 * replay / max(wall, 1e-9):.2f}%)")
     if "spawn" in by_mode and "fork" in by_mode:
         for attr, label in (("overhead_s", "overhead"), ("process_overhead_s", "process overhead")):
-            ratio = (statistics.mean(getattr(r, attr) for r in by_mode["spawn"])
-                     / max(1e-9, statistics.mean(getattr(r, attr) for r in by_mode["fork"])))
-            lines.append(f"{label} spawn / fork: {ratio:.1f}x")
+            spawn = statistics.mean(getattr(r, attr) for r in by_mode["spawn"])
+            fork = statistics.mean(getattr(r, attr) for r in by_mode["fork"])
+            if fork < 0.05:  # within timing noise of zero: a ratio would be meaningless
+                lines.append(f"{label}: spawn {spawn:.2f} s, fork {fork:.2f} s (zero within timing noise)")
+            else:
+                lines.append(f"{label} spawn / fork: {spawn / fork:.1f}x")
     if load:
         idle = load[0]
         for r in load[1:]:
