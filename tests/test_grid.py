@@ -49,3 +49,18 @@ def test_bad_grid_values_are_one_line_before_anything_runs(tmp_path, capsys):
     assert main(["sweep", "--technique", "slice_loop", "--grid", "chunk_size=0", "--out", str(out)]) == 2
     assert capsys.readouterr().err.strip() == "memlab: error: chunk_size=0 is out of range: expected integer in [1, 10000000]"
     assert not out.exists()
+
+
+def test_a_swept_plugin_parameter_is_the_x_axis_of_its_site_chart(tmp_path):
+    """Issue 13's done-when: the plug-in's own parameter, swept by --grid, is what its family chart draws against."""
+    plugin = tmp_path / "pieces.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "grid.jsonl"
+    assert main(["sweep", "--plugin", str(plugin), "--technique", "grid_pieces", "--grid", "pieces=1,2,4",
+                 "--grid", "n=64", "--grid", "d=4", "--grid", "hidden=8", "--in-process", "--iterations", "2",
+                 "--repeats", "1", "--time-budget", "0", "--out", str(out)]) == 0
+    from memlab.site import build_site
+
+    index = build_site(tmp_path / "no-results", tmp_path / "no-data", tmp_path / "site", extra_runs=[out])
+    page = (index.parent / "family-chunking.html").read_text()
+    assert "Peak allocated vs pieces" in page
