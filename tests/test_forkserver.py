@@ -21,16 +21,33 @@ def _builtin_names():
     return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques")]
 
 
-@pytest.mark.parametrize("name", _builtin_names())
-def test_fork_and_spawn_give_identical_exact_figures(name):
+def _one_per_family():
+    names = _builtin_names()
+    return [next(n for n in names if memlab.get_technique(n).family() == f) for f in memlab.list_families()]
+
+
+def _compare(name, other_mode):
     cls = memlab.get_technique(name)
     params = {**cls.workload.check_params, **cls.check_params}
-    spawned = memlab.measure(name, isolate="spawn", **NO_CHECK, **params)
-    if spawned.status == "error" and "unavailable" in (spawned.error or "").lower():
-        pytest.skip(spawned.error)
+    other = memlab.measure(name, isolate=other_mode, **NO_CHECK, **params)
+    if other.status == "error" and "unavailable" in (other.error or "").lower():
+        pytest.skip(other.error)
     forked = memlab.measure(name, isolate="fork", **NO_CHECK, **params)
+    assert forked.status == "ok", forked.error
     for field in EXACT:
-        assert getattr(forked, field) == getattr(spawned, field), field
+        assert getattr(forked, field) == getattr(other, field), field
+
+
+# Every built-in against a fresh spawned process would cost ~8 s each (process start and torch import):
+# each built-in is compared with an in-process measurement, and one per family with a spawned process.
+@pytest.mark.parametrize("name", _builtin_names())
+def test_fork_and_in_process_give_identical_exact_figures(name):
+    _compare(name, False)
+
+
+@pytest.mark.parametrize("name", _one_per_family())
+def test_fork_and_spawn_give_identical_exact_figures(name):
+    _compare(name, "spawn")
 
 
 def test_no_state_carries_over_between_forked_measurements():
