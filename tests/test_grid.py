@@ -53,10 +53,10 @@ def test_bad_grid_values_are_one_line_before_anything_runs(tmp_path, capsys):
 
 def test_a_swept_plugin_parameter_is_the_x_axis_of_its_site_chart(tmp_path):
     """Issue 13's done-when: the plug-in's own parameter, swept by --grid, is what its family chart draws against."""
-    plugin = tmp_path / "pieces.py"
-    plugin.write_text(PLUGIN)
+    plugin = tmp_path / "pieces_site.py"  # its own name: the other test's plug-in stays registered in this process
+    plugin.write_text(PLUGIN.replace('name="grid_pieces"', 'name="grid_pieces_site"'))
     out = tmp_path / "grid.jsonl"
-    assert main(["sweep", "--plugin", str(plugin), "--technique", "grid_pieces", "--grid", "pieces=1,2,4",
+    assert main(["sweep", "--plugin", str(plugin), "--technique", "grid_pieces_site", "--grid", "pieces=1,2,4",
                  "--grid", "n=64", "--grid", "d=4", "--grid", "hidden=8", "--in-process", "--iterations", "2",
                  "--repeats", "1", "--time-budget", "0", "--out", str(out)]) == 0
     from memlab.site import build_site
