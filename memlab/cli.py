@@ -80,7 +80,10 @@ def _measure_kwargs(args) -> dict[str, Any]:
 
     check_choice("optimizer", args.optimizer, OPTIMIZERS)  # up front, before a sweep opens its file
     check_choice("loss", args.loss, LOSSES)
-    return {"optimizer": args.optimizer, "loss": args.loss,
+    from .measurement.inprocess import check_threads
+
+    check_threads(args.threads)
+    return {"threads": args.threads, "optimizer": args.optimizer, "loss": args.loss,
             "device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
             "repeats": args.repeats, "timeout": args.timeout,
             "isolate": False if args.in_process else ("spawn" if args.spawn else True),
@@ -265,6 +268,9 @@ def _cmd_sweep(args) -> int:
     kw = _measure_kwargs(args)
     device, dtype, mode = kw.pop("device"), kw.pop("dtype"), kw.pop("mode")
     prepare(points[0].technique, {}, device, dtype, mode)  # validate device/dtype/mode before starting
+    from .sweep import check_jobs
+
+    check_jobs(args.jobs, device)
     try:
         out = open_sweep_output(args.out, append=args.append or args.resume, warn=_say) if args.out else None
     except SweepOutputBusy as exc:
@@ -273,7 +279,8 @@ def _cmd_sweep(args) -> int:
     try:
         if args.resume:
             points = _unmeasured(points, out, args)
-        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), warn=_say, **kw):
+        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), warn=_say,
+                           jobs=args.jobs, **kw):
             rows.append(m)
     except KeyboardInterrupt:
         _say(f"\nmemlab: interrupted; {len(rows)} finished measurement(s) kept" + (f" in {args.out}" if args.out else ""))
@@ -487,6 +494,9 @@ def _parser() -> argparse.ArgumentParser:
     meas.add_argument("--time-budget", type=float, default=2.0, metavar="SECONDS",
                       help="keep timing steps (after --repeats) until their IQR is within 5%% of the median "
                            "or this many seconds pass (default 2)")
+    meas.add_argument("--threads", type=int, default=None, metavar="N",
+                      help="torch intra-op threads per measurement (default: one per core). 1 keeps the "
+                           "relative step time load-robust on a shared machine")
     meas.add_argument("--in-process", action="store_true", help="measure in this process instead of a fresh subprocess")
     meas.add_argument("--spawn", action="store_true",
                       help="a fresh Python process per measurement instead of a child forked from the warm "
@@ -517,6 +527,9 @@ def _parser() -> argparse.ArgumentParser:
                                                            "(e.g. with --optimizer adam)")
     s.add_argument("--out", help="JSON Lines file; each measurement is written as soon as it finishes")
     s.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    s.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="measure N points at once (CPU only), each child with cores/N threads unless --threads "
+                        "is given; memory figures are unchanged, times become N-way shared (default 1)")
     s.add_argument("--resume", action="store_true", help="skip points --out already holds with a finished status "
                    "(ok, mismatch, leak) at the same device, dtype, mode, optimizer and loss; append the rest")
     s.set_defaults(func=_cmd_sweep)

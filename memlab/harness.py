@@ -10,7 +10,9 @@ Two experiments, both printed as ratios measured side by side in one run (never 
 * **Load robustness**: the same configuration measured on an idle machine and under a deliberate
   CPU load of ``load_processes`` busy loops (processes this harness starts and stops): the
   absolute step time and the ``relative_step_time`` (technique step / interleaved reference step)
-  under load, each as a ratio to its idle value.
+  under load, each as a ratio to its idle value; once with one intra-op thread and once with the
+  process's default (one per core): NOTE [ threads and load ] in :mod:`memlab.measurement.inprocess`
+  says why only the first cancels the load.
 """
 from __future__ import annotations
 
@@ -67,6 +69,7 @@ class LoadRow:
     """One measurement of the load experiment."""
 
     condition: str
+    threads: int | None  # the measurement's intra-op threads (None: the process's default)
     load_avg: float | None
     step_time_s: float
     step_time_iqr_s: float | None
@@ -116,21 +119,27 @@ def _busy(stop) -> None:
 
 
 def load_robustness(name: str = "slice_loop", params: dict[str, Any] | None = None, *, load_processes: int = 2,
-                    repeats: int = 15, progress: Callable[[str], None] | None = None) -> list[LoadRow]:
-    """Measure ``name`` idle, under ``load_processes`` busy loops, and idle again (spawned fresh each time)."""
+                    repeats: int = 15, thread_settings: tuple[int | None, ...] = (1, None),
+                    progress: Callable[[str], None] | None = None) -> list[LoadRow]:
+    """Measure ``name`` idle, under ``load_processes`` busy loops, and idle again (a child of the fork
+    server each time), once per entry of ``thread_settings`` in each condition."""
     import memlab
 
     params = params if params is not None else {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 1000}
     rows = []
 
     def one(condition: str) -> None:
-        m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=0, **params)
-        if m.status != "ok":
-            raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
-        rows.append(LoadRow(condition, m.load_avg_after, m.step_time_s, m.step_time_iqr_s, m.relative_step_time))
-        if progress:
-            progress(f"{condition:12} load {m.load_avg_after:5.2f}: step {m.step_time_text()}, "
-                     f"relative {m.relative_step_time:.3f}")
+        for threads in thread_settings:
+            m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=0, threads=threads,
+                               **params)
+            if m.status != "ok":
+                raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
+            used = m.environment.get("threads")
+            rows.append(LoadRow(condition, threads, m.load_avg_after, m.step_time_s, m.step_time_iqr_s,
+                                m.relative_step_time))
+            if progress:
+                progress(f"{condition:12} {used} thread(s), load {m.load_avg_after:5.2f}: step "
+                         f"{m.step_time_text()}, relative {m.relative_step_time:.3f}")
 
     one("idle")
     ctx = multiprocessing.get_context("spawn")
@@ -172,10 +181,13 @@ def report(over: list[OverheadRow], load: list[LoadRow]) -> str:
                 lines.append(f"{label}: spawn {spawn:.2f} s, fork {fork:.2f} s (zero within timing noise)")
             else:
                 lines.append(f"{label} spawn / fork: {spawn / fork:.1f}x")
-    if load:
-        idle = load[0]
-        for r in load[1:]:
-            rel = (r.relative_step_time / idle.relative_step_time) if r.relative_step_time and idle.relative_step_time else None
-            lines.append(f"{r.condition:12} vs idle: absolute step time x{r.step_time_s / idle.step_time_s:.2f}, "
-                         f"relative step time x{rel:.2f}" if rel is not None else f"{r.condition}: no relative time")
+    idle_rows = {r.threads: r for r in load if r.condition == "idle"}
+    for r in load:
+        idle = idle_rows.get(r.threads)
+        if r.condition == "idle" or idle is None:
+            continue
+        label = f"{r.condition:12} {'default' if r.threads is None else r.threads} thread(s)"
+        rel = (r.relative_step_time / idle.relative_step_time) if r.relative_step_time and idle.relative_step_time else None
+        lines.append(f"{label} vs idle: absolute step time x{r.step_time_s / idle.step_time_s:.2f}, "
+                     f"relative step time x{rel:.2f}" if rel is not None else f"{label}: no relative time")
     return "\n".join(lines)

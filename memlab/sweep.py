@@ -9,7 +9,9 @@ from __future__ import annotations
 import errno
 import json
 import os
+import queue
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +23,7 @@ from .record import STATUSES, Measurement, fmt_mib
 from .registry import get_technique, list_families, list_techniques
 
 __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done",
-           "SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "status_summary"]
+           "check_jobs", "SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "status_summary"]
 
 # NOTE [ sweep output ]
 # A sweep's --out file is only ever written by the sweep that holds its lock, one whole row at a time:
@@ -147,34 +149,116 @@ def is_done(point: SweepPoint, done: set[tuple[str, str]]) -> bool:
 def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, device: str = "cpu",
               dtype: str = "float32", mode: str = "train",
               progress: Callable[[int, int, SweepPoint, Measurement | None, float], None] | None = None,
-              warn: Callable[[str], None] | None = None, **measure_kw: Any) -> Iterator[Measurement]:
+              warn: Callable[[str], None] | None = None, jobs: int = 1, **measure_kw: Any) -> Iterator[Measurement]:
     """Measure each point (isolated), append it to ``out`` at once, yield it.
 
     ``out``: a :class:`SweepOutput` (locked, see NOTE [ sweep output ]) or an open text file.  A
     point whose technique cannot run on ``device`` is skipped with a line to ``warn`` (default:
     stderr).  Raises :class:`SweepWriteFailed` when a row cannot be written to a SweepOutput.
+
+    ``jobs``: measurements run at once (CPU only; NOTE [ parallel sweep ]).  Rows are written and
+    yielded in the order they finish.  With ``jobs > 1`` and no ``threads`` given, each measurement
+    gets ``cores // jobs`` intra-op threads (at least 1).
     """
     from .technique import TechniqueUnavailable
 
+    check_jobs(jobs, device)
     warn = warn or _to_stderr
+    if jobs > 1 and measure_kw.get("threads") is None:
+        measure_kw["threads"] = max(1, (os.cpu_count() or 1) // jobs)
+
+    def measure_one(point: SweepPoint) -> Measurement:
+        return measure(point.technique, device=device, dtype=dtype, mode=mode, **measure_kw, **point.params)
+
+    if jobs == 1:
+        finished = _one_at_a_time(points, measure_one, progress)
+    else:
+        finished = _in_parallel(points, measure_one, jobs)
+    for done, (point, result, seconds) in enumerate(finished, start=1):
+        if isinstance(result, TechniqueUnavailable):
+            if progress:
+                progress(done, len(points), point, None, seconds)
+            warn(f"memlab: skipped {point.technique}: {result}")
+            continue
+        if isinstance(result, BaseException):
+            raise result
+        if isinstance(out, SweepOutput):
+            out.append(result)
+        elif out is not None:
+            append_line_durable(out, result.to_json())
+        if progress:
+            progress(done, len(points), point, result, seconds)
+        yield result
+
+
+def check_jobs(jobs: int, device: str) -> None:
+    """``jobs`` must be a whole number from 1 to 64, and 1 unless the device is the CPU."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 64:
+        raise ValueError(f"jobs={jobs!r} is not valid: expected a whole number from 1 to 64")
+    if jobs > 1 and not str(device).startswith("cpu"):
+        raise ValueError(f"jobs={jobs} needs device 'cpu' (got {device!r}): measurements on one GPU run one at a time")
+
+
+# NOTE [ parallel sweep ]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# ``jobs`` worker threads each take the next point and measure it through their own fork server
+# (memlab.measurement.runner keeps one per thread), so ``jobs`` children measure at once.  What
+# memlab reports stays exact: allocated bytes come from each child's own allocation events, the
+# resident figure from its own VmHWM; nothing is shared between children but the cores.  Times are
+# another matter: two measurements on two cores slow each other like any load, so a parallel sweep
+# gives each one ``cores // jobs`` threads (one, on our 2-core machines), which keeps
+# ``relative_step_time`` load-robust (NOTE [ threads and load ] in memlab.measurement.inprocess);
+# the rows record their threads and the load average, and their absolute times are single-thread
+# times.  For absolute times on an idle machine, sweep with jobs=1.
+
+
+def _one_at_a_time(points, measure_one, progress):
+    """Yield ``(point, Measurement or the exception it raised, seconds)`` for each point, in order."""
     for i, point in enumerate(points):
         t0 = time.perf_counter()
         if progress:
             progress(i, len(points), point, None, 0.0)
         try:
-            m = measure(point.technique, device=device, dtype=dtype, mode=mode, **measure_kw, **point.params)
-        except TechniqueUnavailable as exc:
-            if progress:
-                progress(i + 1, len(points), point, None, time.perf_counter() - t0)
-            warn(f"memlab: skipped {point.technique}: {exc}")
-            continue
-        if isinstance(out, SweepOutput):
-            out.append(m)
-        elif out is not None:
-            append_line_durable(out, m.to_json())
-        if progress:
-            progress(i + 1, len(points), point, m, time.perf_counter() - t0)
-        yield m
+            result = measure_one(point)
+        except Exception as exc:  # noqa: BLE001 - handed back to run_sweep, which decides
+            result = exc
+        yield point, result, time.perf_counter() - t0
+
+
+def _in_parallel(points, measure_one, jobs: int):
+    """Yield ``(point, Measurement or exception, seconds)`` as ``jobs`` threads finish them."""
+    from .measurement.runner import close_thread_server
+
+    todo: queue.Queue = queue.Queue()
+    for point in points:
+        todo.put(point)
+    finished: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def worker() -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    point = todo.get_nowait()
+                except queue.Empty:
+                    return
+                t0 = time.perf_counter()
+                try:
+                    result = measure_one(point)
+                except Exception as exc:  # noqa: BLE001
+                    result = exc
+                finished.put((point, result, time.perf_counter() - t0))
+        finally:
+            close_thread_server()
+
+    workers = [threading.Thread(target=worker, name=f"memlab-sweep-{k}", daemon=True) for k in range(min(jobs, len(points)))]
+    for w in workers:
+        w.start()
+    try:
+        for _ in range(len(points)):
+            yield finished.get()
+    finally:
+        stop.set()  # an interrupted or failed sweep: the workers finish their current point and stop
 
 
 def read_jsonl(path: str | os.PathLike, warn: Callable[[str], None] | None = None) -> list[Measurement]:

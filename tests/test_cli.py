@@ -18,6 +18,7 @@ from memlab.cli import main
     (["measure", "slice_loop", "--mode", "eval"], "mode='eval' is not valid; valid modes: train, infer"),
     (["measure", "slice_loop", "--iterations", "0"], "iterations=0 is not valid"),
     (["sweep", "--family", "nofamily"], "unknown family 'nofamily'; available:"),
+    (["measure", "slice_loop", "--threads", "0"], "threads=0 is not valid: expected a whole number from 1 to 1024"),
     (["list", "--plugin", "/does/not/exist.py"], "does not exist"),
 ])
 def test_bad_input_exit_2_one_line(argv, match, capsys):

@@ -52,3 +52,30 @@ def test_measurement_carries_a_relative_step_time():
 def test_bad_time_budget_names_the_value():
     with pytest.raises(ValueError, match=r"time_budget=-1 is not valid: expected seconds between 0 and 3600"):
         memlab.measure("unchunked", time_budget=-1)
+
+
+@pytest.mark.parametrize("isolate", [False, "fork"])
+def test_threads_sets_the_measurements_intra_op_threads_and_restores_ours(isolate):
+    import torch
+
+    ours = torch.get_num_threads()
+    m = memlab.measure("unchunked", isolate=isolate, iterations=1, repeats=1, time_budget=0, check=False,
+                       threads=1, n=64, d=8, hidden=16)
+    assert m.status == "ok" and m.environment["threads"] == 1
+    assert torch.get_num_threads() == ours
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "2"])
+def test_bad_threads_names_the_value_and_the_range(bad):
+    with pytest.raises(ValueError, match=rf"threads={bad!r}.*1 to 1024"):
+        memlab.measure("unchunked", isolate=False, threads=bad, n=64, d=8, hidden=16)
+
+
+def test_bench_harness_report_compares_each_thread_setting_with_its_own_idle_run():
+    from memlab.harness import LoadRow, report
+
+    rows = [LoadRow("idle", 1, 0.5, 0.10, 0.01, 1.0), LoadRow("idle", None, 0.5, 0.05, 0.01, 1.0),
+            LoadRow("2-proc load", 1, 2.5, 0.15, 0.01, 1.1), LoadRow("2-proc load", None, 2.5, 0.20, 0.01, 2.0)]
+    text = report([], rows)
+    assert "2-proc load  1 thread(s) vs idle: absolute step time x1.50, relative step time x1.10" in text
+    assert "2-proc load  default thread(s) vs idle: absolute step time x4.00, relative step time x2.00" in text

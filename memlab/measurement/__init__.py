@@ -10,7 +10,7 @@ from typing import Any
 from ..registry import get_technique, load_plugin
 from ..technique import Technique
 from .devices import parse_device, parse_dtype
-from .inprocess import measure_in_process, skeleton, timeline_in_process, memory_method
+from .inprocess import check_threads, measure_in_process, memory_method, skeleton, timeline_in_process
 from ..record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
 from .runner import WorkerFailed, run_in_subprocess
 from .step import LOSSES, OPTIMIZERS, check_choice
@@ -57,7 +57,7 @@ def _positive(name: str, value: int) -> None:
 def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
             iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool | str = True,
             timeout: float = 900.0, time_budget: float = 2.0, plugins=(), optimizer: str = "sgd", loss: str = "given",
-            **params: Any) -> Measurement:
+            threads: int | None = None, **params: Any) -> Measurement:
     """Measure one technique on one configuration.
 
     Args:
@@ -81,6 +81,9 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         loss: ``given`` (default: ``output.backward(grad_output)``, the upstream gradient
             preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
             gradient is allocated inside the step, as in a user's loop).
+        threads: torch's intra-op threads for the measurement (``None``: the process's default,
+            one per core).  ``1`` keeps ``relative_step_time`` load-robust on a shared machine
+            (NOTE [ threads and load ] in :mod:`memlab.measurement.inprocess`).
         **params: workload and technique parameters (``chunk_size=2500``, ``batch=4096``...).
 
     Returns:
@@ -95,17 +98,18 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
     _check_isolation(isolate)
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("loss", loss, LOSSES)
+    check_threads(threads)
     if not isinstance(time_budget, (int, float)) or isinstance(time_budget, bool) or not 0 <= time_budget <= 3600:
         raise ValueError(f"time_budget={time_budget!r} is not valid: expected seconds between 0 and 3600")
     technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
     if not isolate:
         return measure_in_process(technique, dev, dt, mode=mode, iterations=iterations, repeats=repeats,
                                   seed=seed, check=check, time_budget_s=float(time_budget), optimizer=optimizer,
-                                  loss=loss)
+                                  loss=loss, threads=threads)
     request = {"kind": "measure", "technique": technique.name, "params": technique.config, "device": device,
                "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
                "check": check, "time_budget_s": float(time_budget),
-               "optimizer": optimizer, "loss": loss}
+               "optimizer": optimizer, "loss": loss, "threads": threads}
     try:
         return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:

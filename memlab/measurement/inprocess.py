@@ -60,7 +60,8 @@ def _is_oom(exc: BaseException) -> bool:
 
 def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
                        iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True,
-                       time_budget_s: float = 2.0, optimizer: str = "sgd", loss: str = "given") -> Measurement:
+                       time_budget_s: float = 2.0, optimizer: str = "sgd", loss: str = "given",
+                       threads: int | None = None) -> Measurement:
     """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
 
     Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
@@ -71,12 +72,17 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
     The traced CPU steps run with a :class:`~memlab.measurement.categories.Probe` for the memory
     categories (NOTE [ memory categories ]); ``optimizer`` and ``loss`` choose the training step
-    (see :mod:`memlab.measurement.step`).
+    (see :mod:`memlab.measurement.step`).  ``threads``: torch's intra-op threads for the whole
+    measurement (``None``: leave the process's setting); restored afterwards (NOTE [ threads and load ]).
     """
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("loss", loss, LOSSES)
+    check_threads(threads)
     dtype_name = str(dtype).replace("torch.", "")
     base = skeleton(technique, device_label(device), dtype_name, mode, optimizer=optimizer, loss=loss)
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     try:
         return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
@@ -86,6 +92,29 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
             torch.cuda.empty_cache()
         return base.replace(status=status, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                             memory_method=memory_method(device), environment=environment(device))
+    finally:
+        torch.set_num_threads(previous)
+
+
+# NOTE [ threads and load ]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``relative_step_time`` divides each technique step by the plain reference steps timed around it, so
+# a load that slows both cancels.  That holds only while the load slows both by the same factor, which
+# intra-op parallelism breaks: with 2 OpenMP threads on 2 cores and 2 busy processes, every parallel
+# region ends at a barrier that waits for whichever thread the scheduler has just descheduled, so a
+# step's slowdown grows with its number of parallel regions.  A chunked loop (slice_loop: 4 chunks,
+# 4x the GEMM calls of its reference) then slowed x4.35 while its reference slowed less: relative
+# time x1.85.  With one thread there is no barrier; both steps get the same share of a core and the
+# ratio held (x0.97; ``memlab bench-harness``).  So on a shared machine measure with ``threads=1``
+# (``memlab sweep --threads 1``) when the relative time is the figure that matters; absolute times
+# are then single-core times.
+
+
+def check_threads(threads: int | None) -> None:
+    """``threads`` must be None or a whole number from 1 to 1024."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
+        raise ValueError(f"threads={threads!r} is not valid: expected a whole number from 1 to 1024, or None "
+                         "for the process's own setting")
 
 
 def step_time_fields(times: list[float], samples_per_step: int | None) -> dict[str, Any]:

@@ -254,29 +254,45 @@ def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int | None, int | Non
 
 
 ISOLATION_MODES = ("auto", "fork", "spawn")
-_server = None  # the process-wide ForkServer, started on first use (see NOTE [ fork server ])
+#: the running ForkServers by thread (see NOTE [ fork server ]): one per thread that measures, so
+#: ``memlab sweep --jobs N`` runs N measurements at once, each from its own warm server
+_servers: dict[int, Any] = {}
+_servers_lock = threading.Lock()
 
 
 def _server_for(env: dict[str, str]):
-    """The running fork server for ``env`` (plug-ins, paths, malloc setting), started if needed."""
-    global _server
+    """This thread's running fork server for ``env`` (plug-ins, paths, malloc setting), started if needed."""
     from .forkserver import ForkServer
 
-    if _server is not None and (_server.env != env or not _server.alive()):
-        _server.close()
-        _server = None
-    if _server is None:
+    key = threading.get_ident()
+    with _servers_lock:
+        server = _servers.get(key)
+    if server is not None and (server.env != env or not server.alive()):
+        server.close()
+        server = None
+    if server is None:
         safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # NOTE [ worker isolation ]
-        _server = ForkServer(env, [sys.executable, *safe_path, "-m", "memlab.measurement.forkserver"])
-    return _server
+        server = ForkServer(env, [sys.executable, *safe_path, "-m", "memlab.measurement.forkserver"])
+    with _servers_lock:
+        _servers[key] = server
+    return server
+
+
+def close_thread_server() -> None:
+    """Stop the fork server this thread started, if any (a sweep's worker thread, when it ends)."""
+    with _servers_lock:
+        server = _servers.pop(threading.get_ident(), None)
+    if server is not None:
+        server.close()
 
 
 def shutdown_server() -> None:
-    """Stop the fork server if one runs (also done at interpreter exit)."""
-    global _server
-    if _server is not None:
-        _server.close()
-        _server = None
+    """Stop every fork server this process runs (also done at interpreter exit)."""
+    with _servers_lock:
+        servers = list(_servers.values())
+        _servers.clear()
+    for server in servers:
+        server.close()
 
 
 atexit.register(shutdown_server)
@@ -331,7 +347,7 @@ def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeo
                                                 "output": out_path}, timeout)
             except ServerFailed as exc:
                 print(f"memlab: warning: {exc}; measuring in a spawned process instead", file=sys.stderr)
-                shutdown_server()
+                close_thread_server()
         if outcome is None:
             with open(out_path, "wb") as out:
                 proc = subprocess.Popen(_command(req_path, res_path), env=env, cwd=tmp, stdin=subprocess.DEVNULL,

@@ -1,0 +1,61 @@
+"""``memlab sweep --jobs N``: N measurements at once, each from its own fork server, with the same
+exact memory figures as one at a time (NOTE [ parallel sweep ])."""
+import json
+import os
+import threading
+
+import pytest
+
+from memlab.cli import main
+from memlab.measurement import runner
+from memlab.sweep import SweepPoint, check_jobs, run_sweep
+
+POINTS = [SweepPoint("slice_loop", {"n": 256, "d": 16, "hidden": 32, "chunk_size": c}) for c in (32, 64, 128)] + \
+         [SweepPoint("unchunked", {"n": 256, "d": 16, "hidden": 32})]
+FAST = {"iterations": 1, "repeats": 1, "time_budget": 0, "check": False}
+
+
+def _key(m):
+    return m.technique, json.dumps(m.params, sort_keys=True)
+
+
+def test_two_jobs_give_the_same_bytes_as_one_and_run_at_once(monkeypatch):
+    serial = {_key(m): m for m in run_sweep(POINTS, None, **FAST)}
+    seen_threads = set()
+    real = runner._server_for
+
+    def spy(env):
+        seen_threads.add(threading.get_ident())
+        return real(env)
+
+    monkeypatch.setattr(runner, "_server_for", spy)
+    parallel = {_key(m): m for m in run_sweep(POINTS, None, jobs=2, **FAST)}
+    assert parallel.keys() == serial.keys()
+    for key, m in parallel.items():
+        assert m.status == "ok"
+        assert m.peak_allocated_bytes == serial[key].peak_allocated_bytes
+        assert m.environment["threads"] == max(1, (os.cpu_count() or 1) // 2)  # cores // jobs, at least 1
+    assert len(seen_threads) == 2  # two worker threads, each with its own server
+    # each worker stopped the server it started when it ran out of points
+    assert not (set(runner._servers) & seen_threads)
+
+
+def test_parallel_sweep_writes_every_row(tmp_path):
+    out = tmp_path / "s.jsonl"
+    assert main(["sweep", "--technique", "unchunked", "--grid", "n=64,128,256", "--grid", "d=8", "--grid",
+                 "hidden=16", "--iterations", "1", "--repeats", "1", "--time-budget", "0", "--jobs", "2",
+                 "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["params"]["n"] for r in rows) == [64, 128, 256]
+
+
+@pytest.mark.parametrize("jobs,device,match", [(0, "cpu", "jobs=0 is not valid"), (65, "cpu", "1 to 64"),
+                                               (True, "cpu", "jobs=True"), (2, "cuda", "needs device 'cpu'")])
+def test_bad_jobs_names_the_value(jobs, device, match):
+    with pytest.raises(ValueError, match=match):
+        check_jobs(jobs, device)
+
+
+def test_cli_bad_jobs_is_one_line(capsys):
+    assert main(["sweep", "--technique", "unchunked", "--jobs", "0"]) == 2
+    assert "jobs=0 is not valid: expected a whole number from 1 to 64" in capsys.readouterr().err
