@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 ## quick CPU sweep of every family (38 points), then the site: 125 s on 2 idle cores after install
 demo: install
 	@mkdir -p $(OUT)
-	$(BIN)/memlab sweep --quick --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
 	@$(BIN)/memlab site --results results --data data --run $(OUT)/demo-sweep.jsonl --out $(OUT)/site > $(OUT)/.site-path \
 	  && echo "site: $$(cat $(OUT)/.site-path)" \
 	  || echo "site builder not available yet; the sweep table is above ($(OUT)/demo-sweep.jsonl)"
