@@ -1,13 +1,26 @@
 """Reproduction of ``shared/seeds/reversible-memory-accounting.txt`` (MemCNN issue thread).
 
-The users saw no saving from reversible blocks in nvidia-smi, and allocated memory after
-``optimizer.step()`` growing across iterations.  The maintainers' answer: the saving is in the
-activations, which totals (weights, gradients, the allocator's cache) hide; the growth was a bug
-fixed in MemCNN 1.3.1.  Here, on CPU with exact allocated bytes:
+The user trained MemCNN's ResNet32 and RevNet38 on CIFAR-100 (``python -m memcnn.train resnet32
+cifar100``; MemCNN's ``experiments.json``: batch 100, SGD with momentum 0.9, 100 classes) and saw
+MemCNN's own figures, "Model memory" 1,966,080 vs 2,414,592 bytes and "ActMem" 259,687,424 vs
+106,352,640 bytes (RevNet keeps 2.44x less), while nvidia-smi showed 712 vs 810 MiB.  Later posts
+report allocated memory after ``optimizer.step()`` growing across iterations (fixed in MemCNN 1.3.1).
+The maintainers' answer: the saving is in the activations, which totals (weights, gradients, the
+allocator's cache, the CUDA context) hide.  Here, on CPU with exact allocated bytes:
 
-* activation peak (NOTE [ memory categories ] in :mod:`memlab.measurement.categories`) against depth
-  for plain autograd, memlab's whole-stack reversible Function and, when installed, MemCNN 1.5.2
-  and RevLib 1.7.2, beside the total peak that hides the saving;
+* the report's configuration (full mode): memlab's ``resnet`` depth 32 and ``revnet`` depth 38
+  (basic blocks, width 16, 32x32 inputs, 100 classes, batch 100, SGD with momentum), each with
+  its parameter bytes (beside "Model memory"), activation peak (``extra["activation_peak_bytes"]``,
+  beside "ActMem"), total step peak, ``allocated_after_step_bytes`` over 10 steps, and the CUDA
+  caching allocator replayed on the step's exact trace (``predicted_cuda``: allocated vs reserved,
+  the part of nvidia-smi's figure the allocator makes);
+* when MemCNN (1.5.2, ``--no-deps``) is importable, MemCNN's own ResNet32/RevNet38 rebuilt from its
+  ``experiments.json``: their parameters and buffers rounded to the CUDA allocator's 512 bytes (what
+  ``torch.cuda.memory_allocated()`` counts as "Model memory") and the bytes their forward saves for
+  backward (a saved-tensor hook, not a memlab measurement);
+* a ``residual_stack`` depth sweep (activation peak against depth for plain autograd, memlab's
+  whole-stack reversible Function and, when installed, MemCNN 1.5.2 and RevLib 1.7.2) at a moderate
+  size, two steps each;
 * ``allocated_after_step_bytes`` over 10 iterations for ``reversible``, and for a per-block Function
   with the classic ``ctx.y = y`` reference cycle (:class:`memlab.reproductions._leaky_ctx.LeakyCtxOutput`,
   measured in-process since it is deliberately not registered), which grows step after step.
@@ -17,94 +30,342 @@ from __future__ import annotations
 from typing import Any
 
 from ..units import MiB
+from ._papers import mib, ratio, table
 
-__all__ = ["SEED", "TITLE", "CLAIM", "reproduce"]
+__all__ = ["SEED", "TITLE", "CLAIM", "REPORT", "reproduce", "memcnn_models"]
 
 SEED = "reversible-memory-accounting"
 TITLE = "Memory consumption does not seem to reflect the indicated consumption of nvidia-smi"
 CLAIM = ("Reversible blocks (MemCNN) showed no saving in nvidia-smi, and allocated memory after "
          "optimizer.step() grew across iterations.")
 
+#: the report's figures (bytes; nvidia-smi in MiB), MemCNN 1.2.0, CIFAR-100, iteration 1100
+REPORT = {"resnet": {"label": "ResNet32", "depth": 32, "memcnn": "resnet32", "model_bytes": 1_966_080,
+                     "actmem_bytes": 259_687_424, "nvidia_smi_mib": 712},
+          "revnet": {"label": "RevNet38", "depth": 38, "memcnn": "revnet38", "model_bytes": 2_414_592,
+                     "actmem_bytes": 106_352_640, "nvidia_smi_mib": 810}}
+REPORT_RATIO = REPORT["resnet"]["actmem_bytes"] / REPORT["revnet"]["actmem_bytes"]  # 2.44
+#: MemCNN's experiments.json: resnet32's data_loader_params.batch_size (revnet38 inherits it)
+MEMCNN_BATCH = 100
+NETS = ("resnet", "revnet")
+#: the CUDA caching allocator's rounding of a small block (memlab.cuda_model.round_size)
+_ALLOC_ROUND = 512
 
-def _configs(quick: bool) -> tuple[dict[str, Any], tuple[int, ...]]:
+
+def _configs(quick: bool) -> dict[str, Any]:
     if quick:
-        return {"batch": 64, "width": 64, "hidden": 128}, (4, 16)
-    return {"batch": 512, "width": 512, "hidden": 1024}, (4, 16, 64)
+        return {"nets": {"block": "basic", "width": 4, "image": 8, "classes": 10, "batch": 2}, "net_iterations": 3,
+                "stack": {"batch": 64, "width": 64, "hidden": 128}, "depths": (4, 16), "stack_iterations": 2}
+    return {"nets": {"block": "basic", "width": 16, "image": 32, "classes": 100, "batch": MEMCNN_BATCH},
+            "net_iterations": 10, "stack": {"batch": 128, "width": 128, "hidden": 256}, "depths": (4, 16, 64),
+            "stack_iterations": 2}
+
+
+LEAK_CFG = {"depth": 8, "batch": 64, "width": 64, "hidden": 128}
+LEAK_ITERATIONS = 10
+
+
+def _rounded(tensors) -> int:
+    return sum(-(-t.numel() * t.element_size() // _ALLOC_ROUND) * _ALLOC_ROUND for t in tensors)
+
+
+def memlab_model_bytes(name: str, cfg: dict[str, Any]) -> int:
+    """memlab's network's parameters and buffers, each rounded up to 512 bytes (float32): what
+    ``torch.cuda.memory_allocated()`` would show after building it on a GPU (MemCNN's "Model memory")."""
+    import torch
+
+    from ..workloads.resnet import ResNet
+
+    w = ResNet({**cfg, "depth": REPORT[name]["depth"]})
+    p = (w.build if name == "resnet" else w.build_revnet)(torch.device("cpu"), torch.float32, 0)
+    return _rounded([*p.model.parameters(), *p.model.buffers()])
+
+
+def memcnn_models(classes: int = 100, batch: int | None = MEMCNN_BATCH) -> dict[str, dict[str, int]] | None:
+    """MemCNN's own ResNet32 and RevNet38 (its ``experiments.json`` layouts), or None without MemCNN.
+
+    Per network: ``param_bytes``; ``model_bytes``: parameters and buffers each rounded up to 512
+    bytes, what MemCNN's trainer prints as "Model memory allocation" (``memory_allocated()`` after
+    building the model on the GPU); with ``batch``: ``saved_bytes``, the distinct storages the
+    forward and the loss save for backward (a ``saved_tensors_hooks`` count at the forward's end,
+    parameters and storages MemCNN has freed left out), MemCNN's "ActMem" less the input, the
+    gradients and momentum it also counts from the second iteration on.
+    """
+    try:
+        import torch
+        from memcnn.models.resnet import BasicBlock, ResNet, RevBasicBlock
+    except Exception:  # noqa: BLE001 - not installed, or its import failed: the page says so
+        return None
+    layouts = {"resnet32": (BasicBlock, [5, 5, 5], [16, 16, 32, 64]),
+               "revnet38": (RevBasicBlock, [3, 3, 3], [32, 32, 64, 112])}
+    out = {}
+    for name, (block, layers, chans) in layouts.items():
+        torch.manual_seed(0)
+        model = ResNet(block, layers=layers, num_classes=classes, channels_per_layer=chans, strides=[1, 1, 2, 2],
+                       init_max_pool=False, init_kernel_size=3, batch_norm_fix=False)
+        params = list(model.parameters())
+        row = {"param_bytes": sum(p.numel() * p.element_size() for p in params),
+               "model_bytes": _rounded([*params, *model.buffers()])}
+        if batch:
+            model.train()
+            storages: dict[int, Any] = {}
+
+            def pack(t):  # keyed by the storage itself (held here), not its address: MemCNN frees and reuses
+                s = t.untyped_storage()
+                storages.setdefault(s._cdata, s)
+                return t
+
+            x = torch.randn(batch, 3, 32, 32)
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = torch.nn.functional.cross_entropy(model(x), torch.zeros(batch, dtype=torch.long))
+            own = {p.untyped_storage()._cdata for p in params} | {x.untyped_storage()._cdata}
+            row["saved_bytes"] = sum(s.nbytes() for key, s in storages.items() if key not in own)
+            del loss, storages
+        out[name] = row
+    return out
 
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     import memlab
     from ._leaky_ctx import LeakyCtxOutput
 
-    cfg, depths = _configs(quick)
+    c = _configs(quick)
+    nets = {name: memlab.measure(name, depth=REPORT[name]["depth"], optimizer="sgd_momentum",
+                                 iterations=c["net_iterations"], repeats=1, time_budget=1.0, timeout=3600, **c["nets"])
+            for name in NETS}
+    model_bytes = {name: memlab_model_bytes(name, c["nets"]) for name in NETS}
+    memcnn = memcnn_models(c["nets"]["classes"], c["nets"]["batch"])
+
     names = [n for n in ("residual", "reversible", "memcnn", "revlib") if n in memlab.list_techniques()]
     rows: dict[str, dict[int, Any]] = {}
-    measurements = []
     for name in names:
-        for depth in depths:
+        for depth in c["depths"]:
             try:
-                m = memlab.measure(name, iterations=10, repeats=1, timeout=3600, depth=depth, **cfg)
+                m = memlab.measure(name, iterations=c["stack_iterations"], repeats=1, time_budget=1.0, timeout=3600,
+                                   depth=depth, **c["stack"])
             except memlab.TechniqueUnavailable:
                 break
-            measurements.append(m.to_dict())
             rows.setdefault(name, {})[depth] = m
-    leak_cfg = {"depth": 8, "batch": 64, "width": 64, "hidden": 128}
-    leaky = memlab.measure(LeakyCtxOutput, isolate=False, iterations=10, repeats=1, **leak_cfg)
-    clean = memlab.measure("reversible", iterations=10, repeats=1, **leak_cfg)
-    measurements += [leaky.to_dict(), clean.to_dict()]
+    leaky = memlab.measure(LeakyCtxOutput, isolate=False, iterations=LEAK_ITERATIONS, repeats=1, **LEAK_CFG)
+    clean = memlab.measure("reversible", iterations=LEAK_ITERATIONS, repeats=1, **LEAK_CFG)
+    return report(nets, model_bytes, memcnn, rows, leaky, clean, quick)
 
-    def act(name, d):
+
+def _ok(m) -> bool:
+    return m is not None and m.status == "ok"
+
+
+def _cuda(m, listed: tuple[str, ...] = ("ok",)) -> dict[str, float | None]:
+    """Predicted CUDA (the caching allocator replayed on the step's exact trace), MiB: allocated peak
+    above the baseline (``allocated_peak_mib``) and in all (``allocated_peak_total_mib``), reserved
+    peak on a cache holding only the baseline (``reserved_peak_mib``) and in a process whose warm-up
+    step already filled the cache (``reserved_steady_mib``: the allocator's part of nvidia-smi)."""
+    p = (m.predicted_cuda or {}) if m is not None and m.status in listed else {}
+    h = p.get("with_history") or {}
+    return {"allocated_peak_mib": mib(p.get("allocated_peak_bytes"), 1),
+            "allocated_peak_total_mib": mib(p.get("allocated_peak_total_bytes"), 1),
+            "reserved_peak_mib": mib(p.get("reserved_peak_bytes"), 1),
+            "reserved_steady_mib": mib(h.get("reserved_peak_bytes"), 1)}
+
+
+def _growth(m) -> int | None:
+    a = m.allocated_after_step_bytes or []
+    return (max(a) - min(a)) if a else None
+
+
+def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -> dict[str, Any]:
+    """The page's data from the measurements :func:`reproduce` took."""
+    c = _configs(quick)
+    cfg, depths = c["nets"], c["depths"]
+    res, rev = nets["resnet"], nets["revnet"]
+    act = {n: (m.extra.get("activation_peak_bytes") if _ok(m) else None) for n, m in nets.items()}
+    tot = {n: (m.total_peak_bytes if _ok(m) else None) for n, m in nets.items()}
+    cud = {n: _cuda(m) for n, m in nets.items()}
+    act_ratio = ratio(act["resnet"], act["revnet"])
+    growth = {n: _growth(m) for n, m in nets.items()}
+    scale = MEMCNN_BATCH / cfg["batch"]
+
+    def fmt(b):
+        return "-" if b is None else f"{b:,}"
+
+    # the sweep's figures are memory, listed (never ranked) for a row whose only fault is a wrong value:
+    # MemCNN 1.5.2 doubles a leaf input's gradient (NOTE [ MemCNN 1.5.2 input gradient ]), its memory is real
+    def _listed(m) -> bool:
+        return m is not None and m.status in ("ok", "mismatch")
+
+    def stack_act(name, d):
         m = rows.get(name, {}).get(d)
-        return None if m is None or m.status != "ok" else round(m.extra["activation_peak_bytes"] / MiB, 2)
+        return mib(m.extra.get("activation_peak_bytes")) if _listed(m) else None
 
-    def total(name, d):
+    def stack_total(name, d):
         m = rows.get(name, {}).get(d)
-        return None if m is None or m.status != "ok" else round(m.peak_allocated_bytes / MiB, 2)
+        return mib(m.peak_allocated_bytes) if _listed(m) else None
 
-    def cuda(name, d):
-        """Predicted CUDA (caching-allocator replay of the step's trace): allocated peak above the
-        baseline and reserved peak (what nvidia-smi's share of the allocator would show), MiB."""
-        m = rows.get(name, {}).get(d)
-        p = (m.predicted_cuda or {}) if m is not None and m.status == "ok" else {}
-        a, r = p.get("allocated_peak_bytes"), p.get("reserved_peak_bytes")
-        return (None if a is None else round(a / MiB, 1)), (None if r is None else round(r / MiB, 1))
+    def stack_status(name):
+        bad = sorted({m.status for m in rows.get(name, {}).values()} - {"ok"})
+        return "ok" if not bad else "/".join(bad)
 
-    series = {f"{n} activation": [act(n, d) for d in depths] for n in rows}
-    series.update({f"{n} total peak": [total(n, d) for d in depths] for n in ("residual", "reversible")})
+    def stack_label(name):
+        st = stack_status(name)
+        why = ": it doubles the input's gradient" if name == "memcnn" and st == "mismatch" else ""
+        return name if st == "ok" else f"{name} (status {st}{why})"
+
     lo, hi = depths[0], depths[-1]
-    growth = lambda m: max(m.allocated_after_step_bytes) - min(m.allocated_after_step_bytes)  # noqa: E731
-    per_step = (leaky.allocated_after_step_bytes[-1] - leaky.allocated_after_step_bytes[0]) / 9
-    out_bytes = leak_cfg["batch"] * 2 * leak_cfg["width"] * 4
+    per_step = (leaky.allocated_after_step_bytes[-1] - leaky.allocated_after_step_bytes[0]) / (LEAK_ITERATIONS - 1)
+    out_bytes = LEAK_CFG["batch"] * 2 * LEAK_CFG["width"] * 4
+    net_text = (f"{'memlab ' if not quick else ''}resnet depth 32 vs revnet depth 38, basic blocks, width {cfg['width']}, "
+                f"{cfg['image']}x{cfg['image']} inputs, {cfg['classes']} classes, batch {cfg['batch']}, SGD with momentum, "
+                f"{c['net_iterations']} steps each")
+    m_rep = ""
+    if memcnn:
+        mb = (memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])
+        same = mb == (REPORT["resnet"]["model_bytes"], REPORT["revnet"]["model_bytes"])
+        sv = (memcnn["resnet32"].get("saved_bytes"), memcnn["revnet38"].get("saved_bytes"))
+        m_rep = (f" MemCNN's own ResNet32 / RevNet38 rebuilt here (MemCNN 1.5.2, its experiments.json layouts, "
+                 f"{cfg['classes']} classes) hold {fmt(mb[0])} / {fmt(mb[1])} bytes of parameters and buffers rounded "
+                 f"to the allocator's 512 bytes ({'exactly' if same else 'against'} the report's Model memory)"
+                 + (f", and their forward saves {mib(sv[0], 1)} / {mib(sv[1], 1)} MiB for backward at batch "
+                    f"{cfg['batch']} ({ratio(*sv)}x; a saved-tensor-hook count: the report's ActMem adds the input, "
+                    "gradients and momentum)" if None not in sv else "") + ".")
+    rc, vc = cud["resnet"], cud["revnet"]
     parts = [
-        f"Claim: {CLAIM} Configuration: CPU, float32, batch {cfg['batch']}, width {cfg['width']}, hidden "
-        f"{cfg['hidden']}, depth {', '.join(map(str, depths))}, 10 training steps (SGD) per measurement"
-        f"{' (quick mode: toy sizes)' if quick else ''}.",
-        f"Activation peak (MiB, float32, batch {cfg['batch']}, width {cfg['width']}, hidden {cfg['hidden']}) "
-        f"at depth {lo} -> {hi}: residual {act('residual', lo)} -> {act('residual', hi)}, "
-        f"memlab reversible {act('reversible', lo)} -> {act('reversible', hi)}"
-        + "".join(f", {n} {act(n, lo)} -> {act(n, hi)}" for n in ("memcnn", "revlib") if n in rows) + ".",
-        f"The total peak hides it: residual {total('residual', hi)} MiB vs reversible "
-        f"{total('reversible', hi)} MiB at depth {hi}, most of it parameter gradients.",
-        f"After-step allocated bytes over 10 iterations: reversible varies by {growth(clean)} bytes; "
-        f"a per-block Function with ctx.y = y grows by {per_step:.0f} bytes per step on average "
-        f"(depth {leak_cfg['depth']} x {out_bytes} bytes of block output per step, less whatever the "
-        f"garbage collector happened to reclaim).",
-        f"Predicted CUDA at depth {hi} (the caching allocator replayed on each step's exact trace; allocated "
-        f"peak above baseline / reserved peak, MiB): "
-        + "; ".join(f"{n} {cuda(n, hi)[0]} / {cuda(n, hi)[1]}" for n in rows) + ".",
-        "Caveat: CPU only (no nvidia-smi here; the CUDA figures are predicted, not measured); the growth is "
-        "reproduced through its mechanism, not with MemCNN 1.2, and MemCNN 1.5.2 itself stays flat.",
+        f"Claim: {CLAIM} Configuration: CPU, float32; the report's networks: {net_text}"
+        + (" (quick mode: toy sizes)" if quick else f" (MemCNN's experiments.json batch for resnet32 and revnet38 on "
+           "CIFAR; memlab's RevNet38 has 32/64/128 channels per stage where MemCNN's has 32/64/112, its stage "
+           "transitions plain residual blocks)")
+        + f"; a residual_stack depth sweep (batch {c['stack']['batch']}, width {c['stack']['width']}, hidden "
+        f"{c['stack']['hidden']}, depth {', '.join(map(str, depths))}, {c['stack_iterations']} steps each); and a "
+        f"leak demonstration (depth {LEAK_CFG['depth']}, batch {LEAK_CFG['batch']}, width {LEAK_CFG['width']}, "
+        f"{LEAK_ITERATIONS} steps).",
+        f"Parameters: memlab ResNet32 {fmt(res.param_bytes)} bytes, RevNet38 {fmt(rev.param_bytes)} bytes "
+        f"({fmt(model_bytes['resnet'])} / {fmt(model_bytes['revnet'])} with buffers, rounded to 512 bytes; the "
+        f"report's Model memory: {fmt(REPORT['resnet']['model_bytes'])} / {fmt(REPORT['revnet']['model_bytes'])})."
+        + m_rep,
+        f"Activation peak (saved activations and temporaries, exact): ResNet32 {mib(act['resnet'], 1)} MiB "
+        f"({fmt(act['resnet'])} bytes), RevNet38 {mib(act['revnet'], 1)} MiB ({fmt(act['revnet'])} bytes): "
+        f"{act_ratio}x less, beside the report's ActMem {fmt(REPORT['resnet']['actmem_bytes'])} / "
+        f"{fmt(REPORT['revnet']['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x)"
+        + (f"; scaled to batch {MEMCNN_BATCH}: {mib(act['resnet'] and act['resnet'] * scale, 1)} / "
+           f"{mib(act['revnet'] and act['revnet'] * scale, 1)} MiB" if scale != 1 else "") + ".",
+        f"The totals hide most of it: total step peak (parameters, gradients, momentum, input and activations) "
+        f"ResNet32 {mib(tot['resnet'], 1)} MiB vs RevNet38 {mib(tot['revnet'], 1)} MiB "
+        f"({ratio(tot['resnet'], tot['revnet'])}x).",
+        f"Predicted CUDA (the caching allocator replayed on each step's exact trace): allocated peak "
+        f"{rc['allocated_peak_total_mib']} vs {vc['allocated_peak_total_mib']} MiB, reserved peak "
+        f"{rc['reserved_peak_mib']} vs {vc['reserved_peak_mib']} MiB on a fresh cache and "
+        f"{rc['reserved_steady_mib']} vs {vc['reserved_steady_mib']} MiB in a process whose warm-up step filled the "
+        f"cache ({ratio(rc['reserved_steady_mib'], vc['reserved_steady_mib'])}x): nvidia-smi shows that reserved "
+        "figure plus the CUDA context and cuDNN/cuBLAS workspaces, which a CPU trace cannot see and which are the "
+        "same for both networks, and reserved memory is never handed back between steps; the report's 712 / 810 MiB "
+        "were taken with MemCNN 1.2.0, whose RevNet also held memory that 1.3.1 stopped holding.",
+        f"Allocated after each step: ResNet32 varies by {growth['resnet']} bytes, RevNet38 by {growth['revnet']} bytes "
+        f"over {c['net_iterations']} steps (status {res.status} / {rev.status}).",
+        f"residual_stack activation peak (MiB) at depth {lo} -> {hi}: residual {stack_act('residual', lo)} -> "
+        f"{stack_act('residual', hi)}, memlab reversible {stack_act('reversible', lo)} -> {stack_act('reversible', hi)}"
+        + "".join(f", {stack_label(n)} {stack_act(n, lo)} -> {stack_act(n, hi)}" for n in ("memcnn", "revlib")
+                  if n in rows)
+        + f"; total peak residual {stack_total('residual', hi)} vs reversible {stack_total('reversible', hi)} MiB at "
+        f"depth {hi}.",
+        f"Leak: reversible's after-step allocated bytes vary by {_growth(clean)} bytes over {LEAK_ITERATIONS} steps; "
+        f"a per-block Function with ctx.y = y grows by {per_step:.0f} bytes per step on average (depth "
+        f"{LEAK_CFG['depth']} x {out_bytes} bytes of block output per step, less whatever the garbage collector "
+        f"happened to reclaim; status {leaky.status}).",
+        "Caveat: CPU only (no nvidia-smi here; the CUDA figures are predicted, not measured, and leave out the "
+        "context and workspaces); memlab's networks are its own (frozen-statistics norm, 1x1 projection shortcuts), "
+        "so the ratio, not the bytes, is what compares; the growth is reproduced through its mechanism, not with "
+        "MemCNN 1.2, and MemCNN 1.5.2 itself stays flat.",
         "Verdict: reproduced with caveat.",
     ]
+
+    def net_row(label, get, report_key=None, digits=2):
+        vals = [get("resnet"), get("revnet")]
+        rep = [REPORT[n][report_key] for n in NETS] if report_key else [None, None]
+        if report_key == "nvidia_smi_mib":
+            rep_mib = rep
+        else:
+            rep_mib = [mib(v, digits) for v in rep]
+        return [label, rep_mib[0], rep_mib[1], ratio(rep[0], rep[1]) if report_key else None,
+                mib(vals[0], digits), mib(vals[1], digits), ratio(vals[0], vals[1])]
+
+    def pc_bytes(key, hist=False):
+        def get(n):
+            p = (nets[n].predicted_cuda or {}) if _ok(nets[n]) else {}
+            return (p.get("with_history") or {}).get(key) if hist else p.get(key)
+        return get
+
+    net_rows = [
+        net_row("parameters (report: Model memory, params + buffers as allocated)", lambda n: nets[n].param_bytes,
+                "model_bytes", 3),
+        net_row("parameters + buffers, rounded to 512 B", lambda n: model_bytes[n], "model_bytes", 3),
+        net_row("activation peak (report: ActMem)", lambda n: act[n], "actmem_bytes"),
+        net_row("total step peak", lambda n: tot[n]),
+        net_row("predicted CUDA allocated peak", pc_bytes("allocated_peak_total_bytes")),
+        net_row("predicted CUDA reserved peak, fresh cache", pc_bytes("reserved_peak_bytes")),
+        net_row("predicted CUDA reserved peak, warm cache (report: nvidia-smi, context included)",
+                pc_bytes("reserved_peak_bytes", hist=True), "nvidia_smi_mib"),
+    ]
+    if memcnn:
+        net_rows.insert(2, ["MemCNN's own networks: params + buffers, rounded to 512 B",
+                            mib(REPORT["resnet"]["model_bytes"], 3), mib(REPORT["revnet"]["model_bytes"], 3),
+                            ratio(REPORT["resnet"]["model_bytes"], REPORT["revnet"]["model_bytes"]),
+                            mib(memcnn["resnet32"]["model_bytes"], 3), mib(memcnn["revnet38"]["model_bytes"], 3),
+                            ratio(memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])])
+        if memcnn["resnet32"].get("saved_bytes") is not None:
+            net_rows.insert(4, ["MemCNN's own networks: bytes saved for backward at the forward's end",
+                                mib(REPORT["resnet"]["actmem_bytes"]), mib(REPORT["revnet"]["actmem_bytes"]),
+                                round(REPORT_RATIO, 2), mib(memcnn["resnet32"]["saved_bytes"]),
+                                mib(memcnn["revnet38"]["saved_bytes"]),
+                                ratio(memcnn["resnet32"]["saved_bytes"], memcnn["revnet38"]["saved_bytes"])])
+    report_table = table("report", "The report's figures beside memlab's (MiB)", [
+        "quantity", "report ResNet32", "report RevNet38", "report ratio", "memlab ResNet32", "memlab RevNet38",
+        "memlab ratio"], net_rows,
+        f"Report: MemCNN 1.2.0's trainer on a GPU (CIFAR-100, batch {MEMCNN_BATCH}); Model memory and ActMem are "
+        "torch.cuda.memory_allocated() figures, nvidia-smi includes the CUDA context. memlab: CPU, float32, batch "
+        f"{cfg['batch']}, exact allocation trace; predicted CUDA is the caching allocator replayed on it (context and "
+        "workspaces not included). Ratios are ResNet32 / RevNet38.")
+    sweep_table = table("depth", "residual_stack: activation peak and total peak (MiB) against depth", [
+        "technique", "status", *[f"activation, depth {d}" for d in depths], f"total peak, depth {hi}",
+        f"predicted CUDA reserved, depth {hi}"],
+        [[n, stack_status(n), *[stack_act(n, d) for d in depths], stack_total(n, hi),
+          _cuda(rows[n].get(hi), ("ok", "mismatch"))["reserved_peak_mib"]] for n in rows],
+        f"CPU, float32, batch {c['stack']['batch']}, width {c['stack']['width']}, hidden {c['stack']['hidden']}, "
+        f"{c['stack_iterations']} steps per point.")
+
+    x = ["parameters", "activation peak", "total step peak", "predicted CUDA allocated peak",
+         "predicted CUDA reserved peak (warm cache)"]
+    series = {
+        "memlab ResNet32": [mib(nets["resnet"].param_bytes), mib(act["resnet"]), mib(tot["resnet"]),
+                            mib(pc_bytes("allocated_peak_total_bytes")("resnet")),
+                            mib(pc_bytes("reserved_peak_bytes", True)("resnet"))],
+        "memlab RevNet38": [mib(nets["revnet"].param_bytes), mib(act["revnet"]), mib(tot["revnet"]),
+                            mib(pc_bytes("allocated_peak_total_bytes")("revnet")),
+                            mib(pc_bytes("reserved_peak_bytes", True)("revnet"))],
+    }
+    if not quick:
+        series["report ResNet32"] = [mib(REPORT["resnet"]["model_bytes"]), mib(REPORT["resnet"]["actmem_bytes"]),
+                                     None, None, None]
+        series["report RevNet38"] = [mib(REPORT["revnet"]["model_bytes"]), mib(REPORT["revnet"]["actmem_bytes"]),
+                                     None, None, None]
+    measurements = [m.to_dict() for m in nets.values()]
+    measurements += [m.to_dict() for r in rows.values() for m in r.values()]
+    measurements += [leaky.to_dict(), clean.to_dict()]
+    predicted = {f"{n} depth {REPORT[n]['depth']}": cud[n] for n in NETS}
+    predicted.update({f"{n} depth {d}": _cuda(m, ("ok", "mismatch")) for n, r in rows.items() for d, m in r.items()})
     return {
         "verdict": "reproduced with caveat",
         "summary": " ".join(parts),
         "measurements": measurements,
         "timelines": [],
-        "configuration": {**cfg, "depths": list(depths), "iterations": 10, "dtype": "float32", "device": "cpu"},
-        "predicted_cuda": {f"{n} depth {d}": dict(zip(("allocated_peak_mib", "reserved_peak_mib"), cuda(n, d)))
-                           for n in rows for d in depths},
-        "figure": {"type": "line", "title": "Activation peak vs depth (total peak for comparison; CPU exact)",
-                   "x_label": "depth (blocks)", "y_label": "MiB above baseline", "x": list(depths),
-                   "series": series, "log_x": True, "log_y": False},
+        "tables": [report_table, sweep_table],
+        "configuration": {
+            "report_networks": {**cfg, "depths": {n: REPORT[n]["depth"] for n in NETS}, "optimizer": "sgd_momentum",
+                                "iterations": c["net_iterations"]},
+            "depth_sweep": {**c["stack"], "depths": list(depths), "iterations": c["stack_iterations"]},
+            "leak": {**LEAK_CFG, "iterations": LEAK_ITERATIONS},
+            "memcnn_models": memcnn, "memlab_model_bytes_rounded": model_bytes,
+            "dtype": "float32", "device": "cpu"},
+        "predicted_cuda": predicted,
+        "figure": {"type": "bar", "title": "ResNet32 vs RevNet38 (the report's networks): where the saving shows",
+                   "x_label": "figure", "y_label": "MiB", "x": x, "series": series, "log_x": False,
+                   "log_y": False},
     }
