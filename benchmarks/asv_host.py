@@ -204,6 +204,9 @@ _SOURCE_CHECK = ("in-dir={env_dir} python -c 'import sys, importlib.util as u; s
                  "sys.exit(0 if s and s.origin.startswith(sys.argv[1]) else \"memlab resolves to %s, not to the "
                  "checkout %s: run pip uninstall memlab in this environment\" % (s and s.origin, sys.argv[1]))' "
                  "{build_dir}")
+#: a pip-installed memlab (left by ``asv run``/``asv continuous`` with asv.conf.json, which shares
+#: this environment) is removed first, as asv's own default uninstall does
+_PIP_UNINSTALL = "return-code=any in-dir={env_dir} python -m pip uninstall -y -q memlab"
 _SOURCE_UNINSTALL = ("in-dir={env_dir} python -c 'import os, site; p = os.path.join(site.getsitepackages()[0], "
                      "\"" + _PTH + "\"); os.path.exists(p) and os.remove(p)'")
 
@@ -220,11 +223,12 @@ def source_install_config(conf_path: str | os.PathLike = "asv.conf.json") -> dic
     wheel would install.  This configuration keeps asv's checkout and replaces the three pip calls with
     one ``.pth`` file (written and removed by a bare ``python -c``).  The environment, its name and the
     results files are the same as with ``asv.conf.json``.  The environment must not hold a pip-installed
-    memlab (it would shadow the checkout): the install step checks where ``import memlab`` resolves
+    memlab (it would shadow the checkout; ``make asv-continuous`` or ``asv run`` leave one there): the
+    uninstall step removes it with pip, and the install step checks where ``import memlab`` resolves
     and fails the commit's install, naming the fix, otherwise.
     """
     conf = scratch_config(conf_path, results_dir="results", html_dir=".asv/html")
-    conf.update(build_command=[], install_command=[_SOURCE_INSTALL, _SOURCE_CHECK], uninstall_command=[_SOURCE_UNINSTALL])
+    conf.update(build_command=[], install_command=[_SOURCE_INSTALL, _SOURCE_CHECK], uninstall_command=[_PIP_UNINSTALL, _SOURCE_UNINSTALL])
     return conf
 
 

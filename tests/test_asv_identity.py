@@ -189,4 +189,7 @@ def test_history_config_installs_the_checkout_and_keeps_results_and_environments
     install, check = conf["install_command"]
     assert "memlab-asv-source.pth" in install and install.endswith("{build_dir}") and "pip" not in install
     assert "find_spec" in check and "pip uninstall memlab" in check
-    assert "memlab-asv-source.pth" in conf["uninstall_command"][0]
+    pip_uninstall, remove_pth = conf["uninstall_command"]
+    # a memlab pip-installed by asv run / asv continuous (same environment) would shadow the checkout
+    assert "pip uninstall -y" in pip_uninstall and pip_uninstall.startswith("return-code=any ")
+    assert "memlab-asv-source.pth" in remove_pth
