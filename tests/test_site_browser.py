@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import functools
+import html
 import http.server
 import json
 import os
@@ -34,6 +35,9 @@ from pathlib import Path
 import pytest
 
 from memlab.site import build_site
+from memlab.site import figures as F
+from memlab.site.context import build_context
+from memlab.site.render import SITE_ROOT, render_site
 from site_fixtures import make_inputs, rich_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,8 +62,9 @@ _CHARTS_JS = """new Promise(resolve => {
 })"""
 
 
-# What a page shows: technique colours (chart traces and table swatches, as #rrggbb), each chart's
-# x-axis title, chart text under the toolbar, and each table's rows and download links.
+# What a page shows: technique colours (chart traces and table swatches, as #rrggbb; a trace names its
+# technique in ``meta.technique``, a bar chart coloured per bar in ``meta.techniques``, else by its name),
+# each chart's x-axis title, chart text under the toolbar, and each table's rows and download links.
 _INSPECT_JS = """(() => {
   const hex = c => {
     if (typeof c !== 'string') return null;
@@ -75,11 +80,13 @@ _INSPECT_JS = """(() => {
   };
   const charts = [...document.querySelectorAll('div.chart')].map(d => {
     (d.data || []).forEach(t => {
-      if (/^(Pareto|under load)/.test(t.name || '') || t.type === 'bar' && t.orientation === 'h' && !Array.isArray((t.marker || {}).color)) return;
+      if (/^(Pareto|under load)/.test(t.name || '')) return;
+      const meta = t.meta && typeof t.meta === 'object' && !Array.isArray(t.meta) ? t.meta : {};
       const c = (t.line || {}).color || (t.marker || {}).color;
       if (Array.isArray(c)) {
-        (t.orientation === 'h' ? t.y : t.x).forEach((n, i) => add(name(n), c[i], d.id));
-      } else if (t.type !== 'bar') { add(name(t.name), c, d.id); }
+        const cats = t.orientation === 'h' ? t.y : t.x;
+        c.forEach((ci, i) => add(meta.techniques ? meta.techniques[i] : name(cats[i]), ci, d.id));
+      } else { add(meta.technique || name(t.name), c, d.id); }
     });
     const bar = d.querySelector('.modebar');
     const box = bar && bar.getBoundingClientRect();
@@ -92,20 +99,40 @@ _INSPECT_JS = """(() => {
   document.querySelectorAll('span.swatch[data-technique]').forEach(s => add(s.getAttribute('data-technique'), getComputedStyle(s).backgroundColor, 'swatch'));
   const tables = [...document.querySelectorAll('div.table-box')].map(b => {
     const heads = [...b.querySelectorAll('thead th')].map(th => th.textContent.trim());
-    return {id: b.id, heads: heads, rows: b.querySelectorAll('tbody tr').length,
+    return {id: b.id, heads: heads, rows: b.querySelectorAll('tbody tr').length, computed: b.classList.contains('choose-table'),
       techniques: heads[0] === 'technique' ? [...b.querySelectorAll('tbody tr')].map(tr => tr.cells[0].querySelector('.tech').textContent) : null,
       links: [...b.querySelectorAll('a[download]')].map(a => a.getAttribute('href'))};
   });
   return JSON.stringify({colors: colors, charts: charts, tables: tables});
 })()"""
 
-# Clicks a header of the first table holding it; returns the column's data-sort values and texts.
-_SORT_JS = """(label => {
-  const th = [...document.querySelectorAll('table.sortable thead th')].find(h => h.textContent.trim() === label);
-  const table = th.closest('table');
-  const i = [...th.parentNode.children].indexOf(th);
+# The first numeric column of any table whose text order is not its number order (3+ numbers): the
+# table's and column's index, its label, or null.
+_SORTABLE_JS = """(() => {
+  const tables = [...document.querySelectorAll('table.sortable')];
+  for (let ti = 0; ti < tables.length; ti++) {
+    const t = tables[ti];
+    if (t.closest('[hidden]')) continue;
+    const heads = [...t.tHead.rows[0].cells];
+    for (let ci = 0; ci < heads.length; ci++) {
+      if (heads[ci].getAttribute('data-type') !== 'num') continue;
+      const cells = [...t.tBodies[0].rows].map(r => r.cells[ci]).filter(c => c && c.getAttribute('data-sort') !== null);
+      const nums = cells.map(c => Number(c.getAttribute('data-sort')));
+      const texts = cells.map(c => c.textContent.trim());
+      const byNum = cells.map((c, i) => i).sort((a, b) => nums[a] - nums[b]).map(i => texts[i]);
+      if (new Set(nums).size >= 3 && JSON.stringify(byNum) !== JSON.stringify([...texts].sort()))
+        return JSON.stringify({table: ti, column: ci, label: heads[ci].textContent.trim()});
+    }
+  }
+  return JSON.stringify(null);
+})()"""
+
+# Clicks header ``column`` of sortable table ``table`` (indexes); returns the column's data-sort values and texts.
+_SORT_JS = """((ti, ci) => {
+  const table = document.querySelectorAll('table.sortable')[ti];
+  const th = table.tHead.rows[0].cells[ci];
   th.click();
-  const cells = [...table.tBodies[0].rows].map(r => r.cells[i]);
+  const cells = [...table.tBodies[0].rows].map(r => r.cells[ci]);
   return JSON.stringify({order: th.getAttribute('aria-sort'), values: cells.map(c => c.getAttribute('data-sort')),
                          texts: cells.map(c => c.textContent.trim())});
 })"""
@@ -281,29 +308,81 @@ def _check_downloads(out: Path, page: str, tables: list[dict]) -> int:
     return len(tables)
 
 
-def _check_sorting(b: Chromium, session: str, label: str) -> None:
-    """Clicking a numeric header sorts by number (not text), missing values last; again: descending."""
-    up = _evaluate(b, session, f"{_SORT_JS}({json.dumps(label)})")
+def _check_sorting(b: Chromium, session: str) -> str | None:
+    """On a page whose tables have a numeric column in which text order is not number order: clicking
+    its header sorts by number, missing values last; again: descending.  Returns the column's label
+    (None when the page has no such column)."""
+    found = _evaluate(b, session, _SORTABLE_JS)
+    if found is None:
+        return None
+    click = f"{_SORT_JS}({found['table']}, {found['column']})"
+    up = _evaluate(b, session, click)
     numbers = [float(v) for v in up["values"] if v is not None]
-    assert up["order"] == "ascending" and numbers == sorted(numbers) and len(numbers) >= 3, up
+    assert up["order"] == "ascending" and numbers == sorted(numbers) and len(numbers) >= 3, (found, up)
     assert up["values"][:len(numbers)] == [v for v in up["values"] if v is not None]  # missing ones last
     shown = [t for t, v in zip(up["texts"], up["values"]) if v is not None]
     assert shown != sorted(shown), "the column's text order is its number order: the check would be blind"
-    down = _evaluate(b, session, f"{_SORT_JS}({json.dumps(label)})")
+    down = _evaluate(b, session, click)
     again = [float(v) for v in down["values"] if v is not None]
-    assert down["order"] == "descending" and again == sorted(numbers, reverse=True), down
+    assert down["order"] == "descending" and again == sorted(numbers, reverse=True), (found, down)
+    return found["label"]
+
+
+#: Colours only a technique may take: the palette and the baseline's grey.
+TECHNIQUE_COLORS = set(F.PALETTE) | {F.BASELINE_COLOR}
+
+
+def _color_problems(page: str, seen: dict[str, dict[str, list[str]]], expected: dict[str, str]) -> list[str]:
+    """Where a page breaks "one colour per technique": a technique (chart trace or table swatch) in a
+    colour that is not its own; a swatch for no technique; a series that names no technique drawn in a
+    technique's colour (a chart coloured by plotly's default palette, or by series index)."""
+    out = []
+    for key, by_color in seen.items():
+        tech = key if key in expected else html.unescape(key)
+        for color, where in by_color.items():
+            if tech in expected:
+                if color != expected[tech]:
+                    out.append(f"{page}: {tech} is {color} in {sorted(set(where))}, its colour is {expected[tech]}")
+            elif "swatch" in where:
+                out.append(f"{page}: a swatch for {tech!r}, which is no technique with a colour ({color})")
+            elif color in TECHNIQUE_COLORS:
+                out.append(f"{page}: series {tech!r} in {sorted(set(where))} is drawn in {color}, a technique's "
+                           "colour, but names no technique")
+    return out
+
+
+def _drawn(colors: dict[str, dict[str, list[str]]], tech: str) -> set[str]:
+    """The colours ``tech`` is drawn in by a chart (not only a table swatch) on a page."""
+    return {c for c, where in colors.get(tech, {}).items() if any(w != "swatch" for w in where)}
+
+
+def _rich_site_inputs(tmp_path: Path) -> tuple[Path, Path]:
+    """:func:`rich_inputs` plus the repository's committed reproductions (the paper pages), CUDA variants
+    and memory models (the Choose page): every kind of page the site has, with the real charts."""
+    results, data = rich_inputs(tmp_path)
+    for folder, ext in (("reproductions", "json"), ("cuda-variants", "json"), ("models", "json")):
+        (data / folder).mkdir(exist_ok=True)
+        for f in sorted((REPO / "data" / folder).glob(f"*.{ext}")):
+            shutil.copy(f, data / folder / f.name)
+    return results, data
 
 
 def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, tmp_path):
-    results, data = rich_inputs(tmp_path)
+    """Per page: no console errors, every chart drawn with data, no text under the toolbar, every
+    table's downloads hold its rows, every technique in its one colour (charts and swatches, the
+    paper pages and the Choose page included), a numeric column sorts as numbers; a screenshot."""
+    results, data = _rich_site_inputs(tmp_path)
     out = tmp_path / "site"
-    build_site(results, data, out)
+    ctx = build_context(results, data)
+    render_site(ctx, out, SITE_ROOT)
+    expected = ctx["colors"]
     url = served(out)
     pages = sorted(p.name for p in out.glob("*.html"))
-    assert len(pages) == 8
+    seeds = [p for p in pages if p.startswith("seed-")]
+    assert "choose.html" in pages and len(seeds) == 1 + len(list((REPO / "data" / "reproductions").glob("*.json")))
     folder = Path(os.environ.get("MEMLAB_TEST_ARTIFACTS", REPO / "test-artifacts"))
     folder.mkdir(parents=True, exist_ok=True)
-    drawn, tables, colors = 0, 0, {}
+    drawn, tables, colors, sorted_by, problems = 0, 0, {}, {}, []
     for page in pages:
         state, errors, session = _visit(browser, url(page))
         assert errors == [], f"{page}: {errors}"
@@ -315,26 +394,38 @@ def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, t
         seen = _evaluate(browser, session, _INSPECT_JS)
         for chart in seen["charts"]:
             assert chart["under"] == [], f"{page} {chart['id']}: text under the toolbar: {chart['under']}"
-        tables += _check_downloads(out, page, seen["tables"])
+        tables += _check_downloads(out, page, [t for t in seen["tables"] if not t["computed"]])
         colors[page] = seen["colors"]
+        problems += _color_problems(page, seen["colors"], expected)
         if page == "family-chunking.html":
             assert seen["charts"][0]["x"] == "chunk_size"
-            _check_sorting(browser, session, "peak allocated")
         shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
                             session=session)
         png = base64.b64decode(shot["data"])
         (folder / f"site-{page[:60].removesuffix('.html')}.png").write_bytes(png)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+        sorted_by[page] = _check_sorting(browser, session)  # after the screenshot: it reorders rows
         _close(browser, session)
-    assert drawn >= 20 and tables >= 12
-    # one colour per technique: the index, the family page and the timelines page agree
-    for tech in ("unchunked", "slice_loop", "einsum_chunk", "vmap_chunks"):
-        shown = {c for p in ("index.html", "family-chunking.html", "timelines.html") for c in colors[p].get(tech, {})}
-        assert len(shown) == 1, (tech, {p: colors[p].get(tech) for p in colors})
-        for page in ("index.html", "family-chunking.html"):  # drawn in a chart there, not only a table swatch
-            assert any(w != "swatch" for where in colors[page][tech].values() for w in where), (page, tech)
-    assert "unchunked" in colors["timelines.html"] and "slice_loop" in colors["timelines.html"]
-    assert {c for c in colors["family-reversible.html"]["residual"]} == {"#7f7f7f"}  # a baseline is grey
+    assert problems == [], "\n".join(problems)
+    assert drawn >= 30 and tables >= 20
+    assert sorted_by["family-chunking.html"] and sorted_by["choose.html"], sorted_by
+    assert sum(1 for v in sorted_by.values() if v) >= 6, sorted_by
+    # one colour per technique, the same on the index, the family page, the timelines page, a paper page
+    # and the Choose page, drawn in a chart (not only a table swatch)
+    for tech in ("unchunked", "slice_loop"):
+        where = ("index.html", "family-chunking.html", "timelines.html", "seed-chunked-slicing-backward-spike.html")
+        assert all(_drawn(colors[p], tech) == {expected[tech]} for p in where), (tech, {p: colors[p].get(tech) for p in where})
+        assert set(colors["choose.html"][tech]) == {expected[tech]}, colors["choose.html"].get(tech)
+    for tech in ("einsum_chunk", "vmap_chunks"):
+        assert all(_drawn(colors[p], tech) == {expected[tech]} for p in ("index.html", "family-chunking.html")), tech
+    assert {c for c in colors["family-reversible.html"]["residual"]} == {F.BASELINE_COLOR}  # a baseline is grey
+    # every paper page's figure draws techniques in their colours, the baseline grey
+    for page in seeds:
+        techs = {t for t in colors[page] if t in expected and _drawn(colors[page], t)}
+        assert techs, (page, colors[page])
+    assert _drawn(colors["seed-revnet-vs-resnet-memcnn.html"], "resnet") == {F.BASELINE_COLOR}
+    assert _drawn(colors["seed-revnet-vs-resnet-memcnn.html"], "revnet") == {expected["revnet"]} != {F.BASELINE_COLOR}
+    assert _drawn(colors["seed-chen-2016-sqrt-checkpointing.html"], "resnet") == {F.BASELINE_COLOR}
 
 
 def test_a_permalink_to_a_hidden_configuration_opens_it(browser, served, tmp_path):

@@ -24,7 +24,7 @@ from .. import results as R
 from . import ranking as A
 from . import figures as F
 from . import cuda as C
-from .choose import add_choose_page, model_files
+from .choose import add_choose_page, load_models, model_files
 from .complexity import family_badges, reproduction_extras
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
@@ -96,18 +96,37 @@ def load_inputs(ctx: Context) -> Context:
 
 def add_colors(ctx: Context) -> Context:
     """One colour per technique for every page (:func:`memlab.site.figures.technique_colors`): per
-    family its baseline, its techniques by name, its peers; then techniques seen only in timelines
-    and reproductions."""
-    runs, groups = ctx["runs"], []
-    for family in sorted(set(runs["family"])) if len(runs) else []:
-        rows = runs[runs["family"] == family]
-        base = ctx["baselines"].get(family)
-        peers = set(rows.loc[rows["peer"], "technique"])
-        names = sorted(set(rows["technique"]), key=lambda t: (t != base, t in peers, t))
-        groups.append((base, names))
+    family its baseline, its swept techniques by name, its peers, then the family's techniques that
+    only a reproduction or the Choose page's models name (after the swept ones, so theirs never
+    change and no two of one family share a colour); last, techniques seen only in timelines."""
+    runs = ctx["runs"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the readers' problems are reported where each page is built
+        models = load_models(ctx["data_dir"])[0]
+        seed_rows = [s["measurements"] for s in ctx["seeds"] if len(s["measurements"])]
+        seeds = pd.concat(seed_rows, ignore_index=True) if seed_rows else pd.DataFrame()
+        seed_bases = R.family_baselines(seeds) if len(seeds) else {}
+    modelled: dict[str, list[dict]] = {}
+    for m in models.values():
+        for fam, f in m["families"].items():
+            modelled.setdefault(fam, []).extend(f["entries"])
+    families = {f for frame in (runs, seeds) if len(frame) for f in frame["family"]} | set(modelled)
+    groups = []
+    for family in sorted(families):
+        rows = runs[runs["family"] == family] if len(runs) else None
+        more = seeds[seeds["family"] == family] if len(seeds) else None
+        base = ctx["baselines"].get(family) or seed_bases.get(family) or next(
+            (e["technique"] for e in modelled.get(family, []) if e["baseline"]), None)
+        peers = {e["technique"] for e in modelled.get(family, []) if e["peer"]}
+        for frame in (f for f in (rows, more) if f is not None):
+            peers |= set(frame.loc[frame["peer"].eq(True), "technique"])
+        order = lambda t: (t != base, t in peers, t)  # noqa: E731
+        swept = sorted(set(rows["technique"]) if rows is not None else set(), key=order)
+        others = (set(more["technique"]) if more is not None else set()) | {e["technique"] for e in modelled.get(family, [])}
+        groups.append((base, swept + sorted(others - set(swept), key=order)))
     others = {tl["technique"] for tl in ctx["timelines"]}
     for s in ctx["seeds"]:
-        others |= set(s["measurements"]["technique"]) | {t["technique"] for t in s["timelines"]}
+        others |= {t["technique"] for t in s["timelines"]}
     groups.append((None, sorted(others)))
     return {**ctx, "colors": F.technique_colors(groups)}
 
@@ -415,7 +434,9 @@ def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
     rows = s["measurements"]
     figure = None
     if s["figure"]:
-        figure = page.chart(F.seed_figure(s["figure"], colors), s["figure"]["title"] or "The figure that settles it")
+        techniques = sorted({t["technique"] for t in s["timelines"]} | (set(rows["technique"]) if len(rows) else set()))
+        figure = page.chart(F.seed_figure(s["figure"], colors, techniques),
+                            s["figure"]["title"] or "The figure that settles it")
     return page.done({
         "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"],
         "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),

@@ -71,7 +71,8 @@ def predicted_chart(page: Page, rows: pd.DataFrame, variants: pd.Series, swept: 
     names = [F.esc(t) + (f" ({F.esc(v)})" if v else "") for t, v in zip(ok["technique"], variants[ok.index])]
     data = [{"type": "bar", "name": "predicted GPU reserved", "x": names,
              "y": [F.mib(v) for v in ok["predicted_cuda_reserved_bytes"]],
-             "marker": {"color": [F.color_of(colors, t) for t in ok["technique"]]}, "hoverinfo": "x+y+name"},
+             "marker": {"color": [F.color_of(colors, t) for t in ok["technique"]]},
+             "meta": {"techniques": [F.esc(t) for t in ok["technique"]]}, "hoverinfo": "x+y+name"},
             {"type": "bar", "name": "measured CPU total peak", "x": names,
              "y": [F.mib(v if _bytes(v) else None) for v in ok["total_peak_bytes"]],
              "marker": {"color": "rgba(120,120,120,0.45)"}, "hoverinfo": "x+y+name"}]
@@ -151,41 +152,56 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
                                     for c in confs}})
     table = page.table("predicted gpu memory by allocator setting", cols, cells, records)
     names = [F.esc(k) for k in groups]
+    techs = [g["technique"] for g in groups.values()]
     data = []
-    for i, c in enumerate(confs):
+    for i, c in enumerate(confs):  # each bar in its technique's colour; the allocator setting by hatching
         data.append({"type": "bar", "name": F.esc(f"reserved, {_conf_name(c)}"), "x": names,
                      "y": [F.mib((g["by"].get(c) or {}).get("reserved_peak_bytes")) for g in groups.values()],
-                     "marker": {"color": F._COLORS[i % len(F._COLORS)]}, "hoverinfo": "x+y+name"})
+                     "marker": {"color": [F.color_of(colors, t) for t in techs],
+                                "pattern": {"shape": F.SERIES_PATTERNS[i % len(F.SERIES_PATTERNS)],
+                                            "fgcolor": "rgba(255,255,255,0.8)", "solidity": 0.35},
+                                "line": {"color": "#333333", "width": 1}},
+                     "meta": {"techniques": [F.esc(t) for t in techs]}, "hoverinfo": "x+y+name"})
     data.append({"type": "scatter", "mode": "markers", "name": "allocated (any setting)", "x": names,
                  "y": [F.mib(next(iter(g["by"].values())).get("allocated_peak_total_bytes")) for g in groups.values()],
                  "marker": {"color": "#000000", "symbol": "line-ew-open", "size": 18, "line": {"width": 2}},
                  "hoverinfo": "x+y+name"})
     layout = F._layout(F._axis("configuration", kind="category"), F._axis("predicted GPU memory (MiB)"), barmode="group",
-                       legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom"},
+                       legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
+                               "title": {"text": "hatching:"}},
                        height=480)
     layout["margin"] = {"l": 70, "r": 20, "t": 64, "b": 160}
     chart = page.chart({"data": data, "layout": layout}, "Predicted GPU reserved under each allocator setting",
                        "Predicted, not measured: each configuration's CPU allocation trace replayed through the caching "
-                       "allocator model under each PYTORCH_CUDA_ALLOC_CONF; the black tick is the predicted allocated "
-                       "peak, which no setting changes.", anchor="predicted gpu by allocator setting")
+                       "allocator model under each PYTORCH_CUDA_ALLOC_CONF. A bar takes its technique's colour; the "
+                       "hatching is the allocator setting; the black tick is the predicted allocated peak, which no "
+                       "setting changes.", anchor="predicted gpu by allocator setting")
     block = {"id": page.anchor("predicted on gpu"), "confs": [_conf_name(c) for c in confs], "table": table,
              "chart": chart, "source": v["source"], "answer": None}
     sb = v.get("slice_backward")
     if sb:
-        block["answer"] = _slice_answer(page, sb)
+        block["answer"] = _slice_answer(page, sb, colors)
     return block
 
 
-def _slice_answer(page: Page, sb: dict[str, Any]) -> dict[str, Any]:
+#: The technique the slice-backward answer is about (``slice_backward.technique`` in the file, else this).
+SLICE_TECHNIQUE = "slice_loop"
+
+
+def _slice_answer(page: Page, sb: dict[str, Any], colors: dict[str, str]) -> dict[str, Any]:
+    """Predicted reserved per allocator setting against the number of chunks: one technique, so every
+    line is in its colour, the setting told apart by dash and marker."""
     rows = sorted(sb["rows"], key=lambda r: (r["conf"], r["chunks"]))
     confs = list(dict.fromkeys(r["conf"] for r in rows))
+    tech = sb.get("technique") if isinstance(sb.get("technique"), str) else SLICE_TECHNIQUE
+    color = F.color_of(colors, tech)
     data = []
     for i, c in enumerate(confs):
         mine = [r for r in rows if r["conf"] == c]
-        color = F._COLORS[i % len(F._COLORS)]
         data.append({"type": "scatter", "mode": "lines+markers", "name": F.esc(f"reserved, {_conf_name(c)}"),
                      "x": [r["chunks"] for r in mine], "y": [F.mib(r["predicted_reserved_bytes"]) for r in mine],
-                     "line": {"color": color}, "marker": {"color": color}})
+                     "meta": {"technique": F.esc(tech)}, "line": {"color": color, "dash": F._FRONT_DASHES[i % len(F._FRONT_DASHES)]},
+                     "marker": {"color": color, "symbol": F._SYMBOLS[i % len(F._SYMBOLS)], "size": 8}})
     base = [r for r in rows if r["conf"] == confs[0]]
     data.append({"type": "scatter", "mode": "lines+markers", "name": "allocated (any setting)",
                  "x": [r["chunks"] for r in base], "y": [F.mib(r["predicted_allocated_total_bytes"]) for r in base],
@@ -193,7 +209,8 @@ def _slice_answer(page: Page, sb: dict[str, Any]) -> dict[str, Any]:
     xs = [r["chunks"] for r in rows]
     layout = F._layout(F._axis("chunks", xs), F._axis("predicted GPU memory (MiB)", F._ys(data)))
     chart = page.chart({"data": data, "layout": layout}, "Predicted reserved and allocated vs the number of chunks",
-                       "slice_loop at the report's size; predicted from the CPU trace, not measured on a GPU.",
+                       f"{tech} at the report's size, in its colour, one line per allocator setting; black, dotted: the "
+                       "predicted allocated peak. Predicted from the CPU trace, not measured on a GPU.",
                        anchor="slice backward reserved chart")
     cols = [column("conf", "PYTORCH_CUDA_ALLOC_CONF", kind="code"), column("chunks", "chunks", num=True),
             column("allocated", "GPU allocated (predicted)", num=True),

@@ -2,8 +2,8 @@
 
 Built by hand rather than through ``plotly.graph_objects`` so the output is small, has no
 template blob and is byte-for-byte stable.  Every string that reaches plotly goes through
-:func:`esc` (trace names, hover text, annotations) or :func:`value` (x values and category
-tick labels): plotly renders a subset of HTML in all of them (``<a href=...>`` becomes a live
+:func:`esc` (trace names, hover text, annotations, the technique in ``meta``) or :func:`value` (x
+values and category tick labels): plotly renders a subset of HTML in all of them (``<a href=...>`` becomes a live
 link), so ``<`` ``>`` ``&`` are entity-escaped and plotly displays the entities as the characters.
 Only ranked rows are drawn (:func:`memlab.site.ranking.ranked`).  Memory is shown in MiB
 (bytes / 2**20), throughput in samples/s, time in ms (or relative to the reference step).
@@ -23,6 +23,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
@@ -31,6 +32,7 @@ from ..units import MiB
 from .ranking import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
+           "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "series_technique",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
            "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
            "seed_figure"]
@@ -40,6 +42,11 @@ BASELINE_COLOR = "#7f7f7f"
 #: Technique colours in assignment order (no grey: that is the baseline's).
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d")
+#: The technique colours, public: a chart draws no trace in one of these (or the baseline's grey) that
+#: is not that technique's (the browser test checks every chart of every page).
+PALETTE = _COLORS
+#: A series that is no technique (an analytic floor, a prediction beside the measured bars): near black.
+NEUTRAL_COLOR = "#222222"
 _OTHER = "#444444"
 _SYMBOLS = ("circle", "square", "triangle-up", "x", "star", "triangle-down", "hexagon", "cross")
 _PEER_SYMBOLS = ("diamond-open", "square-open", "triangle-up-open", "x-open", "star-open", "triangle-down-open",
@@ -140,6 +147,7 @@ def _lines(ok: pd.DataFrame, variants: pd.Series) -> list[tuple[str, str, int, b
 def _legend(trace: dict[str, Any], technique: str, first: bool) -> dict[str, Any]:
     """One legend entry per technique: its first trace shows it; the others toggle with it."""
     trace["legendgroup"] = esc(technique)
+    trace["meta"] = {"technique": esc(technique)}
     if not first:
         trace["showlegend"] = False
     return trace
@@ -333,6 +341,7 @@ def _against_param(ok: pd.DataFrame, variants: pd.Series, swept: str, colors: di
             color = style["line"]["color"]
             traces.append({"type": "scatter", "mode": "lines+markers", "name": f"{name}: {floor_name}", "x": x,
                            "y": floors, "hoverinfo": "x+y+name", "showlegend": False, "legendgroup": esc(tech),
+                           "meta": {"technique": esc(tech)},
                            "line": {"color": color, "dash": "dot", "width": 1.5},
                            "marker": {"symbol": "line-ew-open", "size": 14, "color": color,
                                       "line": {"width": 2, "color": color}}})
@@ -406,6 +415,7 @@ def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[st
     data = [
         {"type": "bar", "name": "peak allocated", "x": names, "y": [mib(v) for v in ok["peak_allocated_bytes"]],
          "marker": {"color": [color_of(colors, t) for t in ok["technique"]], "pattern": _peer_pattern(list(ok["peer"]))},
+         "meta": {"techniques": [esc(t) for t in ok["technique"]]},
          "hoverinfo": "text", "hovertext": [_hover(r) for r in ok.itertuples()], "showlegend": False},
         {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
          "marker": {"color": "rgba(120,120,120,0.45)"}, "showlegend": False, "hoverinfo": "x+y+name"},
@@ -424,6 +434,7 @@ def step_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str,
     trace = {"type": "bar", "name": "step time", "x": names, "y": [p[0] for p in points],
              "marker": {"color": [color_of(colors, r.technique) for r in tuples],
                         "pattern": _peer_pattern([bool(r.peer) for r in tuples])},
+             "meta": {"techniques": [esc(r.technique) for r in tuples]},
              "hoverinfo": "text", "hovertext": [_hover(r) for r in tuples], "showlegend": False}
     if any(p[1] is not None for p in points):
         trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], "#333333")
@@ -478,6 +489,7 @@ def lowest_peaks(items: list[tuple[str, bool, bool, float]], x_title: str, color
     trace = {"type": "bar", "orientation": "h", "name": esc(x_title), "y": names,
              "x": [mib(p) for *_, p in items], "hoverinfo": "x+y",
              "marker": {"color": [color_of(colors, t) for t, *_ in items], "pattern": _peer_pattern([p for _, _, p, _ in items])},
+             "meta": {"techniques": [esc(t) for t, *_ in items]},
              "text": [f"{p / MiB:.1f} MiB" for *_, p in items], "textposition": "auto"}
     layout = _layout(_axis(x_title, kind="linear"), _axis("", kind="category"), showlegend=False,
                      height=max(160, 70 + 36 * len(items)))
@@ -558,6 +570,7 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
             trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
                      "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
                      "legendgroup": name, "showlegend": line.label not in seen, "legendrank": 1000 + i,
+                     **({"meta": {"technique": esc(tech)}} if tech else {}),
                      "line": {"color": color, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
                      "marker": {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}}
             seen.add(line.label)
@@ -630,6 +643,7 @@ def timeline(tl: dict, color: str) -> dict[str, Any]:
         annotations.append({"x": k + 1, "y": y[k], "text": f"peak {y[k]:.1f} MiB: {esc(events[k]['op'])}",
                             "showarrow": True, "arrowhead": 2, "ax": 0, "ay": -30})
     trace = {"type": "scatter", "mode": "lines+markers", "name": esc(tl["technique"]), "x": x, "y": y,
+             "meta": {"technique": esc(tl["technique"])},
              "line": {"shape": "hv", "color": color}, "marker": {"size": 4, "color": color}, "hoverinfo": "text",
              "hovertext": [_event_hover(e, i + 1) for i, e in enumerate(events)]}
     return {"data": [trace], "layout": _layout(_axis("allocation event", kind="linear"),
@@ -659,22 +673,94 @@ def timelines_overlay(timelines: list[dict], labels: list[str], colors: dict[str
                                               margin={"l": 70, "r": 20, "t": 36, "b": 90}, height=460)}
 
 
-def seed_figure(spec: dict, colors: dict[str, str]) -> dict[str, Any]:
-    """A reproduction's ``figure`` spec (``type`` bar/line, ``x``, ``series``, labels, log flags); a
-    series named like a technique takes its colour."""
+_BASELINE_WORDS = frozenset({"plain", "baseline", "reference"})
+#: Bar patterns that tell apart the series of one chart whose bars take their technique's colour.
+SERIES_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
+
+
+def _tokens(text: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str]) -> str | None:
+    """The technique a reproduction figure's series (or x category) draws, or None when it is no technique.
+
+    In this order: a technique's exact name (any technique with a colour); one of the reproduction's
+    ``techniques`` named in other case (``ResNet`` -> ``resnet``) or followed by what is drawn
+    (``residual total peak`` -> ``residual``; the longest name first); the one technique sharing a word
+    that not all of them share (``per-block activation`` -> ``resnet_checkpoint_block``); a word naming
+    the baseline (``plain activation`` -> the reproduction's technique in the baseline's grey).
+    Anything else (``analytic floor``, ``train``) is no technique and is drawn neutral.
+    """
+    if not isinstance(name, str):
+        return None
+    if name in colors:
+        return name
+    techs = sorted(set(techniques), key=lambda t: (-len(t), t))
+    low = name.lower().strip()
+    for t in techs:
+        if low == t.lower() or low.startswith(t.lower() + " "):
+            return t
+    words = _tokens(name)
+    common = set.intersection(*(_tokens(t) for t in techs)) if techs else set()
+    hits = [t for t in techs if (_tokens(t) - common) & words]
+    if len(hits) == 1:
+        return hits[0]
+    if words & _BASELINE_WORDS:
+        base = [t for t in techs if colors.get(t) == BASELINE_COLOR]
+        if len(base) == 1:
+            return base[0]
+    return None
+
+
+def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = ()) -> dict[str, Any]:
+    """A reproduction's ``figure`` spec (``type`` bar/line, ``x``, ``series``, labels, log flags).
+
+    Colours follow NOTE [ one visual language ]: a series naming one of the reproduction's
+    ``techniques`` (:func:`series_technique`) takes that technique's colour (a technique's second
+    series is dashed, or hatched as bars); a bar chart whose x categories are all techniques colours
+    each bar by its technique and tells the series apart by hatching; a series that is no technique
+    (an analytic floor) is drawn near black and dotted.  No palette colour is left to chance.
+    """
     kind = spec["type"]
+    bar = kind == "bar"
     traces = []
     x = [value(v) for v in spec["x"]]
+    x_techs = [series_technique(v, techniques, colors) for v in spec["x"]]
+    per_bar = bar and bool(x_techs) and all(x_techs)
+    used: dict[str | None, int] = {}
     for i, (name, ys) in enumerate(sorted(spec["series"].items())):
-        color = colors.get(name, _COLORS[i % len(_COLORS)])
-        trace = {"type": "bar" if kind == "bar" else "scatter", "name": esc(name), "x": x,
-                 "y": [_num(v) for v in ys], "marker": {"color": color}}
-        if kind == "line":
+        trace: dict[str, Any] = {"type": "bar" if bar else "scatter", "name": esc(name), "x": x,
+                                 "y": [_num(v) for v in ys]}
+        if per_bar:
+            trace["marker"] = {"color": [color_of(colors, t) for t in x_techs],
+                               "pattern": {"shape": SERIES_PATTERNS[i % len(SERIES_PATTERNS)],
+                                           "fgcolor": "rgba(255,255,255,0.8)", "solidity": 0.35},
+                               "line": {"color": "#333333", "width": 1}}
+            trace["meta"] = {"techniques": [esc(t) for t in x_techs]}
+            traces.append(trace)
+            continue
+        tech = series_technique(name, techniques, colors)
+        k = used[tech] = used.get(tech, -1) + 1
+        color = color_of(colors, tech) if tech else NEUTRAL_COLOR
+        if tech:
+            trace["meta"] = {"technique": esc(tech)}
+        if bar:
+            shape = SERIES_PATTERNS[k % len(SERIES_PATTERNS)] if tech else "."
+            trace["marker"] = {"color": color, "pattern": {"shape": shape, "fgcolor": "rgba(255,255,255,0.8)",
+                                                           "solidity": 0.35}}
+        else:
             trace["mode"] = "lines+markers"
-            trace["line"] = {"color": color}
+            dash = _FRONT_DASHES[k % len(_FRONT_DASHES)] if tech else ("dot", "dashdot", "longdash")[k % 3]
+            trace["line"] = {"color": color, "dash": dash, "width": 2 if tech else 1.5}
+            trace["marker"] = {"color": color, "symbol": _SYMBOLS[k % len(_SYMBOLS)] if tech else "line-ew-open",
+                               "size": 8 if tech else 12, "line": {"color": color, "width": 2}}
         traces.append(trace)
     strings = any(isinstance(v, str) for v in spec["x"])
     xaxis = _axis(spec.get("x_label", ""), spec["x"], kind="log" if spec.get("log_x") and not strings else
                   ("category" if strings else "linear"))
     yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") else "linear")
-    return {"data": traces, "layout": _layout(xaxis, yaxis, **({"barmode": "group"} if kind == "bar" else {}))}
+    extra: dict[str, Any] = {"barmode": "group"} if bar else {}
+    if per_bar:  # the legend names the series by hatching; the colours are the bars' techniques
+        extra["legend"] = {"title": {"text": "hatching:"}}
+    return {"data": traces, "layout": _layout(xaxis, yaxis, **extra)}

@@ -126,7 +126,7 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
                           "same process: load-robust"),
              column("throughput", "samples/s", num=True)]
     if several_runs(rows):
-        cols.append(column("run", "run", title="run file · machine · commit · load average"))
+        cols.append(column("run", "run", kind="run", title="run file · machine · commit · load average"))
     cols.append(column("matches", "matches reference", kind="check"))
     cells, records = [], []
     for r in rows.itertuples():
@@ -162,7 +162,7 @@ def not_ranked_table(page: Page, name: str, rows: pd.DataFrame, with_family: boo
         column("technique", "technique", kind="tech"), column("setting", "setting"), column("params", "parameters"),
         column("status", "status", kind="status"), column("reason", "reason")]
     if several_runs(bad):
-        cols.append(column("run", "run", title="run file · machine · commit · load average"))
+        cols.append(column("run", "run", kind="run", title="run file · machine · commit · load average"))
     cols.append(column("matches", "matches reference", kind="check"))
     cells = [{"family": r.family, "technique": r.technique, "peer": bool(r.peer), "is_baseline": False, "note": None,
               "setting": A.setting_text(setting_of(r)), "params": A.param_text(r.params), "status": r.status_shown,

@@ -38,8 +38,11 @@ def fmt_relative(ratio: Any) -> str:
 
 
 def fmt_rate(v: Any) -> str:
-    """Samples/s as a whole number with thousands separators (``'24,970'``); ``'-'`` when unknown."""
-    return f"{v:,.0f}" if _finite(v) else "-"
+    """Samples/s as a whole number with thousands separators (``'24,970'``), three significant digits
+    below 100 (``'2.43'``, not ``'2'``); ``'-'`` when unknown."""
+    if not _finite(v):
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
 def fmt_load(before: Any, after: Any, cores: Any) -> str:

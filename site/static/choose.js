@@ -278,10 +278,14 @@ var memlabChoose = (function () {
     return node;
   }
 
-  function tech(name, peer) {
-    var color = APP.colors[name] || "#444444";
-    return [el("span", {"class": "swatch", "data-technique": name, style: "background:" + color}),
-            el("span", {"class": "tech", text: name}), peer ? el("span", {"class": "badge peer", text: "peer"}) : null];
+  // c: a candidate (or cannot-fit row): its label ("slice_accumulate[backward=manual]") is shown, its
+  // technique's colour (one per technique on every page, APP.colors) fills the swatch.
+  function tech(c) {
+    var color = APP.colors[c.technique];
+    if (!color) { console.error("no colour for technique " + c.technique); color = "#444444"; }
+    return [el("span", {"class": "swatch", "data-technique": c.technique, title: c.technique,
+                        style: "background:" + color}),
+            el("span", {"class": "tech", text: c.label}), c.peer ? el("span", {"class": "badge peer", text: "peer"}) : null];
   }
 
   function knobText(c) {
@@ -327,7 +331,7 @@ var memlabChoose = (function () {
     return a.fits.map(function (c, i) {
       var onFront = pareto.indexOf(c) >= 0;
       return {
-        cells: {rank: String(i + 1), technique: tech(c.label, c.peer), setting: knobText(c),
+        cells: {rank: String(i + 1), technique: tech(c), setting: knobText(c),
                 need: fmtMiB(c.need_bytes), headroom: fmtMiB(c.headroom_bytes), time: fmtRel(c.relative_step_time),
                 front: onFront ? "on the front" : "",
                 beyond: c.beyond.length ? [el("span", {title: "beyond this model's validated range: " + c.beyond.join(", "),
@@ -380,7 +384,7 @@ var memlabChoose = (function () {
     var sizesText = Object.keys(a.sizes).map(function (k) { return k + "=" + a.sizes[k]; }).join(", ");
     var first = a.fits[0];
     var head = el("div", {"class": "headline"}, [el("p", {}, first ? [
-      el("strong", {text: "First choice: "}), ].concat(tech(first.label, first.peer)).concat([
+      el("strong", {text: "First choice: "}), ].concat(tech(first)).concat([
       " " + knobText(first).replace(/^-$/, "") + ": " + need + " " + fmtMiB(first.need_bytes) + " of "
       + fmtMiB(a.budget_bytes) + " (headroom " + fmtMiB(first.headroom_bytes) + "), about "
       + fmtRel(first.relative_step_time) + " the plain step's time. " + a.fits.length + " of " + a.candidates
@@ -433,7 +437,7 @@ var memlabChoose = (function () {
       box.appendChild(table("pareto-table", [{key: "technique", label: "technique"}, {key: "setting", label: "setting"},
         {key: "need", label: need, num: true}, {key: "time", label: "relative step (predicted)", num: true},
         {key: "fits", label: "fits the budget"}], a.pareto.map(function (c) {
-          return {cells: {technique: tech(c.label, c.peer), setting: knobText(c), need: fmtMiB(c.need_bytes),
+          return {cells: {technique: tech(c), setting: knobText(c), need: fmtMiB(c.need_bytes),
                           time: fmtRel(c.relative_step_time), fits: c.fits ? "yes" : "no"},
                   sort: {need: c.need_bytes.toString(), time: c.relative_step_time}};
         }), "settings no other beats on both memory and time"));
@@ -443,7 +447,7 @@ var memlabChoose = (function () {
       box.appendChild(table("cannot-table", [{key: "technique", label: "technique"},
         {key: "need", label: "smallest " + need, num: true}, {key: "setting", label: "at"},
         {key: "why", label: "note"}], a.cannot_fit.map(function (c) {
-          return {cells: {technique: tech(c.label, c.peer), need: fmtMiB(c.smallest_need_bytes), setting: knobText(c),
+          return {cells: {technique: tech(c), need: fmtMiB(c.smallest_need_bytes), setting: knobText(c),
                           why: c.recommendable ? "" : "not recommended: a held-out measurement was not ok"},
                   sort: {need: c.smallest_need_bytes.toString()}};
         }), "the smallest each reaches"));
