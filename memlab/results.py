@@ -894,9 +894,11 @@ def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
             "series": {k: [y if _is_number(y) else None for y in v] for k, v in fig["series"].items()}}
 
 
-def load_json_objects(paths: Iterable[Path | str]) -> list[tuple[Path, dict[str, Any]]]:
+def load_json_objects(paths: Iterable[Path | str], *,
+                      not_object: str = "not a JSON object; skipped") -> list[tuple[Path, dict[str, Any]]]:
     """``(path, object)`` for each file that is one JSON object, read as defensively as every input
-    (NOTE [ hostile input files ]); any other file is warned about (ResultsWarning) and left out."""
+    (NOTE [ hostile input files ]); any other file is warned about (ResultsWarning, ``not_object``
+    for valid JSON of another type) and left out."""
     out = []
     for path in map(Path, paths):
         with _FileProblems(path) as report:
@@ -904,7 +906,7 @@ def load_json_objects(paths: Iterable[Path | str]) -> list[tuple[Path, dict[str,
             if data is _FAILED:
                 continue
             if not isinstance(data, dict):
-                report("not a JSON object; skipped")
+                report(not_object)
                 continue
             out.append((path, data))
     return out
@@ -923,14 +925,8 @@ def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
         ResultsWarning: naming each unreadable or malformed file, and each invalid measurement.
     """
     out, seen = [], set()
-    for path in map(Path, paths):
+    for path, data in load_json_objects(paths, not_object="a reproduction must be a JSON object; skipped"):
         with _FileProblems(path) as report:
-            data = _read_json(path, report)
-            if data is _FAILED:
-                continue
-            if not isinstance(data, dict):
-                report("a reproduction must be a JSON object; skipped")
-                continue
             problems = [f"field {key!r} must be a string" for key in ("title", "claim", "summary")
                         if not isinstance(data.get(key), str)]
             if data.get("verdict") not in VERDICTS:
