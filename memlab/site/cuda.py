@@ -129,8 +129,14 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
         key = r["technique"] + " " + A.param_text(r["params"]) + (f" · {r['mode']}" if r.get("mode") else "")
         groups.setdefault(key, {"technique": r["technique"], "params": r["params"], "mode": r.get("mode"), "by": {}})
         groups[key]["by"][r["conf"]] = r
-    cols = [column("technique", "technique", kind="tech"), column("params", "parameters"), column("mode", "mode"),
-            column("allocated", "GPU allocated (predicted)", num=True,
+    # what every configuration shares is said once; the table and the chart's labels show what varies
+    params = [g["params"] for g in groups.values()]
+    common = set.intersection(*(set(p) for p in params)) if params else set()
+    fixed = {k: params[0][k] for k in sorted(common) if all(p[k] == params[0][k] for p in params)}
+    modes = len({g["mode"] for g in groups.values()}) > 1
+    cols = [column("technique", "technique", kind="tech"), column("params", "parameters")]
+    cols += [column("mode", "mode")] if modes else []
+    cols += [column("allocated", "GPU allocated (predicted)", num=True,
                    title="predicted max_memory_allocated(), baseline included (the same for every setting)")]
     for i, c in enumerate(confs):
         cols.append(column(f"r{i}", f"reserved: {_conf_name(c)}", num=True,
@@ -139,7 +145,7 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
     for key, g in groups.items():
         first = next(iter(g["by"].values()))
         cell = {"technique": g["technique"], "peer": False, "is_baseline": False, "note": None,
-                "params": A.param_text(g["params"]), "mode": g["mode"] or "-",
+                "params": A.param_text(g["params"], fixed) or "-", "mode": g["mode"] or "-",
                 "allocated": fmt_mib(first.get("allocated_peak_total_bytes")),
                 "allocated__sort": sort_value(first.get("allocated_peak_total_bytes"))}
         for i, c in enumerate(confs):
@@ -151,7 +157,8 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
                         "by_conf": {_conf_name(c): {k: (g["by"].get(c) or {}).get(k) for k in (*VARIANT_FIGURES, "error")}
                                     for c in confs}})
     table = page.table("predicted gpu memory by allocator setting", cols, cells, records)
-    names = [F.esc(k) for k in groups]
+    names = [F.esc(" ".join(p for p in (g["technique"], A.param_text(g["params"], fixed),
+                                        (g["mode"] or "") if modes else "") if p)) for g in groups.values()]
     techs = [g["technique"] for g in groups.values()]
     data = []
     for i, c in enumerate(confs):  # each bar in its technique's colour; the allocator setting by hatching
@@ -170,13 +177,16 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
                        legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
                                "title": {"text": "hatching:"}},
                        height=480)
-    layout["margin"] = {"l": 70, "r": 20, "t": 64, "b": 160}
+    layout["margin"] = {"l": 70, "r": 20, "t": 64, "b": 60}
+    layout["xaxis"].update(tickangle=-40, automargin=True)
+    layout["xaxis"]["title"]["standoff"] = 12  # below the slanted labels (automargin makes room)
     chart = page.chart({"data": data, "layout": layout}, "Predicted GPU reserved under each allocator setting",
                        "Predicted, not measured: each configuration's CPU allocation trace replayed through the caching "
                        "allocator model under each PYTORCH_CUDA_ALLOC_CONF. A bar takes its technique's colour; the "
                        "hatching is the allocator setting; the black tick is the predicted allocated peak, which no "
                        "setting changes.", anchor="predicted gpu by allocator setting")
     block = {"id": page.anchor("predicted on gpu"), "confs": [_conf_name(c) for c in confs], "table": table,
+             "fixed": A.param_text(fixed),
              "chart": chart, "source": v["source"], "answer": None}
     sb = v.get("slice_backward")
     if sb:

@@ -759,6 +759,10 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
     strings = any(isinstance(v, str) for v in spec["x"])
     xaxis = _axis(spec.get("x_label", ""), spec["x"], kind="log" if spec.get("log_x") and not strings else
                   ("category" if strings else "linear"))
+    nums = [_num(v) for v in spec["x"]]
+    if xaxis.get("type") == "log" and 2 <= len(nums) <= 8 and all(n is not None and n > 0 for n in nums):
+        # a handful of measured sizes: label those (depth 4 and 16), not the 1-2-5 ticks between them
+        xaxis.update(tickmode="array", tickvals=sorted(set(nums)), ticktext=[_tick(n) for n in sorted(set(nums))])
     yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") else "linear")
     extra: dict[str, Any] = {"barmode": "group"} if bar else {}
     if per_bar:  # the legend names the series by hatching; the colours are the bars' techniques
