@@ -44,6 +44,8 @@ REPORT = {"resnet": {"label": "ResNet32", "depth": 32, "memcnn": "resnet32", "mo
                      "actmem_bytes": 259_687_424, "nvidia_smi_mib": 712},
           "revnet": {"label": "RevNet38", "depth": 38, "memcnn": "revnet38", "model_bytes": 2_414_592,
                      "actmem_bytes": 106_352_640, "nvidia_smi_mib": 810}}
+#: the report's memory_reserved() - Model memory after backward, RevNet38, steps 0, 1, 2 (PyTorch 1.4, bytes)
+REVNET_RESERVED_BYTES = (320_864_256, 350_224_384, 379_584_512)
 REPORT_RATIO = REPORT["resnet"]["actmem_bytes"] / REPORT["revnet"]["actmem_bytes"]  # 2.44
 #: MemCNN's experiments.json: resnet32's data_loader_params.batch_size (revnet38 inherits it)
 MEMCNN_BATCH = 100
@@ -213,9 +215,9 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
     lo, hi = depths[0], depths[-1]
     per_step = (leaky.allocated_after_step_bytes[-1] - leaky.allocated_after_step_bytes[0]) / (LEAK_ITERATIONS - 1)
     out_bytes = LEAK_CFG["batch"] * 2 * LEAK_CFG["width"] * 4
-    net_text = (f"{'memlab ' if not quick else ''}resnet depth 32 vs revnet depth 38, basic blocks, width {cfg['width']}, "
-                f"{cfg['image']}x{cfg['image']} inputs, {cfg['classes']} classes, batch {cfg['batch']}, SGD with momentum, "
-                f"{c['net_iterations']} steps each")
+    net_text = (f"memlab's resnet depth 32 vs revnet depth 38, basic blocks, width {cfg['width']}, "
+                f"{cfg['image']}x{cfg['image']} inputs, {cfg['classes']} classes, batch {cfg['batch']}, "
+                f"SGD with momentum, {c['net_iterations']} steps each")
     m_rep = ""
     if memcnn:
         mb = (memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])
@@ -228,6 +230,32 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
                     f"{cfg['batch']} ({ratio(*sv)}x; a saved-tensor-hook count: the report's ActMem adds the input, "
                     "gradients and momentum)" if None not in sv else "") + ".")
     rc, vc = cud["resnet"], cud["revnet"]
+    res_ratio = ratio(rc["reserved_steady_mib"], vc["reserved_steady_mib"])
+    keeps = ("the caching allocator keeps the saving: reserved memory is the allocated peak rounded up to its "
+             "segments" if res_ratio is not None and act_ratio is not None and res_ratio >= 0.75 * act_ratio else
+             "the caching allocator's rounding and cached segments hide part of the saving")
+    # nvidia-smi = the allocator's reserved bytes + what lies outside it (CUDA context, cuDNN workspaces)
+    rev_reserved = [mib(b + REPORT["revnet"]["model_bytes"], 0) for b in (REVNET_RESERVED_BYTES[0],
+                                                                          REVNET_RESERVED_BYTES[-1])]
+    outside_rev = [REPORT["revnet"]["nvidia_smi_mib"] - r for r in reversed(rev_reserved)]
+    smi_text = (
+        "nvidia-smi shows the reserved bytes, which the allocator keeps between steps, plus what lies outside the "
+        "allocator: the CUDA context and cuDNN workspaces, which a CPU trace cannot see. The report's own "
+        f"memory_reserved() for RevNet38 under MemCNN 1.2.0 and PyTorch 1.4 ({rev_reserved[0]:.0f}-"
+        f"{rev_reserved[1]:.0f} MiB with "
+        f"the model over its first steps, still growing) leaves {outside_rev[0]:.0f}-{outside_rev[1]:.0f} MiB of its "
+        f"{REPORT['revnet']['nvidia_smi_mib']} MiB outside the allocator")
+    if not quick and rc["reserved_steady_mib"] is not None:
+        outside_res = REPORT["resnet"]["nvidia_smi_mib"] - rc["reserved_steady_mib"]
+        smi_text += (f"; ResNet32's {REPORT['resnet']['nvidia_smi_mib']} MiB less its predicted "
+                     f"{rc['reserved_steady_mib']:.0f} MiB reserved leaves {outside_res:.0f} MiB, the same fixed "
+                     f"share. So on a GPU the reversible saving "
+                     f"({rc['reserved_steady_mib'] - vc['reserved_steady_mib']:.0f} MiB of reserved memory here) "
+                     f"would show in nvidia-smi on top of that fixed share, but MemCNN 1.2.0's RevNet38 reserved "
+                     f"{rev_reserved[0]:.0f}-{rev_reserved[1]:.0f} MiB where memlab's reversible RevNet38 is "
+                     f"predicted at {vc['reserved_steady_mib']:.0f} MiB: the behaviour MemCNN 1.3.1 fixed, by the "
+                     "maintainer's account")
+    smi_text += "."
     parts = [
         f"Claim: {CLAIM} Configuration: CPU, float32; the report's networks: {net_text}"
         + (" (quick mode: toy sizes)" if quick else f" (MemCNN's experiments.json batch for resnet32 and revnet38 on "
@@ -244,20 +272,24 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
         f"Activation peak (saved activations and temporaries, exact): ResNet32 {mib(act['resnet'], 1)} MiB "
         f"({fmt(act['resnet'])} bytes), RevNet38 {mib(act['revnet'], 1)} MiB ({fmt(act['revnet'])} bytes): "
         f"{act_ratio}x less, beside the report's ActMem {fmt(REPORT['resnet']['actmem_bytes'])} / "
-        f"{fmt(REPORT['revnet']['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x)"
+        f"{fmt(REPORT['revnet']['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x"
+        + (f"; memlab's ratio is {100 * abs(act_ratio / REPORT_RATIO - 1):.0f}% "
+           f"{'below' if act_ratio < REPORT_RATIO else 'above'} it" if act_ratio else "") + ")"
         + (f"; scaled to batch {MEMCNN_BATCH}: {mib(act['resnet'] and act['resnet'] * scale, 1)} / "
            f"{mib(act['revnet'] and act['revnet'] * scale, 1)} MiB" if scale != 1 else "") + ".",
-        f"The totals hide most of it: total step peak (parameters, gradients, momentum, input and activations) "
-        f"ResNet32 {mib(tot['resnet'], 1)} MiB vs RevNet38 {mib(tot['revnet'], 1)} MiB "
-        f"({ratio(tot['resnet'], tot['revnet'])}x).",
+        f"Total step peak (parameters, gradients, momentum, input and activations): ResNet32 {mib(tot['resnet'], 1)} "
+        f"MiB vs RevNet38 {mib(tot['revnet'], 1)} MiB ({ratio(tot['resnet'], tot['revnet'])}x)"
+        + (f"; activations are {100 * act['resnet'] / tot['resnet']:.0f}% / {100 * act['revnet'] / tot['revnet']:.0f}% "
+           "of it" + (", so weights, gradients and momentum hide little of the saving at this size"
+                      if min(act[n] / tot[n] for n in NETS) >= 0.75 else
+                      ": weights, gradients and momentum hide part of the saving")
+           if None not in (*act.values(), *tot.values()) else "") + ".",
         f"Predicted CUDA (the caching allocator replayed on each step's exact trace): allocated peak "
         f"{rc['allocated_peak_total_mib']} vs {vc['allocated_peak_total_mib']} MiB, reserved peak "
         f"{rc['reserved_peak_mib']} vs {vc['reserved_peak_mib']} MiB on a fresh cache and "
         f"{rc['reserved_steady_mib']} vs {vc['reserved_steady_mib']} MiB in a process whose warm-up step filled the "
-        f"cache ({ratio(rc['reserved_steady_mib'], vc['reserved_steady_mib'])}x): nvidia-smi shows that reserved "
-        "figure plus the CUDA context and cuDNN/cuBLAS workspaces, which a CPU trace cannot see and which are the "
-        "same for both networks, and reserved memory is never handed back between steps; the report's 712 / 810 MiB "
-        "were taken with MemCNN 1.2.0, whose RevNet also held memory that 1.3.1 stopped holding.",
+        f"cache ({res_ratio}x): {keeps}.",
+        smi_text,
         f"Allocated after each step: ResNet32 varies by {growth['resnet']} bytes, RevNet38 by {growth['revnet']} bytes "
         f"over {c['net_iterations']} steps (status {res.status} / {rev.status}).",
         f"residual_stack activation peak (MiB) at depth {lo} -> {hi}: residual {stack_act('residual', lo)} -> "
@@ -265,7 +297,8 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
         + "".join(f", {stack_label(n)} {stack_act(n, lo)} -> {stack_act(n, hi)}" for n in ("memcnn", "revlib")
                   if n in rows)
         + f"; total peak residual {stack_total('residual', hi)} vs reversible {stack_total('reversible', hi)} MiB at "
-        f"depth {hi}.",
+        f"depth {hi}: in this MLP stack the step's peak is at the end of backward, where parameter gradients, not "
+        "activations, dominate.",
         f"Leak: reversible's after-step allocated bytes vary by {_growth(clean)} bytes over {LEAK_ITERATIONS} steps; "
         f"a per-block Function with ctx.y = y grows by {per_step:.0f} bytes per step on average (depth "
         f"{LEAK_CFG['depth']} x {out_bytes} bytes of block output per step, less whatever the garbage collector "
