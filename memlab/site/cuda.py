@@ -72,12 +72,12 @@ def predicted_chart(page: Page, rows: pd.DataFrame, variants: pd.Series, swept: 
     data = [{"type": "bar", "name": "predicted GPU reserved", "x": names,
              "y": [F.mib(v) for v in ok["predicted_cuda_reserved_bytes"]],
              "marker": {"color": [F.color_of(colors, t) for t in ok["technique"]]},
-             "meta": {"techniques": [F.esc(t) for t in ok["technique"]]}, "hoverinfo": "x+y+name"},
+             "meta": {"techniques": [F.esc(t) for t in ok["technique"]]}, "hoverinfo": "x+y+name", "showlegend": False},
             {"type": "bar", "name": "measured CPU total peak", "x": names,
              "y": [F.mib(v if _bytes(v) else None) for v in ok["total_peak_bytes"]],
-             "marker": {"color": "rgba(120,120,120,0.45)"}, "hoverinfo": "x+y+name"}]
-    layout = F._layout(F._axis("technique", kind="category"), F._axis("memory (MiB)"), barmode="group",
-                       legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom"})
+             "marker": {"color": "rgba(120,120,120,0.45)"}, "hoverinfo": "x+y+name", "showlegend": False}]
+    # no legend: a legend entry for bars coloured per technique would show the first bar's colour
+    layout = F._layout(F._axis("technique", kind="category"), F._axis("memory (MiB)"), barmode="group")
     return page.chart({"data": data, "layout": layout}, "Predicted GPU reserved per configuration",
                       "Coloured: predicted max_memory_reserved() on a GPU (not measured; the caching-allocator model "
                       "replayed on the CPU trace); grey: the measured CPU total peak.", anchor=f"{heading} predicted gpu")
@@ -168,7 +168,10 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
                                 "pattern": {"shape": F.SERIES_PATTERNS[i % len(F.SERIES_PATTERNS)],
                                             "fgcolor": "rgba(255,255,255,0.8)", "solidity": 0.35},
                                 "line": {"color": "#333333", "width": 1}},
-                     "meta": {"techniques": [F.esc(t) for t in techs]}, "hoverinfo": "x+y+name"})
+                     "meta": {"techniques": [F.esc(t) for t in techs]}, "hoverinfo": "x+y+name",
+                     "legendgroup": F.esc(f"reserved, {_conf_name(c)}"),
+                     "offsetgroup": F.esc(f"reserved, {_conf_name(c)}"), "showlegend": False})
+        data.append(F.pattern_legend(F.esc(f"reserved, {_conf_name(c)}"), F.SERIES_PATTERNS[i % len(F.SERIES_PATTERNS)]))
     data.append({"type": "scatter", "mode": "markers", "name": "allocated (any setting)", "x": names,
                  "y": [F.mib(next(iter(g["by"].values())).get("allocated_peak_total_bytes")) for g in groups.values()],
                  "marker": {"color": "#000000", "symbol": "line-ew-open", "size": 18, "line": {"width": 2}},
@@ -176,7 +179,7 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
     layout = F._layout(F._axis("configuration", kind="category"), F._axis("predicted GPU memory (MiB)"), barmode="group",
                        legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
                                "title": {"text": "hatching:"}},
-                       height=480)
+                       height=min(760, 400 + 6 * max((len(n) for n in names), default=0)))  # room for slanted labels
     layout["margin"] = {"l": 70, "r": 20, "t": 64, "b": 60}
     layout["xaxis"].update(tickangle=-40, automargin=True)
     layout["xaxis"]["title"]["standoff"] = 12  # below the slanted labels (automargin makes room)

@@ -32,7 +32,7 @@ from ..units import MiB
 from .ranking import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
-           "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "series_technique",
+           "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
            "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
            "seed_figure"]
@@ -678,6 +678,16 @@ _BASELINE_WORDS = frozenset({"plain", "baseline", "reference"})
 SERIES_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
 
 
+def pattern_legend(name: str, shape: str) -> dict[str, Any]:
+    """A legend entry alone (no bar drawn) for a series of bars coloured per technique: the legend
+    shows its hatching in neutral grey, not the first bar's colour; the series' bars take
+    ``legendgroup`` and ``offsetgroup`` = ``name`` and ``showlegend`` False, so a click on the entry
+    toggles them and the entry takes no place of its own beside them."""
+    return {"type": "bar", "name": name, "x": [None], "y": [None], "legendgroup": name, "offsetgroup": name,
+            "hoverinfo": "skip", "marker": {"color": "#d0d0d0", "line": {"color": "#333333", "width": 1},
+                                            "pattern": {"shape": shape, "fgcolor": "#333333", "solidity": 0.35}}}
+
+
 def _tokens(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
@@ -738,7 +748,8 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
                                            "fgcolor": "rgba(255,255,255,0.8)", "solidity": 0.35},
                                "line": {"color": "#333333", "width": 1}}
             trace["meta"] = {"techniques": [esc(t) for t in x_techs]}
-            traces.append(trace)
+            trace.update(legendgroup=esc(name), offsetgroup=esc(name), showlegend=False)
+            traces += [trace, pattern_legend(esc(name), SERIES_PATTERNS[i % len(SERIES_PATTERNS)])]
             continue
         tech = series_technique(name, techniques, colors)
         k = used[tech] = used.get(tech, -1) + 1
