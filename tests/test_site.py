@@ -573,3 +573,71 @@ def test_every_point_lies_inside_its_axis_range(tmp_path):
                 assert all(lo <= v <= hi for v in fig["layout"][axis]["tickvals"])
                 checked += 1
     assert checked >= 5
+
+
+# -- issue 17: the paper pages' figures and the Choose page take the techniques' colours ---------------
+def test_a_reproduction_series_takes_the_colour_of_the_technique_it_draws():
+    colors = {"resnet": F.BASELINE_COLOR, "revnet": "#2ca02c", "resnet_checkpoint_block": "#1f77b4",
+              "resnet_checkpoint_sqrt": "#d62728", "residual": F.BASELINE_COLOR, "reversible": "#d62728"}
+    chen = ["resnet", "resnet_checkpoint_block", "resnet_checkpoint_sqrt"]
+    assert F.series_technique("ResNet", ["resnet", "revnet"], colors) == "resnet"
+    assert F.series_technique("RevNet", ["resnet", "revnet"], colors) == "revnet"
+    assert F.series_technique("residual total peak", ["residual", "reversible"], colors) == "residual"
+    assert F.series_technique("per-block activation", chen, colors) == "resnet_checkpoint_block"
+    assert F.series_technique("sqrt(n) activation", chen, colors) == "resnet_checkpoint_sqrt"
+    assert F.series_technique("plain activation", chen, colors) == "resnet"  # the baseline's word
+    for name in ("analytic floor", "train", "infer", "checkpoint activation", 3):
+        assert F.series_technique(name, chen, colors) is None, name
+    # an x category names a technique only by its name
+    assert F.series_technique("ResNet-110", ["resnet", "revnet"], colors, loose=False) is None
+    assert F.series_technique("RevNet", ["resnet", "revnet"], colors, loose=False) == "revnet"
+
+
+def test_a_reproduction_figure_draws_no_series_in_a_colour_that_is_not_its_own():
+    colors = {"resnet": F.BASELINE_COLOR, "revnet": "#2ca02c", "slice_loop": "#9467bd", "unchunked": F.BASELINE_COLOR}
+    bar = F.seed_figure({"type": "bar", "x": ["ResNet-110", "ResNet-164"], "series": {"ResNet": [257.1, 773.0],
+                         "RevNet": [32.0, 132.0]}, "x_label": "networks", "y_label": "MiB"}, colors, ["resnet", "revnet"])
+    assert [(t["name"], t["marker"]["color"], t["meta"]) for t in bar["data"]] == [
+        ("ResNet", F.BASELINE_COLOR, {"technique": "resnet"}), ("RevNet", "#2ca02c", {"technique": "revnet"})]
+    line = F.seed_figure({"type": "line", "x": [1, 10, 100], "log_x": True, "series": {
+        "analytic floor": [1, 2, 3], "slice_loop": [4, 5, 6], "unchunked": [7, 7, 7]}}, colors, ["slice_loop", "unchunked"])
+    styles = {t["name"]: (t["line"]["color"], t["line"]["dash"]) for t in line["data"]}
+    assert styles == {"analytic floor": (F.NEUTRAL_COLOR, "dot"), "slice_loop": ("#9467bd", "solid"),
+                      "unchunked": (F.BASELINE_COLOR, "solid")}
+    assert line["layout"]["xaxis"]["tickvals"] == [1, 10, 100]
+    # x categories that are techniques: each bar in its technique's colour, the series told apart by
+    # hatching; the legend shows the hatching in grey, not the first bar's colour
+    modes = F.seed_figure({"type": "bar", "x": ["unchunked", "slice_loop"], "series": {"infer": [1, 2], "train": [3, 4]}},
+                          colors, ["slice_loop", "unchunked"])
+    drawn = [t for t in modes["data"] if t["x"] != [None]]
+    assert all(t["marker"]["color"] == [F.BASELINE_COLOR, "#9467bd"] and not t["showlegend"] for t in drawn)
+    assert [t["marker"]["pattern"]["shape"] for t in drawn] == ["", "/"]
+    legend = [t for t in modes["data"] if t["x"] == [None]]
+    assert [(t["name"], t["marker"]["color"] in F.PALETTE) for t in legend] == [("infer", False), ("train", False)]
+    assert {t["offsetgroup"] for t in legend} == {t["offsetgroup"] for t in drawn}  # the entries take no slot
+
+
+def test_techniques_only_a_reproduction_or_a_model_names_get_their_family_s_next_colour(tmp_path):
+    """A technique no sweep measured keeps clear of its family's colours (it used to restart the palette
+    in a group of its own: leaky_ctx_output took checkpoint_block's blue); the swept ones keep theirs."""
+    results, data = make_inputs(tmp_path)
+    rep = json.loads((data / "reproductions" / "chunked-slicing.json").read_text())
+    rep["measurements"].append(measurement("checkpoint_split_chunk", "chunking", {"n": 2000, "d": 256, "chunk_size": 500},
+                                           9 * MiB))
+    (data / "reproductions" / "chunked-slicing.json").write_text(json.dumps(rep))
+    before = build_context(results, data)["colors"]
+    assert before["checkpoint_split_chunk"] not in {before[t] for t in ("unchunked", "slice_loop", "vmap_chunks")}
+    swept = {t: before[t] for t in ("unchunked", "slice_loop", "vmap_chunks")}
+    (data / "models").mkdir()
+    models = json.loads((REPO / "data" / "models" / "cpu-float32-sgd.json").read_text())
+    (data / "models" / "cpu-float32-sgd.json").write_text(json.dumps(models))
+    ctx = build_context(results, data)
+    colors = ctx["colors"]
+    assert {t: colors[t] for t in swept} == swept
+    choose, = [p for p in ctx["pages"] if p["path"] == "choose.html"]
+    app = json.loads(choose["app"])
+    modelled = {e["technique"] for m in app["models"].values() for f in m["families"].values() for e in f["entries"]}
+    assert app["colors"] == {t: colors[t] for t in modelled} and "#444444" not in app["colors"].values()
+    chunking = sorted(t for t in colors if t in modelled | set(swept) and colors[t] != F.BASELINE_COLOR
+                      and t not in ("residual", "reversible", "reversible_nosave", "checkpoint_block"))
+    assert len({colors[t] for t in chunking}) == len(chunking), {t: colors[t] for t in chunking}

@@ -692,7 +692,7 @@ def _tokens(text: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str]) -> str | None:
+def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str], loose: bool = True) -> str | None:
     """The technique a reproduction figure's series (or x category) draws, or None when it is no technique.
 
     In this order: a technique's exact name (any technique with a colour); one of the reproduction's
@@ -700,7 +700,8 @@ def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str
     (``residual total peak`` -> ``residual``; the longest name first); the one technique sharing a word
     that not all of them share (``per-block activation`` -> ``resnet_checkpoint_block``); a word naming
     the baseline (``plain activation`` -> the reproduction's technique in the baseline's grey).
-    Anything else (``analytic floor``, ``train``) is no technique and is drawn neutral.
+    Anything else (``analytic floor``, ``train``) is no technique and is drawn neutral.  Not ``loose``
+    (an x category): a technique's name only, in any case.
     """
     if not isinstance(name, str):
         return None
@@ -709,8 +710,10 @@ def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str
     techs = sorted(set(techniques), key=lambda t: (-len(t), t))
     low = name.lower().strip()
     for t in techs:
-        if low == t.lower() or low.startswith(t.lower() + " "):
+        if low == t.lower() or (loose and low.startswith(t.lower() + " ")):
             return t
+    if not loose:
+        return None
     words = _tokens(name)
     common = set.intersection(*(_tokens(t) for t in techs)) if techs else set()
     hits = [t for t in techs if (_tokens(t) - common) & words]
@@ -736,7 +739,7 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
     bar = kind == "bar"
     traces = []
     x = [value(v) for v in spec["x"]]
-    x_techs = [series_technique(v, techniques, colors) for v in spec["x"]]
+    x_techs = [series_technique(v, techniques, colors, loose=False) for v in spec["x"]]
     per_bar = bar and bool(x_techs) and all(x_techs)
     used: dict[str | None, int] = {}
     for i, (name, ys) in enumerate(sorted(spec["series"].items())):
