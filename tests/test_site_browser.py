@@ -455,3 +455,41 @@ def test_the_harness_sees_errors(browser, served, tmp_path):
     text = " | ".join(errors)
     assert "console: boom" in text and "undefinedFunction" in text and "404" in text
     assert state["charts"] == []
+
+
+def test_the_page_checks_can_fail(browser, served, tmp_path):
+    """Each per-page check flags the defect it is for (else it would pass blind): a series drawn in a
+    technique's colour that names no technique (plotly's default blue), a technique in another colour,
+    a swatch for a label that is no technique, a title under plotly's toolbar, a numeric column that
+    does not sort, a download that does not hold the table's rows."""
+    shutil.copy(SITE_ROOT / "static" / "plotly.min.js", tmp_path / "plotly.min.js")
+    (tmp_path / "rows.json").write_text("[]")
+    (tmp_path / "rows.csv").write_text("technique\n")
+    figure = {"data": [{"type": "bar", "name": "ResNet", "x": ["a", "b"], "y": [1, 2], "marker": {"color": "#1f77b4"}},
+                       {"type": "scatter", "name": "slice_loop", "x": ["a", "b"], "y": [2, 1], "meta": {"technique": "slice_loop"},
+                        "line": {"color": "#d62728"}}],
+              "layout": {"title": {"text": "a long title that runs all the way under the toolbar " * 3, "x": 1, "xanchor": "right"},
+                         "width": 900, "margin": {"t": 20}}}
+    (tmp_path / "bad.html").write_text(
+        "<!DOCTYPE html><html><head><link rel='icon' href='data:,'><script src='plotly.min.js'></script></head><body>"
+        "<div class='chart' id='c'></div>"
+        "<div class='table-box' id='t'><a href='rows.csv' download>CSV</a> <a href='rows.json' download>JSON</a>"
+        "<table class='rows sortable'><thead><tr><th>technique</th><th data-type='num'>peak</th></tr></thead><tbody>"
+        + "".join(f"<tr><td><span class='swatch' data-technique='einsum_chunk[opt_einsum=false]' style='background:#444444'>"
+                  f"</span><span class='tech'>slice_loop</span></td><td data-sort='{n}'>{n} MiB</td></tr>" for n in (250, 1000, 100))
+        + "</tbody></table></div>"
+        f"<script>Plotly.newPlot('c', {json.dumps(figure['data'])}, {json.dumps(figure['layout'])})"
+        ".then(() => document.getElementById('c').setAttribute('data-drawn', '2'));</script></body></html>")
+    state, errors, session = _visit(browser, served(tmp_path)("bad.html"))
+    assert errors == [] and state["charts"][0]["drawn"] == "2"
+    seen = _evaluate(browser, session, _INSPECT_JS)
+    problems = _color_problems("bad.html", seen["colors"], {"slice_loop": "#9467bd", "resnet": F.BASELINE_COLOR})
+    assert any("'ResNet'" in p and "names no technique" in p for p in problems), problems
+    assert any("slice_loop is #d62728" in p for p in problems), problems
+    assert any("swatch for 'einsum_chunk[opt_einsum=false]'" in p for p in problems), problems
+    assert seen["charts"][0]["under"], "a title under the toolbar was not seen"
+    with pytest.raises(AssertionError):
+        _check_sorting(browser, session)  # no site.js: a click does not sort
+    with pytest.raises(AssertionError):
+        _check_downloads(tmp_path, "bad.html", seen["tables"])  # the downloads hold no rows
+    _close(browser, session)
