@@ -64,15 +64,22 @@ samples on) to apply on top of its 10% factor.  ``asv continuous`` and a multi-c
 interleave the rounds over the commits (A B B A), so a slow minute hits both sides.
 ``min_run_count = 4`` (the warm-up call plus 3 samples) only restates that floor.
 
-NOTE [ no track_relative_step_time ]
-memlab's ``Measurement.relative_step_time`` (the step over the plain reference step timed around
-it) was tried here as ``track_relative_step_time`` and taken out again.  ``asv continuous -b
-ChainedMatmul`` between 3b5aa65 and 515b07e (a README-only change), at load average 2.0-5.5 on
-2 cores, flagged 8 of its 16 combinations (ratios 0.24 to 1.86: vmap_chunk at chunk 200 went from
-8.60 to 2.10) and exited 1, "PERFORMANCE DECREASED"; ``time_step`` in the same run, with the
-settings of NOTE [ timing ], flagged none.  A ``track_`` value is one number per commit: asv has
-no samples to test it against, only its 10% factor, and under contention the technique and its
-reference step slow down by different amounts.  It stays in memlab's sweeps and site.
+NOTE [ track_relative_step_time at one thread ]
+``track_relative_step_time`` is memlab's ``Measurement.relative_step_time``: the median over at least
+``RELATIVE_STEPS`` training steps of each step's time over the plain reference steps timed just
+before and after it in the same process (dimensionless; 1.0 = as fast as the workload's plain
+reference).  It is measured with ONE intra-op thread (``torch.set_num_threads(1)`` around the
+measurement, restored after; on CUDA the thread count does not matter).  The first version here ran
+with the machine's default threads and was taken out: ``asv continuous -b ChainedMatmul`` between
+3b5aa65 and 515b07e (a README-only change), at load 2.0-5.5 on 2 cores, flagged 8 of 16
+combinations (ratios 0.24 to 1.86).  The cause: with two OpenMP threads on two busy cores every
+parallel region waits at a barrier for a descheduled thread, so a technique with many small GEMMs
+slows more than its one-GEMM reference (NOTE [ threads and load ] in memlab.measurement.inprocess:
+slice_loop's relative time x1.85 under two busy loops at two threads, x0.97 at one).  A ``track_``
+value is one number per commit (asv applies only its 10% factor to it), so it must be load-robust
+by construction: at one thread it is.  Its own measurement (not ``track_peak_allocated``'s, whose
+bytes stay at the default threads) is cached like the memory figures.  A commit whose memlab has no
+``relative_step_time`` skips it.
 
 NOTE [ only time_step builds a step in setup ]
 The class ``setup`` resolves and validates the configuration only (``prepare``: no tensors); the
@@ -136,6 +143,8 @@ __all__ = [
 ]
 
 DEVICES_ENV = "MEMLAB_ASV_DEVICES"
+#: technique steps (each between two reference steps) behind one track_relative_step_time value
+RELATIVE_STEPS = 7
 KNOWN_DEVICES = ("cpu", "cuda")
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 _NVIDIA_DEV = re.compile(r"nvidia\d+")
@@ -331,8 +340,10 @@ class MemlabBenchmark(abc.ABC):
             the step's baseline; exact on CPU, ``max_memory_allocated`` on CUDA.
         ``track_peak_reserved`` (bytes, CUDA only): the caching allocator's reserved bytes above
             the baseline; skipped on CPU, see NOTE [ CPU resident is not a regression metric ].
+        ``track_relative_step_time`` (ratio): the step over the plain reference step interleaved
+            with it, at one thread: load-robust (NOTE [ track_relative_step_time at one thread ]).
         ``time_step`` (seconds): one training step, timed by asv after the warm-up step that
-            ``setup`` runs; see NOTE [ timing ].
+            ``setup`` runs; see NOTE [ timing ]: raw seconds, which move with the machine's load.
     Both ``track_`` figures come from ONE ``memlab.measure(..., isolate=False)`` per combination:
     the first of them to run stores it in asv's ``setup_cache`` directory (fresh for each commit
     and environment, deleted by asv afterwards), the other reads it.
@@ -464,6 +475,31 @@ class MemlabBenchmark(abc.ABC):
         path.write_text(json.dumps(figures))
         return figures
 
+    def _relative(self) -> float:
+        """``relative_step_time`` at one intra-op thread (NOTE [ track_relative_step_time at one
+        thread ]), measured once per combination and run."""
+        path = self._cache_file().with_suffix(".relative.json")
+        if path.exists():
+            return json.loads(path.read_text())["relative_step_time"]
+        self._step = None
+        signature = inspect.signature(memlab.measure).parameters
+        if "time_budget" not in signature:
+            raise NotImplementedError("this memlab version times no reference step (no relative_step_time)")
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE, isolate=False,
+                               iterations=1, repeats=RELATIVE_STEPS, check=False, time_budget=0.0, **self.config)
+        finally:
+            torch.set_num_threads(threads)
+        if m.status != "ok":
+            raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
+        value = getattr(m, "relative_step_time", None)
+        if value is None:
+            raise NotImplementedError("this memlab version reports no relative_step_time")
+        path.write_text(json.dumps({"relative_step_time": value}))
+        return value
+
     def _figure(self, key: str):
         value = self._measure()[key]
         if value is None:
@@ -482,6 +518,13 @@ class MemlabBenchmark(abc.ABC):
 
     track_peak_reserved.unit = "bytes"
     track_peak_reserved.setup = _cuda_only
+
+    def track_relative_step_time(self, cache_dir, *values):
+        """One training step over the workload's plain reference step, interleaved in one process at
+        one intra-op thread (NOTE [ track_relative_step_time at one thread ]); dimensionless."""
+        return self._relative()
+
+    track_relative_step_time.unit = "ratio"
 
     def time_step(self, cache_dir, *values):
         """Seconds of one training step (forward, backward, SGD step)."""

@@ -9,6 +9,7 @@ them out.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import itertools
@@ -27,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
     sys.path.insert(0, str(ROOT))
 MODULES = ["benchmarks.bench_chunking", "benchmarks.bench_tensor_train", "benchmarks.bench_reversible"]
-METRICS = ("track_peak_allocated", "track_peak_reserved", "time_step")
+METRICS = ("track_peak_allocated", "track_peak_reserved", "track_relative_step_time", "time_step")
 
 
 def _classes():
@@ -80,7 +81,8 @@ def test_params_and_param_names_aligned(cls):
     for metric in METRICS:
         assert callable(getattr(cls, metric))
     assert cls.track_peak_allocated.unit == "bytes" and cls.track_peak_reserved.unit == "bytes"
-    assert not hasattr(cls, "track_relative_step_time")  # NOTE [ no track_relative_step_time ]
+    # NOTE [ track_relative_step_time at one thread ]
+    assert cls.track_relative_step_time.unit == "ratio"
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -554,3 +556,39 @@ def test_asv_run_builds_a_broken_commit_and_records_it_as_failed(tmp_path):
     (row,) = [line for line in cmp.stdout.splitlines() if "('einsum_chunk', 2000, 'cpu')" in line]
     change, before, after = (cell.strip() for cell in row.strip().strip("|").split("|")[:3])
     assert (change, after) == ("!", "failed") and before.endswith("M"), cmp.stdout
+
+
+def test_relative_step_time_is_measured_at_one_thread(tmp_path, monkeypatch):
+    """NOTE [ track_relative_step_time at one thread ]: one intra-op thread during its measurement
+    (load-robust), the caller's threads afterwards, cached apart from the memory figures."""
+    import torch
+
+    import memlab
+
+    tiny = _tiny_chained_matmul()
+    combo = ("slice_loop", 16, "cpu")
+    seen = []
+    real = memlab.measure
+
+    @functools.wraps(real)  # the benchmarks read measure's signature (what this memlab version takes)
+    def spy(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(memlab, "measure", spy)
+    ours = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        b = tiny()
+        b.setup(str(tmp_path), *combo)
+        value = b.track_relative_step_time(str(tmp_path), *combo)
+        assert torch.get_num_threads() == 2
+        b.track_peak_allocated(str(tmp_path), *combo)
+    finally:
+        torch.set_num_threads(ours)
+    assert seen == [1, 2]  # the relative time at one thread; the memory figures at the default
+    assert isinstance(value, float) and value > 0
+    (cached,) = tmp_path.glob("memlab-*.relative.json")
+    assert json.loads(cached.read_text())["relative_step_time"] == value
+    assert b.track_relative_step_time(str(tmp_path), *combo) == value  # read back, not re-measured
+    assert len(seen) == 2
