@@ -149,9 +149,13 @@ def test_history_chart_one_panel_per_technique_in_commit_order(tmp_path):
     assert panels == ["<b>unchunked</b> (baseline)", "<b>slice_loop</b>", "<b>vmap_chunk</b>"]
     assert layout["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in commits]
     assert layout["yaxis"]["title"]["text"] == "peak allocated (MiB)" and "yaxis3" in layout
-    traces = fig["data"]
+    traces = [t for t in fig["data"] if t["x"] != [None]]
     assert len(traces) == 5  # unchunked once, 2 chunk sizes for the others
-    assert [t["name"] for t in traces if t["showlegend"]] == ["chunk_size=2000", "chunk_size=500"]
+    # the legend: one neutral entry per combination, by dash and marker (a line's colour is its panel's)
+    legend = [t for t in fig["data"] if t.get("showlegend", True)]
+    assert [t["name"] for t in legend] == ["chunk_size=500", "chunk_size=2000"] and all(t["x"] == [None] for t in legend)
+    assert all(t["line"]["color"] not in F.PALETTE and t["line"]["color"] != F.BASELINE_COLOR for t in legend)
+    assert {t["legendgroup"] for t in legend} == {t["legendgroup"] for t in traces}
     assert H.line_labels(H.technique_histories(mem, order)) == ["chunk_size=500", "chunk_size=2000"]
     slice_loop = [t for t in traces if t["yaxis"] == "y2"]
     assert all(t["x"] == [c[:H.SHORT] for c in commits] for t in slice_loop)

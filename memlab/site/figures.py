@@ -569,7 +569,7 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
                      + (f" ({v:,.0f} bytes)" if unit == "bytes" else "") for c, v in line.points]
             trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
                      "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
-                     "legendgroup": name, "showlegend": line.label not in seen, "legendrank": 1000 + i,
+                     "legendgroup": name, "showlegend": False, "legendrank": 1000 + i,
                      **({"meta": {"technique": esc(tech)}} if tech else {}),
                      "line": {"color": color, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
                      "marker": {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}}
@@ -593,6 +593,14 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
             pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
             y_axis["range"] = [_rounded(lo - pad, 6), _rounded(hi + pad, 6)]
         layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"] = x_axis, y_axis
+    # the legend lists the parameter combinations by dash and marker, in neutral grey: a line's colour
+    # is its panel's technique (named above the panel), the same combination has another in each panel
+    for label in labels:
+        i = style[label]
+        traces.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "x": [None], "y": [None],
+                       "xaxis": "x", "yaxis": "y", "legendgroup": esc(label), "legendrank": 1000 + i, "hoverinfo": "skip",
+                       "line": {"color": _OTHER, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
+                       "marker": {"color": _OTHER, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}})
     fig_layout = _layout(layout.pop("xaxis", {"title": {"text": "commit"}}), layout.pop("yaxis", {"title": {"text": shown_unit}}),
                          **layout)
     fig_layout.update(height=120 + 190 * n, margin={"l": 90, "r": 20, "t": 36, "b": 110},
