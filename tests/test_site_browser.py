@@ -100,7 +100,7 @@ _INSPECT_JS = """(() => {
   const tables = [...document.querySelectorAll('div.table-box')].map(b => {
     const heads = [...b.querySelectorAll('thead th')].map(th => th.textContent.trim());
     return {id: b.id, heads: heads, rows: b.querySelectorAll('tbody tr').length, computed: b.classList.contains('choose-table'),
-      techniques: heads[0] === 'technique' ? [...b.querySelectorAll('tbody tr')].map(tr => tr.cells[0].querySelector('.tech').textContent) : null,
+      techniques: heads[0] === 'technique' ? [...b.querySelectorAll('tbody tr')].map(tr => (tr.cells[0].querySelector('.tech') || tr.cells[0]).textContent.trim()) : null,
       links: [...b.querySelectorAll('a[download]')].map(a => a.getAttribute('href'))};
   });
   return JSON.stringify({colors: colors, charts: charts, tables: tables});
@@ -291,8 +291,11 @@ def _close(b: Chromium, session: str) -> None:
 
 
 def _evaluate(b: Chromium, session: str, expression: str):
-    return json.loads(b.send("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                             session=session)["result"]["value"])
+    out = b.send("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=session)
+    if "exceptionDetails" in out:
+        d = out["exceptionDetails"]
+        raise AssertionError(f"the page's script threw: {d.get('exception', {}).get('description') or d.get('text')}")
+    return json.loads(out["result"]["value"])
 
 
 def _check_downloads(out: Path, page: str, tables: list[dict]) -> int:

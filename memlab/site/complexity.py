@@ -85,11 +85,14 @@ def _paper_table(page, t: Any) -> dict[str, Any] | None:
     title = str(t.get("title") or "Table")[:_MAX_TEXT]
     columns, shown, records = [], [], []
     cells = [[_cell(v) for v in r] for r in rows]
+    tech = cols.index("technique") if "technique" in cols and all(isinstance(r[cols.index("technique")], str)
+                                                                  for r in cells) else None
     for i, label in enumerate(cols):
         numeric = any(isinstance(r[i], (int, float)) for r in cells)
-        columns.append(column(f"c{i}", label[:_MAX_TEXT], num=numeric))
+        # a column of technique names shows each with its swatch, as every other table does
+        columns.append(column(f"c{i}", label[:_MAX_TEXT], num=numeric, kind="tech" if i == tech else "text"))
     for r in cells:
-        row = {}
+        row: dict[str, Any] = {"technique": r[tech], "peer": False} if tech is not None else {}
         for i, v in enumerate(r):
             row[f"c{i}"] = "-" if v is None else v
             row[f"c{i}__sort"] = sort_value(v)

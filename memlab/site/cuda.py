@@ -166,7 +166,7 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
                      "y": [F.mib((g["by"].get(c) or {}).get("reserved_peak_bytes")) for g in groups.values()],
                      "marker": {"color": [F.color_of(colors, t) for t in techs],
                                 "pattern": {"shape": F.SERIES_PATTERNS[i % len(F.SERIES_PATTERNS)],
-                                            "fgcolor": "rgba(255,255,255,0.8)", "solidity": 0.35},
+                                            "fgcolor": "rgba(255,255,255,0.85)", "solidity": 0.4, "fillmode": "overlay"},
                                 "line": {"color": "#333333", "width": 1}},
                      "meta": {"techniques": [F.esc(t) for t in techs]}, "hoverinfo": "x+y+name",
                      "legendgroup": F.esc(f"reserved, {_conf_name(c)}"),

@@ -682,6 +682,8 @@ def timelines_overlay(timelines: list[dict], labels: list[str], colors: dict[str
 
 
 _BASELINE_WORDS = frozenset({"plain", "baseline", "reference"})
+#: Series that are no technique, told apart from each other: near black, then greys (none is the baseline's).
+_NEUTRALS = (NEUTRAL_COLOR, "#5a5a5a", "#a0a0a0", "#c8c8c8")
 #: Bar patterns that tell apart the series of one chart whose bars take their technique's colour.
 SERIES_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
 
@@ -693,7 +695,7 @@ def pattern_legend(name: str, shape: str) -> dict[str, Any]:
     toggles them and the entry takes no place of its own beside them."""
     return {"type": "bar", "name": name, "x": [None], "y": [None], "legendgroup": name, "offsetgroup": name,
             "hoverinfo": "skip", "marker": {"color": "#d0d0d0", "line": {"color": "#333333", "width": 1},
-                                            "pattern": {"shape": shape, "fgcolor": "#333333", "solidity": 0.35}}}
+                                            "pattern": {"shape": shape, "fgcolor": "#333333", "solidity": 0.35, "fillmode": "overlay"}}}
 
 
 def _tokens(text: str) -> set[str]:
@@ -706,7 +708,8 @@ def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str
     In this order: a technique's exact name (any technique with a colour); one of the reproduction's
     ``techniques`` named in other case (``ResNet`` -> ``resnet``) or followed by what is drawn
     (``residual total peak`` -> ``residual``; the longest name first); the one technique sharing a word
-    that not all of them share (``per-block activation`` -> ``resnet_checkpoint_block``); a word naming
+    that not all of them share (``per-block activation`` -> ``resnet_checkpoint_block``; a word may end
+    in a size: ``memlab ResNet32`` -> ``resnet``); a word naming
     the baseline (``plain activation`` -> the reproduction's technique in the baseline's grey).
     Anything else (``analytic floor``, ``train``) is no technique and is drawn neutral.  Not ``loose``
     (an x category): a technique's name only, in any case.
@@ -723,6 +726,7 @@ def series_technique(name: Any, techniques: Sequence[str], colors: dict[str, str
     if not loose:
         return None
     words = _tokens(name)
+    words |= {w.rstrip("0123456789") for w in words if w[:1].isalpha()}  # ResNet32 draws resnet
     common = set.intersection(*(_tokens(t) for t in techs)) if techs else set()
     hits = [t for t in techs if (_tokens(t) - common) & words]
     if len(hits) == 1:
@@ -756,7 +760,7 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
         if per_bar:
             trace["marker"] = {"color": [color_of(colors, t) for t in x_techs],
                                "pattern": {"shape": SERIES_PATTERNS[i % len(SERIES_PATTERNS)],
-                                           "fgcolor": "rgba(255,255,255,0.8)", "solidity": 0.35},
+                                           "fgcolor": "rgba(255,255,255,0.85)", "solidity": 0.4, "fillmode": "overlay"},
                                "line": {"color": "#333333", "width": 1}}
             trace["meta"] = {"techniques": [esc(t) for t in x_techs]}
             trace.update(legendgroup=esc(name), offsetgroup=esc(name), showlegend=False)
@@ -764,13 +768,13 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
             continue
         tech = series_technique(name, techniques, colors)
         k = used[tech] = used.get(tech, -1) + 1
-        color = color_of(colors, tech) if tech else NEUTRAL_COLOR
+        color = color_of(colors, tech) if tech else _NEUTRALS[k % len(_NEUTRALS)]
         if tech:
             trace["meta"] = {"technique": esc(tech)}
         if bar:
-            shape = SERIES_PATTERNS[k % len(SERIES_PATTERNS)] if tech else "."
-            trace["marker"] = {"color": color, "pattern": {"shape": shape, "fgcolor": "rgba(255,255,255,0.8)",
-                                                           "solidity": 0.35}}
+            shape = SERIES_PATTERNS[k % len(SERIES_PATTERNS)] if tech else (".", "x", "-", "|")[k % 4]
+            trace["marker"] = {"color": color, "pattern": {"shape": shape, "fgcolor": "rgba(255,255,255,0.85)",
+                                                           "solidity": 0.4, "fillmode": "overlay"}}
         else:
             trace["mode"] = "lines+markers"
             dash = _FRONT_DASHES[k % len(_FRONT_DASHES)] if tech else ("dot", "dashdot", "longdash")[k % 3]
@@ -781,6 +785,8 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
     strings = any(isinstance(v, str) for v in spec["x"])
     xaxis = _axis(spec.get("x_label", ""), spec["x"], kind="log" if spec.get("log_x") and not strings else
                   ("category" if strings else "linear"))
+    if strings:
+        xaxis["automargin"] = True  # long category labels push the margin, not off the figure
     nums = [_num(v) for v in spec["x"]]
     if xaxis.get("type") == "log" and 2 <= len(nums) <= 8 and all(n is not None and n > 0 for n in nums):
         # a handful of measured sizes: label those (depth 4 and 16), not the 1-2-5 ticks between them
