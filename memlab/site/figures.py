@@ -179,6 +179,9 @@ def _axis(title: str, values: Iterable[Any] | None = None, kind: str | None = No
     axis: dict[str, Any] = {"title": {"text": esc(title)}, "zeroline": False}
     if kind and kind != "log":
         axis["type"] = kind
+        if kind == "category":  # slanted long labels push the margin; the title stays below them
+            axis.update(automargin=True)
+            axis["title"]["standoff"] = 10
         if kind == "linear":
             axis["tickformat"] = ","  # 25,000 as in the tables, not plotly's 25k
         return axis
