@@ -641,3 +641,10 @@ def test_techniques_only_a_reproduction_or_a_model_names_get_their_family_s_next
     chunking = sorted(t for t in colors if t in modelled | set(swept) and colors[t] != F.BASELINE_COLOR
                       and t not in ("residual", "reversible", "reversible_nosave", "checkpoint_block"))
     assert len({colors[t] for t in chunking}) == len(chunking), {t: colors[t] for t in chunking}
+
+
+def test_no_chart_mark_that_is_no_technique_takes_a_technique_s_colour():
+    """The under-load ring, the neutral series and the category colours are none of the technique colours."""
+    taken = set(F.PALETTE) | {F.BASELINE_COLOR}
+    assert F.UNDER_LOAD_COLOR not in taken and F.NEUTRAL_COLOR not in taken
+    assert not taken & set(F.CATEGORY_COLORS.values())

@@ -52,8 +52,9 @@ _SYMBOLS = ("circle", "square", "triangle-up", "x", "star", "triangle-down", "he
 _PEER_SYMBOLS = ("diamond-open", "square-open", "triangle-up-open", "x-open", "star-open", "triangle-down-open",
                  "hexagon-open", "cross-open")
 _PEER_DASH = "dash"
-#: The ring drawn around a point measured under load.
-UNDER_LOAD_COLOR = "#d62728"
+#: The ring drawn around a point measured under load: the tables' "under load" red, darker than any
+#: technique's (it was the palette's red, reversible's colour, ringing reversible's own points).
+UNDER_LOAD_COLOR = "#9a1f1f"
 #: Memory categories (``memlab.measurement.categories.CATEGORIES``): warm for activation memory (what
 #: the techniques change), pale for the rest.
 CATEGORY_COLORS = {"parameters": "#a6bddb", "gradients": "#74a9cf", "optimizer_state": "#d9d9d9",
