@@ -768,7 +768,8 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
                                "line": {"color": "#333333", "width": 1}}
             trace["meta"] = {"techniques": [esc(t) for t in x_techs]}
             trace.update(legendgroup=esc(name), offsetgroup=esc(name), showlegend=False)
-            traces += [trace, pattern_legend(esc(name), SERIES_PATTERNS[i % len(SERIES_PATTERNS)])]
+            traces += [trace] + ([pattern_legend(esc(name), SERIES_PATTERNS[i % len(SERIES_PATTERNS)])]
+                                 if len(spec["series"]) > 1 else [])  # one series: the axes say it all
             continue
         tech = series_technique(name, techniques, colors)
         k = used[tech] = used.get(tech, -1) + 1
@@ -797,6 +798,6 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
         xaxis.update(tickmode="array", tickvals=sorted(set(nums)), ticktext=[_tick(n) for n in sorted(set(nums))])
     yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") else "linear")
     extra: dict[str, Any] = {"barmode": "group"} if bar else {}
-    if per_bar:  # the legend names the series by hatching; the colours are the bars' techniques
+    if per_bar and len(spec["series"]) > 1:  # the legend names the series by hatching; colours are the bars' techniques
         extra["legend"] = {"title": {"text": "hatching:"}}
     return {"data": traces, "layout": _layout(xaxis, yaxis, **extra)}
