@@ -1,13 +1,20 @@
 """The built site in a real browser: headless Chromium loads every page from a local HTTP server.
 
+The site is built from the test fixtures (hostile names included) plus the repository's committed
+reproductions, CUDA variants and memory models, so every kind of page is visited: the index, the
+family pages, timelines, history, the paper (seed) pages, the Choose page and the methodology.
 Asserts per page: no console errors, no uncaught exceptions, no failed loads or CSP violations
-(Chrome's log), every chart element drawn by plotly with data in it, no script injected through
-a technique name, no chart text under plotly's toolbar (bounding boxes), and for every table that
-its CSV and JSON downloads exist and hold the table's rows.  Across pages: the chunking family's
-first chart has ``chunk_size`` on its x-axis; a technique has the same colour (chart traces and
-table swatches) on the index, its family page and the timelines page; a numeric column sorts as
-numbers when its header is clicked (and back when clicked again).  Writes a screenshot of every page
-to ``test-artifacts/`` (or ``$MEMLAB_TEST_ARTIFACTS``).
+(Chrome's log); every chart element drawn by plotly with data in it; no script injected through a
+technique name; no chart text under plotly's toolbar (bounding boxes); every table's CSV and JSON
+downloads, fetched over HTTP as their links give them, hold the table's rows in its order; every
+technique drawn (chart traces, per-bar colours, table swatches) in its one colour from the build's
+colour assignment, no series that names no technique drawn in a technique's colour (a chart left
+to plotly's default palette) and no swatch for a label that is no technique; a numeric column in
+which text order is not number order sorts as numbers when its header is clicked (and back when
+clicked again).  Across pages: the chunking family's first chart has ``chunk_size`` on its x-axis;
+a technique has the same colour on the index, its family page, the timelines page, a paper page and
+the Choose page.  :func:`test_the_page_checks_can_fail` shows each check failing on a page with the
+defect.  Writes a screenshot of every page to ``test-artifacts/`` (or ``$MEMLAB_TEST_ARTIFACTS``).
 
 Chromium is driven through the DevTools protocol over a pipe (``--remote-debugging-pipe``: JSON
 messages separated by NUL on file descriptors 3 and 4), so the test needs no Python packages
@@ -17,10 +24,12 @@ it the test skips, unless ``CI`` is set, where it fails.
 from __future__ import annotations
 
 import base64
+import csv
 import fcntl
 import functools
 import html
 import http.server
+import io
 import json
 import os
 import re
@@ -30,7 +39,9 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -298,16 +309,26 @@ def _evaluate(b: Chromium, session: str, expression: str):
     return json.loads(out["result"]["value"])
 
 
-def _check_downloads(out: Path, page: str, tables: list[dict]) -> int:
-    """Every table's CSV and JSON exist beside the page and hold its rows, in its order."""
+def _fetch(url: Callable[[str], str]) -> Callable[[str], str]:
+    """A site-relative path's text, over HTTP from the test's server (as a click on the link fetches it)."""
+    def get(href: str) -> str:
+        with urllib.request.urlopen(url(href), timeout=30) as r:
+            assert r.status == 200, (href, r.status)
+            return r.read().decode("utf-8")
+    return get
+
+
+def _check_downloads(fetch: Callable[[str], str], page: str, tables: list[dict]) -> int:
+    """Every table's CSV and JSON download (fetched as its link gives it) holds its rows, in its order."""
     for t in tables:
         csv_href, json_href = sorted(t["links"])
         assert csv_href.endswith(".csv") and json_href.endswith(".json"), (page, t["id"], t["links"])
-        records = json.loads((out / json_href).read_text())
-        lines = (out / csv_href).read_text().splitlines()
-        assert len(records) == len(lines) - 1 == t["rows"] > 0, (page, t["id"])
+        records = json.loads(fetch(json_href))
+        rows = list(csv.reader(io.StringIO(fetch(csv_href))))
+        assert len(records) == len(rows) - 1 == t["rows"] > 0, (page, t["id"])
         if t["techniques"] is not None:
             assert [r["technique"] for r in records] == t["techniques"], (page, t["id"])
+            assert [r[rows[0].index("technique")] for r in rows[1:]] == t["techniques"], (page, t["id"])
     return len(tables)
 
 
@@ -397,7 +418,7 @@ def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, t
         seen = _evaluate(browser, session, _INSPECT_JS)
         for chart in seen["charts"]:
             assert chart["under"] == [], f"{page} {chart['id']}: text under the toolbar: {chart['under']}"
-        tables += _check_downloads(out, page, [t for t in seen["tables"] if not t["computed"]])
+        tables += _check_downloads(_fetch(url), page, [t for t in seen["tables"] if not t["computed"]])
         colors[page] = seen["colors"]
         problems += _color_problems(page, seen["colors"], expected)
         if page == "family-chunking.html":
@@ -494,5 +515,5 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
     with pytest.raises(AssertionError):
         _check_sorting(browser, session)  # no site.js: a click does not sort
     with pytest.raises(AssertionError):
-        _check_downloads(tmp_path, "bad.html", seen["tables"])  # the downloads hold no rows
+        _check_downloads(_fetch(served(tmp_path)), "bad.html", seen["tables"])  # the downloads hold no rows
     _close(browser, session)
