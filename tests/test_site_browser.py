@@ -5,8 +5,9 @@ reproductions, CUDA variants and memory models, so every kind of page is visited
 family pages, timelines, history, the paper (seed) pages, the Choose page and the methodology.
 Asserts per page: no console errors, no uncaught exceptions, no failed loads or CSP violations
 (Chrome's log); every chart element drawn by plotly with data in it; no script injected through a
-technique name; no chart text under plotly's toolbar (bounding boxes); every table's CSV and JSON
-downloads, fetched over HTTP as their links give them, hold the table's rows in its order; every
+technique name; no chart text under plotly's toolbar (bounding boxes) and no legend that scrolls
+(entries hidden); every table's CSV and JSON downloads, fetched over HTTP as their links give
+them, hold the table's rows in its order; every
 technique drawn (chart traces, per-bar colours, table swatches) in its one colour from the build's
 colour assignment, no series that names no technique drawn in a technique's colour (a chart left
 to plotly's default palette) and no swatch for a label that is no technique; a numeric column in
@@ -105,7 +106,9 @@ _INSPECT_JS = """(() => {
       .filter(t => { const r = t.getBoundingClientRect();
         return r.width > 0 && t.textContent.trim() && r.left < box.right && r.right > box.left && r.top < box.bottom && r.bottom > box.top; })
       .map(t => t.textContent.trim());
-    return {id: d.id, x: ((d.layout || {}).xaxis || {}).title ? d.layout.xaxis.title.text : null, under: under};
+    const scroll = d.querySelector('.legend .scrollbar');
+    return {id: d.id, x: ((d.layout || {}).xaxis || {}).title ? d.layout.xaxis.title.text : null, under: under,
+            scrolls: !!scroll && +scroll.getAttribute('height') > 0};
   });
   document.querySelectorAll('span.swatch[data-technique]').forEach(s => add(s.getAttribute('data-technique'), getComputedStyle(s).backgroundColor, 'swatch'));
   const tables = [...document.querySelectorAll('div.table-box')].map(b => {
@@ -418,6 +421,7 @@ def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, t
         seen = _evaluate(browser, session, _INSPECT_JS)
         for chart in seen["charts"]:
             assert chart["under"] == [], f"{page} {chart['id']}: text under the toolbar: {chart['under']}"
+            assert not chart["scrolls"], f"{page} {chart['id']}: its legend scrolls (entries hidden)"
         tables += _check_downloads(_fetch(url), page, [t for t in seen["tables"] if not t["computed"]])
         colors[page] = seen["colors"]
         problems += _color_problems(page, seen["colors"], expected)
@@ -484,11 +488,12 @@ def test_the_harness_sees_errors(browser, served, tmp_path):
 def test_the_page_checks_can_fail(browser, served, tmp_path):
     """Each per-page check flags the defect it is for (else it would pass blind): a series drawn in a
     technique's colour that names no technique (plotly's default blue), a technique in another colour,
-    a swatch for a label that is no technique, a title under plotly's toolbar, a numeric column that
-    does not sort, a download that does not hold the table's rows."""
+    a swatch for a label that is no technique, a title under plotly's toolbar, a legend that scrolls,
+    a numeric column that does not sort, a download that does not hold the table's rows."""
     shutil.copy(SITE_ROOT / "static" / "plotly.min.js", tmp_path / "plotly.min.js")
     (tmp_path / "rows.json").write_text("[]")
     (tmp_path / "rows.csv").write_text("technique\n")
+    long_legend = [{"type": "scatter", "name": f"series {i}", "x": [1, 2], "y": [i, i + 1]} for i in range(30)]
     figure = {"data": [{"type": "bar", "name": "ResNet", "x": ["a", "b"], "y": [1, 2], "marker": {"color": "#1f77b4"}},
                        {"type": "scatter", "name": "slice_loop", "x": ["a", "b"], "y": [2, 1], "meta": {"technique": "slice_loop"},
                         "line": {"color": "#d62728"}}],
@@ -496,14 +501,16 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
                          "width": 900, "margin": {"t": 20}}}
     (tmp_path / "bad.html").write_text(
         "<!DOCTYPE html><html><head><link rel='icon' href='data:,'><script src='plotly.min.js'></script></head><body>"
-        "<div class='chart' id='c'></div>"
+        "<div class='chart' id='c'></div><div class='chart' id='l'></div>"
         "<div class='table-box' id='t'><a href='rows.csv' download>CSV</a> <a href='rows.json' download>JSON</a>"
         "<table class='rows sortable'><thead><tr><th>technique</th><th data-type='num'>peak</th></tr></thead><tbody>"
         + "".join(f"<tr><td><span class='swatch' data-technique='einsum_chunk[opt_einsum=false]' style='background:#444444'>"
                   f"</span><span class='tech'>slice_loop</span></td><td data-sort='{n}'>{n} MiB</td></tr>" for n in (250, 1000, 100))
         + "</tbody></table></div>"
         f"<script>Plotly.newPlot('c', {json.dumps(figure['data'])}, {json.dumps(figure['layout'])})"
-        ".then(() => document.getElementById('c').setAttribute('data-drawn', '2'));</script></body></html>")
+        ".then(() => document.getElementById('c').setAttribute('data-drawn', '2'));"
+        f"Plotly.newPlot('l', {json.dumps(long_legend)}, {{height: 300}})"
+        ".then(() => document.getElementById('l').setAttribute('data-drawn', '30'));</script></body></html>")
     state, errors, session = _visit(browser, served(tmp_path)("bad.html"))
     assert errors == [] and state["charts"][0]["drawn"] == "2"
     seen = _evaluate(browser, session, _INSPECT_JS)
@@ -512,6 +519,7 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
     assert any("slice_loop is #d62728" in p for p in problems), problems
     assert any("swatch for 'einsum_chunk[opt_einsum=false]'" in p for p in problems), problems
     assert seen["charts"][0]["under"], "a title under the toolbar was not seen"
+    assert seen["charts"][1]["scrolls"] and not seen["charts"][0]["scrolls"], "a scrolling legend was not seen"
     with pytest.raises(AssertionError):
         _check_sorting(browser, session)  # no site.js: a click does not sort
     with pytest.raises(AssertionError):

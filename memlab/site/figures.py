@@ -31,7 +31,7 @@ import pandas as pd
 from ..units import MiB
 from .ranking import pareto_front, ranked, sort_key
 
-__all__ = ["esc", "value", "mib", "to_json", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
+__all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
            "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
@@ -88,6 +88,23 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def fit_legend(fig: dict) -> dict:
+    """``fig`` grown so that its vertical legend fits beside the plot without a scroll bar (plotly
+    scrolls a legend taller than the plot, hiding entries: a Pareto chart of 15 entries in 420 px)."""
+    layout = fig.get("layout", {})
+    legend = layout.get("legend") or {}
+    if layout.get("showlegend") is False or legend.get("orientation", "v") != "v":
+        return fig
+    entries = sum(1 for t in fig.get("data", []) if t.get("showlegend", True) is not False)
+    if entries < 2:
+        return fig
+    margin = layout.get("margin") or {}
+    need = 30 * entries + (24 if legend.get("title") else 0) + margin.get("t", 100) + margin.get("b", 80) + 20
+    if need > layout.get("height", 450):
+        fig = {**fig, "layout": {**layout, "height": need}}
+    return fig
 
 
 def to_json(fig: dict) -> str:

@@ -41,7 +41,8 @@ class Page:
 
     def chart(self, figure: dict, title: str, caption: str = "", anchor: str | None = None) -> dict[str, str]:
         """A chart headed ``title`` (HTML, with a permalink; plotly draws no title)."""
-        return {"id": self.anchor(anchor or title), "title": title, "caption": caption, "figure": F.to_json(figure)}
+        return {"id": self.anchor(anchor or title), "title": title, "caption": caption,
+                "figure": F.to_json(F.fit_legend(figure))}
 
     def table(self, name: str, columns: list[dict[str, Any]], rows: list[dict[str, Any]],
               records: list[dict[str, Any]]) -> dict[str, Any]:
