@@ -75,7 +75,7 @@ with the machine's default threads and was taken out: ``asv continuous -b Chaine
 combinations (ratios 0.24 to 1.86).  The cause: with two OpenMP threads on two busy cores every
 parallel region waits at a barrier for a descheduled thread, so a technique with many small GEMMs
 slows more than its one-GEMM reference (NOTE [ threads and load ] in memlab.measurement.inprocess:
-slice_loop's relative time x1.85 under two busy loops at two threads, x0.97 at one).  A ``track_``
+slice_loop's relative time x1.35 under two busy loops at two threads, x1.06 at one).  A ``track_``
 value is one number per commit (asv applies only its 10% factor to it), so it must be load-robust
 by construction: at one thread it is.  Its own measurement (not ``track_peak_allocated``'s, whose
 bytes stay at the default threads) is cached like the memory figures.  A commit whose memlab has no

@@ -111,7 +111,8 @@ def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_bud
     return rows
 
 
-def _busy(stop) -> None:
+def _busy(stop, running) -> None:
+    running.set()
     x = 0
     while not stop.is_set():
         for _ in range(100_000):
@@ -144,11 +145,17 @@ def load_robustness(name: str = "slice_loop", params: dict[str, Any] | None = No
     one("idle")
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
-    workers = [ctx.Process(target=_busy, args=(stop,), daemon=True) for _ in range(load_processes)]
+    running = [ctx.Event() for _ in range(load_processes)]
+    workers = [ctx.Process(target=_busy, args=(stop, r), daemon=True) for r in running]
     for w in workers:
         w.start()
     try:
-        time.sleep(1.0)  # let the busy loops reach the run queue before the measurement starts
+        # a spawned process takes seconds to start (it re-imports the caller's main module): measure
+        # only once every busy loop runs, or the first measurements see no load at all
+        for r in running:
+            if not r.wait(120):
+                raise RuntimeError("a busy-loop process of the load experiment did not start within 120 s")
+        time.sleep(1.0)  # let the loops settle in the run queue
         one(f"{load_processes}-proc load")
     finally:
         stop.set()

@@ -102,12 +102,16 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
 # a load that slows both cancels.  That holds only while the load slows both by the same factor, which
 # intra-op parallelism breaks: with 2 OpenMP threads on 2 cores and 2 busy processes, every parallel
 # region ends at a barrier that waits for whichever thread the scheduler has just descheduled, so a
-# step's slowdown grows with its number of parallel regions.  A chunked loop (slice_loop: 4 chunks,
-# 4x the GEMM calls of its reference) then slowed x4.35 while its reference slowed less: relative
-# time x1.85.  With one thread there is no barrier; both steps get the same share of a core and the
-# ratio held (x0.97; ``memlab bench-harness``).  So on a shared machine measure with ``threads=1``
-# (``memlab sweep --threads 1``) when the relative time is the figure that matters; absolute times
-# are then single-core times.
+# step's slowdown grows with its number of parallel regions.  A chunked loop (slice_loop at n=4000,
+# chunk 1000: 4x the GEMM calls of its reference) then slows more than its reference: under two busy
+# loops its step took x3.27 and its relative time moved x1.35 (x2.03 in another run).  With one
+# thread there is no barrier, both steps get the same share of a core, and the ratio held: step
+# x1.39, relative time x1.06; under four busy loops x1.01 (``memlab bench-harness``, 3 December 2026,
+# 2 idle cores).  The measured child leads its own session, so with the kernel's autogroup
+# scheduling (on here) it competes as one group against the busy loops' group, however many loops
+# there are: the absolute single-thread time moves less than a naive share would say.  So on a
+# shared machine measure with ``threads=1`` (``memlab sweep --threads 1``, or ``--jobs 2``) when the
+# relative time is the figure that matters; absolute times are then single-core times.
 
 
 def check_threads(threads: int | None) -> None:
