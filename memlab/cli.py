@@ -249,6 +249,27 @@ def _unmeasured(points, out, args) -> list:
     return left
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during a sweep, raised like Ctrl-C so that the same clean-up runs."""
+
+
+def _sigterm_as_interrupt():
+    """Make SIGTERM raise :class:`Terminated` in this (main) thread; returns the function that
+    restores the previous handler.  A sweep's children lead their own sessions, so a ``kill`` of the
+    sweep reaches none of them: without this the measurements went on, orphaned, after the sweep died."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
 def _cmd_sweep(args) -> int:
     from .measurement import prepare
     from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, open_sweep_output, plan_sweep, run_sweep,
@@ -276,19 +297,22 @@ def _cmd_sweep(args) -> int:
     except SweepOutputBusy as exc:
         raise UsageError(str(exc)) from None
     rows = []
+    restore = _sigterm_as_interrupt()
     try:
         if args.resume:
             points = _unmeasured(points, out, args)
         for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), warn=_say,
                            jobs=args.jobs, **kw):
             rows.append(m)
-    except KeyboardInterrupt:
-        _say(f"\nmemlab: interrupted; {len(rows)} finished measurement(s) kept" + (f" in {args.out}" if args.out else ""))
-        return 130
+    except KeyboardInterrupt as exc:
+        _say(f"\nmemlab: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; {len(rows)} finished "
+             f"measurement(s) kept" + (f" in {args.out}" if args.out else ""))
+        return 143 if isinstance(exc, Terminated) else 130
     except SweepWriteFailed as exc:
         _say(f"memlab: {exc}")
         return 1
     finally:
+        restore()
         if out is not None:
             out.close()
     if not points:

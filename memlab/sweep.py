@@ -210,6 +210,11 @@ def check_jobs(jobs: int, device: str) -> None:
 # ``relative_step_time`` load-robust (NOTE [ threads and load ] in memlab.measurement.inprocess);
 # the rows record their threads and the load average, and their absolute times are single-thread
 # times.  For absolute times on an idle machine, sweep with jobs=1.
+# What it buys (3 December 2026, 2 idle cores): ``make demo`` (38 quick points, where process and
+# Python overheads dominate) took 41 s with ``--jobs 2``; the full grid, where compute dominates,
+# ran at 10.7 s per point (101 of 213 points in 18 min), about what one job with two threads
+# does: two single-thread GEMMs are no faster than one two-thread GEMM.  Its 747 exact figures at the
+# 83 points it shared with data/sweeps/cpu.jsonl (one job, two threads) were identical.
 
 
 def _one_at_a_time(points, measure_one, progress):
@@ -227,7 +232,7 @@ def _one_at_a_time(points, measure_one, progress):
 
 def _in_parallel(points, measure_one, jobs: int):
     """Yield ``(point, Measurement or exception, seconds)`` as ``jobs`` threads finish them."""
-    from .measurement.runner import close_thread_server
+    from .measurement.runner import close_thread_server, kill_children_of
 
     todo: queue.Queue = queue.Queue()
     for point in points:
@@ -254,11 +259,17 @@ def _in_parallel(points, measure_one, jobs: int):
     workers = [threading.Thread(target=worker, name=f"memlab-sweep-{k}", daemon=True) for k in range(min(jobs, len(points)))]
     for w in workers:
         w.start()
+    done = 0
     try:
         for _ in range(len(points)):
             yield finished.get()
+            done += 1
     finally:
-        stop.set()  # an interrupted or failed sweep: the workers finish their current point and stop
+        stop.set()
+        if done < len(points):  # interrupted (Ctrl-C, SIGTERM) or failed: stop the measurements running now
+            kill_children_of({w.ident for w in workers if w.ident is not None})
+            for w in workers:
+                w.join(30)
 
 
 def read_jsonl(path: str | os.PathLike, warn: Callable[[str], None] | None = None) -> list[Measurement]:

@@ -59,3 +59,48 @@ def test_bad_jobs_names_the_value(jobs, device, match):
 def test_cli_bad_jobs_is_one_line(capsys):
     assert main(["sweep", "--technique", "unchunked", "--jobs", "0"]) == 2
     assert "jobs=0 is not valid: expected a whole number from 1 to 64" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_sigterm_stops_the_sweep_and_its_running_measurements(tmp_path, jobs):
+    """A killed sweep must not leave its measurements running: the children lead their own
+    sessions, so no signal to the sweep reaches them unless the sweep kills them itself."""
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    hostile = Path(__file__).parent / "plugins" / "hostile_process.py"
+    pidfile = tmp_path / "grandchild.pid"
+    env = {**os.environ, "MEMLAB_TEST_HOSTILE_PIDFILE": str(pidfile)}
+    proc = subprocess.Popen([sys.executable, "-m", "memlab", "sweep", "--plugin", str(hostile), "--technique",
+                             "hostile_hang", "--grid", "rows=4,5", "--grid", "cols=3", "--jobs", jobs,
+                             "--iterations", "1", "--repeats", "1", "--time-budget", "0",
+                             "--out", str(tmp_path / "s.jsonl")],
+                            env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not pidfile.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert pidfile.exists(), "no measurement reached the technique's forward"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "memlab: terminated; 0 finished measurement(s) kept" in err
+    grandchild = int(pidfile.read_text())  # started by a measurement, in its process group
+    try:
+        fd = os.pidfd_open(grandchild)
+    except ProcessLookupError:
+        return  # ended and reaped
+    try:
+        ended = bool(select.select([fd], [], [], 10)[0])
+    finally:
+        os.close(fd)
+    if not ended:
+        os.kill(grandchild, signal.SIGKILL)
+    assert ended, f"process {grandchild} of a measurement outlived the terminated sweep"

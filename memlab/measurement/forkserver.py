@@ -143,6 +143,7 @@ class ForkServer:
         self.proc = subprocess.Popen(command, env=env, cwd=self._tmp.name, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
         self._buffer = b""
+        self.child: int | None = None  # the pid (and process group) of the child measuring now
         ready = self._read(self.START_TIMEOUT_S)
         if ready is None or "ready" not in ready:
             self.close()
@@ -194,11 +195,12 @@ class ForkServer:
         started = self._read(60.0)
         if started is None or "child" not in started:
             raise ServerFailed(f"the measurement server did not fork: {self._log_tail()}")
-        child = int(started["child"])
+        child = self.child = int(started["child"])
         done = None
         try:
             done = self._read(timeout)
         finally:
+            self.child = None
             if done is None:
                 try:
                     os.killpg(child, signal.SIGKILL)
@@ -210,6 +212,18 @@ class ForkServer:
         if reaped is None:
             raise ServerFailed("the measurement server did not reap a killed child")
         return None, None
+
+    def kill_child(self) -> None:
+        """Kill the child measuring now, if any, with its process group (from another thread: the
+        thread in :meth:`run` then reads its exit, as after a crash)."""
+        import signal
+
+        child = self.child
+        if child is not None:
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def close(self) -> None:
         try:

@@ -286,6 +286,15 @@ def close_thread_server() -> None:
         server.close()
 
 
+def kill_children_of(threads: set[int]) -> None:
+    """Kill the measurement each of these threads' fork servers is running now (an interrupted
+    parallel sweep: its workers' children lead their own sessions, so no signal reaches them)."""
+    with _servers_lock:
+        servers = [server for key, server in _servers.items() if key in threads]
+    for server in servers:
+        server.kill_child()
+
+
 def shutdown_server() -> None:
     """Stop every fork server this process runs (also done at interpreter exit)."""
     with _servers_lock:
