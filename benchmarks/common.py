@@ -144,7 +144,7 @@ __all__ = [
 
 DEVICES_ENV = "MEMLAB_ASV_DEVICES"
 #: technique steps (each between two reference steps) behind one track_relative_step_time value
-RELATIVE_STEPS = 7
+RELATIVE_STEPS = 11
 KNOWN_DEVICES = ("cpu", "cuda")
 _NVIDIA_PROC = "/proc/driver/nvidia/gpus"
 _NVIDIA_DEV = re.compile(r"nvidia\d+")
