@@ -302,6 +302,13 @@ def _cuda_only(cache_dir, *values) -> None:
             "see memlab's sweeps and site")
 
 
+def _cpu_only(cache_dir, *values) -> None:
+    """Per-benchmark asv setup: skip every device but ``cpu`` (on CUDA reserved is measured:
+    ``track_peak_reserved``)."""
+    if values and values[-1] != "cpu":
+        raise NotImplementedError("the CUDA prediction is made from CPU traces; on CUDA see track_peak_reserved")
+
+
 #: the benchmark instance whose class ``setup`` ran last in this process (one per asv process)
 _CURRENT: "MemlabBenchmark | None" = None
 
@@ -340,6 +347,8 @@ class MemlabBenchmark(abc.ABC):
             the step's baseline; exact on CPU, ``max_memory_allocated`` on CUDA.
         ``track_peak_reserved`` (bytes, CUDA only): the caching allocator's reserved bytes above
             the baseline; skipped on CPU, see NOTE [ CPU resident is not a regression metric ].
+        ``track_predicted_cuda_reserved`` (bytes, CPU only): the caching allocator's reserved peak
+            predicted from the step's exact trace (deterministic).
         ``track_relative_step_time`` (ratio): the step over the plain reference step interleaved
             with it, at one thread: load-robust (NOTE [ track_relative_step_time at one thread ]).
         ``time_step`` (seconds): one training step, timed by asv after the warm-up step that
@@ -471,7 +480,9 @@ class MemlabBenchmark(abc.ABC):
                            iterations=1, repeats=1, check=False, **options, **self.config)
         if m.status != "ok":
             raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
-        figures = {"peak_allocated_bytes": m.peak_allocated_bytes, "peak_reserved_bytes": m.peak_reserved_bytes}
+        predicted = getattr(m, "predicted_cuda", None) or {}  # CPU only, and only from issue 15 on
+        figures = {"peak_allocated_bytes": m.peak_allocated_bytes, "peak_reserved_bytes": m.peak_reserved_bytes,
+                   "predicted_cuda_reserved_bytes": predicted.get("reserved_peak_bytes")}
         path.write_text(json.dumps(figures))
         return figures
 
@@ -518,6 +529,17 @@ class MemlabBenchmark(abc.ABC):
 
     track_peak_reserved.unit = "bytes"
     track_peak_reserved.setup = _cuda_only
+
+    def track_predicted_cuda_reserved(self, cache_dir, *values):
+        """CPU: the CUDA caching allocator's reserved peak predicted from this step's exact
+        allocation trace (memlab.cuda_model; bytes, deterministic like track_peak_allocated)."""
+        value = self._measure().get("predicted_cuda_reserved_bytes")
+        if value is None:
+            raise NotImplementedError("this memlab version predicts no CUDA memory")
+        return value
+
+    track_predicted_cuda_reserved.unit = "bytes"
+    track_predicted_cuda_reserved.setup = _cpu_only
 
     def track_relative_step_time(self, cache_dir, *values):
         """One training step over the workload's plain reference step, interleaved in one process at

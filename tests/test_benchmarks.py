@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
     sys.path.insert(0, str(ROOT))
 MODULES = ["benchmarks.bench_chunking", "benchmarks.bench_tensor_train", "benchmarks.bench_reversible"]
-METRICS = ("track_peak_allocated", "track_peak_reserved", "track_relative_step_time", "time_step")
+METRICS = ("track_peak_allocated", "track_peak_reserved", "track_predicted_cuda_reserved", "track_relative_step_time",
+           "time_step")
 
 
 def _classes():
@@ -592,3 +593,23 @@ def test_relative_step_time_is_measured_at_one_thread(tmp_path, monkeypatch):
     assert json.loads(cached.read_text())["relative_step_time"] == value
     assert b.track_relative_step_time(str(tmp_path), *combo) == value  # read back, not re-measured
     assert len(seen) == 2
+
+
+def test_predicted_cuda_reserved_comes_from_the_same_measurement(tmp_path):
+    """Deterministic bytes: the CUDA caching allocator replayed on the step's trace, read from the
+    one cached measurement; skipped on CUDA, where reserved is measured."""
+    import memlab
+    from benchmarks.common import _cpu_only
+
+    tiny = _tiny_chained_matmul()
+    combo = ("slice_loop", 16, "cpu")
+    b = tiny()
+    b.setup(str(tmp_path), *combo)
+    predicted = b.track_predicted_cuda_reserved(str(tmp_path), *combo)
+    m = memlab.measure("slice_loop", isolate=False, iterations=1, repeats=1, check=False, time_budget=0,
+                       n=64, d=8, hidden=16, chunk_size=16)
+    assert predicted == m.predicted_cuda["reserved_peak_bytes"] and predicted % (2 * 1024 * 1024) == 0
+    (cached,) = tmp_path.glob("memlab-*-cpu-*.json")
+    assert json.loads(cached.read_text())["predicted_cuda_reserved_bytes"] == predicted
+    with pytest.raises(NotImplementedError):
+        _cpu_only(str(tmp_path), "slice_loop", 16, "cuda")
