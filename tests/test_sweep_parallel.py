@@ -7,6 +7,7 @@ import threading
 import pytest
 
 from memlab.cli import main
+from process_checks import assert_process_ended
 from memlab.measurement import runner
 from memlab.sweep import SweepPoint, check_jobs, run_sweep
 
@@ -65,7 +66,6 @@ def test_cli_bad_jobs_is_one_line(capsys):
 def test_sigterm_stops_the_sweep_and_its_running_measurements(tmp_path, jobs):
     """A killed sweep must not leave its measurements running: the children lead their own
     sessions, so no signal to the sweep reaches them unless the sweep kills them itself."""
-    import select
     import signal
     import subprocess
     import sys
@@ -92,15 +92,5 @@ def test_sigterm_stops_the_sweep_and_its_running_measurements(tmp_path, jobs):
             proc.kill()
     assert proc.returncode == 143, err
     assert "memlab: terminated; 0 finished measurement(s) kept" in err
-    grandchild = int(pidfile.read_text())  # started by a measurement, in its process group
-    try:
-        fd = os.pidfd_open(grandchild)
-    except ProcessLookupError:
-        return  # ended and reaped
-    try:
-        ended = bool(select.select([fd], [], [], 10)[0])
-    finally:
-        os.close(fd)
-    if not ended:
-        os.kill(grandchild, signal.SIGKILL)
-    assert ended, f"process {grandchild} of a measurement outlived the terminated sweep"
+    # started by a measurement, in its process group
+    assert_process_ended(int(pidfile.read_text()), "of a measurement outlived the terminated sweep")

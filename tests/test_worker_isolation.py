@@ -3,8 +3,6 @@ with high memory as ``oom``), output read as bytes, timeouts that kill the whole
 leave no temporary folder.  Hostile plug-ins: tests/plugins/hostile_process.py."""
 import os
 import re
-import select
-import signal
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,7 @@ import pytest
 import memlab
 from memlab.measurement import runner
 from memlab.measurement.runner import MAX_MESSAGE, WorkerFailed, describe_exit, memory_limit_bytes
+from process_checks import assert_process_ended
 
 HOSTILE = Path(__file__).parent / "plugins" / "hostile_process.py"
 FAST = {"iterations": 1, "repeats": 1}
@@ -139,17 +138,4 @@ def test_timeout_kills_the_process_group_and_removes_the_temp_folder(hostile, tm
     shutdown_server()
     assert list(temp_root.iterdir()) == []
     assert pidfile.exists(), "the worker did not reach forward within the timeout"
-    pid = int(pidfile.read_text())
-    if not hasattr(os, "pidfd_open"):
-        pytest.skip("no pidfd here to wait for the worker's own child")
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return  # ended and reaped
-    try:  # readable once the process has ended (a zombie nobody reaped counts as ended)
-        ended = bool(select.select([fd], [], [], 10)[0])
-    finally:
-        os.close(fd)
-    if not ended:
-        os.kill(pid, signal.SIGKILL)
-    assert ended, f"process {pid} started by the worker outlived the timeout"
+    assert_process_ended(int(pidfile.read_text()), "started by the worker outlived the timeout")
