@@ -302,6 +302,12 @@ def _cuda_only(cache_dir, *values) -> None:
             "see memlab's sweeps and site")
 
 
+def _has_time_budget() -> bool:
+    """Whether the memlab under test takes ``time_budget`` (from 36df35b on, with the interleaved
+    reference steps behind ``relative_step_time``)."""
+    return "time_budget" in inspect.signature(memlab.measure).parameters
+
+
 def _cpu_only(cache_dir, *values) -> None:
     """Per-benchmark asv setup: skip every device but ``cpu`` (on CUDA reserved is measured:
     ``track_peak_reserved``)."""
@@ -353,9 +359,10 @@ class MemlabBenchmark(abc.ABC):
             with it, at one thread: load-robust (NOTE [ track_relative_step_time at one thread ]).
         ``time_step`` (seconds): one training step, timed by asv after the warm-up step that
             ``setup`` runs; see NOTE [ timing ]: raw seconds, which move with the machine's load.
-    Both ``track_`` figures come from ONE ``memlab.measure(..., isolate=False)`` per combination:
-    the first of them to run stores it in asv's ``setup_cache`` directory (fresh for each commit
-    and environment, deleted by asv afterwards), the other reads it.
+    The three memory ``track_`` figures come from ONE ``memlab.measure(..., isolate=False)`` per
+    combination (``track_relative_step_time`` from its own, at one thread): the first of them to run
+    stores it in asv's ``setup_cache`` directory (fresh for each commit and environment, deleted by
+    asv afterwards), the others read it.
     """
 
     @property
@@ -468,18 +475,24 @@ class MemlabBenchmark(abc.ABC):
         safe = re.sub(r"[^A-Za-z0-9_.=-]", "_", f"{self.workload}-{self.technique_name}-{self.device}-{key}")
         return Path(self.cache_dir) / f"memlab-{safe}.json"
 
+    def _measure_here(self, **options) -> Any:
+        """One ``memlab.measure`` of this combination in this process (asv already isolates it), one
+        traced step, no reference check; a status other than ``ok`` fails the benchmark."""
+        self._step = None  # free the timing problem first (refcounted): the measurement builds its own
+        m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE, isolate=False,
+                           iterations=1, check=False, **options, **self.config)
+        if m.status != "ok":
+            raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
+        return m
+
     def _measure(self) -> dict[str, Any]:
         """The figures of one measured step, measured once per combination and run."""
         path = self._cache_file()
         if path.exists():
             return json.loads(path.read_text())
-        self._step = None  # free the timing problem first (refcounted): the measurement builds its own
         # one timed step, no more: asv times the step itself (time_step); time_budget exists from 36df35b
-        options = {"time_budget": 0.0} if "time_budget" in inspect.signature(memlab.measure).parameters else {}
-        m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE, isolate=False,
-                           iterations=1, repeats=1, check=False, **options, **self.config)
-        if m.status != "ok":
-            raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
+        options = {"time_budget": 0.0} if _has_time_budget() else {}
+        m = self._measure_here(repeats=1, **options)
         predicted = getattr(m, "predicted_cuda", None) or {}  # CPU only, and only from issue 15 on
         figures = {"peak_allocated_bytes": m.peak_allocated_bytes, "peak_reserved_bytes": m.peak_reserved_bytes,
                    "predicted_cuda_reserved_bytes": predicted.get("reserved_peak_bytes")}
@@ -492,19 +505,14 @@ class MemlabBenchmark(abc.ABC):
         path = self._cache_file().with_suffix(".relative.json")
         if path.exists():
             return json.loads(path.read_text())["relative_step_time"]
-        self._step = None
-        signature = inspect.signature(memlab.measure).parameters
-        if "time_budget" not in signature:
+        if not _has_time_budget():
             raise NotImplementedError("this memlab version times no reference step (no relative_step_time)")
         threads = torch.get_num_threads()
-        torch.set_num_threads(1)
+        torch.set_num_threads(1)  # not measure(threads=1): versions before it must be measured alike
         try:
-            m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE, isolate=False,
-                               iterations=1, repeats=RELATIVE_STEPS, check=False, time_budget=0.0, **self.config)
+            m = self._measure_here(repeats=RELATIVE_STEPS, time_budget=0.0)
         finally:
             torch.set_num_threads(threads)
-        if m.status != "ok":
-            raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
         value = getattr(m, "relative_step_time", None)
         if value is None:
             raise NotImplementedError("this memlab version reports no relative_step_time")

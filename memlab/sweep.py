@@ -217,21 +217,26 @@ def check_jobs(jobs: int, device: str) -> None:
 # 83 points it shared with data/sweeps/cpu.jsonl (one job, two threads) were identical.
 
 
+def _attempt(measure_one, point: SweepPoint) -> tuple[SweepPoint, Any, float]:
+    """``(point, Measurement or the exception measuring it raised, seconds)``: run_sweep decides."""
+    t0 = time.perf_counter()
+    try:
+        result = measure_one(point)
+    except Exception as exc:  # noqa: BLE001 - handed back to run_sweep, which decides
+        result = exc
+    return point, result, time.perf_counter() - t0
+
+
 def _one_at_a_time(points, measure_one, progress):
-    """Yield ``(point, Measurement or the exception it raised, seconds)`` for each point, in order."""
+    """Yield :func:`_attempt` of each point, in order, telling ``progress`` when each starts."""
     for i, point in enumerate(points):
-        t0 = time.perf_counter()
         if progress:
             progress(i, len(points), point, None, 0.0)
-        try:
-            result = measure_one(point)
-        except Exception as exc:  # noqa: BLE001 - handed back to run_sweep, which decides
-            result = exc
-        yield point, result, time.perf_counter() - t0
+        yield _attempt(measure_one, point)
 
 
 def _in_parallel(points, measure_one, jobs: int):
-    """Yield ``(point, Measurement or exception, seconds)`` as ``jobs`` threads finish them."""
+    """Yield :func:`_attempt` of each point as ``jobs`` threads finish them."""
     from .measurement.runner import close_thread_server, kill_children_of
 
     todo: queue.Queue = queue.Queue()
@@ -247,12 +252,7 @@ def _in_parallel(points, measure_one, jobs: int):
                     point = todo.get_nowait()
                 except queue.Empty:
                     return
-                t0 = time.perf_counter()
-                try:
-                    result = measure_one(point)
-                except Exception as exc:  # noqa: BLE001
-                    result = exc
-                finished.put((point, result, time.perf_counter() - t0))
+                finished.put(_attempt(measure_one, point))
         finally:
             close_thread_server()
 

@@ -32,13 +32,22 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Any
 
-__all__ = ["ForkServer", "serve", "fork_available"]
+__all__ = ["ForkServer", "serve", "fork_available", "kill_group"]
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group led by ``pid`` (a measurement and whatever it started)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def fork_available() -> bool:
@@ -185,8 +194,6 @@ class ForkServer:
         Raises:
             ServerFailed: the server died or stopped answering.
         """
-        import signal
-
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
             self.proc.stdin.flush()
@@ -202,10 +209,7 @@ class ForkServer:
         finally:
             self.child = None
             if done is None:
-                try:
-                    os.killpg(child, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                kill_group(child)
         if done is not None:
             return int(done["exit"]), int(done["maxrss"])
         reaped = self._read(60.0)
@@ -216,14 +220,9 @@ class ForkServer:
     def kill_child(self) -> None:
         """Kill the child measuring now, if any, with its process group (from another thread: the
         thread in :meth:`run` then reads its exit, as after a crash)."""
-        import signal
-
         child = self.child
         if child is not None:
-            try:
-                os.killpg(child, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(child)
 
     def close(self) -> None:
         try:

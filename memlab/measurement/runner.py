@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from ..registry import loaded_plugins
 from ..technique import Technique
+from .forkserver import kill_group
 from .resident import MMAP_THRESHOLD
 
 __all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION",
@@ -203,14 +204,6 @@ def _output_tail(path: str) -> list[str]:
     return [ln if len(ln) <= 200 else ln[:197] + "..." for ln in lines[-_TAIL_LINES:]]
 
 
-def _kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (the child and whatever it started)."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int | None, int | None]:
     """Reap ``proc``: ``(returncode, peak resident bytes)``, or ``(None, None)`` after a timeout.
 
@@ -241,7 +234,7 @@ def _wait(proc: subprocess.Popen, timeout: float) -> tuple[int | None, int | Non
         timed_out = waiter.is_alive()
     finally:
         if waiter.is_alive():
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             waiter.join(_REAP_AFTER_KILL_S)
     if not reaped or isinstance(reaped[0], OSError):
         raise WorkerFailed(f"could not reap the measurement subprocess (pid {proc.pid}): "
