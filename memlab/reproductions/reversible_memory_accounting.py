@@ -50,8 +50,6 @@ REPORT_RATIO = REPORT["resnet"]["actmem_bytes"] / REPORT["revnet"]["actmem_bytes
 #: MemCNN's experiments.json: resnet32's data_loader_params.batch_size (revnet38 inherits it)
 MEMCNN_BATCH = 100
 NETS = ("resnet", "revnet")
-#: the CUDA caching allocator's rounding of a small block (memlab.cuda_model.round_size)
-_ALLOC_ROUND = 512
 
 
 def _configs(quick: bool) -> dict[str, Any]:
@@ -68,7 +66,11 @@ LEAK_ITERATIONS = 10
 
 
 def _rounded(tensors) -> int:
-    return sum(-(-t.numel() * t.element_size() // _ALLOC_ROUND) * _ALLOC_ROUND for t in tensors)
+    """Bytes the CUDA caching allocator hands out for these tensors, one block each (an empty
+    tensor allocates nothing)."""
+    from ..cuda_model import round_size
+
+    return sum(round_size(t.nbytes) for t in tensors if t.nbytes)
 
 
 def memlab_model_bytes(name: str, cfg: dict[str, Any]) -> int:
