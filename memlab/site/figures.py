@@ -32,7 +32,7 @@ from ..units import MiB
 from .ranking import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
-           "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "series_technique", "pattern_legend",
+           "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
            "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
            "seed_figure"]
@@ -709,6 +709,12 @@ _NEUTRALS = (NEUTRAL_COLOR, "#5a5a5a", "#a0a0a0", "#c8c8c8")
 SERIES_PATTERNS = ("", "/", "x", ".", "\\", "+", "-", "|")
 
 
+def hatch(shape: str) -> dict[str, Any]:
+    """A bar's ``marker.pattern``: ``shape`` in white over the bar's own colour (which stays visible:
+    ``fillmode`` overlay; a pattern alone left a single-colour bar transparent)."""
+    return {"shape": shape, "fgcolor": "rgba(255,255,255,0.85)", "solidity": 0.4, "fillmode": "overlay"}
+
+
 def pattern_legend(name: str, shape: str) -> dict[str, Any]:
     """A legend entry alone (no bar drawn) for a series of bars coloured per technique: the legend
     shows its hatching in neutral grey, not the first bar's colour; the series' bars take
@@ -780,8 +786,7 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
                                  "y": [_num(v) for v in ys]}
         if per_bar:
             trace["marker"] = {"color": [color_of(colors, t) for t in x_techs],
-                               "pattern": {"shape": SERIES_PATTERNS[i % len(SERIES_PATTERNS)],
-                                           "fgcolor": "rgba(255,255,255,0.85)", "solidity": 0.4, "fillmode": "overlay"},
+                               "pattern": hatch(SERIES_PATTERNS[i % len(SERIES_PATTERNS)]),
                                "line": {"color": "#333333", "width": 1}}
             trace["meta"] = {"techniques": [esc(t) for t in x_techs]}
             trace.update(legendgroup=esc(name), offsetgroup=esc(name), showlegend=False)
@@ -795,8 +800,7 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
             trace["meta"] = {"technique": esc(tech)}
         if bar:
             shape = SERIES_PATTERNS[k % len(SERIES_PATTERNS)] if tech else (".", "x", "-", "|")[k % 4]
-            trace["marker"] = {"color": color, "pattern": {"shape": shape, "fgcolor": "rgba(255,255,255,0.85)",
-                                                           "solidity": 0.4, "fillmode": "overlay"}}
+            trace["marker"] = {"color": color, "pattern": hatch(shape)}
         else:
             trace["mode"] = "lines+markers"
             dash = _FRONT_DASHES[k % len(_FRONT_DASHES)] if tech else ("dot", "dashdot", "longdash")[k % 3]
