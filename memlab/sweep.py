@@ -10,7 +10,9 @@ import errno
 import json
 import os
 import queue
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -158,14 +160,27 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
 
     ``jobs``: measurements run at once (CPU only; NOTE [ parallel sweep ]).  Rows are written and
     yielded in the order they finish.  With ``jobs > 1`` and no ``threads`` given, each measurement
-    gets ``cores // jobs`` intra-op threads (at least 1).
+    gets ``cores // jobs`` intra-op threads (at least 1).  The points' reference checks share the
+    workload reference through a temporary folder (:mod:`memlab.measurement.reference_cache`),
+    removed when the sweep ends.
     """
-    from .technique import TechniqueUnavailable
-
     check_jobs(jobs, device)
     warn = warn or _to_stderr
     if jobs > 1 and measure_kw.get("threads") is None:
         measure_kw["threads"] = max(1, (os.cpu_count() or 1) // jobs)
+
+    own_cache = None
+    if measure_kw.get("check", True) and measure_kw.get("reference_cache") is None:
+        own_cache = measure_kw["reference_cache"] = tempfile.mkdtemp(prefix="memlab-references-")
+    try:
+        yield from _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw)
+    finally:
+        if own_cache is not None:
+            shutil.rmtree(own_cache, ignore_errors=True)
+
+
+def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw) -> Iterator[Measurement]:
+    from .technique import TechniqueUnavailable
 
     def measure_one(point: SweepPoint) -> Measurement:
         return measure(point.technique, device=device, dtype=dtype, mode=mode, **measure_kw, **point.params)

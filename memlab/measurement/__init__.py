@@ -5,6 +5,8 @@ ValueError naming the value), then run in a fresh subprocess unless ``isolate=Fa
 """
 from __future__ import annotations
 
+import os
+
 from typing import Any
 
 from ..registry import get_technique, load_plugin
@@ -57,7 +59,7 @@ def _positive(name: str, value: int) -> None:
 def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
             iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool | str = True,
             timeout: float = 900.0, time_budget: float = 2.0, plugins=(), optimizer: str = "sgd", loss: str = "given",
-            threads: int | None = None, **params: Any) -> Measurement:
+            threads: int | None = None, reference_cache: str | None = None, **params: Any) -> Measurement:
     """Measure one technique on one configuration.
 
     Args:
@@ -84,6 +86,9 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         threads: torch's intra-op threads for the measurement (``None``: the process's default,
             one per core).  ``1`` keeps ``relative_step_time`` load-robust on a shared machine
             (NOTE [ threads and load ] in :mod:`memlab.measurement.inprocess`).
+        reference_cache: a folder shared by the measurements of one sweep, where the workload
+            reference's output and gradients are computed once per workload configuration
+            (:mod:`memlab.measurement.reference_cache`; ``memlab sweep`` makes one per run).
         **params: workload and technique parameters (``chunk_size=2500``, ``batch=4096``...).
 
     Returns:
@@ -105,11 +110,12 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
     if not isolate:
         return measure_in_process(technique, dev, dt, mode=mode, iterations=iterations, repeats=repeats,
                                   seed=seed, check=check, time_budget_s=float(time_budget), optimizer=optimizer,
-                                  loss=loss, threads=threads)
+                                  loss=loss, threads=threads, reference_cache=reference_cache)
     request = {"kind": "measure", "technique": technique.name, "params": technique.config, "device": device,
                "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
                "check": check, "time_budget_s": float(time_budget),
-               "optimizer": optimizer, "loss": loss, "threads": threads}
+               "optimizer": optimizer, "loss": loss, "threads": threads,
+               "reference_cache": None if reference_cache is None else os.fspath(reference_cache)}
     try:
         return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:

@@ -19,6 +19,7 @@ from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
 from .cuda_prediction import predict_cuda
 from .verdict import decide
+from .reference_cache import ReferenceCache
 from .verify import verify_technique
 
 __all__ = ["measure_in_process", "timeline_in_process", "traced_steps", "TracedSteps", "skeleton", "memory_method"]
@@ -61,7 +62,7 @@ def _is_oom(exc: BaseException) -> bool:
 def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
                        iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True,
                        time_budget_s: float = 2.0, optimizer: str = "sgd", loss: str = "given",
-                       threads: int | None = None) -> Measurement:
+                       threads: int | None = None, reference_cache: str | None = None) -> Measurement:
     """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
 
     Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
@@ -74,6 +75,8 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     categories (NOTE [ memory categories ]); ``optimizer`` and ``loss`` choose the training step
     (see :mod:`memlab.measurement.step`).  ``threads``: torch's intra-op threads for the whole
     measurement (``None``: leave the process's setting); restored afterwards (NOTE [ threads and load ]).
+    ``reference_cache``: a folder where the reference checks of one sweep share the workload
+    reference (:mod:`memlab.measurement.reference_cache`; the same verdict and errors, bit for bit).
     """
     check_choice("optimizer", optimizer, OPTIMIZERS)
     check_choice("loss", loss, LOSSES)
@@ -84,7 +87,8 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s)
+        cache = ReferenceCache(reference_cache) if reference_cache else None
+        return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s, cache)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
         status = "oom" if _is_oom(exc) else "error"
         gc.collect()
@@ -192,12 +196,12 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _verify(technique, device, dtype, mode, seed) -> tuple[Any, Any, dict[str, Any]]:
+def _verify(technique, device, dtype, mode, seed, cache=None) -> tuple[Any, Any, dict[str, Any]]:
     """The float64 check (at the measured size, or the check size if that does not fit) and, for
     another measured dtype, the same check in that dtype (drift).  See NOTE [ verdicts ]."""
     notes: dict[str, Any] = {}
     try:
-        exact = verify_technique(technique, device, torch.float64, mode=mode, seed=seed)
+        exact = verify_technique(technique, device, torch.float64, mode=mode, seed=seed, cache=cache)
     except Exception as exc:  # noqa: BLE001 - only an out-of-memory check falls back
         if not _is_oom(exc):
             raise
@@ -207,7 +211,7 @@ def _verify(technique, device, dtype, mode, seed) -> tuple[Any, Any, dict[str, A
     gc.collect()
     drift = None
     if dtype != torch.float64:
-        drift = verify_technique(technique, device, dtype, mode=mode, seed=seed)
+        drift = verify_technique(technique, device, dtype, mode=mode, seed=seed, cache=cache)
         gc.collect()
     return exact, drift, notes
 
@@ -221,14 +225,15 @@ def _verdict_fields(exact, drift) -> dict[str, Any]:
     return fields
 
 
-def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s) -> Measurement:
+def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s,
+             cache=None) -> Measurement:
     technique.check_available(device)
     fields: dict[str, Any] = {}
     exact = drift = None
     notes: dict[str, Any] = {}
     if check:
         started = time.perf_counter()
-        exact, drift, notes = _verify(technique, device, dtype, mode, seed)
+        exact, drift, notes = _verify(technique, device, dtype, mode, seed, cache)
         notes["reference_check_s"] = time.perf_counter() - started  # seconds, for memlab bench-harness
         fields.update(_verdict_fields(exact, drift))
     try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from ..technique import Technique
+from .reference_cache import ReferenceCache
 
 __all__ = ["Verification", "verify_technique"]
 
@@ -157,7 +158,7 @@ def _changed(snap, *, exact: bool, rtol: float, atol: float, skip_freed: bool) -
 
 
 def verify_technique(technique: Technique, device: torch.device, dtype: torch.dtype, *,
-                     mode: str = "train", seed: int = 0) -> Verification:
+                     mode: str = "train", seed: int = 0, cache: ReferenceCache | None = None) -> Verification:
     """Compare ``technique.forward`` with the workload reference on one seeded problem.
 
     In ``train`` mode the gradients of every parameter and grad-requiring input (the ``.grad`` that
@@ -166,6 +167,8 @@ def verify_technique(technique: Technique, device: torch.device, dtype: torch.dt
     change by the forward (bit for bit), or left after backward (beyond tolerance), is a failure.
     A tensor passes when ``|a - b| <= atol + rtol * |b|`` elementwise (``torch.allclose``), with
     ``(rtol, atol) = technique.tolerance(dtype)``.  Exceptions from the technique propagate.
+    ``cache``: where the reference's output and gradients are shared with the other checks of a
+    sweep (:mod:`memlab.measurement.reference_cache`: used only while the problem is untouched).
     """
     dtype_name = str(dtype).replace("torch.", "")
     rtol, atol = technique.tolerance(dtype_name)
@@ -177,7 +180,7 @@ def verify_technique(technique: Technique, device: torch.device, dtype: torch.dt
         with torch.no_grad():
             out = technique.forward(problem)
             _report_changes(check, snap, "forward", exact=True)
-            ref = technique.reference(problem)
+            ref, _ = _reference(technique, problem, [], snap, cache, (dtype, device, mode, seed))
         check.compare("output", out, ref)
         return check.result(dtype_name)
 
@@ -197,12 +200,29 @@ def verify_technique(technique: Technique, device: torch.device, dtype: torch.dt
     grads = _step_grads(out, leaves, problem.grad_output)
     _report_changes(check, snap, "backward", exact=False)
     out = out.detach()
-    ref = technique.reference(problem)
-    ref_grads = _step_grads(ref, leaves, problem.grad_output)
+    ref, ref_grads = _reference(technique, problem, leaves, snap, cache, (dtype, device, mode, seed))
     check.compare("output", out, ref.detach())
     for name, g, r in zip(names, grads, ref_grads):
         check.compare(name, g, r)
     return check.result(dtype_name)
+
+
+def _reference(technique: Technique, problem, leaves: list[torch.Tensor], snap, cache: ReferenceCache | None,
+               ident: tuple) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    """The workload reference's output and the leaves' gradients (``[]`` without leaves) on ``problem``
+    as the technique left it: from ``cache`` when it holds them and the problem is bit for bit as
+    built, else computed (and stored under the same condition)."""
+    key = None
+    if cache is not None and not _changed(snap, exact=True, rtol=0.0, atol=0.0, skip_freed=False):
+        key = cache.key(technique, *ident)
+    found = cache.load(key, ident[1], len(leaves)) if key else None
+    if found is not None:
+        return found
+    ref = technique.reference(problem)
+    grads = _step_grads(ref, leaves, problem.grad_output) if leaves else []
+    if key:
+        cache.store(key, ref, grads)
+    return ref, grads
 
 
 def _report_changes(check: _Checker, snap, phase: str, *, exact: bool) -> None:

@@ -34,7 +34,8 @@ def main(argv: list[str]) -> int:
         result = measure_in_process(technique, device, dtype, mode=req["mode"], iterations=req["iterations"],
                                     repeats=req["repeats"], seed=req["seed"], check=req["check"],
                                     time_budget_s=req.get("time_budget_s", 2.0), optimizer=req.get("optimizer", "sgd"),
-                                    loss=req.get("loss", "given"), threads=req.get("threads")).to_dict()
+                                    loss=req.get("loss", "given"), threads=req.get("threads"),
+                                    reference_cache=req.get("reference_cache")).to_dict()
     write_text_atomic(result_path, json.dumps(result, sort_keys=True))
     return 0
 
