@@ -63,6 +63,14 @@ once 3 are taken) and ``rounds = 2`` measures every combination in two separate 
 samples on) to apply on top of its 10% factor.  ``asv continuous`` and a multi-commit ``asv run``
 interleave the rounds over the commits (A B B A), so a slow minute hits both sides.
 ``min_run_count = 4`` (the warm-up call plus 3 samples) only restates that floor.
+The step runs at ONE intra-op thread (``torch.set_num_threads(1)`` in its setup; asv runs each
+benchmark in its own process), for the reason told in NOTE [ track_relative_step_time at one
+thread ]: at the default two threads on 2 cores, ``asv continuous`` between 55accfd and 38b1fdf (a
+README-only change) on an idle machine still flagged ``time_step`` in 1 and then 2 of 16
+combinations (x0.83; x1.24 and x1.22) where the one-thread relative time flagged none.  So
+``time_step`` is the seconds of a step on one core: a regression signal, not the throughput a
+user's machine gets (memlab's sweeps record that, at the default threads).  ``version = "2"`` on
+``time_step`` starts its history afresh: the two-thread seconds are not comparable.
 
 NOTE [ track_relative_step_time at one thread ]
 ``track_relative_step_time`` is memlab's ``Measurement.relative_step_time``: the median over at least
@@ -324,6 +332,7 @@ def _timing_setup(cache_dir, *values) -> None:
     step; see NOTE [ only time_step builds a step in setup ]."""
     if _CURRENT is None:  # pragma: no cover - asv always runs the class setup first
         raise BenchmarkFailure("time_step's setup ran before the class setup")
+    torch.set_num_threads(1)  # NOTE [ timing ]: one intra-op thread, as track_relative_step_time
     _CURRENT._prepare_step()
 
 
@@ -562,6 +571,7 @@ class MemlabBenchmark(abc.ABC):
         self._sync()
 
     time_step.setup = _timing_setup
+    time_step.version = "2"  # "2": one intra-op thread (NOTE [ timing ]); "1" timed the default threads
 
 
 def class_params(spec: Sequence[tuple[str, list]]) -> tuple[list[list], list[str]]:
