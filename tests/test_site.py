@@ -648,3 +648,18 @@ def test_no_chart_mark_that_is_no_technique_takes_a_technique_s_colour():
     taken = set(F.PALETTE) | {F.BASELINE_COLOR}
     assert F.UNDER_LOAD_COLOR not in taken and F.NEUTRAL_COLOR not in taken
     assert not taken & set(F.CATEGORY_COLORS.values())
+
+
+def test_a_long_reproduction_summary_becomes_a_list_of_labelled_items():
+    from memlab.site.text import summary_items
+
+    text = ("Claim: chunks save memory. Configuration: CPU, n=10000 (version 1.5.2: dots inside stay). "
+            "Predicted CUDA (the allocator replayed): 10 vs 5 MiB. residual_stack peak (MiB) at depth 4: 1.8. "
+            "So it holds: mostly. Verdict: reproduced.")
+    items = summary_items(text)
+    assert [i["label"] for i in items] == ["Configuration", "Predicted CUDA (the allocator replayed)",
+                                           "residual_stack peak (MiB) at depth 4", "So it holds"]
+    assert items[0]["text"] == "CPU, n=10000 (version 1.5.2: dots inside stay)."
+    # a summary without labels stays one item; the claim alone is kept rather than nothing
+    assert summary_items("slice_loop peaks at 13.0 MiB.") == [{"label": "", "text": "slice_loop peaks at 13.0 MiB."}]
+    assert summary_items("Claim: x.") == [{"label": "Claim", "text": "x."}]

@@ -31,7 +31,7 @@ from .overview import family_overview
 from .page import Page
 from .rows import machine_of, measurement_table, not_ranked_table
 from .tables import column
-from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class
+from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
 
 __all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
 
@@ -440,7 +440,7 @@ def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
     return page.done({
         "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"],
         "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
-        "summary": s["summary"], "quick": s["quick"], "figure": figure,
+        "summary": s["summary"], "summary_items": summary_items(s["summary"]), "quick": s["quick"], "figure": figure,
         "table": measurement_table(page, "measurement rows", rows, skip=_fixed_params(rows)) if len(rows) else None,
         "fixed": A.param_text(_fixed_params(rows)) if len(rows) else "",
         "environments": env_caption(rows) if len(rows) else [],

@@ -11,7 +11,7 @@ from ..record import fmt_mib
 from ..record import is_number as _finite
 
 __all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "fmt_rate", "fmt_load",
-           "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class"]
+           "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class", "summary_items"]
 
 
 def fmt_num(v: Any, digits: int = 4) -> str:
@@ -137,3 +137,21 @@ def env_caption(rows: pd.DataFrame) -> list[str]:
 def verdict_class(verdict: str) -> str:
     """CSS class of a reproduction verdict."""
     return {"reproduced": "good", "reproduced with caveat": "caveat"}.get(verdict, "bad")
+
+
+#: a sentence that opens with a short label ("Caveat: ", "Predicted CUDA (...): "): a new item
+_LABELLED = re.compile(r"(?<=\.) (?=[A-Za-z_][^.:]{0,80}: )")
+_LABEL = re.compile(r"^([A-Za-z_][^.:]{0,80}): ")
+
+
+def summary_items(summary: str, shown_apart: Iterable[str] = ("Claim", "Verdict")) -> list[dict[str, str]]:
+    """A reproduction's summary (one long string) as a list: split before every sentence that opens
+    with a short label, each item ``{"label", "text"}`` (label ``""`` when it has none).  Items whose
+    label is in ``shown_apart`` (the claim and the verdict, which the page shows on their own) are
+    left out, unless nothing else is left."""
+    items = []
+    for part in _LABELLED.split(str(summary).strip()):
+        m = _LABEL.match(part)
+        items.append({"label": m.group(1), "text": part[m.end():]} if m else {"label": "", "text": part})
+    kept = [i for i in items if i["label"] not in set(shown_apart)]
+    return kept or items
