@@ -55,6 +55,7 @@ def configurations(reproductions: Path, quick: bool = False) -> list[dict[str, A
     from .registry import get_technique, list_techniques
 
     out: dict[str, dict[str, Any]] = {}
+    known = set(list_techniques())
     for name in list_techniques():
         cls = get_technique(name)
         params = {**cls.workload.check_params, **cls.check_params} if quick else {}
@@ -62,7 +63,8 @@ def configurations(reproductions: Path, quick: bool = False) -> list[dict[str, A
         out.setdefault(config_key(key), key)
     for path in sorted(Path(reproductions).glob("*.json")):
         for m in json.loads(path.read_text()).get("measurements", []):
-            if m.get("device") == "cpu" and m.get("dtype") == "float32":
+            # a reproduction's own technique (its deliberately leaky Function, say) is not registered here
+            if m.get("device") == "cpu" and m.get("dtype") == "float32" and m.get("technique") in known:
                 key = {"technique": m["technique"], "params": m["params"], "mode": m.get("mode", "train"),
                        "optimizer": m.get("optimizer") or "sgd"}
                 out.setdefault(config_key(key), key)
