@@ -87,9 +87,12 @@ def predict(cfg: dict[str, Any]) -> dict[str, Any]:
     """The CPU half of a row: the configuration measured on CPU and its predicted CUDA peaks (bytes)."""
     cpu = _measure(cfg, "cpu")
     pc = cpu.predicted_cuda or {}
+    hist = pc.get("with_history") or {}
     return {"cpu_status": cpu.status, "cpu_error": cpu.error,
             "predicted_allocated_bytes": pc.get("allocated_peak_bytes"),
-            "predicted_reserved_bytes": (pc.get("with_history") or {}).get("reserved_peak_above_baseline_bytes"),
+            "predicted_reserved_bytes": hist.get("reserved_peak_above_baseline_bytes"),
+            # what the process holds at the step's peak, the warm-up's cache included (not only the growth)
+            "predicted_reserved_total_bytes": hist.get("reserved_peak_bytes"),
             "cpu_peak_allocated_bytes": cpu.peak_allocated_bytes}
 
 
@@ -97,8 +100,11 @@ def measure_on_device(cfg: dict[str, Any], device: str, shared: bool = False) ->
     """The GPU half of a row (bytes).  ``shared``: other measurements run on the GPU at the same time,
     so the driver's whole-device figure is not this configuration's and is left out (null)."""
     gpu = _measure(cfg, device)
+    total = None
+    if gpu.peak_reserved_bytes is not None and gpu.reserved_baseline_bytes is not None:
+        total = gpu.reserved_baseline_bytes + gpu.peak_reserved_bytes
     return {"status": gpu.status, "error": gpu.error, "measured_allocated_bytes": gpu.peak_allocated_bytes,
-            "measured_reserved_bytes": gpu.peak_reserved_bytes,
+            "measured_reserved_bytes": gpu.peak_reserved_bytes, "measured_reserved_total_bytes": total,
             "device_used_bytes": None if shared else gpu.device_used_bytes}
 
 
@@ -132,7 +138,10 @@ def _row_error(exc: BaseException) -> str:
 def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[str, Any]], jobs: int = 1,
               on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """``half(cfg)`` for every configuration, ``jobs`` at a time; rows in the configurations' order.
-    A configuration that raises is a row with status ``error``; ``on_row(done, row)`` after each."""
+    A configuration that raises is a row with status ``error`` (``unavailable`` when its technique
+    cannot run here: a peer library missing); ``on_row(done, row)`` after each."""
+    from .technique import TechniqueUnavailable
+
     rows: list[dict[str, Any] | None] = [None] * len(cfgs)
     lock = threading.Lock()
     done = 0
@@ -141,6 +150,8 @@ def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[
         nonlocal done
         try:
             row = {**cfgs[i], **half(cfgs[i])}
+        except TechniqueUnavailable as exc:  # a peer library not installed here: not a failure
+            row = {**cfgs[i], "status": "unavailable", "error": _row_error(exc)}
         except Exception as exc:  # noqa: BLE001 - one configuration failing is a row, not the end
             row = {**cfgs[i], "status": "error", "error": _row_error(exc)}
         with lock:

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from memlab import gpu_check
+from memlab.technique import TechniqueUnavailable
 
 CFG = {"technique": "slice_loop", "params": {"n": 600, "d": 16, "hidden": 32, "chunk_size": 200}, "mode": "train",
        "optimizer": "sgd"}
@@ -22,6 +23,7 @@ def test_predict_only_writes_a_file_the_gpu_half_reuses(tmp_path, monkeypatch):
     # the prediction replays the CPU trace with CUDA's 512-byte rounding: at or above the CPU's exact peak
     assert half["predicted_allocated_bytes"] >= half["cpu_peak_allocated_bytes"] > 0
     assert half["predicted_reserved_bytes"] >= 0  # the warm-up's cached segments may already hold the peak
+    assert half["predicted_reserved_total_bytes"] >= half["predicted_allocated_bytes"]
 
     # a configuration found in the file is not predicted again; one missing from it is
     sentinel = {**half, "predicted_allocated_bytes": 12345}
@@ -31,6 +33,7 @@ def test_predict_only_writes_a_file_the_gpu_half_reuses(tmp_path, monkeypatch):
     assert reused["predicted_allocated_bytes"] == 12345
     assert reused["measured_allocated_bytes"] == half["cpu_peak_allocated_bytes"]
     assert reused["device_used_bytes"] is None  # shared device: the driver's figure is not this row's
+    assert reused["measured_reserved_total_bytes"] >= reused["measured_reserved_bytes"]
     assert fresh["predicted_allocated_bytes"] >= fresh["measured_allocated_bytes"] > 0
     assert fresh["predicted_allocated_bytes"] != 12345
 
@@ -42,11 +45,14 @@ def test_rows_keep_the_configurations_order_and_a_failure_is_a_row():
     def half(cfg):
         if cfg["params"]["i"] == 3:
             raise RuntimeError("boom")
+        if cfg["params"]["i"] == 4:
+            raise TechniqueUnavailable("peer comparator needs revlib==1.7.2 (not installed)")
         return {"status": "ok"}
 
     rows = gpu_check.check_all(cfgs, half, jobs=3, on_row=lambda done, row: seen.append(done))
     assert [r["params"]["i"] for r in rows] == list(range(6))
     assert rows[3]["status"] == "error" and rows[3]["error"] == "RuntimeError: boom"
+    assert rows[4]["status"] == "unavailable" and "revlib" in rows[4]["error"]
     assert sorted(seen) == list(range(1, 7))
 
 
