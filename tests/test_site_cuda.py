@@ -100,3 +100,28 @@ def test_without_a_gpu_table_the_methodology_says_so_and_a_bad_one_is_a_problem_
         build_site(results, data, tmp_path / "b" / "site")
     method = (tmp_path / "b" / "site" / "methodology.html").read_text()
     assert "invalid GPU check" in method and "no such table is in this build yet" in method
+
+
+def test_a_seed_configuration_measured_on_a_gpu_shows_on_its_seed_page(tmp_path):
+    from site_fixtures import reproduction
+
+    seed_rec = reproduction("chunked-slicing")["measurements"][1]
+    row = {"technique": seed_rec["technique"], "params": seed_rec["params"], "mode": seed_rec.get("mode", "train"),
+           "optimizer": seed_rec.get("optimizer") or "sgd", "status": "ok",
+           "measured_allocated_bytes": 200 * MiB, "predicted_allocated_bytes": 100 * MiB,
+           "measured_reserved_bytes": 0, "predicted_reserved_bytes": 0}
+    other = {**row, "params": {**seed_rec["params"], "n": 12345}}  # not a configuration of the seed
+    results, data = _inputs(tmp_path, {**GPU_CHECK, "rows": [row, other]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultsWarning)
+        build_site(results, data, tmp_path / "out")
+    seed = (tmp_path / "out" / "seed-chunked-slicing.html").read_text()
+    assert "Measured on a GPU" in seed and "largest error -50.0%" in seed
+    table = json.loads(next((tmp_path / "out" / "tables").glob("seed-chunked-slicing--gpu-measured-vs-predicted.json")).read_text())
+    assert [(r["technique"], r["allocated_error"]) for r in table] == [(seed_rec["technique"], -0.5)]
+
+    results, data = _inputs(tmp_path / "none", {**GPU_CHECK, "rows": [other]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultsWarning)
+        build_site(results, data, tmp_path / "none" / "out")
+    assert "Measured on a GPU" not in (tmp_path / "none" / "out" / "seed-chunked-slicing.html").read_text()

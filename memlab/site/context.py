@@ -31,6 +31,7 @@ from .overview import family_overview
 from .page import Page
 from .rows import machine_of, measurement_table, not_ranked_table
 from .tables import column
+from .gpu_seed import add_gpu_measured_to_seed_pages
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
 
 __all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
@@ -541,8 +542,8 @@ def add_nav(ctx: Context) -> Context:
 
 
 STEPS: tuple[Callable[[Context], Context], ...] = (
-    load_inputs, add_colors, add_family_pages, add_seed_pages, C.add_cuda_to_seed_pages, add_history_page,
-    add_timelines_page, add_overview_page, add_choose_page, add_methodology_page, add_footer, add_nav,
+    load_inputs, add_colors, add_family_pages, add_seed_pages, C.add_cuda_to_seed_pages,
+    add_gpu_measured_to_seed_pages, add_history_page, add_timelines_page, add_overview_page, add_choose_page, add_methodology_page, add_footer, add_nav,
 )
 
 
