@@ -9,15 +9,13 @@ share 20 workload configurations.  A sweep therefore keeps that half in a folder
 (``memlab sweep`` makes one per run and removes it at the end) and each measurement child loads it
 instead of recomputing it.
 
-The cached result equals the one that would have been computed, bit for bit:
+The cached result equals the one that would have been computed, bit for bit: the check runs the
+reference first, on the problem exactly as built (:func:`~memlab.measurement.verify.verify_technique`),
+so nothing a technique does to its problem can move it, and
 
-* only techniques that keep the workload's ``build`` and ``reference`` use it (one that overrides
-  either has a problem or a reference of its own);
-* the key is the workload's class and configuration, the seed, the dtype, the device and the mode;
-* a reference is stored, and a stored one used, only when the technique's forward and backward
-  left every input and parameter bit for bit as built (a reversible technique that rebuilds its
-  input with rounding drift, or a hostile one that edits its weights, gets a reference computed on
-  the problem as it left it, as without the cache).
+* only techniques that keep the workload's ``build`` and ``reference`` use the cache (one that
+  overrides either has a problem or a reference of its own);
+* the key is the workload's class and configuration, the seed, the dtype, the device and the mode.
 
 Files are written to a temporary name and renamed, so two children computing the same reference
 at once both succeed and a reader never sees half a file; an unreadable file is recomputed.

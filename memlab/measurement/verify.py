@@ -163,58 +163,57 @@ def verify_technique(technique: Technique, device: torch.device, dtype: torch.dt
 
     In ``train`` mode the gradients of every parameter and grad-requiring input (the ``.grad`` that
     ``output.backward(problem.grad_output)`` leaves, as in a training step) are compared too; in
-    ``infer`` mode both run under ``no_grad``.  Inputs and parameters are snapshotted first: any
-    change by the forward (bit for bit), or left after backward (beyond tolerance), is a failure.
-    A tensor passes when ``|a - b| <= atol + rtol * |b|`` elementwise (``torch.allclose``), with
-    ``(rtol, atol) = technique.tolerance(dtype)``.  Exceptions from the technique propagate.
-    ``cache``: where the reference's output and gradients are shared with the other checks of a
-    sweep (:mod:`memlab.measurement.reference_cache`: used only while the problem is untouched).
+    ``infer`` mode both run under ``no_grad``.  The reference runs first, on the problem as built
+    (its ``.grad`` cleared again), so what the technique does to the problem cannot move it.
+    Inputs and parameters are snapshotted first: any change by the forward (bit for bit), or left
+    after backward (beyond tolerance), is a failure.  A tensor passes when ``|a - b| <= atol + rtol
+    * |b|`` elementwise (``torch.allclose``), with ``(rtol, atol) = technique.tolerance(dtype)``.
+    Exceptions from the technique propagate.  ``cache``: where the reference's output and gradients
+    are shared with the other checks of a sweep (:mod:`memlab.measurement.reference_cache`).
     """
     dtype_name = str(dtype).replace("torch.", "")
     rtol, atol = technique.tolerance(dtype_name)
     problem = technique.build(device, dtype, seed)
     check = _Checker(rtol, atol)
     snap = _snapshot(problem)
+    ident = (dtype, device, mode, seed)
 
     if mode == "infer":
         with torch.no_grad():
+            ref, _ = _reference(technique, problem, [], cache, ident)
             out = technique.forward(problem)
             _report_changes(check, snap, "forward", exact=True)
-            ref, _ = _reference(technique, problem, [], snap, cache, (dtype, device, mode, seed))
         check.compare("output", out, ref)
         return check.result(dtype_name)
 
     names = [f"grad:{n}" for n, p in problem.model.named_parameters() if p.requires_grad]
     names += [f"grad:{n}" for n, t in problem.inputs.items() if t.requires_grad]
     leaves = problem.leaves()
+    ref, ref_grads = _reference(technique, problem, leaves, cache, ident)
+    ref = ref.detach()
     out = technique.forward(problem)
     _report_changes(check, snap, "forward", exact=True)
     if not isinstance(out, torch.Tensor) or (leaves and not out.requires_grad):
-        check.compare("output", out, technique.reference(problem).detach())
+        check.compare("output", out, ref)
         if isinstance(out, torch.Tensor):
             check.fail("output does not require grad: no gradient reaches the parameters or inputs")
         return check.result(dtype_name)
     if out.shape != problem.grad_output.shape:
-        check.compare("output", out, technique.reference(problem).detach())
+        check.compare("output", out, ref)
         return check.result(dtype_name)
     grads = _step_grads(out, leaves, problem.grad_output)
     _report_changes(check, snap, "backward", exact=False)
-    out = out.detach()
-    ref, ref_grads = _reference(technique, problem, leaves, snap, cache, (dtype, device, mode, seed))
-    check.compare("output", out, ref.detach())
+    check.compare("output", out.detach(), ref)
     for name, g, r in zip(names, grads, ref_grads):
         check.compare(name, g, r)
     return check.result(dtype_name)
 
 
-def _reference(technique: Technique, problem, leaves: list[torch.Tensor], snap, cache: ReferenceCache | None,
+def _reference(technique: Technique, problem, leaves: list[torch.Tensor], cache: ReferenceCache | None,
                ident: tuple) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-    """The workload reference's output and the leaves' gradients (``[]`` without leaves) on ``problem``
-    as the technique left it: from ``cache`` when it holds them and the problem is bit for bit as
-    built, else computed (and stored under the same condition)."""
-    key = None
-    if cache is not None and not _changed(snap, exact=True, rtol=0.0, atol=0.0, skip_freed=False):
-        key = cache.key(technique, *ident)
+    """The workload reference's output and the leaves' gradients (``[]`` without leaves) on the
+    problem as built: from ``cache`` when it holds them, else computed (and stored there)."""
+    key = cache.key(technique, *ident) if cache is not None else None
     found = cache.load(key, ident[1], len(leaves)) if key else None
     if found is not None:
         return found
