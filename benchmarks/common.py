@@ -332,6 +332,7 @@ def _timing_setup(cache_dir, *values) -> None:
     step; see NOTE [ only time_step builds a step in setup ]."""
     if _CURRENT is None:  # pragma: no cover - asv always runs the class setup first
         raise BenchmarkFailure("time_step's setup ran before the class setup")
+    _CURRENT._threads_before = torch.get_num_threads()  # restored by teardown (a caller that is not asv)
     torch.set_num_threads(1)  # NOTE [ timing ]: one intra-op thread, as track_relative_step_time
     _CURRENT._prepare_step()
 
@@ -473,6 +474,10 @@ class MemlabBenchmark(abc.ABC):
 
     def teardown(self, cache_dir, *values):
         self._step = None
+        threads = getattr(self, "_threads_before", None)
+        if threads is not None:  # time_step's setup set one thread for its process (NOTE [ timing ])
+            torch.set_num_threads(threads)
+            self._threads_before = None
 
     def _sync(self) -> None:
         if self.device == "cuda":

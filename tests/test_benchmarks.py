@@ -23,6 +23,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
@@ -293,10 +294,11 @@ def test_both_memory_metrics_come_from_one_measurement(tmp_path):
     tiny = _tiny_chained_matmul()
     combo = ("unchunked", 2000, "cpu")
     b = tiny()
+    threads = torch.get_num_threads()
     b.setup(str(tmp_path), *combo)
     assert b._step is None  # NOTE [ only time_step builds a step in setup ]
     b.time_step.setup(str(tmp_path), *combo)  # asv runs time_step's own setup after the class's
-    assert b._step is not None
+    assert b._step is not None and torch.get_num_threads() == 1  # NOTE [ timing ]: one thread
     b.time_step(str(tmp_path), *combo)
     allocated = b.track_peak_allocated(str(tmp_path), *combo)
     # unchunked (x @ w1) @ w2 at n=64, d=8, hidden=16, float32: hidden h [64, 16] saved for backward,
@@ -305,6 +307,7 @@ def test_both_memory_metrics_come_from_one_measurement(tmp_path):
     (cached,) = tmp_path.glob("memlab-chained_matmul-unchunked-cpu-*.json")
     assert json.loads(cached.read_text())["peak_allocated_bytes"] == allocated
     b.teardown(str(tmp_path), *combo)
+    assert torch.get_num_threads() == threads  # restored for the rest of this process
     b2 = tiny()
     b2.setup(str(tmp_path), *combo)
     # called directly (asv's per-benchmark setup would skip it on CPU): read from the same file
