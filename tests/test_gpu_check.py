@@ -71,3 +71,14 @@ def test_predict_only_needs_a_file_and_jobs_are_checked(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["--jobs", "0"])
     assert "--jobs 0" in capsys.readouterr().err
+
+
+def test_a_given_commit_overrides_git(monkeypatch):
+    from memlab.measurement import environment
+
+    monkeypatch.setenv("MEMLAB_COMMIT", "8c95ccb-as-copied")
+    environment.git_commit.cache_clear()
+    try:
+        assert environment.git_commit() == "8c95ccb-as-copied"
+    finally:
+        environment.git_commit.cache_clear()

@@ -37,7 +37,14 @@ def _cpu_name() -> str:
 
 @functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
-    """memlab's source commit (with ``+dirty`` when the tree has changes), or None outside git."""
+    """memlab's source commit (with ``+dirty`` when the tree has changes), or None outside git.
+
+    ``MEMLAB_COMMIT`` in the environment, when set, is taken as is: a copy of the tree on another
+    host (a lent GPU machine) may carry a ``.git`` that does not match the files (data/gpu-check/README.md).
+    """
+    given = os.environ.get("MEMLAB_COMMIT", "").strip()
+    if given:
+        return given
     root = Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
