@@ -29,7 +29,7 @@ from .tables import column, sort_value
 from .text import fmt_mib
 
 __all__ = ["predicted_chart", "variant_files", "gpu_check_files", "load_variants", "load_gpu_checks",
-           "add_cuda_to_seed_pages", "gpu_check_section", "VARIANT_FIGURES", "GPU_CHECK_FIGURES"]
+           "add_cuda_to_seed_pages", "gpu_check_section", "relative_error", "VARIANT_FIGURES", "GPU_CHECK_FIGURES"]
 
 #: bytes a variant row carries (``cuda_variants``), all predicted
 VARIANT_FIGURES = ("allocated_peak_total_bytes", "reserved_peak_bytes", "fragmentation_at_peak_bytes")
@@ -293,7 +293,8 @@ def fmt_pct(fraction: float | None) -> str:
     return "-" if fraction is None else f"{fraction * 100:+.1f}%"
 
 
-def _error(pred: Any, meas: Any) -> float | None:
+def relative_error(pred: Any, meas: Any) -> float | None:
+    """``(predicted - measured) / measured``; None unless both are byte counts and ``measured > 0``."""
     return (pred - meas) / meas if _bytes(pred) and _bytes(meas) and meas > 0 else None
 
 
@@ -307,8 +308,8 @@ def gpu_check_section(page: Page, checks: list[dict[str, Any]]) -> dict[str, Any
     for chk in checks:
         gpu = str(chk.get("gpu") or "unknown GPU")
         for r in chk["rows"]:
-            ea = _error(r.get("predicted_allocated_bytes"), r.get("measured_allocated_bytes"))
-            er = _error(r.get("predicted_reserved_bytes"), r.get("measured_reserved_bytes"))
+            ea = relative_error(r.get("predicted_allocated_bytes"), r.get("measured_allocated_bytes"))
+            er = relative_error(r.get("predicted_reserved_bytes"), r.get("measured_reserved_bytes"))
             e = per.setdefault((r["technique"], gpu), {"allocated": [], "reserved": [], "n": []})
             e["n"].append(1)
             e["allocated"] += [ea] if ea is not None else []

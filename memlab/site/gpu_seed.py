@@ -9,13 +9,13 @@ mode and optimizer equal a CPU float32 measurement of the seed (the configuratio
 """
 from __future__ import annotations
 
-import json
 import warnings
 from typing import Any
 
 from .. import results as R
 from . import ranking as A
-from .cuda import fmt_pct, gpu_check_files, load_gpu_checks
+from ..gpu_check import config_key
+from .cuda import fmt_pct, gpu_check_files, load_gpu_checks, relative_error
 from .page import Page
 from .tables import column, sort_value
 from .text import fmt_mib
@@ -24,7 +24,7 @@ __all__ = ["add_gpu_measured_to_seed_pages"]
 
 
 def _key(technique: Any, params: Any, mode: Any, optimizer: Any) -> str:
-    return json.dumps([technique, params, mode, optimizer or "sgd"], sort_keys=True, default=str)
+    return config_key({"technique": technique, "params": params, "mode": mode, "optimizer": optimizer or "sgd"})
 
 
 def _seed_keys(seed: dict[str, Any]) -> set[str]:
@@ -33,11 +33,6 @@ def _seed_keys(seed: dict[str, Any]) -> set[str]:
         return set()
     cpu = rows[(rows["device"] == "cpu") & (rows["dtype"] == "float32")]
     return {_key(r.technique, r.params, r.mode, r.optimizer) for r in cpu.itertuples()}
-
-
-def _error(pred: Any, meas: Any) -> float | None:
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (pred, meas))
-    return (pred - meas) / meas if ok and meas > 0 else None
 
 
 def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -50,7 +45,7 @@ def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
     cells, records = [], []
     for gpu, r in rows:
         meas, pred = r.get("measured_allocated_bytes"), r.get("predicted_allocated_bytes")
-        err = _error(pred, meas)
+        err = relative_error(pred, meas)
         cells.append({"technique": r["technique"], "peer": False, "is_baseline": False, "note": None,
                       "params": A.param_text(r.get("params") or {}), "mode": str(r.get("mode", "train")), "gpu": gpu,
                       "status": str(r.get("status") or "-"), "measured": fmt_mib(meas), "measured__sort": sort_value(meas),
