@@ -125,3 +125,19 @@ def test_a_seed_configuration_measured_on_a_gpu_shows_on_its_seed_page(tmp_path)
         warnings.simplefilter("ignore", ResultsWarning)
         build_site(results, data, tmp_path / "none" / "out")
     assert "Measured on a GPU" not in (tmp_path / "none" / "out" / "seed-chunked-slicing.html").read_text()
+
+
+def test_a_gpu_row_that_failed_shows_its_reason_on_the_seed_page(tmp_path):
+    from site_fixtures import reproduction
+
+    seed_rec = reproduction("chunked-slicing")["measurements"][1]
+    reason = "TechniqueUnavailable: peer comparator needs somepeer==1.0 (not installed)"
+    row = {"technique": seed_rec["technique"], "params": seed_rec["params"], "mode": seed_rec.get("mode", "train"),
+           "optimizer": seed_rec.get("optimizer") or "sgd", "status": "error", "error": reason}
+    results, data = _inputs(tmp_path, {**GPU_CHECK, "rows": [row]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultsWarning)
+        build_site(results, data, tmp_path / "out")
+    seed = (tmp_path / "out" / "seed-chunked-slicing.html").read_text()
+    section = seed[seed.index("Measured on a GPU"):]
+    assert "peer comparator needs somepeer==1.0" in section

@@ -37,7 +37,7 @@ def _seed_keys(seed: dict[str, Any]) -> set[str]:
 
 def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     cols = [column("technique", "technique", kind="tech"), column("params", "parameters"), column("mode", "mode"),
-            column("gpu", "GPU"), column("status", "status"),
+            column("gpu", "GPU"), column("status", "status", kind="status"),
             column("measured", "allocated peak, measured", num=True,
                    title="max_memory_allocated() during the step minus memory_allocated() before it"),
             column("predicted", "allocated peak, predicted", num=True, title="memlab.cuda_model on the CPU trace"),
@@ -48,7 +48,7 @@ def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
         err = relative_error(pred, meas)
         cells.append({"technique": r["technique"], "peer": False, "is_baseline": False, "note": None,
                       "params": A.param_text(r.get("params") or {}), "mode": str(r.get("mode", "train")), "gpu": gpu,
-                      "status": str(r.get("status") or "-"), "measured": fmt_mib(meas), "measured__sort": sort_value(meas),
+                      "status": str(r.get("status") or "-"), "per_step": None, "error": r.get("error") or None, "measured": fmt_mib(meas), "measured__sort": sort_value(meas),
                       "predicted": fmt_mib(pred), "predicted__sort": sort_value(pred),
                       "err": fmt_pct(err), "err__sort": sort_value(err)})
         records.append({**r, "gpu": gpu, "allocated_error": err})
