@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -298,6 +299,7 @@ def _cmd_sweep(args) -> int:
         raise UsageError(str(exc)) from None
     rows = []
     restore = _sigterm_as_interrupt()
+    started = time.perf_counter()
     try:
         if args.resume:
             points = _unmeasured(points, out, args)
@@ -321,6 +323,11 @@ def _cmd_sweep(args) -> int:
     if rows and rows[0].device == "cpu":
         _print_or_drop("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
                        "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
+    if rows:
+        from .sweep_time import time_breakdown
+
+        _print_or_drop("\n" + time_breakdown([m.to_dict() for m in rows], time.perf_counter() - started,
+                                              args.jobs))
     if args.out:
         _print_or_drop(f"wrote {len(rows)} measurement(s) to {args.out}")
     _say("memlab: " + status_summary(rows, len(points)))

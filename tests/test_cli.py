@@ -63,6 +63,7 @@ def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
     assert len(lines) >= 1 and all(json.loads(l)["status"] == "ok" for l in lines)
     text = capsys.readouterr()
     assert "peak alloc" in text.out and "/" in text.err  # table on stdout, progress on stderr
+    assert f"time inside the {len(lines)} measurement(s)" in text.out and "reference checks" in text.out
 
 
 def test_list_json(capsys):
