@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from ..params import Param
 from ..units import MiB
 from .families import knob_candidates
+from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
 
 __all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
@@ -113,12 +114,14 @@ def _extrapolation(fam: Mapping[str, Any], sizes: Mapping[str, int]) -> list[dic
 
 
 def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimizer: str = "sgd",
-           device: str = "cpu", models_dir=None) -> dict[str, Any]:
+           device: str = "cpu", models_dir=None, gpu_check_dir=None) -> dict[str, Any]:
     """Every modelled technique and knob setting predicted to fit ``budget`` bytes, ranked.
 
     Returns a JSON-ready dict: ``fits`` (ranked by predicted relative step time, then peak),
     ``pareto`` (settings no other beats on both the need and the time), ``cannot_fit`` (with the
-    smallest need each reaches), ``extrapolation`` and ``notes``.
+    smallest need each reaches), ``extrapolation`` and ``notes``; for ``device="cuda"`` also
+    ``gpu_evidence``: what the GPU-check tables under ``gpu_check_dir`` (default ``data/gpu-check``)
+    measured for this family (:mod:`memlab.advisor.gpu_evidence`).
 
     Raises:
         AdviceError: unknown family, parameter, device or optimizer; unparsable budget; nothing fits.
@@ -187,6 +190,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "dtype": models.get("dtype"), "fits": fits, "pareto": pareto, "cannot_fit": cannot, "notes": notes,
         "extrapolation": _extrapolation(fam, sizes),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
+        "gpu_evidence": gpu_evidence(family, gpu_check_dir) if device == "cuda" else None,
         "time_note": "relative step time (technique step / plain reference step) is approximate: measured at "
                      "one moderate size per family on a loaded 2-core machine; chunked: the one-chunk figure plus "
                      "a per-chunk cost scaled by the work n*d*hidden (memlab.advisor.fit.time_model)",
@@ -224,6 +228,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
                      f"caching-allocator "
                      f"margin + {fmt_bytes(m['workspace_bytes'])} cuBLAS/cuBLASLt workspaces (a stated margin, not a "
                      f"fitted reserved model); the CUDA context is not included")
+        lines += format_gpu_evidence(a.get("gpu_evidence") or [], m["fraction"])
     shown = a["fits"] if limit is None else a["fits"][:limit]
     lines += ["", f"Fits ({len(a['fits'])} settings, ranked by predicted relative step time"
               + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
