@@ -97,9 +97,25 @@ def test_the_page_and_its_models_are_built(site):
     html = (out / "choose.html").read_text()
     assert 'href="choose.html"' in (out / "index.html").read_text()  # in the nav
     assert "static/choose.js" in html and "data-app=" in html
+    assert "<strong>chunking</strong>: not yet checked on a GPU for this family" in html  # no data/gpu-check here
     for opt in ("sgd", "adam"):
         shipped = json.loads((out / "models" / f"cpu-float32-{opt}.json").read_text())
         assert shipped == json.loads((MODELS / f"cpu-float32-{opt}.json").read_text())
+
+
+def test_what_a_gpu_measured_for_a_family_is_on_the_page(tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(MODELS, data / "models")
+    (data / "gpu-check").mkdir()
+    row = {"technique": "reversible", "params": {"depth": 4}, "mode": "train", "status": "ok",
+           "measured_allocated_bytes": 102 * 2**20, "cpu_peak_allocated_bytes": 100 * 2**20}
+    (data / "gpu-check" / "some-gpu.json").write_text(json.dumps({"gpu": "Some GPU", "torch": "9.9", "rows": [row]}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResultsWarning)
+        build_site(tmp_path / "results", data, tmp_path / "site")
+    html = (tmp_path / "site" / "choose.html").read_text()
+    assert "<strong>reversible</strong>: checked on Some GPU (data/gpu-check/some-gpu.json, torch 9.9)" in html
+    assert "+2.0% off the exact CPU figure at 1 configuration(s)" in html
 
 
 def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):

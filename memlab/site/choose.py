@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import results as R
 from ..advisor.advise import CUDA_MARGIN, _UNITS, _error_bound
+from ..advisor.gpu_evidence import format_gpu_evidence, gpu_evidence
 from ..advisor.model import CATEGORIES, SCHEMA
 from ..record import is_number as _num
 from .figures import CATEGORY_COLORS, color_of
@@ -233,10 +234,13 @@ def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
            "category_colors": {c: CATEGORY_COLORS.get(c, "#444444") for c in CATEGORIES},
            "colors": {t: color_of(ctx.get("colors", {}), t) for t in techniques}}
     shipped = [{"file": m["file"], "optimizer": o} for o, m in models.items()]
+    families = sorted({f for m in models.values() for f in m["families"]})
+    gpu_dir = Path(ctx["data_dir"]) / "gpu-check"
+    evidence = {f: format_gpu_evidence(gpu_evidence(f, gpu_dir), CUDA_MARGIN["fraction"]) for f in families}
     page.files.update(files)
     return {**ctx, "pages": ctx["pages"] + [page.done({
         "template": "choose.html", "path": "choose.html", "title": "Choose a technique for your step",
         "app": json.dumps(app, sort_keys=True, separators=(",", ":"), allow_nan=False),
-        "families": sorted({f for m in models.values() for f in m["families"]}),
+        "families": families, "gpu_evidence": evidence,
         "optimizers": list(models), "shipped": shipped, "models_table": _models_table(page, models, app["colors"]),
         "commits": sorted({m["memlab_commit"][:12] for m in models.values() if m["memlab_commit"]})})]}
