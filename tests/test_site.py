@@ -663,3 +663,21 @@ def test_a_long_reproduction_summary_becomes_a_list_of_labelled_items():
     # a summary without labels stays one item; the claim alone is kept rather than nothing
     assert summary_items("slice_loop peaks at 13.0 MiB.") == [{"label": "", "text": "slice_loop peaks at 13.0 MiB."}]
     assert summary_items("Claim: x.") == [{"label": "Claim", "text": "x."}]
+
+
+def test_a_section_that_mixes_thread_counts_says_so(tmp_path):
+    from memlab.site.context import mixed_threads
+
+    one = chunking_records()
+    two = [dict(r, environment={**r["environment"], "threads": 1}) if r["technique"] == "vmap_chunks" else r
+           for r in one]
+    assert mixed_threads(_runs(tmp_path / "same", one)) == []
+    assert mixed_threads(_runs(tmp_path / "mixed", two)) == [1, 2]
+    for name, records in (("same", one), ("mixed", two)):
+        data = tmp_path / name / "data"
+        write_jsonl(data / "sweeps" / "s.jsonl", records)
+        build_site(tmp_path / name / "results", data, tmp_path / name / "out")
+    note = "intra-op threads (the <code>threads</code> of each row's environment)"
+    assert note not in (tmp_path / "same" / "out" / "family-chunking.html").read_text()
+    mixed = (tmp_path / "mixed" / "out" / "family-chunking.html").read_text()
+    assert "These rows were measured at 1 and 2 " + note in mixed

@@ -232,7 +232,19 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
             "table": measurement_table(page, f"{heading} measurements", order, skip=fixed, notes=marks,
                                        baseline=baseline),
             "environments": env_caption(rows), "n_not_ranked": len(rows) - len(ok), "second": second,
-            "fixed": A.param_text(fixed)}
+            "fixed": A.param_text(fixed), "mixed_threads": mixed_threads(rows)}
+
+
+def mixed_threads(rows: pd.DataFrame) -> list[int]:
+    """The distinct intra-op thread counts of the CPU rows, when there is more than one (else ``[]``).
+
+    On CPU the exact allocated peak of a convolution depends on the threads (oneDNN's scratch memory
+    is per thread: the resnet check configuration holds 86,864 B at one thread and 111,464 B at two),
+    and step times do too, so a section that mixes them compares unlike with unlike and says so.
+    """
+    cpu = rows[(rows["device"] == "cpu") & rows["threads"].notna()]
+    counts = sorted({int(t) for t in cpu["threads"]})
+    return counts if len(counts) > 1 else []
 
 
 def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
