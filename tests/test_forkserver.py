@@ -84,3 +84,15 @@ def test_a_plugin_loaded_after_the_server_started_restarts_it(tmp_path):
 def test_bad_isolation_modes_name_the_value():
     with pytest.raises(ValueError, match=r"isolate='threads' is not valid"):
         memlab.measure("unchunked", isolate="threads", n=16, d=4, hidden=8)
+
+
+def test_the_server_reads_the_git_commit_once_before_any_fork():
+    """A child must record the commit of the code the server imported, not HEAD at the time it runs."""
+    import subprocess
+    import sys
+
+    code = ("from memlab.measurement import environment, forkserver; forkserver._warm(); "
+            "print(environment.git_commit.cache_info().currsize)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1"

@@ -64,13 +64,17 @@ def _warm() -> None:
     from torch.profiler import profile  # noqa: F401
 
     from .. import registry
-    from . import inprocess, worker  # noqa: F401
+    from . import environment, inprocess, worker  # noqa: F401
 
     p = torch.nn.Parameter(torch.zeros(1))
     p.grad = torch.zeros(1)
     torch.optim.SGD([p], lr=0.1, foreach=False).step()  # imports torch._dynamo (NOTE above)
     del p
     registry.list_techniques()  # built-ins and MEMLAB_PLUGINS registered before any fork
+    # the commit of the code imported here, read once: every child inherits it.  Read in the child, it
+    # named whatever HEAD was at that moment (a sweep run while commits were made filed its rows under
+    # six later commits although all ran the code this server imported)
+    environment.git_commit()
     # Everything imported so far lives as long as the server: moved out of the collector's sight,
     # a child's gc.collect() (five per measurement) scans only the measurement's own objects
     # (0.18 s -> ms each) and never writes to the inherited pages (no copy-on-write growth).
