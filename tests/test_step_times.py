@@ -26,8 +26,10 @@ def test_measurement_records_samples_load_and_threads():
 def test_under_load_compares_the_load_average_with_the_cores():
     m = memlab.measure("unchunked", isolate=False, iterations=1, repeats=2, n=64, d=8, hidden=16)
     cores = m.environment["cores"]
-    assert m.replace(load_avg_before=cores + 0.5).under_load()
+    assert m.replace(load_avg_before=1.25 * cores + 0.1).under_load()
     assert not m.replace(load_avg_before=cores - 0.5, load_avg_after=0.0).under_load()
+    # a sweep using every core holds the load at about the cores by itself: not a load (NOTE [ under load ])
+    assert not m.replace(load_avg_before=cores + 0.2 * cores, load_avg_after=float(cores)).under_load()
     assert "[under load]" in m.replace(load_avg_after=cores * 3.0).step_time_text()
 
 

@@ -210,7 +210,7 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
                     "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
             caption = what + "; error bars: the interquartile range of the timed steps."
             if ok["under_load"].any():
-                caption += " Ringed points were measured under load (1-minute load average above the cores)."
+                caption += " Ringed points were measured under load (1-minute load average above 1.25 x the cores)."
             chart(F.step_vs_param(rows, variants, swept, colors) if swept else F.step_by_technique(rows, variants, colors),
                   f"Step time vs {swept}" if swept else "Step time per configuration", caption)
         if ok["samples_per_s"].notna().any():

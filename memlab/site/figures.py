@@ -308,7 +308,7 @@ def _error_bars(below: list, above: list, color: str) -> dict[str, Any]:
             "thickness": 1.5, "width": 4}
 
 
-def _load_ring(points: list[tuple[Any, Any, Any]], name: str = "under load (load average > cores)") -> list[dict]:
+def _load_ring(points: list[tuple[Any, Any, Any]], name: str = "under load (load average > 1.25 x cores)") -> list[dict]:
     """A red ring around each point measured under load (``(x, y, row)``); nothing when none was."""
     if not points:
         return []
