@@ -36,12 +36,15 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
-## full sweeps (SGD over every family's grid; Adam at each technique's defaults), timelines and reproductions
-## committed under data/; an interrupted sweep continues with the same command plus --resume.  The SGD grid
-## (213 points) took 29.9 min on 2 idle cores with --jobs 2 added (4 Dec 2026; 34% of it reference checks)
-SWEEP_FLAGS := --iterations 2 --repeats 3 --time-budget 1
+## full sweeps (SGD over every family's grid, the resnet depth scan's two middle depths, Adam at each technique's
+## defaults), timelines and reproductions committed under data/; an interrupted sweep continues with the same
+## command plus --resume.  On 2 idle cores (4 Dec 2026): the SGD grid (213 points) 28.4 min, 34% of it in the
+## float64 reference checks at the measured size (python -m memlab.sweep_time data/sweeps/cpu.jsonl); the resnet
+## depths 23 s; Adam (26 points) 4.1 min.  Two jobs of one intra-op thread each: every row at threads=1
+SWEEP_FLAGS := --jobs 2 --iterations 2 --repeats 3 --time-budget 1
 data: install
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --out data/sweeps/cpu.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep $(SWEEP_FLAGS) --family resnet --grid depth=74,290 --grid batch=4 --grid width=4 --out data/sweeps/cpu-resnet.jsonl || test $$? -eq 1
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --optimizer adam --out data/sweeps/cpu-adam.jsonl || test $$? -eq 1
 	$(BIN)/memlab timelines --out-dir data/timelines
 	$(BIN)/memlab reproduce --out data/reproductions

@@ -108,14 +108,19 @@ def test_saved_activations_by_depth():
 
 
 def test_committed_sweep_exponents():
-    """data/sweeps/cpu-resnet.jsonl: the exponents the issue asks for (memlab.complexity)."""
+    """The committed resnet depth scan, depths 38 to 578 (16x the blocks): ``make data``'s grid in
+    data/sweeps/cpu.jsonl and the two depths between them in data/sweeps/cpu-resnet.jsonl; the
+    exponents the issue asks for (memlab.complexity)."""
     import json
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "data" / "sweeps" / "cpu-resnet.jsonl"
-    if not path.exists():
-        pytest.skip("no committed resnet sweep")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    sweeps = Path(__file__).resolve().parents[1] / "data" / "sweeps"
+    rows = [json.loads(line) for name in ("cpu.jsonl", "cpu-resnet.jsonl")
+            for line in (sweeps / name).read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r["family"] == "resnet" and r["status"] == "ok"
+            and {r["params"][k] for k in ("batch", "width")} == {4} and r["params"]["image"] == 32]
+    for name in ("resnet", "resnet_checkpoint_sqrt", "resnet_checkpoint_block", "revnet"):
+        assert sorted(r["params"]["depth"] for r in rows if r["technique"] == name) == [38, 74, 146, 290, 578], name
     fits = fit_groups(rows, x=lambda r: r["extra"]["blocks"], y=lambda r: r["extra"]["activation_peak_bytes"])
     assert fits["resnet_checkpoint_sqrt"].span >= 16
     assert abs(fits["resnet_checkpoint_sqrt"].exponent - 0.5) <= 0.1

@@ -257,7 +257,7 @@ class ResNet(Workload, name="resnet", family="resnet"):
         if quick:
             return [{"depth": d, **small, "image": 16} for d in (26, 50)]
         # 6n+2 with n = 6, 24, 96: 18 .. 288 blocks (16x), enough for a complexity fit (memlab.complexity);
-        # data/sweeps/cpu-resnet.jsonl adds n = 12, 48 (memlab sweep --grid depth=38,74,146,290,578)
+        # data/sweeps/cpu-resnet.jsonl adds n = 12, 48 (make data: --family resnet --grid depth=74,290 ...)
         return [{"depth": 6 * n + 2, **small} for n in (6, 24, 96)]
 
     def n(self) -> int:
