@@ -40,14 +40,15 @@ test-slow: install
 ## defaults), timelines and reproductions committed under data/; an interrupted sweep continues with the same
 ## command plus --resume.  On 2 idle cores (4 Dec 2026): the SGD grid (213 points) 28.4 min, 34% of it in the
 ## float64 reference checks at the measured size (python -m memlab.sweep_time data/sweeps/cpu.jsonl); the resnet
-## depths 23 s; Adam (26 points) 4.1 min.  Two jobs of one intra-op thread each: every row at threads=1
+## depths 23 s; Adam (26 points) 4.1 min.  Two jobs of one intra-op thread each, and the reproductions at one
+## thread too: every CPU row at threads=1 (a convolution's exact CPU peak depends on the threads)
 SWEEP_FLAGS := --jobs 2 --iterations 2 --repeats 3 --time-budget 1
 data: install
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --out data/sweeps/cpu.jsonl || test $$? -eq 1
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --family resnet --grid depth=74,290 --grid batch=4 --grid width=4 --out data/sweeps/cpu-resnet.jsonl || test $$? -eq 1
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --optimizer adam --out data/sweeps/cpu-adam.jsonl || test $$? -eq 1
 	$(BIN)/memlab timelines --out-dir data/timelines
-	$(BIN)/memlab reproduce --out data/reproductions
+	OMP_NUM_THREADS=1 $(BIN)/memlab reproduce --out data/reproductions
 
 ## memory models for memlab advise (data/models/*.json): exact traces + held-out measurements, ~10 min on 2 cores
 models: install
