@@ -193,14 +193,28 @@ def _stdout_to_devnull() -> None:
         sys.stdout = open(os.devnull, "w")
 
 
+def _sweep_eta(points, jobs: int):
+    from .registry import get_technique
+    from .sweep_eta import Eta, size_of
+
+    def describe(point):
+        cls = get_technique(point.technique)
+        return cls.workload.name, size_of(cls(**point.params).config, cls.workload.params)
+
+    return Eta(points, describe, jobs)
+
+
 class _Progress:
     """A one-line progress bar on stderr (a line per item when stderr is not a terminal).
 
     Writing to a closed stderr stops the bar, never the sweep.
     """
 
-    def __init__(self, stream=None):
+    def __init__(self, stream=None, points=None, jobs: int = 1):
         self.stream = stream if stream is not None else sys.stderr
+        # the ETA scales each remaining point by its size (memlab.sweep_eta); without the plan, the
+        # mean time per finished point
+        self.eta = _sweep_eta(points, jobs) if points else None
         try:
             self.tty = self.stream.isatty()
         except (OSError, ValueError):
@@ -224,9 +238,14 @@ class _Progress:
                 self._write("\r\033[K" + f"[{bar}] {done}/{total} measuring {point.technique} {params}")
             return
         elapsed = time.perf_counter() - self.started
-        eta = elapsed / done * (total - done) if done else 0
+        if self.eta is not None:
+            self.eta.finished(point, seconds)
+            eta = self.eta.seconds_left()
+        else:
+            eta = elapsed / done * (total - done) if done else 0
         result = "skipped" if m is None else (fmt_mib(m.peak_allocated_bytes) if m.status == "ok" else m.status.upper())
-        line = f"[{bar}] {done}/{total} {point.technique} {params}: {result} ({seconds:.1f} s, ETA {eta:.0f} s)"
+        left = f"{eta:.0f} s" if eta < 120 else f"{eta / 60:.0f} min"
+        line = f"[{bar}] {done}/{total} {point.technique} {params}: {result} ({seconds:.1f} s, ETA {left})"
         self._write(("\r\033[K" if self.tty else "") + line + "\n")
 
     def _write(self, text: str) -> None:
@@ -303,7 +322,8 @@ def _cmd_sweep(args) -> int:
     try:
         if args.resume:
             points = _unmeasured(points, out, args)
-        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=_Progress(), warn=_say,
+        progress = _Progress(points=points, jobs=args.jobs)
+        for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=progress, warn=_say,
                            jobs=args.jobs, **kw):
             rows.append(m)
     except KeyboardInterrupt as exc:
