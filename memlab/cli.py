@@ -223,8 +223,6 @@ class _Progress:
         self.broken = False
 
     def __call__(self, done, total, point, m, seconds) -> None:
-        import time
-
         from .record import fmt_mib
 
         if self.started is None:

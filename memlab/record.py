@@ -104,6 +104,7 @@ def is_under_load(loads, cores) -> bool:
     return any(isinstance(x, (int, float)) and not isinstance(x, bool) and x > UNDER_LOAD_FACTOR * cores
                for x in loads)
 
+
 @dataclass(frozen=True)
 class Measurement:
     """One measured configuration of one technique.  All memory figures are bytes, times seconds.

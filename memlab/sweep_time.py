@@ -13,10 +13,10 @@ Rows are read as plain dicts (``Measurement.to_dict()`` or a JSON line), torch-f
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from .sweep_compare import read_rows
 
 __all__ = ["PHASES", "phase_seconds", "time_breakdown", "main"]
 
@@ -75,21 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     status = 0
     for name in paths:
-        rows, bad = [], 0
+        problems: list[str] = []
         try:
-            text = Path(name).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            rows = list(read_rows(name, problems))
+        except OSError as exc:
             print(f"{name}: cannot read: {exc}", file=sys.stderr)
             status = 1
             continue
-        for line in text.splitlines():
-            try:
-                row = json.loads(line) if line.strip() else None
-            except json.JSONDecodeError:
-                row = None
-                bad += 1
-            if isinstance(row, dict):
-                rows.append(row)
+        bad = len(problems)
         print(f"{name}" + (f" ({bad} unreadable line(s) left out)" if bad else ""))
         print(time_breakdown(rows))
     return status

@@ -14,10 +14,10 @@ A table that cannot be read is left out with its reason; it never stops the advi
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..record import is_number
 from .families import get_family
 
 __all__ = ["GPU_CHECK_DIR", "gpu_evidence", "format_gpu_evidence"]
@@ -26,7 +26,7 @@ GPU_CHECK_DIR = Path(__file__).resolve().parents[2] / "data" / "gpu-check"
 
 
 def _bytes(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+    return is_number(v) and v > 0
 
 
 def _in_family(row: Mapping[str, Any], techniques: set[str], fixed: Mapping[str, Any]) -> bool:
@@ -58,11 +58,11 @@ def gpu_evidence(family: str, directory: str | Path | None = None) -> list[dict[
             out.append({"file": str(path), "problem": f"{type(exc).__name__}: {exc}"[:200]})
             continue
         mine = [r for r in rows if isinstance(r, dict) and _in_family(r, techniques, fam.workload_fixed)]
+        if not mine:
+            continue
         pairs = [(r["measured_allocated_bytes"], r["cpu_peak_allocated_bytes"]) for r in mine
                  if r.get("status") == "ok" and _bytes(r.get("measured_allocated_bytes"))
                  and _bytes(r.get("cpu_peak_allocated_bytes"))]
-        if not mine:
-            continue
         excess = [(gpu - cpu) / cpu for gpu, cpu in pairs]
         out.append({"file": str(path), "gpu": str(table.get("gpu") or "unknown GPU"), "torch": table.get("torch"),
                     "configurations": len(pairs), "exact": sum(gpu == cpu for gpu, cpu in pairs),

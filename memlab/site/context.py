@@ -21,6 +21,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import pandas as pd
 
 from .. import results as R
+from ..record import UNDER_LOAD_FACTOR
 from . import ranking as A
 from . import figures as F
 from . import cuda as C
@@ -210,7 +211,8 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
                     "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
             caption = what + "; error bars: the interquartile range of the timed steps."
             if ok["under_load"].any():
-                caption += " Ringed points were measured under load (1-minute load average above 1.25 x the cores)."
+                caption += (" Ringed points were measured under load (1-minute load average above "
+                            f"{UNDER_LOAD_FACTOR:g} x the cores).")
             chart(F.step_vs_param(rows, variants, swept, colors) if swept else F.step_by_technique(rows, variants, colors),
                   f"Step time vs {swept}" if swept else "Step time per configuration", caption)
         if ok["samples_per_s"].notna().any():
@@ -555,7 +557,8 @@ def add_nav(ctx: Context) -> Context:
 
 STEPS: tuple[Callable[[Context], Context], ...] = (
     load_inputs, add_colors, add_family_pages, add_seed_pages, C.add_cuda_to_seed_pages,
-    add_gpu_measured_to_seed_pages, add_history_page, add_timelines_page, add_overview_page, add_choose_page, add_methodology_page, add_footer, add_nav,
+    add_gpu_measured_to_seed_pages, add_history_page, add_timelines_page, add_overview_page, add_choose_page,
+    add_methodology_page, add_footer, add_nav,
 )
 
 

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
+from ..record import UNDER_LOAD_FACTOR
 from ..units import MiB
 from .ranking import pareto_front, ranked, sort_key
 
@@ -308,7 +309,8 @@ def _error_bars(below: list, above: list, color: str) -> dict[str, Any]:
             "thickness": 1.5, "width": 4}
 
 
-def _load_ring(points: list[tuple[Any, Any, Any]], name: str = "under load (load average > 1.25 x cores)") -> list[dict]:
+def _load_ring(points: list[tuple[Any, Any, Any]],
+               name: str = f"under load (load average > {UNDER_LOAD_FACTOR:g} x cores)") -> list[dict]:
     """A red ring around each point measured under load (``(x, y, row)``); nothing when none was."""
     if not points:
         return []
