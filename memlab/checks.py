@@ -4,58 +4,85 @@ Each technique runs on its workload's small ``check_params`` (plus its own ``che
 float64 on the CPU; outputs and all gradients must match the workload reference within
 ``technique.tolerance("float64")`` (the workload's, see :data:`memlab.workload.DEFAULT_TOLERANCES`,
 unless the technique declares its own), and the step must leave inputs and parameters unchanged.
+
+By default each technique is checked in its own child process (forked from memlab's warm server,
+NOTE [ fork server ] in :mod:`memlab.measurement.forkserver`), with a time limit: a technique that
+calls ``sys.exit``/``os._exit``, dies by a signal or never returns is reported as an ``ERROR`` of its
+own, and the others are still checked.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from typing import Any, Iterator
 
-import torch
-
-from .measurement.verify import Verification, verify_technique
+from .measurement.reference_check import CheckOutcome, check_outcome, check_technique, first_line
 from .registry import get_technique, list_techniques
-from .technique import TechniqueUnavailable
 
-__all__ = ["check_technique", "check_all", "CheckOutcome"]
+__all__ = ["check_technique", "check_outcome", "iter_checks", "check_all", "check_timeout", "CheckOutcome",
+           "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S"]
 
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """One technique's check: ``PASS``/``FAIL`` (with ``verification``), ``ERROR`` (the technique
-    raised: ``message`` is the exception's first line) or ``SKIP`` (unavailable here)."""
-
-    name: str
-    verdict: str
-    verification: Verification | None = None
-    message: str = ""
-
-    def line(self) -> str:
-        """One line for the terminal, never a traceback."""
-        detail = self.verification.line() if self.verification is not None else self.message
-        return f"{self.verdict:<5} {self.name}: {detail}"
+#: Seconds one isolated technique check may take before it is killed and reported as ``ERROR``.
+DEFAULT_TIMEOUT_S = 300.0
+#: The longest ``timeout`` (seconds): a week, as for every ``--timeout`` of the command line (the
+#: clocks behind ``select()`` overflow long before ``inf``).
+MAX_TIMEOUT_S = 7 * 24 * 3600
+#: The prefix of :class:`~memlab.measurement.runner.WorkerFailed` messages, left out of a check's line.
+_RUNNER_PREFIX = "measurement subprocess "
 
 
-def check_technique(name: str, *, dtype: torch.dtype = torch.float64, mode: str = "train") -> Verification:
-    """Verify one technique on its check configuration (CPU).  Exceptions of the technique propagate."""
-    technique = get_technique(name).for_check()
-    technique.check_available(torch.device("cpu"))
-    return verify_technique(technique, torch.device("cpu"), dtype, mode=mode)
+def check_timeout(value: Any, name: str = "timeout") -> float:
+    """``value`` as seconds (float) when it is a number in (0, :data:`MAX_TIMEOUT_S`]; else ValueError
+    naming it and the valid range (``name`` is how the caller spells the setting)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not 0 < seconds <= MAX_TIMEOUT_S:  # NaN fails the comparison too
+        raise ValueError(f"{name}={value!r} is not valid: expected seconds in (0, {MAX_TIMEOUT_S}], "
+                         f"more than 0 and at most a week (default {DEFAULT_TIMEOUT_S:g})")
+    return seconds
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+def _check_isolated(name: str, mode: str, timeout: float) -> CheckOutcome:
+    """Check one technique in a child process (:func:`~memlab.measurement.runner.run_in_subprocess`)."""
+    from .measurement.runner import WorkerFailed, run_in_subprocess
+
+    request = {"kind": "check", "technique": name, "mode": mode, "device": "cpu"}
+    try:
+        return CheckOutcome.from_dict(run_in_subprocess(get_technique(name), request, timeout))
+    except (WorkerFailed, ValueError) as exc:  # ValueError: a class the child cannot import (__main__)
+        message = str(exc)
+        return CheckOutcome(name, "ERROR", message=message[len(_RUNNER_PREFIX):]
+                            if message.startswith(_RUNNER_PREFIX) else message)
+    except (KeyError, TypeError) as exc:  # a result of another shape: not a check result
+        return CheckOutcome(name, "ERROR", message=f"unreadable check result: {first_line(exc)}")
 
 
-def check_all(names: list[str] | None = None, *, mode: str = "train") -> list[CheckOutcome]:
-    """Check every technique (or ``names``); one technique's failure never stops the others."""
-    out: list[CheckOutcome] = []
-    for name in names or list_techniques():
-        try:
-            v = check_technique(name, mode=mode)
-        except TechniqueUnavailable as exc:
-            out.append(CheckOutcome(name, "SKIP", message=f"unavailable: {exc}"))
-        except Exception as exc:  # noqa: BLE001 - a plug-in may raise anything; report it in one line
-            out.append(CheckOutcome(name, "ERROR", message=_first_line(exc)))
-        else:
-            out.append(CheckOutcome(name, "PASS" if v.ok else "FAIL", v))
-    return out
+def iter_checks(names: list[str] | None = None, *, mode: str = "train", isolate: bool = True,
+                timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[CheckOutcome]:
+    """Each technique's :class:`CheckOutcome` (every technique, or ``names``), as soon as it is known.
+
+    Args:
+        names: registered technique names; None: every registered technique.
+        mode: ``train`` or ``infer``.
+        isolate: True (default): each technique in its own child process, so an exit, a signal or a
+            hang is that technique's ``ERROR`` (``timed out after N s``, ``killed by signal 9
+            (SIGKILL)``, ``exited with code 0 before writing a result``); False: in this process.
+        timeout: seconds each isolated check may take, in (0, :data:`MAX_TIMEOUT_S`] (unused, but still
+            validated, when not isolated).
+
+    Raises:
+        ValueError: a ``timeout`` out of that range, or not a number.
+    """
+    seconds = check_timeout(timeout)  # here, not at the first next(): a bad value fails before any check
+    chosen = list(names or list_techniques())
+    return (_check_isolated(name, mode, seconds) if isolate else check_outcome(name, mode=mode) for name in chosen)
+
+
+def check_all(names: list[str] | None = None, *, mode: str = "train", isolate: bool = True,
+              timeout: float = DEFAULT_TIMEOUT_S) -> list[CheckOutcome]:
+    """Check every technique (or ``names``); one technique's failure never stops the others.
+
+    See :func:`iter_checks` for ``isolate`` and ``timeout`` (seconds per technique).
+    """
+    return list(iter_checks(names, mode=mode, isolate=isolate, timeout=timeout))

@@ -5,7 +5,8 @@ reference check failed,
 2 bad input (unknown technique, parameter out of range, unknown device...).
 ``sweep``: 1 when any point's row is not ``ok`` (every row is still written; a count per status
 ends stderr) or a row could not be written (disk full: "rerun with --resume"); 2 when ``--out`` is
-unusable (a directory, not writable) or another sweep holds its lock (the message names its pid),
+unusable (a directory, not writable, a symbolic link to a file that is not a memlab sweep) or another
+sweep holds its lock (the message names its pid),
 and then nothing was written.  A closed stdout (``| head``) never stops a sweep.
 """
 from __future__ import annotations
@@ -25,17 +26,39 @@ class UsageError(Exception):
 
 
 def _parse_params(cls, pairs: Sequence[str]) -> dict[str, Any]:
+    from .params import split_params
+
     specs = cls.all_params()
     out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise UsageError(f"--param {pair!r} is not of the form name=value")
+    for key, text in split_params(pairs).items():  # a malformed or repeated --param: ValueError, exit 2
         if key not in specs:
             raise UsageError(f"technique {cls.name!r} has no parameter {key!r}; valid parameters: {', '.join(sorted(specs))}")
         out[key] = specs[key].parse(key, text)
     return out
+
+
+#: the longest --timeout: a week (select() and the clocks behind it overflow long before inf)
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+
+def _timeout_seconds(text: str) -> float:
+    """argparse ``type=`` of every ``--timeout``: seconds, finite, > 0 and at most :data:`MAX_TIMEOUT_S`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= MAX_TIMEOUT_S:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid: expected seconds > 0 and <= {MAX_TIMEOUT_S} "
+                                         f"(a week)")
+    return value
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A parser whose errors (bad value, unknown option, missing argument) are one line on stderr,
+    exit status 2, like every other bad input (the usage is one ``--help`` away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"memlab: error: {message}; see {self.prog} --help\n")
 
 
 def _load_plugins(args) -> None:
@@ -398,14 +421,15 @@ def _cmd_timelines(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from .checks import check_all
+    from .checks import iter_checks
     from .registry import get_technique
 
     for n in args.name or []:
         get_technique(n)
-    outcomes = check_all(args.name or None)
-    for outcome in outcomes:
+    outcomes = []
+    for outcome in iter_checks(args.name or None, isolate=True, timeout=args.timeout):  # a child per technique
         print(outcome.line(), flush=True)
+        outcomes.append(outcome)
     bad = [o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")]
     if bad:
         print(f"memlab: {len(bad)} of {len(outcomes)} techniques failed the reference check: {', '.join(bad)}",
@@ -429,7 +453,7 @@ def _cmd_reproduce(args) -> int:
 def _cmd_bench_harness(args) -> int:
     from .harness import load_robustness, overhead, report
 
-    if args.load_processes < 1 or args.load_processes > 64:
+    if args.load_processes is not None and not 1 <= args.load_processes <= 64:
         raise UsageError(f"--load-processes {args.load_processes} is not valid: expected 1 to 64")
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     over = overhead(progress=say)
@@ -496,12 +520,17 @@ def _cmd_advise(args) -> int:
 
 def _cmd_site(args) -> int:
     """Build the site; each input problem is one ``memlab: warning:`` line on stderr (and on the
-    methodology page).  A refused ``--out`` is the ValueError's one line, exit 2 (see ``main``)."""
+    methodology page).  A refused ``--out`` is the ValueError's one line, exit 2 (see ``main``), and so
+    is a ``--results`` or ``--data`` folder that does not exist."""
     import warnings
 
     from .results import ResultsWarning
     from .site import build_site
 
+    for option, folder in (("--results", args.results), ("--data", args.data)):
+        if not Path(folder).is_dir():  # a mistyped folder would build an empty site
+            raise UsageError(f"{option} {folder}: no such folder" if not Path(folder).exists()
+                             else f"{option} {folder} is not a folder")
     caught: list = []
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -539,7 +568,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="given (backward from the workload's preallocated upstream gradient, default) or mse "
                            "(mse_loss(output, 0): its gradient is allocated inside the step)")
     meas.add_argument("--repeats", type=int, default=5, help="timed steps; the median is reported (default 5)")
-    meas.add_argument("--timeout", type=float, default=900.0, help="seconds per isolated measurement (default 900)")
+    meas.add_argument("--timeout", type=_timeout_seconds, default=900.0, help="seconds per isolated measurement (default 900)")
     meas.add_argument("--time-budget", type=float, default=2.0, metavar="SECONDS",
                       help="keep timing steps (after --repeats) until their IQR is within 5%% of the median "
                            "or this many seconds pass (default 2)")
@@ -551,8 +580,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="a fresh Python process per measurement instead of a child forked from the warm "
                            "server (the default for CPU; CUDA always spawns)")
 
-    p = argparse.ArgumentParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
-                                parents=[common])
+    p = _OneLineParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
+                       parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("list", parents=[common], help="list techniques, their workload and parameters")
     s.add_argument("--family")
@@ -598,6 +627,9 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check", parents=[common], help="check techniques against their workload reference (float64, CPU)")
     s.add_argument("name", nargs="*")
+    s.add_argument("--timeout", type=_timeout_seconds, default=300.0, metavar="SECONDS",
+                   help="seconds each technique's check (its own child process) may take before it is killed "
+                        "and reported as ERROR, at most a week (default 300)")
     s.set_defaults(func=_cmd_check)
 
     s = sub.add_parser("reproduce", parents=[common], help="re-run the seed-report reproductions")
@@ -639,7 +671,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bench-harness", help="the harness's own overhead per point (spawn vs fork server) and "
                                              "how a CPU load moves absolute vs relative step times")
     s.add_argument("--no-load", action="store_true", help="skip the load experiment")
-    s.add_argument("--load-processes", type=int, default=2, help="busy loops for the load experiment (default 2)")
+    s.add_argument("--load-processes", type=int, default=None,
+                   help="busy loops for the load experiment (default: three per core)")
     s.set_defaults(func=_cmd_bench_harness)
     return p
 

@@ -7,12 +7,13 @@ Two experiments, both printed as ratios measured side by side in one run (never 
   step and the FLOP-counted step), for the spawned worker and for the warm fork server, over the
   same points.  What remains is process start-up and imports, problem building and the warm-up
   step, and the profiled steps with the processing of their trace (allocations, categories).
-* **Load robustness**: the same configuration measured on an idle machine and under a deliberate
-  CPU load of ``load_processes`` busy loops (processes this harness starts and stops): the
-  absolute step time and the ``relative_step_time`` (technique step / interleaved reference step)
-  under load, each as a ratio to its idle value; once with one intra-op thread and once with the
-  process's default (one per core): NOTE [ threads and load ] in :mod:`memlab.measurement.inprocess`
-  says why only the first cancels the load.
+* **Load robustness**: ``slice_loop``, ``tt_chunked`` and ``reversible`` (:data:`LOAD_POINTS`), each
+  measured three times on an idle machine and three times under a deliberate CPU load of
+  ``load_processes`` busy loops (default three per core; processes this harness starts and stops),
+  with memlab's default settings: the ``relative_step_time`` (thread CPU time of the technique's
+  step over the interleaved family-baseline steps, NOTE [ CPU time and load ] in
+  :mod:`memlab.measurement.timing`) of each run, the spread of the runs in each condition, and the
+  loaded/idle ratio of the medians, beside the same ratio in wall-clock time.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-__all__ = ["overhead", "load_robustness", "OverheadRow", "LoadRow", "quick_points", "report"]
+__all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "LOAD_POINTS", "quick_points",
+           "report"]
 
 #: one technique per family, each at the first configuration of its family's quick grid (`make demo`)
 QUICK_TECHNIQUES: tuple[str, ...] = ("slice_loop", "unchunked", "tt_factorized", "reversible")
@@ -66,14 +68,25 @@ class OverheadRow:
 
 @dataclass(frozen=True)
 class LoadRow:
-    """One measurement of the load experiment."""
+    """One measurement of the load experiment (seconds; the relative times are ratios)."""
 
     condition: str
-    threads: int | None  # the measurement's intra-op threads (None: the process's default)
+    threads: int | None  # the timed phase's intra-op threads as asked (None: memlab's default, one)
     load_avg: float | None
     step_time_s: float
     step_time_iqr_s: float | None
     relative_step_time: float | None
+    technique: str = "slice_loop"
+    relative_step_time_wall: float | None = None
+    run: int = 1
+
+
+#: the load experiment's points: the issue's three techniques at sizes that take seconds, not minutes
+LOAD_POINTS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("slice_loop", {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 100}),
+    ("tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 16}),
+    ("reversible", {"depth": 16, "batch": 256, "width": 256, "hidden": 512}),
+)
 
 
 def _timed_steps(m) -> float:
@@ -119,50 +132,83 @@ def _busy(stop, running) -> None:
             x += 1
 
 
-def load_robustness(name: str = "slice_loop", params: dict[str, Any] | None = None, *, load_processes: int = 2,
-                    repeats: int = 15, thread_settings: tuple[int | None, ...] = (1, None),
-                    progress: Callable[[str], None] | None = None) -> list[LoadRow]:
-    """Measure ``name`` idle, under ``load_processes`` busy loops, and idle again (a child of the fork
-    server each time), once per entry of ``thread_settings`` in each condition."""
-    import memlab
-
-    params = params if params is not None else {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 1000}
-    rows = []
-
-    def one(condition: str) -> None:
-        for threads in thread_settings:
-            m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=0, threads=threads,
-                               **params)
-            if m.status != "ok":
-                raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
-            used = m.environment.get("threads")
-            rows.append(LoadRow(condition, threads, m.load_avg_after, m.step_time_s, m.step_time_iqr_s,
-                                m.relative_step_time))
-            if progress:
-                progress(f"{condition:12} {used} thread(s), load {m.load_avg_after:5.2f}: step "
-                         f"{m.step_time_text()}, relative {m.relative_step_time:.3f}")
-
-    one("idle")
+def _busy_loops(count: int):
+    """Start ``count`` busy-loop processes and wait until each runs; returns ``(stop event, processes)``."""
     ctx = multiprocessing.get_context("spawn")
     stop = ctx.Event()
-    running = [ctx.Event() for _ in range(load_processes)]
+    running = [ctx.Event() for _ in range(count)]
     workers = [ctx.Process(target=_busy, args=(stop, r), daemon=True) for r in running]
     for w in workers:
         w.start()
+    # a spawned process takes seconds to start (it re-imports the caller's main module): measure
+    # only once every busy loop runs, or the first measurements see no load at all
+    for r in running:
+        if not r.wait(120):
+            stop.set()
+            raise RuntimeError("a busy-loop process of the load experiment did not start within 120 s")
+    time.sleep(1.0)  # let the loops settle in the run queue
+    return stop, workers
+
+
+def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, runs: int = 3, repeats: int = 15,
+                    threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[LoadRow]:
+    """Measure each point ``runs`` times idle, then ``runs`` times under ``load_processes`` busy loops
+    (default: three per core), each a child of the fork server with memlab's default settings
+    (``threads=None``: the timed phase at one thread, relative time in thread CPU time)."""
+    import memlab
+
+    load_processes = 3 * (os.cpu_count() or 1) if load_processes is None else load_processes
+    rows: list[LoadRow] = []
+
+    def one(condition: str) -> None:
+        for run in range(1, runs + 1):
+            for name, params in points:
+                m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=0,
+                                   threads=threads, **params)
+                if m.status != "ok":
+                    raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
+                rows.append(LoadRow(condition, threads, m.load_avg_after, m.step_time_s, m.step_time_iqr_s,
+                                    m.relative_step_time, name, m.relative_step_time_wall, run))
+                if progress:
+                    progress(f"{condition:12} run {run} {name:12} load {m.load_avg_after:5.2f}: step "
+                             f"{m.step_time_text()}, relative {m.relative_step_time:.3f} (wall "
+                             f"{m.relative_step_time_wall:.3f}) against {m.relative_to}")
+
+    one("idle")
+    stop, workers = _busy_loops(load_processes)
     try:
-        # a spawned process takes seconds to start (it re-imports the caller's main module): measure
-        # only once every busy loop runs, or the first measurements see no load at all
-        for r in running:
-            if not r.wait(120):
-                raise RuntimeError("a busy-loop process of the load experiment did not start within 120 s")
-        time.sleep(1.0)  # let the loops settle in the run queue
         one(f"{load_processes}-proc load")
     finally:
         stop.set()
         for w in workers:
             w.join(10)
-    one("idle again")
     return rows
+
+
+def _spread(values: list[float]) -> float:
+    """(max - min) / min of positive values, as a fraction."""
+    return (max(values) - min(values)) / min(values) if values and min(values) > 0 else float("nan")
+
+
+def load_table(load: list[LoadRow]) -> list[str]:
+    """Per technique: the median relative time idle and loaded, their ratio, and the spread of the
+    repeated runs in each condition (the issue's two 5% criteria), with the load averages."""
+    conditions = list(dict.fromkeys(r.condition for r in load))
+    lines = ["technique     " + "".join(f"{c + ' (runs)':>34}" for c in conditions)
+             + "  loaded/idle  wall loaded/idle"]
+    for name in dict.fromkeys(r.technique for r in load):
+        cells, medians, walls = [], [], []
+        for c in conditions:
+            rs = [r for r in load if r.technique == name and r.condition == c and r.relative_step_time]
+            rel = [r.relative_step_time for r in rs]
+            medians.append(statistics.median(rel) if rel else None)
+            walls.append(statistics.median(r.relative_step_time_wall for r in rs) if rs else None)
+            loads = "/".join(f"{r.load_avg:.1f}" for r in rs if r.load_avg is not None)
+            cells.append(f"{' '.join(f'{x:.3f}' for x in rel)} ±{100 * _spread(rel):.1f}% @{loads}")
+        ratio = (f"{medians[-1] / medians[0]:.3f}" if len(medians) > 1 and medians[0] and medians[-1] else "-")
+        wall = (f"{walls[-1] / walls[0]:.3f}" if len(walls) > 1 and walls[0] and walls[-1] else "-")
+        lines.append(f"{name:13} " + "".join(f"{c:>34}" for c in cells) + f"  {ratio:>11}  {wall:>16}")
+    return lines
 
 
 def report(over: list[OverheadRow], load: list[LoadRow]) -> str:
@@ -188,13 +234,8 @@ def report(over: list[OverheadRow], load: list[LoadRow]) -> str:
                 lines.append(f"{label}: spawn {spawn:.2f} s, fork {fork:.2f} s (zero within timing noise)")
             else:
                 lines.append(f"{label} spawn / fork: {spawn / fork:.1f}x")
-    idle_rows = {r.threads: r for r in load if r.condition == "idle"}
-    for r in load:
-        idle = idle_rows.get(r.threads)
-        if r.condition == "idle" or idle is None:
-            continue
-        label = f"{r.condition:12} {'default' if r.threads is None else r.threads} thread(s)"
-        rel = (r.relative_step_time / idle.relative_step_time) if r.relative_step_time and idle.relative_step_time else None
-        lines.append(f"{label} vs idle: absolute step time x{r.step_time_s / idle.step_time_s:.2f}, "
-                     f"relative step time x{rel:.2f}" if rel is not None else f"{label}: no relative time")
+    if load:
+        lines.append("relative step time (thread CPU time against the family baseline, one thread; "
+                     "±: spread of the runs; @: load averages):")
+        lines.extend(load_table(load))
     return "\n".join(lines)

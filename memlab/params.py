@@ -9,9 +9,9 @@ name the parameter, the bad value and the valid range.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-__all__ = ["Param", "resolve_params"]
+__all__ = ["Param", "resolve_params", "split_params"]
 
 
 @dataclass(frozen=True)
@@ -149,4 +149,24 @@ def resolve_params(
         spec = specs[key]
         value = given.get(key, spec.default)
         out[key] = spec.validate(key, value)
+    return out
+
+
+def split_params(pairs: Sequence[str]) -> dict[str, str]:
+    """``["n=64", "d=8"]`` (``--param`` values) -> ``{"n": "64", "d": "8"}``: names stripped, values
+    still text for each parameter's :meth:`Param.parse`.
+
+    Raises:
+        ValueError: a pair that is not ``name=value``, or a name given twice (the message names it
+            and both values: a repeated ``--param`` must not silently take the last).
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--param {pair!r} is not of the form name=value")
+        if key in out:
+            raise ValueError(f"--param {key} is given twice ({key}={out[key]!r} and {key}={text!r}); give it once")
+        out[key] = text
     return out

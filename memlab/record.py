@@ -151,13 +151,19 @@ class Measurement:
     ``mse`` (``mse_loss(output.float(), zeros).backward()``: the upstream gradient is allocated inside
     the step and no ``grad_output`` is in the baseline).  See ``memlab/measurement/step.py``.
 
-    Step time (seconds): ``step_times_s`` holds every timed sample, ``step_time_s`` their median and
-    ``step_time_iqr_s`` their interquartile range (None under two samples); ``load_avg_before`` and
-    ``load_avg_after`` the machine's 1-minute load average around the timed steps, compared with
-    ``environment["cores"]`` by :meth:`under_load`.  ``relative_step_time`` is the load-robust
-    figure: the median over timed steps of the technique's step divided by the mean of the two
-    plain-reference steps timed right before and after it (same problem, same process), and
-    ``reference_step_time_s`` the median reference step.  Compare techniques and commits on it.
+    Step time (seconds; NOTE [ timed phase ] in ``memlab/measurement/timing.py``): ``step_times_s``
+    holds every timed sample's wall-clock seconds, ``step_cpu_times_s`` the same steps' CPU seconds
+    of the measuring thread, ``step_time_s`` the wall median and ``step_time_iqr_s`` its
+    interquartile range (None under two samples); ``timing_threads`` the intra-op threads of the
+    timed phase; ``load_avg_before`` and ``load_avg_after`` the machine's 1-minute load average
+    around the timed steps, compared with ``environment["cores"]`` by :meth:`under_load`.
+    ``relative_step_time`` is the load-robust figure: the median over timed steps of the technique's
+    step divided by the mean of the two steps of ``relative_to`` (the family's baseline technique,
+    or ``reference`` where the workload has none) timed right before and after it, in thread CPU
+    time at one thread on CPU (``extra["relative_time_clock"]``), and ``relative_step_time_wall``
+    the same ratio in wall-clock time; ``reference_step_time_s`` is the baseline's median wall step.
+    Compare techniques and commits on ``relative_step_time``.  ``steps_checked``: how many timed
+    steps were compared with the shadow reference (NOTE [ every step checked ]).
 
     Verdict (see NOTE [ verdicts ] in ``memlab/measurement/verdict.py``):
         status: one of :data:`STATUSES`; ``error`` holds the one-line reason for every non-ok status.
@@ -191,6 +197,11 @@ class Measurement:
     step_time_iqr_s: float | None = None
     reference_step_time_s: float | None = None
     relative_step_time: float | None = None
+    step_cpu_times_s: tuple[float, ...] = ()
+    relative_step_time_wall: float | None = None
+    relative_to: str | None = None
+    timing_threads: int | None = None
+    steps_checked: int | None = None
     load_avg_before: float | None = None
     load_avg_after: float | None = None
     samples_per_step: int | None = None

@@ -37,19 +37,20 @@ import statistics
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 from .record import MODES, STATUSES, Measurement, activation_figures, analytic_floor, is_under_load
 from .record import is_number as _is_number
+
+if TYPE_CHECKING:  # pandas is imported by the loaders that build frames: the sweep's --resume reads rows
+    import pandas as pd  # with this module where only the core (no pandas) is installed
 
 __all__ = [
     "ResultsWarning", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS", "STATUSES",
     "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
     "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
     "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
-    "canonical_params", "load_json_objects",
+    "canonical_params", "load_json_objects", "sweep_records",
 ]
 
 VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
@@ -366,7 +367,8 @@ def validate_measurement(rec: Any) -> list[str]:
     figures are finite, non-negative numbers or null; errors against the reference are numbers
     >= 0 (NaN/Infinity allowed: a non-finite output) or null; ``error`` and ``check_dtype`` strings,
     ``matches_reference`` and ``peer`` booleans, ``tolerance`` a pair of numbers; an ``ok`` row has
-    ``peak_allocated_bytes``.
+    ``peak_allocated_bytes`` and no recorded error that proves its reference check failed (NOTE
+    [ error beyond tolerance ]).
     """
     if not isinstance(rec, dict):
         return [f"expected a JSON object, got {type(rec).__name__}"]
@@ -421,7 +423,44 @@ def validate_measurement(rec: Any) -> list[str]:
                                                                    "a finite number >= 0")]
     if rec.get("status") == "ok" and rec.get("peak_allocated_bytes") is None:
         problems.append("status 'ok' but peak_allocated_bytes is null")
-    return problems
+    beyond = None if problems else _beyond_tolerance(rec)
+    return problems + ([beyond] if beyond else [])
+
+
+# NOTE [ error beyond tolerance ]
+# An ``ok`` row passed its reference check: every element satisfied |a - b| <= atol + rtol * |b|
+# (memlab.measurement.verify), so each tensor's max error err_t is at most atol + rtol * scale_t, its
+# reference's max magnitude.  A row records err_t per tensor (``errors_by_tensor``), the largest
+# (``max_abs_error``) and the largest err_t / scale_t (``max_rel_error``), not each scale_t.  A row is
+# invalid when its figures prove a failed check, which they can in two cases only:
+# * rtol == 0: max_abs_error > atol;
+# * one tensor has a nonzero error: it holds both maxima, so its scale is max_abs_error /
+#   max_rel_error (0 when the relative error is infinite) and max_abs_error > atol + rtol * scale.
+# With errors in several tensors no scale is known and the row's own verdict stands: the rule never
+# rejects a row whose check passed (every ok row of data/sweeps passes it; a test keeps it so).  The
+# bound has a relative slack of _TOLERANCE_SLACK for the scale's rounding.  A row whose
+# ``matches_reference`` is false is not invalid: it says it failed (ranking_status shows that).
+_TOLERANCE_SLACK = 1e-6
+
+
+def _beyond_tolerance(rec: dict) -> str | None:
+    """Why an ``ok`` row's recorded error proves its check failed, or None (NOTE [ error beyond tolerance ])."""
+    worst, rel, tol = rec.get("max_abs_error"), rec.get("max_rel_error"), rec.get("tolerance")
+    errors = list((rec.get("errors_by_tensor") or {}).values())
+    if rec["status"] != "ok" or rec.get("matches_reference") is False or not tol or not _is_number(worst):
+        return None
+    rtol, atol = tol
+    nonzero = [e for e in errors if e != 0]
+    if rtol == 0:
+        allowed = atol
+    elif nonzero == [worst] and isinstance(rel, (int, float)) and rel > 0:  # NaN fails `rel > 0`
+        allowed = atol + (rtol * worst / rel if math.isfinite(rel) else 0.0)
+    else:
+        return None
+    if worst <= allowed * (1 + _TOLERANCE_SLACK):
+        return None
+    return (f"status 'ok' but max_abs_error {worst:.3g} exceeds its tolerance (rtol={rtol:g}, atol={atol:g} "
+            f"allow {allowed:.3g} here): the reference check failed")
 
 
 def _non_finite(rec: dict) -> bool:
@@ -546,6 +585,31 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
     }
 
 
+def _valid_records(path: Path, report: Callable[..., None]) -> Iterator[tuple[int, dict]]:
+    """``(line number, record)`` of each valid measurement in a sweep file; every other line is reported."""
+    for number, rec in _read_jsonl(path, report):
+        problems = validate_measurement(rec)
+        if problems:
+            report(f"invalid measurement ({'; '.join(problems)}); skipped", number)
+            continue
+        yield number, rec
+
+
+def sweep_records(path: Path | str, warn: Callable[[str], None]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of each measurement in the sweep file ``path`` that the site would
+    read (:func:`validate_measurement`): what ``memlab sweep --resume`` counts as measured.
+
+    Each unreadable line or invalid record is one call ``warn("FILE:LINE: why; skipped")``, as
+    :func:`load_runs` warns about it; no limit per file.  Needs no pandas.
+    """
+    name = _shown(path)
+
+    def report(msg: str, line: int | None = None) -> None:
+        warn(f"{name}:{line}: {msg}" if line is not None else f"{name}: {msg}")
+
+    yield from _valid_records(Path(path), report)
+
+
 def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
     """Read memlab sweep files (JSON Lines of ``Measurement.to_dict()``) into one DataFrame.
 
@@ -569,15 +633,13 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         problem), and once per file with unknown fields; at most :data:`PROBLEMS_PER_FILE` per file
         and then one count.
     """
+    import pandas as pd
+
     rows = []
     for path in map(Path, paths):
         unknown: set[str] = set()
         with _FileProblems(path) as report:
-            for number, rec in _read_jsonl(path, report):
-                problems = validate_measurement(rec)
-                if problems:
-                    report(f"invalid measurement ({'; '.join(problems)}); skipped", number)
-                    continue
+            for number, rec in _valid_records(path, report):
                 unknown |= set(rec) - _KNOWN_FIELDS
                 rows.append(_row(rec, _shown(path.stem), _shown(path), number))
             if unknown:
@@ -781,6 +843,8 @@ def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
     Warns:
         ResultsWarning: naming each unreadable or malformed file or benchmark entry.
     """
+    import pandas as pd
+
     root = Path(results_dir)
     if not os.path.isdir(root):
         _warn(f"{_shown(root)}: no asv results directory; the history is empty")
@@ -925,6 +989,8 @@ def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     Warns:
         ResultsWarning: naming each unreadable or malformed file, and each invalid measurement.
     """
+    import pandas as pd
+
     out, seen = [], set()
     for path, data in load_json_objects(paths, not_object="a reproduction must be a JSON object; skipped"):
         with _FileProblems(path) as report:

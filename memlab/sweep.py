@@ -32,9 +32,13 @@ __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", 
 # * open_sweep_output opens the file without truncating it, takes a non-blocking flock on it (a second
 #   sweep on the same file is refused, naming the holder's pid) and only then truncates it (a fresh
 #   run) or repairs its tail (--append / --resume);
-# * a torn last line (a killed run, a full disk: no final newline, or a final line that is not JSON)
-#   is reported as FILE:LINE and cut off, so its point counts as not measured and is measured again;
-#   an unreadable line elsewhere is reported and left as it is;
+# * a torn last line (a killed run, a full disk: no final newline and not a whole JSON object) is
+#   reported as FILE:LINE and cut off, so its point counts as not measured and is measured again.
+#   A complete line (it ends with its newline: one write(2) put it there whole) is never removed: a
+#   last one that is not a row (not UTF-8, not JSON) is reported as FILE:LINE and kept, and --resume
+#   counts its point as not measured, like an unreadable line elsewhere;
+# * --out that is a symbolic link to an existing file that is not a memlab sweep file (empty, or
+#   its first line a row memlab.results reads) is refused: it would replace or extend that file;
 # * each row is one write(2) call plus fsync (memlab.atomic.append_line_durable); a write that fails
 #   half-way is cut back off, so after any OSError the file still ends with a complete row and the
 #   sweep stops with SweepWriteFailed ("disk full writing FILE after N rows; rerun with --resume").
@@ -133,14 +137,25 @@ def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str
     A row counts when its status is in :data:`FINISHED_STATUSES` and it was measured with the same
     device type, dtype, mode, optimizer and loss.  A point is identified by the parameters it was
     asked for; the stored rows carry every resolved parameter, so a stored row matches a point when
-    the point's parameters agree with it.  An unreadable line is passed to ``warn`` as
-    ``FILE:LINE: ...`` and does not count.
+    the point's parameters agree with it.  Rows are read as the site reads them
+    (:func:`memlab.results.sweep_records`): a line that is unreadable, or a row the site would refuse
+    (a NaN, negative or non-numeric figure, an ``ok`` whose error is beyond its tolerance), is passed
+    to ``warn`` as ``memlab: warning: FILE:LINE: ...`` and does not count, so its point is measured again.
     """
+    from .results import sweep_records
+
     if not os.path.exists(path):
         return set()
-    return {(m.technique, json.dumps(m.params, sort_keys=True)) for m in read_jsonl(path, warn=warn)
-            if m.status in FINISHED_STATUSES and m.device.split(":")[0] == device.split(":")[0]
-            and m.dtype == dtype and m.mode == mode and m.optimizer == optimizer and m.loss == loss}
+
+    def skipped(msg: str) -> None:
+        if warn is not None:
+            warn(f"memlab: warning: {msg}; not counted as measured")
+
+    rows = [rec for _, rec in sweep_records(path, skipped)]
+    return {(r["technique"], json.dumps(r["params"], sort_keys=True)) for r in rows
+            if r["status"] in FINISHED_STATUSES and r["device"].split(":")[0] == device.split(":")[0]
+            and r["dtype"] == dtype and r["mode"] == mode and (r.get("optimizer") or "sgd") == optimizer
+            and (r.get("loss") or "given") == loss}
 
 
 def is_done(point: SweepPoint, done: set[tuple[str, str]]) -> bool:
@@ -387,12 +402,14 @@ def open_sweep_output(path: str | os.PathLike, *, append: bool,
     """Open ``path`` for a sweep, exclusively: locked, then emptied (``append=False``) or repaired.
 
     With ``append`` the rows already there are kept, and a torn last line is cut off with one
-    line to ``warn`` naming ``FILE:LINE`` (see NOTE [ sweep output ]).  Folders above ``path`` are
-    created.  Nothing is written or truncated unless the lock was taken.
+    line to ``warn`` naming ``FILE:LINE`` (a complete last line that is not a row is kept and
+    reported; see NOTE [ sweep output ]).  Folders above ``path`` are created.  Nothing is
+    written or truncated unless the lock was taken.
 
     Raises:
-        ValueError: ``path`` is a directory or not a regular file, or cannot be opened for writing
-            (the message names the path and the system's reason).
+        ValueError: ``path`` is a directory or not a regular file, a symbolic link to an existing
+            file that is not a memlab sweep file, or cannot be opened for writing (the message
+            names the path and the system's reason).
         SweepOutputBusy: another sweep holds the lock (the message names its pid).
     """
     path = str(path)
@@ -401,6 +418,10 @@ def open_sweep_output(path: str | os.PathLike, *, append: bool,
         raise ValueError(f"--out {path} is a directory; give a file path such as {os.path.join(path, 'sweep.jsonl')}")
     if os.path.exists(path) and not os.path.isfile(path):
         raise ValueError(f"--out {path} is not a regular file; give a file path such as sweep.jsonl")
+    if os.path.islink(path) and os.path.exists(path) and not _is_sweep_file(path):
+        raise ValueError(f"--out {path} is a symbolic link to {os.path.realpath(path)}, which is not a memlab "
+                         f"sweep file; refused rather than {'appended to' if append else 'replaced'}: give "
+                         f"another --out")
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
@@ -423,14 +444,26 @@ def open_sweep_output(path: str | os.PathLike, *, append: bool,
     return SweepOutput(path, fd)
 
 
+def _is_sweep_file(path: str) -> bool:
+    """True for an empty file or one whose first non-blank line is a row the site reads."""
+    from .results import sweep_records
+
+    problems: list[str] = []
+    next(sweep_records(path, problems.append), None)  # a bad first line is reported before any row
+    return not problems
+
+
 def _cut_torn_tail(fd: int, path: str, warn: Callable[[str], None]) -> None:
-    """Truncate an incomplete last line off the open file ``fd``, with one warning naming FILE:LINE."""
+    """Truncate an incomplete last line off the open file ``fd``, with one warning naming FILE:LINE;
+    a complete last line that is not a row is kept, with one warning naming FILE:LINE."""
     size = os.fstat(fd).st_size
     data = os.pread(fd, size, 0) if size else b""
     torn = torn_tail(data)
     if torn is None:
         if data and not data.endswith(b"\n"):  # a whole row that lacks only its newline: keep it
             append_line_durable(fd, "")
+        elif data:
+            _report_unreadable_last_line(data, path, warn)
         return
     offset, lineno = torn
     os.ftruncate(fd, offset)
@@ -439,23 +472,33 @@ def _cut_torn_tail(fd: int, path: str, warn: Callable[[str], None]) -> None:
          f"its point will be measured again")
 
 
+def _report_unreadable_last_line(data: bytes, path: str, warn: Callable[[str], None]) -> None:
+    """Warn (naming FILE:LINE) when the complete last line of ``data`` is neither blank nor JSON."""
+    start = data.rfind(b"\n", 0, len(data) - 1) + 1
+    last = data[start:-1]
+    if not last.strip() or _json_kind(last) is not None:
+        return
+    try:
+        last.decode("utf-8")
+        why = "not JSON"
+    except UnicodeDecodeError:
+        why = "not UTF-8"
+    lineno = data.count(b"\n", 0, start) + 1
+    warn(f"memlab: warning: {path}:{lineno}: last line is complete but {why}; kept "
+         f"(only a torn line, one without its newline, is removed)")
+
+
 def torn_tail(data: bytes) -> tuple[int, int] | None:
     """``(byte offset, line number)`` of a torn last line of JSON Lines ``data``; None if whole.
 
-    Torn: the last line is neither blank nor JSON, or it lacks its newline and is not a whole JSON
-    object (a row written up to its final newline is whole).
+    Torn: the last line lacks its newline and is not a whole JSON object.  A line that ends with
+    its newline is complete, whatever it holds, and never torn.
     """
-    if not data:
+    if not data or data.endswith(b"\n"):
         return None
-    if not data.endswith(b"\n"):
-        start = data.rfind(b"\n") + 1
-        if _json_kind(data[start:]) == "object":
-            return None
-    else:
-        start = data.rfind(b"\n", 0, len(data) - 1) + 1
-        last = data[start:-1]
-        if not last.strip() or _json_kind(last) is not None:
-            return None
+    start = data.rfind(b"\n") + 1
+    if _json_kind(data[start:]) == "object":
+        return None
     return start, data.count(b"\n", 0, start) + 1
 
 

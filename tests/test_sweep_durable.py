@@ -107,8 +107,8 @@ def test_one_file_under_two_names_is_still_one_lock(tmp_path):
 
 
 # -- torn and corrupt lines ------------------------------------------------------------------------
-@pytest.mark.parametrize("fragment", [b'{"technique": "sweep_tiny_right", "wo', b'{"technique": "sweep_ti\n'],
-                         ids=["no-newline", "newline-not-json"])
+@pytest.mark.parametrize("fragment", [b'{"technique": "sweep_tiny_right", "wo', b'\xff\xfe{"techn'],
+                         ids=["no-newline", "no-newline-not-utf8"])
 @pytest.mark.parametrize("flag", ["--resume", "--append"])
 def test_torn_last_line_is_cut_with_a_warning_and_measured_again(fake, tmp_path, capsys, fragment, flag):
     out = tmp_path / "torn.jsonl"
@@ -122,6 +122,26 @@ def test_torn_last_line_is_cut_with_a_warning_and_measured_again(fake, tmp_path,
     assert _ns(out) == ([2, 3, 4] if flag == "--resume" else [2, 3, 2, 3, 4])
 
 
+@pytest.mark.parametrize("last, why", [(b'{"technique": "sweep_ti\n', "not JSON"),
+                                       (b'\xff\xfe{"technique": 1}\n', "not UTF-8")], ids=["not-json", "not-utf8"])
+@pytest.mark.parametrize("flag", ["--resume", "--append"])
+def test_complete_last_line_is_never_cut(fake, tmp_path, capsys, last, why, flag):
+    """A last line that ends with its newline was written whole: kept, reported as FILE:LINE, and its
+    point (unknown: it cannot be read) counts as not measured."""
+    out = tmp_path / "complete.jsonl"
+    whole = "".join(_row("sweep_tiny_right", n).to_json() + "\n" for n in (2, 3)).encode()
+    out.write_bytes(whole + last)
+    assert main([*SWEEP, "--out", str(out), flag]) == 0
+    err = capsys.readouterr().err
+    assert f"memlab: warning: {out}:3: last line is complete but {why}; kept" in err
+    assert "incomplete last line" not in err
+    if flag == "--resume":
+        assert f"memlab: warning: {out}:3: " in err.split("kept", 1)[1]  # and not counted as measured
+    assert fake.calls == ([4] if flag == "--resume" else [2, 3, 4])
+    lines = _lines(out)
+    assert b"".join(lines[:3]) == whole + last and len(lines) == (4 if flag == "--resume" else 6)
+
+
 def test_corrupt_middle_line_is_reported_and_kept(fake, tmp_path, capsys):
     out = tmp_path / "mid.jsonl"
     garbage = b"\xff\xfe not json at all\n"
@@ -129,7 +149,8 @@ def test_corrupt_middle_line_is_reported_and_kept(fake, tmp_path, capsys):
                     + _row("sweep_tiny_right", 3).to_json().encode() + b"\n")
     assert main([*SWEEP, "--out", str(out), "--resume"]) == 0
     err = capsys.readouterr().err
-    assert f"{out}:2: skipped unreadable measurement" in err and "incomplete last line" not in err
+    assert f"memlab: warning: {out}:2: not UTF-8 (byte 0xff at column 1); line skipped; not counted as measured" \
+        in err.splitlines() and "incomplete last line" not in err
     assert fake.calls == [4]
     lines = _lines(out)
     assert len(lines) == 4 and lines[1] == garbage
@@ -141,6 +162,34 @@ def test_whole_row_lacking_only_its_newline_is_kept(fake, tmp_path, capsys):
     assert main([*SWEEP, "--out", str(out), "--resume"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert fake.calls == [3, 4] and _ns(out) == [2, 3, 4]
+
+
+def _bad_figures(row: Measurement, figures: str) -> str:
+    """``row`` as a JSON line whose figures the site refuses (an ``ok`` status it does not deserve)."""
+    d = row.to_dict()
+    if figures == "nan-peak":
+        d["peak_allocated_bytes"] = float("nan")
+    elif figures == "negative-peak":
+        d["peak_allocated_bytes"] = -64
+    elif figures == "text-peak":
+        d["peak_allocated_bytes"] = "64"
+    else:  # one tensor's error beyond its tolerance (rtol=1e-9, atol=1e-9), yet status ok
+        d.update(max_abs_error=1e-3, max_rel_error=1e-3, tolerance=[1e-9, 1e-9], matches_reference=True,
+                 errors_by_tensor={"output": 1e-3, "grad:w": 0.0})
+    return json.dumps(d)
+
+
+@pytest.mark.parametrize("figures", ["nan-peak", "negative-peak", "text-peak", "error-beyond-tolerance"])
+def test_resume_measures_an_ok_row_with_invalid_figures_again(fake, tmp_path, capsys, figures):
+    out = tmp_path / "bad.jsonl"
+    bad = _bad_figures(_row("sweep_tiny_right", 3), figures)
+    out.write_text(_row("sweep_tiny_right", 2).to_json() + "\n" + bad + "\n")
+    assert main([*SWEEP, "--out", str(out), "--resume"]) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("memlab: warning: ")]
+    assert len(warned) == 1 and warned[0].startswith(f"memlab: warning: {out}:2: invalid measurement (")
+    assert warned[0].endswith("; skipped; not counted as measured")
+    assert fake.calls == [3, 4]
+    assert _lines(out)[1] == (bad + "\n").encode()  # the bad row stays; the new one follows
 
 
 # -- writes: one call per row, a full disk -------------------------------------------------------
@@ -238,6 +287,33 @@ def test_bad_out_is_one_line_exit_2(fake, tmp_path, capsys, kind):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("memlab: error: ") and str(path) in err and words in err
     assert fake.calls == []
+
+
+@pytest.mark.parametrize("flag", [None, "--append", "--resume"])
+def test_out_symlinked_to_a_file_that_is_not_a_sweep_is_refused(fake, tmp_path, capsys, flag):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes, not a sweep\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(notes)
+    assert main([*SWEEP, "--out", str(link), *([flag] if flag else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"memlab: error: --out {link} is a symbolic link to {notes}, which is not a memlab sweep file; "
+                   f"refused rather than {'replaced' if flag is None else 'appended to'}: give another --out")
+    assert notes.read_text() == "my notes, not a sweep\n" and fake.calls == []
+
+
+@pytest.mark.parametrize("target", ["sweep", "empty", "missing"])
+def test_out_symlinked_to_a_sweep_an_empty_or_no_file_is_used(fake, tmp_path, capsys, target):
+    real = tmp_path / "real.jsonl"
+    if target == "sweep":
+        real.write_text(_row("sweep_tiny_right", 2).to_json() + "\n")
+    elif target == "empty":
+        real.write_text("")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    assert main([*SWEEP, "--out", str(link), "--resume"]) == 0
+    assert "error" not in capsys.readouterr().err
+    assert _ns(real) == [2, 3, 4] and link.is_symlink()
 
 
 # -- a reader that goes away ------------------------------------------------------------------------

@@ -36,10 +36,13 @@ def hostile():
 
 
 def test_leak_rule():
+    # net growth from the first measured step to the last, whatever the pattern (NOTE [ verdicts ])
     assert leak_per_step([4, 8, 12]) == 4.0
-    assert leak_per_step([3, 5]) == 2.5
+    assert leak_per_step([3, 5]) == 2.0
     assert leak_per_step([2, 2, 2]) is None          # retained once: a constant offset
-    assert leak_per_step([0, 4, 8]) is None          # the first step did not grow
+    assert leak_per_step([0, 4, 8]) == 4.0           # growth after a first step that kept nothing
+    assert leak_per_step([1, 1, 2, 2, 3]) == 0.5     # growth at every other step
+    assert leak_per_step([3, 1, 3]) is None          # back to the first step's level: no net growth
     assert leak_per_step([4]) is None                # one step cannot show growth
     assert leak_per_step([0, 0, 0]) is None
 

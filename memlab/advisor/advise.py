@@ -8,14 +8,14 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from ..params import Param
+from ..params import Param, split_params
 from ..units import MiB
 from .families import knob_candidates
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
 
 __all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
-           "fmt_bytes", "CUDA_MARGIN"]
+           "fmt_bytes", "CUDA_MARGIN", "MAX_BUDGET_BYTES"]
 
 GiB = 1024 * MiB
 #: the caching allocator's margin over the exact allocated peak when no CUDA model is fitted (NOTE in
@@ -31,15 +31,24 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 10*
           "g": GiB, "gb": 10**9, "gib": GiB, "t": 1024 * GiB, "tb": 10**12, "tib": 1024 * GiB}
 
 
+#: the largest budget read: 1 EiB (2**60 bytes), far beyond any machine, still exact in a float
+MAX_BUDGET_BYTES = 2**60
+
+
 def parse_budget(text: str) -> int:
-    """``'2GiB'``, ``'1.5 GB'``, ``'512MiB'``, ``'3e9'`` -> bytes (K/M/G/T alone are binary)."""
+    """``'2GiB'``, ``'1.5 GB'``, ``'512MiB'``, ``'3e9'`` -> bytes (K/M/G/T alone are binary).
+
+    Raises AdviceError (one line naming the text and the valid range) for anything that is not a
+    size, or a size under 1 byte or over :data:`MAX_BUDGET_BYTES` (``1e400GiB`` included).
+    """
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
-        raise AdviceError(f"--budget {text!r} is not a memory size; write e.g. 2GiB, 1.5GB, 512MiB or bytes")
-    value = float(m.group(1)) * _UNITS[unit]
-    if value < 1:
-        raise AdviceError(f"--budget {text!r} is not positive")
+        raise AdviceError(f"--budget {text!r} is not a memory size; expected 1 byte to 1 EiB, written e.g. "
+                          f"2GiB, 1.5GB, 512MiB or bytes")
+    value = float(m.group(1)) * _UNITS[unit]  # inf for 1e400: refused below, never int()ed
+    if not 1 <= value <= MAX_BUDGET_BYTES:
+        raise AdviceError(f"--budget {text!r} is out of range: expected 1 byte to 1 EiB ({MAX_BUDGET_BYTES} bytes)")
     return int(value)
 
 
@@ -69,11 +78,11 @@ def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> 
     fixed = fam["workload_fixed"]
     valid = sorted({*specs, *fixed})
     out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise AdviceError(f"--param {pair!r} is not of the form name=value")
+    try:
+        given = split_params(pairs)
+    except ValueError as exc:  # a malformed or repeated --param
+        raise AdviceError(str(exc)) from None
+    for key, text in given.items():
         if key in fixed:
             value = Param(fixed[key]).parse(key, text.strip())
             if value != fixed[key]:

@@ -69,8 +69,8 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         mode: ``train`` (forward, backward, the optimizer's step) or ``infer`` (forward under no_grad).
         iterations: allocation-measured steps; ``allocated_after_step_bytes`` has one entry each.
         repeats: the fewest timed steps; ``step_time_s`` is their median (seconds).  More are taken,
-            interleaved with plain-reference steps, until the interquartile range is within 5% of
-            the median or ``time_budget`` seconds are spent.
+            interleaved with the family baseline's steps, until the interquartile range is within 5%
+            of the median or ``time_budget`` seconds are spent (NOTE [ timed phase ]).
         check: compare outputs/gradients with the workload reference first.
         isolate: ``True``/``"auto"`` (default): a child forked from a warm server for CPU, a fresh
             spawned process for CUDA; ``"spawn"``: always a fresh process; ``"fork"``: always the
@@ -83,9 +83,10 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         loss: ``given`` (default: ``output.backward(grad_output)``, the upstream gradient
             preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
             gradient is allocated inside the step, as in a user's loop).
-        threads: torch's intra-op threads for the measurement (``None``: the process's default,
-            one per core).  ``1`` keeps ``relative_step_time`` load-robust on a shared machine
-            (NOTE [ threads and load ] in :mod:`memlab.measurement.inprocess`).
+        threads: torch's intra-op threads for the memory phase (``None``: the process's default,
+            one per core) and for the timed phase (``None``: one thread, which keeps
+            ``relative_step_time`` load-robust: NOTE [ CPU time and load ] in
+            :mod:`memlab.measurement.timing`).
         reference_cache: a folder shared by the measurements of one sweep, where the workload
             reference's output and gradients are computed once per workload configuration
             (:mod:`memlab.measurement.reference_cache`; ``memlab sweep`` makes one per run).
@@ -117,10 +118,19 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
                "optimizer": optimizer, "loss": loss, "threads": threads,
                "reference_cache": None if reference_cache is None else os.fspath(reference_cache)}
     try:
-        return Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
+        measured = Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
         return skeleton(technique, str(dev), dtype, mode, optimizer=optimizer, loss=loss).replace(
             status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
+    if measured.status != "ok":
+        return measured
+    # the timed phase in a child of its own, under glibc's default heap (NOTE [ timed phase ])
+    timing = {"kind": "time", "measured": measured.to_dict(), **{k: request[k] for k in (
+        "technique", "params", "device", "dtype", "repeats", "seed", "time_budget_s", "threads", "check")}}
+    try:
+        return Measurement.from_dict(run_in_subprocess(type(technique), timing, timeout, _isolation(isolate)))
+    except (WorkerFailed, ValueError) as exc:
+        return measured.replace(status=getattr(exc, "status", "error"), error=f"timed phase: {exc}"[:500])
 
 
 def timeline(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",

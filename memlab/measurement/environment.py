@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
+from .resident import MMAP_THRESHOLD, threshold_fixed
 
 __all__ = ["environment", "load_average"]
 
@@ -69,7 +70,9 @@ def environment(device: torch.device) -> dict[str, Any]:
         "cpu": _cpu_name(),
         "memlab": __version__,
         "git_commit": git_commit(),
-        "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"),
+        # the memory phase's heap setting (NOTE [ CPU resident high-water mark ]); the timed phase's is
+        # ``timing_heap``, added by the timed phase
+        "malloc_mmap_threshold": MMAP_THRESHOLD if threshold_fixed() else None,
         "gpu": None,
     }
     if device.type == "cuda":

@@ -11,8 +11,9 @@ as a fresh process for what memlab measures:
   one tiny optimizer step on a 1-element tensor (no allocation survives it).  So every child starts
   from the same state, and no measurement sees another's allocations, allocator or profiler state.
 * Allocated bytes are exact and unaffected by what was imported; the resident figure depends on
-  glibc's heap, which the child inherits from an idle server: ``MALLOC_MMAP_THRESHOLD_`` is set in
-  the server's environment before it starts, exactly as for a spawned worker.
+  glibc's heap, which the child inherits from an idle server: the server runs under glibc's
+  default, the measuring child fixes the mmap threshold before it builds anything and the timing
+  child never does (NOTE [ timing without the resident setting ]), exactly as spawned workers do.
 * Plug-ins are loaded (registered) in the server before any fork; a request whose plug-ins differ
   restarts the server.  The server starts like the spawn worker (``-P``, its own temporary folder as
   working directory: NOTE [ worker isolation ]), so nothing comes from the caller's directory.

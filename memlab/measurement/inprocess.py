@@ -17,12 +17,16 @@ from .devices import device_label
 from .environment import environment, load_average
 from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
+from .step_check import Shadow, StepLog, compare_logs
+from .flops import count_step_flops
+from .timing import time_in_process, timed_verdict
 from .cuda_prediction import predict_cuda
 from .verdict import decide
 from .reference_cache import ReferenceCache
 from .verify import verify_technique
 
-__all__ = ["measure_in_process", "timeline_in_process", "traced_steps", "TracedSteps", "skeleton", "memory_method"]
+__all__ = ["measure_in_process", "timeline_in_process", "traced_steps", "TracedSteps", "skeleton", "memory_method",
+           "check_threads"]
 
 
 def memory_method(device: torch.device) -> dict[str, str]:
@@ -62,19 +66,24 @@ def _is_oom(exc: BaseException) -> bool:
 def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
                        iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True,
                        time_budget_s: float = 2.0, optimizer: str = "sgd", loss: str = "given",
-                       threads: int | None = None, reference_cache: str | None = None) -> Measurement:
+                       threads: int | None = None, reference_cache: str | None = None,
+                       timing: bool = True) -> Measurement:
     """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
 
     Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
-    inside one allocation recording: build, one warm-up step, ``iterations`` traced steps; then one
-    resident high-water step, at least ``repeats`` timed steps interleaved with plain-reference steps
-    (more until stable or ``time_budget_s`` is spent), one FLOP-counted step (and on CUDA the
-    ``iterations`` allocator-counted steps).  The verdict (NOTE [ verdicts ]) sets the status:
-    ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
+    inside one allocation recording: build, one warm-up step, ``iterations`` traced steps, each
+    checked against a shadow reference afterwards (NOTE [ every step checked ]); then one resident
+    high-water step and one FLOP-counted step (and on CUDA the ``iterations`` allocator-counted
+    steps).  Then, with ``timing``, the timed phase (:func:`memlab.measurement.timing.time_in_process`,
+    NOTE [ timed phase ]): at least ``repeats`` steps interleaved with the family baseline's (more
+    until stable or ``time_budget_s`` is spent), each checked.  An isolated measurement runs the
+    timed phase in a child of its own (``timing=False`` here).  The verdict (NOTE [ verdicts ]) sets
+    the status: ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
     The traced CPU steps run with a :class:`~memlab.measurement.categories.Probe` for the memory
     categories (NOTE [ memory categories ]); ``optimizer`` and ``loss`` choose the training step
-    (see :mod:`memlab.measurement.step`).  ``threads``: torch's intra-op threads for the whole
-    measurement (``None``: leave the process's setting); restored afterwards (NOTE [ threads and load ]).
+    (see :mod:`memlab.measurement.step`).  ``threads``: torch's intra-op threads for the memory
+    phase (``None``: leave the process's setting) and for the timed phase (``None``: one thread,
+    :data:`~memlab.measurement.timing.TIMING_THREADS`); restored afterwards (NOTE [ threads and load ]).
     ``reference_cache``: a folder where the reference checks of one sweep share the workload
     reference (:mod:`memlab.measurement.reference_cache`; the same verdict and errors, bit for bit).
     """
@@ -88,16 +97,41 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
         torch.set_num_threads(threads)
     try:
         cache = ReferenceCache(reference_cache) if reference_cache else None
-        return _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s, cache)
+        measured = _measure(technique, device, dtype, base, mode, iterations, seed, check, cache)
+        if timing:
+            measured = time_measured(measured, technique, device, dtype, repeats=repeats,
+                                     time_budget_s=time_budget_s, seed=seed, threads=threads, check=check)
+        return measured
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
-        status = "oom" if _is_oom(exc) else "error"
-        gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        return base.replace(status=status, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                            memory_method=memory_method(device), environment=environment(device))
+        return failed_row(base, exc, device)
     finally:
         torch.set_num_threads(previous)
+
+
+def failed_row(base: Measurement, exc: BaseException, device: torch.device) -> Measurement:
+    """``base`` as an ``oom`` or ``error`` row carrying the exception's first line."""
+    status = "oom" if _is_oom(exc) else "error"
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return base.replace(status=status, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                        memory_method=memory_method(device), environment=environment(device))
+
+
+def time_measured(measured: Measurement, technique: Technique, device: torch.device, dtype: torch.dtype, *,
+                  repeats: int, time_budget_s: float, seed: int, threads: int | None,
+                  check: bool = True) -> Measurement:
+    """The timed phase for an ``ok`` row measured elsewhere (a timing child of its own), merged in;
+    a failure of the phase makes the row ``error`` (or ``oom``), naming the phase."""
+    if measured.status != "ok":
+        return measured
+    try:
+        return timed_verdict(measured, time_in_process(
+            technique, device, dtype, mode=measured.mode, repeats=repeats, time_budget_s=time_budget_s,
+            seed=seed, optimizer=measured.optimizer, loss=measured.loss, threads=threads, check=check))
+    except Exception as exc:  # noqa: BLE001 - a row, never a crash
+        row = failed_row(measured, exc, device)
+        return row.replace(error=f"timed phase: {row.error}"[:500], environment=measured.environment)
 
 
 # NOTE [ threads and load ]
@@ -123,72 +157,6 @@ def check_threads(threads: int | None) -> None:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
         raise ValueError(f"threads={threads!r} is not valid: expected a whole number from 1 to 1024, or None "
                          "for the process's own setting")
-
-
-def step_time_fields(times: list[float], samples_per_step: int | None) -> dict[str, Any]:
-    """Median, interquartile range (inclusive quartiles; None under two samples) and throughput of
-    step times in seconds."""
-    if not times:
-        return {}
-    median = statistics.median(times)
-    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) >= 2 else (None, None, None)
-    return {"step_times_s": tuple(times), "step_time_s": median,
-            "step_time_iqr_s": None if q1 is None else q3 - q1,
-            "samples_per_s": samples_per_step / median if samples_per_step and median > 0 else None}
-
-
-#: stop sampling once the step times' interquartile range is below this fraction of their median
-STABLE_IQR_FRACTION = 0.05
-#: never take more timed steps than this, whatever the budget
-MAX_TIMED_STEPS = 200
-
-
-class _ReferenceAsTechnique:
-    """The workload's plain reference as a step-able technique (``make_step`` calls ``forward``)."""
-
-    def __init__(self, technique: Technique):
-        self.forward = technique.reference
-
-
-def _timed(fn, device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
-
-
-def _time_interleaved(step, reference_step, device, min_steps: int, budget_s: float) -> tuple[list[float], list[float]]:
-    """Time ``ref, step, ref, step, ..., ref``: at least ``min_steps`` technique steps, then more until
-    their IQR is below ``STABLE_IQR_FRACTION`` of the median or ``budget_s`` seconds have passed.
-
-    Returns ``(step times, reference times)`` in seconds; one more reference time than step times.
-    """
-    started = time.perf_counter()
-    ref = [_timed(reference_step, device)]
-    times: list[float] = []
-    while len(times) < MAX_TIMED_STEPS:
-        times.append(_timed(step, device))
-        ref.append(_timed(reference_step, device))
-        if len(times) < min_steps:
-            continue
-        if len(times) >= 3 and _iqr(times) <= STABLE_IQR_FRACTION * statistics.median(times):
-            break
-        if time.perf_counter() - started >= budget_s:
-            break
-    return times, ref
-
-
-def _iqr(xs: list[float]) -> float:
-    q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return q3 - q1
-
-
-def relative_step_time(times: list[float], ref_times: list[float]) -> float | None:
-    """Median over ``i`` of ``times[i] / mean(ref_times[i], ref_times[i + 1])``: each step against the
-    reference steps timed just before and after it, so a load that slows both cancels out."""
-    ratios = [t / ((a + b) / 2) for t, a, b in zip(times, ref_times, ref_times[1:]) if a + b > 0]
-    return statistics.median(ratios) if ratios else None
 
 
 def _sync(device: torch.device) -> None:
@@ -225,8 +193,7 @@ def _verdict_fields(exact, drift) -> dict[str, Any]:
     return fields
 
 
-def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, check, time_budget_s,
-             cache=None) -> Measurement:
+def _measure(technique, device, dtype, base, mode, iterations, seed, check, cache=None) -> Measurement:
     technique.check_available(device)
     fields: dict[str, Any] = {}
     exact = drift = None
@@ -237,8 +204,8 @@ def _measure(technique, device, dtype, base, mode, iterations, repeats, seed, ch
         notes["reference_check_s"] = time.perf_counter() - started  # seconds, for memlab bench-harness
         fields.update(_verdict_fields(exact, drift))
     try:
-        return _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed,
-                              fields, exact, drift, notes)
+        return _measure_steps(technique, device, dtype, base, mode, iterations, seed, fields, exact, drift, notes,
+                              check)
     except Exception as exc:  # noqa: BLE001
         if exact is None or exact.ok:
             raise
@@ -254,11 +221,13 @@ class TracedSteps:
 
     ``stats`` (per-iteration peaks and after-step bytes) and ``categories`` (one
     :class:`~memlab.measurement.categories.IterationCategories` per iteration) are None on CUDA.
+    ``log`` holds the samples of every step taken so far (NOTE [ every step checked ]).
     """
 
     problem: Any
     step: Callable[..., None]
     optimizer: torch.optim.Optimizer | None
+    log: StepLog
     stats: alloc_trace.IterationStats | None = None
     categories: list | None = None
     #: False when the technique refused saved-tensor hooks (NOTE [ memory categories ])
@@ -276,7 +245,8 @@ def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype,
     Allocation recording starts before the problem exists, so that frees of its storages are seen
     (NOTE [ exact CPU allocated bytes ]); CUDA reads the allocator's own counters instead (the
     caller's steps).  ``probe=False`` leaves the memory-category hooks out (the tests show they
-    change no figure).
+    change no figure).  Every step's output, gradients and parameters are sampled into the returned
+    ``log`` without allocating in PyTorch's allocator (NOTE [ every step checked ]).
     """
     try:
         return _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved=True)
@@ -290,11 +260,12 @@ def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype,
 def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved) -> TracedSteps:
     cpu = device.type == "cpu"
     recorder = alloc_trace.AllocationRecorder(device) if cpu else contextlib.nullcontext()
+    log = StepLog()
     with recorder:
         problem = technique.build(device, dtype, seed)
         if loss != "given":
             problem.grad_output = None  # the loss computes the upstream gradient inside the step
-        step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss)
+        step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=log)
         step()  # warm-up: lazy initialisation, optimizer state
         _sync(device)
         gc.collect()
@@ -302,7 +273,7 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
             known = baseline_categories(problem.model, problem.inputs, problem.grad_output, opt)
             with Probe(problem.leaves() if mode == "train" and probe else (), saved=saved) as p:
                 recorder.iterations((lambda: step(p)) if probe else step, iterations)
-    traced = TracedSteps(problem, step, opt, saved_separated=saved)
+    traced = TracedSteps(problem, step, opt, log, saved_separated=saved)
     if cpu:
         events, windows = recorder.result()
         traced.stats = alloc_trace.iteration_stats(events, windows)
@@ -317,92 +288,64 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
     return traced
 
 
-def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, time_budget_s, seed, fields,
-                   exact, drift, notes) -> Measurement:
+def _check_steps(technique, device, dtype, mode, seed, optimizer, loss, log: StepLog):
+    """The measured steps in ``log`` against the workload reference stepped as often on a shadow
+    problem of the same seed, with the same optimizer (NOTE [ every step checked ]).  Its
+    allocations come after the traced window and are freed before the next figure is taken."""
+    shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss)
+    shadow.follow(log)
+    _sync(device)
+    result = compare_logs(log, shadow.log, torch.finfo(dtype).eps, what="measured step")
+    del shadow
+    gc.collect()
+    return result
+
+
+def _measure_steps(technique, device, dtype, base, mode, iterations, seed, fields, exact, drift, notes,
+                   check) -> Measurement:
     started = time.perf_counter()
     traced = traced_steps(technique, device, dtype, mode=mode, iterations=iterations, seed=seed,
                           optimizer=base.optimizer, loss=base.loss)
     # seconds: build, warm-up step, the profiled steps and their trace's processing (bench-harness)
     notes["recorded_steps_s"] = time.perf_counter() - started
     notes["predict_cuda_s"] = traced.predict_cuda_s  # seconds, part of recorded_steps_s (bench-harness)
-    problem, step, optimizer = traced.problem, traced.step, traced.optimizer
+    problem, step, optimizer, log = traced.problem, traced.step, traced.optimizer, traced.log
     if not traced.saved_separated:
         notes["saved_activations_separated"] = False
     fields["predicted_cuda"] = traced.predicted_cuda
-    if optimizer is not None:
-        fields["optimizer_class"] = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
-    params = [p for p in problem.model.parameters()]
-    fields["param_count"] = sum(p.numel() for p in params)
-    fields["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
-    if mode == "train":
-        fields["grad_bytes"] = sum(t.numel() * t.element_size() for t in problem.leaves())
-    fields["allocated_baseline_bytes"] = tensors_bytes(baseline_objects(problem, optimizer))
-    activation = None
+    fields.update(_problem_fields(problem, optimizer, mode))
+    activation = steps_check = None
     if traced.stats is not None:
         peaks, after = list(traced.stats.peaks), list(traced.stats.after)
         # the iteration with the highest peak; categories sum to its live bytes (NOTE [ memory categories ])
         activation = at = traced.categories[peaks.index(max(peaks))]
         fields.update(total_peak_bytes=at.total_peak_bytes, peak_by_category_bytes=at.peak,
                       end_by_category_bytes=at.end)
+        steps_check = _check_steps(technique, device, dtype, mode, seed, base.optimizer, base.loss, log) \
+            if check else None
     del traced
-
-    # resident / reserved around one step
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        reserved0 = torch.cuda.memory_reserved(device)
-        step()
-        _sync(device)
-        fields["peak_reserved_bytes"] = torch.cuda.max_memory_reserved(device) - reserved0
-        fields["reserved_baseline_bytes"] = reserved0
-    elif resident.reset_high_water():
-        rss0 = resident.read_kib("VmRSS")
-        started = time.perf_counter()
-        step()
-        notes["resident_step_s"] = time.perf_counter() - started  # seconds, for memlab bench-harness
-        hwm = resident.read_kib("VmHWM")
-        if rss0 is not None and hwm is not None:
-            fields["peak_reserved_bytes"] = max(0, hwm - rss0)
-            fields["reserved_baseline_bytes"] = rss0
-
-    fields["load_avg_before"] = load_average()
-    reference_step, _ = make_step(_ReferenceAsTechnique(technique), problem, mode,
-                                  optimizer=optimizer if optimizer is not None else base.optimizer, loss=base.loss)
-    times, ref_times = _time_interleaved(step, reference_step, device, repeats, time_budget_s)
-    del reference_step
-    fields["load_avg_after"] = load_average()
-    fields.update(step_time_fields(times, base.samples_per_step))
-    fields["reference_step_time_s"] = statistics.median(ref_times)
-    fields["relative_step_time"] = relative_step_time(times, ref_times)
-
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
+    log.active = False  # the resident and FLOP-counted steps: counted for the shadow, not compared
+    fields.update(_resident_step(step, device, notes))
     started = time.perf_counter()
-    with counter:
-        step()
+    fields["flops"] = count_step_flops(step)
     notes["flop_step_s"] = time.perf_counter() - started
-    fields["flops"] = int(counter.get_total_flops())
     gc.collect()
-
     if device.type == "cuda":
-        peaks, after = [], []
-        start = torch.cuda.memory_allocated(device)
-        for _ in range(iterations):
-            torch.cuda.reset_peak_memory_stats(device)
-            before = torch.cuda.memory_allocated(device)
-            step()
-            _sync(device)
-            peaks.append(torch.cuda.max_memory_allocated(device) - before)
-            after.append(torch.cuda.memory_allocated(device) - start)
+        log.active = True  # the allocator-counted steps are CUDA's measured steps
+        peaks, after = _counted_steps(step, device, iterations)
         free, total = torch.cuda.mem_get_info(device)
         fields["device_used_bytes"] = total - free
         if technique.reports_activation_peak:
             activation = _traced_categories(step, problem, mode, device)
+        steps_check = _check_steps(technique, device, dtype, mode, seed, base.optimizer, base.loss, log) \
+            if check else None
     fields["peak_allocated_per_iteration_bytes"] = tuple(peaks)
     fields["allocated_after_step_bytes"] = tuple(after)
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
-    status, reason, per_step = decide(exact, drift, after)
+    status, reason, per_step = decide(exact, drift, after, steps_check)
     fields.update(status=status, error=reason, leak_bytes_per_step=per_step)
+    if steps_check is not None:
+        notes.update(measured_steps_checked=steps_check.steps, measured_steps_max_error=steps_check.max_error)
     fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **described(technique, problem, mode)}
     if technique.reports_activation_peak and activation is not None:
         fields["extra"].update(activation_peak_bytes=activation.activation_peak_bytes,
@@ -410,6 +353,57 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, repeats, ti
     fields["memory_method"] = memory_method(device)
     fields["environment"] = environment(device)
     return base.replace(**fields)
+
+
+def _problem_fields(problem, optimizer, mode) -> dict[str, Any]:
+    """Parameter count and bytes, gradient bytes, the optimizer that ran and the allocated baseline."""
+    fields: dict[str, Any] = {}
+    if optimizer is not None:
+        fields["optimizer_class"] = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+    params = list(problem.model.parameters())
+    fields["param_count"] = sum(p.numel() for p in params)
+    fields["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
+    if mode == "train":
+        fields["grad_bytes"] = sum(t.numel() * t.element_size() for t in problem.leaves())
+    fields["allocated_baseline_bytes"] = tensors_bytes(baseline_objects(problem, optimizer))
+    return fields
+
+
+def _resident_step(step, device, notes) -> dict[str, Any]:
+    """Reserved (CUDA) or resident (CPU) bytes around one step (NOTE [ CPU resident high-water mark ])."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        reserved0 = torch.cuda.memory_reserved(device)
+        step()
+        _sync(device)
+        return {"peak_reserved_bytes": torch.cuda.max_memory_reserved(device) - reserved0,
+                "reserved_baseline_bytes": reserved0}
+    if not resident.reset_high_water():
+        return {}
+    rss0 = resident.read_kib("VmRSS")
+    started = time.perf_counter()
+    step()
+    notes["resident_step_s"] = time.perf_counter() - started  # seconds, for memlab bench-harness
+    hwm = resident.read_kib("VmHWM")
+    if rss0 is None or hwm is None:
+        return {}
+    return {"peak_reserved_bytes": max(0, hwm - rss0), "reserved_baseline_bytes": rss0}
+
+
+def _counted_steps(step, device, iterations) -> tuple[list[int], list[int]]:
+    """CUDA: ``iterations`` steps with the allocator's peak counter reset before each; returns the
+    per-step peaks above the live bytes before the step and the live bytes after each step above
+    the level before the first."""
+    peaks, after = [], []
+    start = torch.cuda.memory_allocated(device)
+    for _ in range(iterations):
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        _sync(device)
+        peaks.append(torch.cuda.max_memory_allocated(device) - before)
+        after.append(torch.cuda.memory_allocated(device) - start)
+    return peaks, after
 
 
 def _traced_categories(step, problem, mode, device):

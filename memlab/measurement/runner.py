@@ -2,8 +2,10 @@
 
 Results depend on what ran before in the same process (allocator state, lazy initialisation,
 glibc heap layout), so memlab measures each configuration in its own subprocess by default.  The
-child gets ``MALLOC_MMAP_THRESHOLD_`` fixed (see NOTE [ CPU resident high-water mark ]) and the
-parent's plug-ins, and imports nothing from the caller's directory (see NOTE [ worker isolation ]).
+child gets the parent's plug-ins and imports nothing from the caller's directory (see NOTE [ worker
+isolation ]).  It starts under glibc's default heap (``MALLOC_MMAP_THRESHOLD_`` is removed from its
+environment): the measuring child fixes the threshold itself before it builds anything, and the
+timing child never does (NOTE [ timing without the resident setting ]).
 A crash, a death by signal or a timeout becomes :class:`WorkerFailed`, whose ``status`` is ``oom``
 when the kernel's out-of-memory killer most likely ended the child and ``error`` otherwise.
 
@@ -35,7 +37,6 @@ from typing import Any, Sequence
 from ..registry import loaded_plugins
 from ..technique import Technique
 from .forkserver import kill_group
-from .resident import MMAP_THRESHOLD
 
 __all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION",
            "ISOLATION_MODES", "shutdown_server"]
@@ -165,7 +166,7 @@ def _absolute_paths(value: str) -> list[str]:
 
 def _child_env(technique: type[Technique]) -> dict[str, str]:
     env = dict(os.environ)
-    env.setdefault("MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD)
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)  # NOTE [ timing without the resident setting ]
     plugins = _absolute_paths(env.get("MEMLAB_PLUGINS", ""))
     plugins += [p for p in loaded_plugins() if p not in plugins]
     src = technique.source_file()
@@ -361,6 +362,8 @@ def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeo
         if returncode != 0 or not os.path.exists(res_path):
             limit = memory_limit_bytes() if returncode == -signal.SIGKILL else None
             status, message = describe_exit(returncode, peak_rss, limit, _output_tail(out_path))
+            if returncode == 0:  # sys.exit(0) or os._exit(0) inside the run: the worker never wrote its result
+                message = message.replace("exited with code 0", "exited with code 0 before writing a result", 1)
             raise WorkerFailed(message, status)
         try:
             with open(res_path) as f:

@@ -64,7 +64,7 @@ def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimiz
 
 def make_step(technique: Technique, problem: Problem, mode: str, *,
               optimizer: OptimizerName | torch.optim.Optimizer = "sgd",
-              loss: LossName = "given") -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
+              loss: LossName = "given", capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
     """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive.
 
     Args:
@@ -75,6 +75,10 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
 
     ``step(probe)`` with a :class:`~memlab.measurement.categories.Probe` marks saved tensors, gradients
     and the upstream gradient for the memory categories (NOTE [ memory categories ]).
+
+    ``capture``: a :class:`~memlab.measurement.step_check.StepLog` (or None) that samples each step's
+    output, every gradient before the optimizer and every parameter after it, then closes the step
+    (NOTE [ every step checked ]); it allocates nothing in PyTorch's CPU allocator.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
@@ -84,6 +88,9 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
         def infer_step(probe=None) -> None:
             with torch.no_grad(), record_function("memlab::forward"):
                 out = technique.forward(problem)
+                if capture is not None:
+                    capture.output(out)
+                    capture.next_step()
                 del out
 
         return infer_step, None
@@ -111,12 +118,18 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
                 out.backward(grad_output)
             else:
                 lossval.backward()
+            if capture is not None:
+                capture.output(out)
+                capture.gradients(leaves)
             del out, lossval
             if probe is not None:
                 probe.gradients()
         with record_function("memlab::optimizer"):
             if opt is not None:
                 opt.step()
+            if capture is not None:
+                capture.parameters(leaves)
+                capture.next_step()
             for t in leaves:
                 t.grad = None
 

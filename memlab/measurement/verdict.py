@@ -15,36 +15,47 @@ steady; everything else is a row with a status and a one-line reason, never rank
   check configuration instead (``extra["verdict_config"] == "check"``).
 * **Mismatch.**  Outputs or any gradient outside ``technique.tolerance("float64")``, non-finite
   values, a wrong shape, or a changed input/parameter (see :mod:`memlab.measurement.verify`).
+* **Every measured step.**  Each traced (CPU) or allocator-counted (CUDA) step and each timed step
+  is compared with a shadow reference stepped in lockstep (NOTE [ every step checked ] in
+  :mod:`memlab.measurement.step_check`): a difference is ``mismatch`` naming the step.
 * **Leak.**  ``allocated_after_step_bytes`` (live bytes after each measured step, above the level
-  before the first one) grows at every step: :func:`leak_per_step`.  A one-off retention (a cache
-  filled once) is not a leak by this rule; a constant offset neither.  This needs at least two
-  measured iterations, and an allocation trace that sees frees of storage allocated before the
-  measured steps (see NOTE [ exact CPU allocated bytes ]), or MemCNN's freed input would look live.
+  before the first one) is higher after the last measured step than after the first by more than
+  :data:`LEAK_THRESHOLD_BYTES`, whatever the pattern in between (growth at every other step is a
+  leak too): :func:`leak_per_step`.  A one-off retention in the first measured step (a cache filled
+  once) is not a leak by this rule; a constant offset neither.  This needs at least two measured
+  iterations, and an allocation trace that sees frees of storage allocated before the measured
+  steps (see NOTE [ exact CPU allocated bytes ]), or MemCNN's freed input would look live.  The
+  threshold is 0 bytes: allocated bytes are exact and every ``ok`` row memlab has committed holds
+  exactly level after its first measured step.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["leak_per_step", "decide", "leak_reason"]
+__all__ = ["leak_per_step", "decide", "leak_reason", "LEAK_THRESHOLD_BYTES"]
+
+#: live bytes after the last measured step may exceed those after the first by at most this (bytes)
+LEAK_THRESHOLD_BYTES = 0
 
 
 def leak_per_step(after: Sequence[int]) -> float | None:
-    """Mean growth in bytes per step when live bytes grew at *every* measured step, else None.
+    """Mean growth in bytes per step from the first measured step to the last, when it exceeds
+    :data:`LEAK_THRESHOLD_BYTES`; else None.
 
-    ``after[i]`` is the live bytes after step ``i`` above the level before step 0, so the first
-    step's growth is ``after[0]``.  Needs at least two steps.
+    ``after[i]`` is the live bytes after step ``i`` above the level before step 0.  Needs at least
+    two steps.
 
     >>> leak_per_step([4, 8, 12])
     4.0
     >>> leak_per_step([2, 2, 2]) is None     # a constant offset: retained once, not growing
     True
+    >>> leak_per_step([1, 1, 2, 2, 3])       # growth at every other step
+    0.5
     """
     if len(after) < 2:
         return None
-    levels = [0, *after]
-    if all(b > a for a, b in zip(levels, levels[1:])):
-        return after[-1] / len(after)
-    return None
+    growth = after[-1] - after[0]
+    return growth / (len(after) - 1) if growth > LEAK_THRESHOLD_BYTES else None
 
 
 def leak_reason(per_step: float, after: Sequence[int]) -> str:
@@ -54,19 +65,23 @@ def leak_reason(per_step: float, after: Sequence[int]) -> str:
             f"(after each step: {', '.join(fmt_mib(a) for a in after)})")
 
 
-def decide(exact, drift=None, after: Sequence[int] = ()) -> tuple[str, str | None, float | None]:
-    """``(status, reason, leak bytes per step)`` from the float64 check, the measured-dtype check and
-    the after-step live bytes.
+def decide(exact, drift=None, after: Sequence[int] = (), steps=None) -> tuple[str, str | None, float | None]:
+    """``(status, reason, leak bytes per step)`` from the float64 check, the measured-dtype check,
+    the check of every measured step and the after-step live bytes.
 
     Args:
         exact: the :class:`~memlab.measurement.verify.Verification` in float64 (or None: not checked).
         drift: the Verification in the measured dtype (or None); only structural failures count.
         after: ``allocated_after_step_bytes``.
+        steps: the :class:`~memlab.measurement.step_check.StepComparison` of the measured steps
+            against the shadow reference (or None: not checked).
     """
     if exact is not None and not exact.ok:
         return "mismatch", exact.line()[:500], None
     if drift is not None and drift.structural:
         return "mismatch", f"{drift.reason} ({drift.dtype})"[:500], None
+    if steps is not None and not steps.ok:
+        return "mismatch", steps.reason[:500], None
     per_step = leak_per_step(after)
     if per_step is not None:
         return "leak", leak_reason(per_step, after), per_step

@@ -1,7 +1,9 @@
 """Subprocess entry point: ``python -m memlab.measurement.worker REQUEST.json RESULT.json``.
 
 Reads a request written by :mod:`memlab.measurement.runner`, measures in this fresh process and writes
-the Measurement (or Timeline) JSON to the result path atomically.  Plug-ins arrive through
+the Measurement (or Timeline) JSON to the result path atomically.  A request of kind ``check`` runs one
+technique's float64 reference check (:func:`memlab.measurement.reference_check.check_outcome`) and writes its
+:class:`~memlab.measurement.reference_check.CheckOutcome` JSON instead.  Plug-ins arrive through
 ``MEMLAB_PLUGINS`` as absolute paths.  The runner starts this module with ``python -P`` in a private
 temporary folder, so nothing is imported from the caller's directory (NOTE [ worker isolation ] in
 :mod:`memlab.measurement.runner`); whatever a technique prints goes to a log there, read as bytes.
@@ -20,14 +22,27 @@ def main(argv: list[str]) -> int:
         req = json.load(f)
     from ..registry import get_technique
     from .devices import parse_device, parse_dtype
-    from .inprocess import measure_in_process, timeline_in_process
+    from ..record import Measurement
+    from .inprocess import measure_in_process, time_measured, timeline_in_process
+    from .resident import fix_mmap_threshold
 
     import gc
 
     gc.collect()
     gc.freeze()  # imports stay for the process's life: keep them out of every gc.collect() (forkserver NOTE)
+    if req["kind"] == "check":
+        write_text_atomic(result_path, json.dumps(run_check(req), sort_keys=True))
+        return 0
     technique = get_technique(req["technique"])(**req["params"])
     device, dtype = parse_device(req["device"]), parse_dtype(req["dtype"])
+    if req["kind"] == "time":  # glibc's default heap: NOTE [ timing without the resident setting ]
+        measured = Measurement.from_dict(req["measured"])
+        result = time_measured(measured, technique, device, dtype, repeats=req["repeats"],
+                               time_budget_s=req["time_budget_s"], seed=req["seed"],
+                               threads=req.get("threads"), check=req.get("check", True)).to_dict()
+        write_text_atomic(result_path, json.dumps(result, sort_keys=True))
+        return 0
+    fix_mmap_threshold()  # the resident figure's setting, before anything is built (resident NOTE)
     if req["kind"] == "timeline":
         result = timeline_in_process(technique, device, dtype, mode=req["mode"], seed=req["seed"]).to_dict()
     else:
@@ -35,9 +50,19 @@ def main(argv: list[str]) -> int:
                                     repeats=req["repeats"], seed=req["seed"], check=req["check"],
                                     time_budget_s=req.get("time_budget_s", 2.0), optimizer=req.get("optimizer", "sgd"),
                                     loss=req.get("loss", "given"), threads=req.get("threads"),
-                                    reference_cache=req.get("reference_cache")).to_dict()
+                                    reference_cache=req.get("reference_cache"), timing=False).to_dict()
     write_text_atomic(result_path, json.dumps(result, sort_keys=True))
     return 0
+
+
+def run_check(req: dict) -> dict:
+    """The ``check`` request ``{"kind": "check", "technique": name, "mode": "train"}``: one technique's
+    reference check as a :class:`~memlab.measurement.reference_check.CheckOutcome` dict.  An exception of the technique is
+    its ``ERROR`` outcome; ``sys.exit`` or ``os._exit`` in it ends this process without a result, which
+    the runner reports (``exited with code 0 before writing a result``)."""
+    from .reference_check import check_outcome
+
+    return check_outcome(req["technique"], mode=req.get("mode", "train")).to_dict()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,313 @@
+"""Every measured step checked: a technique's outputs, gradients and updated parameters, step by step,
+against the workload reference stepped in lockstep on its own copy of the problem.
+
+# NOTE [ every step checked ]
+The float64 check (:mod:`memlab.measurement.verify`) runs one step on a fresh problem.  A technique
+that is right on its first call and wrong afterwards (a stale cache, a buffer reused across steps,
+state carried from one step to the next) passes it.  So every step memlab measures is checked too:
+
+* the step's output, every gradient (before the optimizer) and every parameter (after it) are
+  *sampled* (:data:`SAMPLES` entries per tensor, evenly spaced in C order, every entry of a small
+  tensor) into NumPy arrays.  On CPU the samples are read through NumPy views of the tensors' memory
+  and NumPy indexing, so they allocate nothing in PyTorch's allocator: the allocation-traced steps, and the
+  CUDA prediction replayed from their trace, are the same bytes with or without the check.  On
+  CUDA the tensor is copied to the host first (host memory: no device figure moves).
+* a *shadow* problem, built with the same seed, runs the workload reference with the same optimizer
+  (the technique's own when it supplies one: NOTE [ its own optimizer ]) for the same number of
+  steps, sampled the same way.  Outside any traced window: its allocations reach no figure.
+* the first step fixes the drift: ``e0``, each tensor's largest error against the shadow in the
+  measured dtype (its values are the float64 check's business; here only its structure is
+  checked).  Step ``k`` passes when each tensor's largest error is at most ``DRIFT_FACTOR * e0 +
+  FLOOR_ULPS * eps * max|reference|`` (``eps`` the dtype's machine epsilon): the technique may
+  differ from the reference later as much as it did at first, not more.  The dtype's check
+  tolerance would be far too loose here (float32 ``atol`` 1e-3 for the chained matmul): a stale
+  output is off by one optimizer update (parameters move by ``lr * grad``, about 1e-4 of their
+  size), orders of magnitude beyond the float32 rounding of the chunked and tensor-train families.
+  Where the first step's own drift exceeds an update (reversible stacks in float32, whose rebuilt
+  inputs flip ReLU masks), only grosser faults are seen, and the float64 check remains the verdict
+  on the maths.  Parameters of the technique and the shadow drift apart by rounding from step to
+  step; at ``lr = 1e-4`` that is far below the allowance over the at most 200 timed steps.
+
+Sampling sees a fault that touches a few entries only when a sampled entry is among them; a fault of
+a whole tensor (stale, zeroed, doubled, a wrong update) is always seen.
+
+NOTE [ its own optimizer ]
+A technique that supplies its optimizer (:meth:`memlab.Technique.make_optimizer`) is checked by
+applying a fresh instance of that optimizer, over the shadow's parameters, to the reference
+gradients: the parameters after each step must agree.  An update that depends on anything but the
+parameters, their gradients and the optimizer's own state (a step that reads the technique's
+buffers, state shared between instances) then shows as a parameter mismatch naming the step.
+"""
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["SAMPLES", "DRIFT_FACTOR", "FLOOR_ULPS", "StepLog", "StepComparison", "StepChecker", "compare_logs", "Shadow", "ReferenceAsTechnique",
+           "build_problem"]
+
+#: sampled entries per tensor (every entry of a tensor with at most this many)
+SAMPLES = 1024
+#: a later step may differ from the shadow reference by this multiple of the first step's error ...
+DRIFT_FACTOR = 4.0
+#: ... plus this many machine epsilons of the tensor's largest reference magnitude
+FLOOR_ULPS = 16
+
+
+_NUMPY_DTYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
+                 torch.bfloat16: np.int16, torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16,
+                 torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_}
+
+
+def _host_view(t: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory, made from its data pointer and strides.
+
+    Not ``Tensor.numpy()``: that marks the storage as shared with NumPy, and a technique that frees
+    its input's storage afterwards (MemCNN's ``storage().resize_(0)``) then fails ("Trying to resize
+    storage that is not resizable").  The view is read at once and never kept.
+    """
+    if t.numel() == 0:
+        return np.zeros(tuple(t.shape), dtype=_NUMPY_DTYPES[t.dtype])
+    itemsize = t.element_size()
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    buffer = (ctypes.c_char * (span * itemsize)).from_address(t.data_ptr())
+    flat = np.frombuffer(buffer, dtype=_NUMPY_DTYPES[t.dtype], count=span)
+    return np.lib.stride_tricks.as_strided(flat, shape=tuple(t.shape), strides=[st * itemsize for st in t.stride()],
+                                           writeable=False)
+
+
+def _samples(t: torch.Tensor) -> np.ndarray:
+    """Up to :data:`SAMPLES` entries of ``t`` as float64, evenly spaced in C order (on CPU no torch
+    allocation: a NumPy view of its memory and NumPy fancy indexing)."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype not in _NUMPY_DTYPES:
+        return np.full(1, np.nan)
+    arr = _host_view(t)
+    if arr.size > SAMPLES:
+        flat = np.linspace(0, arr.size - 1, SAMPLES).astype(np.int64)
+        arr = arr[np.unravel_index(flat, arr.shape)]
+    else:
+        arr = arr.reshape(-1)
+    if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: widen the bits to float32 in NumPy
+        arr = ((arr.astype(np.int32) & 0xFFFF) << 16).astype(np.uint32).view(np.float32)
+    return np.asarray(arr, dtype=np.float64)
+
+
+class StepLog:
+    """Samples of the tensors of each step taken: ``steps()[k]`` maps a name to ``(shape, samples)``,
+    or is None for a step taken while the log was not :attr:`active` (a resident or FLOP-counted
+    step: it moves the parameters, so it is counted to keep the shadow in lockstep, not compared).
+
+    Names: ``output``, ``grad:<i>`` (the i-th leaf's gradient before the optimizer), ``param:<i>``
+    (the i-th leaf after it).  The calls come from the training step
+    (:func:`memlab.measurement.step.make_step`'s ``capture``); :meth:`next_step` closes a step.
+    """
+
+    def __init__(self, keep: bool = True) -> None:
+        self.active = True
+        self.keep = keep  # False: sample (the same work, for a symmetric timing) but store nothing
+        self._taken = 0
+        self._steps: list[dict[str, tuple[tuple[int, ...], np.ndarray]] | None] = []
+        self._current: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
+        self._overhead = [0.0, 0.0]  # wall and thread CPU seconds spent sampling since last taken
+
+    def record(self, name: str, t) -> None:
+        if not self.active:
+            return
+        w0, c0 = time.perf_counter(), time.thread_time()
+        if isinstance(t, torch.Tensor):
+            self._current[name] = (tuple(t.shape), _samples(t))
+        else:  # None where a tensor is expected (a missing gradient): never equal to a tensor
+            self._current[name] = (("not a tensor", type(t).__name__), np.full(1, np.nan))
+        self._overhead[0] += time.perf_counter() - w0
+        self._overhead[1] += time.thread_time() - c0
+
+    def take_overhead(self) -> tuple[float, float]:
+        """``(wall, thread CPU)`` seconds spent sampling since the last call: a timed step subtracts
+        them, so the check costs the technique no time (NOTE [ timed phase ])."""
+        taken, self._overhead = tuple(self._overhead), [0.0, 0.0]
+        return taken
+
+    def output(self, out) -> None:
+        self.record("output", out)
+
+    def gradients(self, leaves) -> None:
+        for i, leaf in enumerate(leaves):
+            self.record(f"grad:{i}", leaf.grad)
+
+    def parameters(self, leaves) -> None:
+        for i, leaf in enumerate(leaves):
+            self.record(f"param:{i}", leaf)
+
+    def next_step(self) -> None:
+        self._taken += 1
+        if self.keep:
+            self._steps.append(self._current if self.active else None)
+        self._current = {}
+
+    def steps(self) -> list[dict[str, tuple[tuple[int, ...], np.ndarray]] | None]:
+        """Every step taken and kept, in order (None: taken while inactive)."""
+        return list(self._steps)
+
+    def taken(self) -> int:
+        """Steps taken so far (kept or not)."""
+        return self._taken
+
+    def pop_last(self) -> dict[str, tuple[tuple[int, ...], np.ndarray]] | None:
+        """The last step's samples, removed from the log (a long timed run keeps no history)."""
+        return self._steps.pop() if self._steps else None
+
+    def last_recorded(self) -> int:
+        """How many steps the shadow must take to reach the last recorded one (0: none recorded)."""
+        return max((k + 1 for k, s in enumerate(self._steps) if s is not None), default=0)
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """The outcome of :func:`compare_logs`.
+
+    Attributes:
+        steps: how many steps were compared.
+        first_step_error: the largest absolute error at the first step (``e0``), in the measured dtype.
+        max_error: the largest absolute error over all steps.
+        reason: None when every step passed; else one line naming the step (counted from 1, the
+            first step the technique took) and the tensor.
+    """
+
+    steps: int
+    first_step_error: float
+    max_error: float
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+
+def _structural(name: str, got: dict, shape, b: np.ndarray) -> str | None:
+    """Why ``got[name]`` cannot be compared with the reference's ``(shape, b)``, or None."""
+    if name not in got:
+        return f"{name} missing"
+    gshape, a = got[name]
+    if gshape != shape:
+        return f"{name} has shape {list(gshape)}, the reference {list(shape)}"
+    if not np.all(np.isfinite(a)) and np.all(np.isfinite(b)):
+        return f"{name} is not finite where the reference is"
+    return None
+
+
+def _errors(got: dict, want: dict) -> tuple[dict[str, float], str | None]:
+    """Largest absolute error per tensor of one step, or the structural reason it cannot be compared."""
+    errors: dict[str, float] = {}
+    for name, (shape, b) in want.items():
+        reason = _structural(name, got, shape, b)
+        if reason is not None:
+            return errors, reason
+        err = np.abs(got[name][1] - b)
+        errors[name] = float(np.nanmax(err)) if err.size else 0.0
+    return errors, None
+
+
+class StepChecker:
+    """Compares a technique's steps with the shadow's as they come (NOTE [ every step checked ]):
+    :meth:`add` each pair, then :meth:`result`.  The first pair fixes each tensor's allowance,
+    ``DRIFT_FACTOR * e0 + FLOOR_ULPS * eps * max|reference|`` with ``e0`` its error at that step; the
+    first step is only checked for structure (its values are the float64 check's business).
+    ``eps``: the measured dtype's machine epsilon; ``what`` names the steps in the reason
+    (``measured step``, ``timed step``), counted from 1, the technique's first step."""
+
+    def __init__(self, eps: float, what: str = "step"):
+        self.eps, self.what = eps, what
+        self.e0: dict[str, float] | None = None
+        self.steps = 0
+        self.worst = 0.0
+        self.reason: str | None = None
+
+    def add(self, k: int, got: dict, want: dict | None) -> None:
+        if self.reason is not None:
+            return
+        self.steps += 1
+        if want is None:
+            self.reason = f"the shadow reference took no step {k}"
+            return
+        errors, reason = _errors(got, want)
+        self.worst = max([self.worst, *errors.values()])
+        if reason is None and self.e0 is None:
+            self.e0 = errors
+            return
+        if reason is None:
+            reason = _excess(errors, self.e0, want, self.eps)
+        if reason is not None:
+            self.reason = (f"{self.what} {k}: {reason} (first step's largest error "
+                           f"{max((self.e0 or {}).values(), default=0.0):.3g})")
+
+    def result(self) -> StepComparison:
+        return StepComparison(self.steps, max((self.e0 or {}).values(), default=0.0), self.worst, self.reason)
+
+
+def compare_logs(got: StepLog, want: StepLog, eps: float, *, what: str = "step") -> StepComparison:
+    """Compare a technique's recorded steps (``got``) with the shadow reference's (``want``), step by
+    step (:class:`StepChecker`).  Steps the technique took unrecorded (None) are skipped; ``want``
+    must have recorded up to the technique's last recorded step."""
+    checker = StepChecker(eps, what)
+    b = want.steps()
+    for k, sa in enumerate(got.steps(), start=1):
+        if sa is not None:
+            checker.add(k, sa, b[k - 1] if k - 1 < len(b) else None)
+    return checker.result()
+
+
+def _excess(errors: dict[str, float], e0: dict[str, float], want: dict, eps: float) -> str | None:
+    """The first tensor whose error exceeds its allowance, as a reason; None when none does."""
+    for name, err in errors.items():
+        scale = float(np.nanmax(np.abs(want[name][1]))) if want[name][1].size else 0.0
+        allowed = DRIFT_FACTOR * e0.get(name, 0.0) + FLOOR_ULPS * eps * scale
+        if err > allowed:
+            return f"{name} differs from the reference by {err:.3g} (allowed {allowed:.3g})"
+    return None
+
+
+class ReferenceAsTechnique:
+    """A technique's workload reference as a step-able technique (``make_step`` calls ``forward``)."""
+
+    def __init__(self, technique):
+        self.forward = technique.reference
+
+
+def build_problem(technique, device, dtype, seed: int, loss: str):
+    """``technique.build(device, dtype, seed)``; with a loss other than ``given`` the problem drops its
+    upstream gradient (the loss computes it inside the step)."""
+    problem = technique.build(device, dtype, seed)
+    if loss != "given":
+        problem.grad_output = None
+    return problem
+
+
+class Shadow:
+    """The workload reference stepped on its own copy of a technique's problem (same seed), with the
+    same optimizer choice, or a fresh instance of the technique's own optimizer (NOTE [ its own
+    optimizer ]); every step sampled into :attr:`log`.  Call it to take one step."""
+
+    def __init__(self, technique, device, dtype, mode: str, seed: int, optimizer: str, loss: str):
+        from .step import make_step
+
+        self.problem = build_problem(technique, device, dtype, seed, loss)
+        params = [p for p in self.problem.model.parameters() if p.requires_grad]
+        own = technique.make_optimizer(params, optimizer) if mode == "train" and params else None
+        self.log = StepLog()
+        self.step, _ = make_step(ReferenceAsTechnique(technique), self.problem, mode,
+                                 optimizer=own if own is not None else optimizer, loss=loss, capture=self.log)
+
+    def __call__(self) -> None:
+        self.step()
+
+    def follow(self, log: StepLog) -> None:
+        """Take as many steps as ``log`` needs to be compared (:meth:`StepLog.last_recorded`)."""
+        for _ in range(log.last_recorded() - len(self.log.steps())):
+            self.step()

@@ -1,0 +1,235 @@
+"""Step times: the timed phase of a measurement, against the family's baseline technique.
+
+# NOTE [ timed phase ]
+Times are taken in a phase of their own, in a process that never had the resident-memory malloc
+setting (NOTE [ timing without the resident setting ] in :mod:`memlab.measurement.resident`), with no
+profiler, FLOP counter or dispatch mode active.  The phase builds three problems from one seed:
+
+* the technique's, whose steps are timed;
+* the **family baseline**'s (``unchunked``, ``dense``, ``residual``, ``resnet``: the technique of the
+  same workload marked ``baseline``), stepped with the same optimizer choice, loss, dtype and mode:
+  the plain way a user compares against.  A workload without a baseline technique (a plug-in
+  family) is timed against its reference instead; ``relative_to`` names which;
+* a **shadow** that runs the workload reference on the technique's own problem, untimed, against
+  which every timed step is checked (NOTE [ every step checked ] in
+  :mod:`memlab.measurement.step_check`).
+
+After one warm-up step of each, steps run as ``baseline, technique, baseline, ..., baseline`` and
+each technique step is divided by the mean of the two baseline steps around it;
+``relative_step_time`` is the median of those ratios.  Each step is timed twice: wall-clock
+(``time.perf_counter``, the raw figure: ``step_times_s``) and the CPU time of the measuring thread
+(``time.thread_time``: ``step_cpu_times_s``).
+
+# NOTE [ CPU time and load ]
+With one intra-op thread a CPU step runs on the calling thread (autograd runs CPU backward there
+too), so that thread's CPU time is the step's work, however long the scheduler kept the thread
+waiting: a busy machine moves wall-clock ratios (a step descheduled for whole time slices, a barrier
+waiting for a descheduled thread) but not CPU-time ratios.  The relative time is therefore taken
+from thread CPU time when the phase runs at one thread on CPU (``extra["relative_time_clock"] ==
+"thread_cpu"``), from wall time otherwise (several threads: the other threads' work is not this
+thread's CPU time; CUDA: the work is on the device).  Where CPU time is blind: a step slowed by
+memory-bandwidth or cache contention with other processes burns more CPU time for the same work, so
+heavy co-runners that stream memory still move it (less than wall time); and it says nothing of a
+multi-threaded step's parallel efficiency.  The phase runs at one intra-op thread unless ``threads``
+says otherwise (``memlab sweep``/``measure --threads``).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from ..registry import get_technique, list_techniques
+from ..technique import Technique
+from .environment import load_average
+from .resident import glibc_default_heap
+from .step import make_step
+from .step_check import ReferenceAsTechnique, Shadow, StepChecker, StepLog, build_problem
+
+__all__ = ["time_in_process", "family_baseline", "relative_step_time", "step_time_fields", "timed_verdict",
+           "TIMING_THREADS", "STABLE_IQR_FRACTION", "MAX_TIMED_STEPS"]
+
+#: intra-op threads of the timed phase unless the caller names its own (NOTE [ CPU time and load ])
+TIMING_THREADS = 1
+#: stop sampling once the step times' interquartile range is below this fraction of their median
+STABLE_IQR_FRACTION = 0.05
+#: never take more timed steps than this, whatever the budget
+MAX_TIMED_STEPS = 200
+
+
+def family_baseline(technique: Technique) -> Technique | None:
+    """The baseline technique of ``technique``'s workload at the same workload configuration, or
+    None when the workload has none (then steps are timed against the workload reference)."""
+    cls = type(technique)
+    if cls.baseline:
+        return cls(**technique.config)
+    workload_cfg = {k: v for k, v in technique.config.items() if k in cls.workload.params}
+    for name in list_techniques(cls.family()):
+        other = get_technique(name)
+        if other.baseline and other.workload is cls.workload:
+            return other(**workload_cfg)
+    return None
+
+
+def step_time_fields(times: list[float], samples_per_step: int | None) -> dict[str, Any]:
+    """Median, interquartile range (inclusive quartiles; None under two samples) and throughput of
+    step times in seconds."""
+    if not times:
+        return {}
+    median = statistics.median(times)
+    q1, _, q3 = statistics.quantiles(times, n=4, method="inclusive") if len(times) >= 2 else (None, None, None)
+    return {"step_times_s": tuple(times), "step_time_s": median,
+            "step_time_iqr_s": None if q1 is None else q3 - q1,
+            "samples_per_s": samples_per_step / median if samples_per_step and median > 0 else None}
+
+
+def relative_step_time(times: list[float], ref_times: list[float]) -> float | None:
+    """Median over ``i`` of ``times[i] / mean(ref_times[i], ref_times[i + 1])``: each step against the
+    baseline steps timed just before and after it."""
+    ratios = [t / ((a + b) / 2) for t, a, b in zip(times, ref_times, ref_times[1:]) if a + b > 0]
+    return statistics.median(ratios) if ratios else None
+
+
+def _iqr(xs: list[float]) -> float:
+    q1, _, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q3 - q1
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn, device, log: StepLog | None = None) -> tuple[float, float]:
+    """``(wall seconds, thread CPU seconds)`` of one call, less the time ``log`` spent sampling it."""
+    _sync(device)
+    if log is not None:
+        log.take_overhead()
+    w0, c0 = time.perf_counter(), time.thread_time()
+    fn()
+    _sync(device)
+    wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+    if log is None:
+        return wall, cpu
+    sampled_wall, sampled_cpu = log.take_overhead()
+    return wall - sampled_wall, cpu - sampled_cpu
+
+
+class _Problems:
+    """The technique's, the baseline's and the shadow reference's steps (NOTE [ timed phase ]).
+
+    The baseline's step samples its tensors as the technique's does, into a log that keeps nothing,
+    and both timings subtract the sampling: the two timed steps do the same extra work around them
+    (sampling only the technique's made the baseline, which then ran right after the shadow, read
+    up to 15% slower than an identical technique: ``residual`` against itself at 0.87)."""
+
+    def __init__(self, technique, baseline, device, dtype, mode, seed, optimizer, loss, check=True):
+        self.log, self.baseline_log = StepLog(keep=check), StepLog(keep=False)
+        self.step, opt = make_step(technique, build_problem(technique, device, dtype, seed, loss), mode,
+                                   optimizer=optimizer, loss=loss, capture=self.log)
+        self.optimizer_class = None if opt is None else f"{type(opt).__module__}.{type(opt).__qualname__}"
+        self.shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss) if check else None
+        timed_against = baseline if baseline is not None else ReferenceAsTechnique(technique)
+        self.baseline, _ = make_step(timed_against, build_problem(baseline or technique, device, dtype, seed, loss),
+                                     mode, optimizer=optimizer, loss=loss, capture=self.baseline_log)
+        self.checker = StepChecker(torch.finfo(dtype).eps, what="timed step")
+
+    def check_last(self) -> None:
+        """Step the shadow, compare the technique's last step with the shadow's, then drop both
+        (nothing without a check: the log keeps nothing and there is no shadow)."""
+        if self.shadow is not None:
+            self.shadow()
+            self.checker.add(self.log.taken(), self.log.pop_last(), self.shadow.log.pop_last())
+
+
+def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cpu_clock: bool):
+    """``baseline, technique, baseline, ...``; after each technique step the shadow steps, untimed,
+    and the two are compared.
+
+    Returns ``(technique (wall, cpu) pairs, baseline pairs)``: at least ``min_steps`` technique
+    steps, then more until the chosen clock's IQR is below ``STABLE_IQR_FRACTION`` of its median
+    or ``budget_s`` seconds have passed.
+    """
+    started = time.perf_counter()
+    ref = [_timed(problems.baseline, device, problems.baseline_log)]
+    times: list[tuple[float, float]] = []
+    while len(times) < MAX_TIMED_STEPS:
+        times.append(_timed(problems.step, device, problems.log))
+        problems.check_last()
+        ref.append(_timed(problems.baseline, device, problems.baseline_log))
+        if len(times) < min_steps:
+            continue
+        clock = [t[1] if cpu_clock else t[0] for t in times]
+        if len(clock) >= 3 and _iqr(clock) <= STABLE_IQR_FRACTION * statistics.median(clock):
+            break
+        if time.perf_counter() - started >= budget_s:
+            break
+    return times, ref
+
+
+def time_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
+                    repeats: int = 5, time_budget_s: float = 2.0, seed: int = 0, optimizer: str = "sgd",
+                    loss: str = "given", threads: int | None = None, check: bool = True) -> dict[str, Any]:
+    """The timed phase (NOTE [ timed phase ]): Measurement fields, every timed step checked.
+
+    Returns the fields ``step_times_s`` (wall seconds), ``step_cpu_times_s`` (thread CPU seconds),
+    ``step_time_s``, ``step_time_iqr_s``, ``samples_per_s``, ``reference_step_time_s`` (the
+    baseline's median wall seconds), ``relative_step_time``, ``relative_step_time_wall``,
+    ``relative_to``, ``timing_threads``, ``steps_checked``, ``load_avg_before``/``after``, and
+    ``timed_check`` (a :class:`~memlab.measurement.step_check.StepComparison`; pass it to
+    :func:`timed_verdict`), ``timing_heap``, ``relative_time_clock`` and ``optimizer_class``.
+    ``threads``: intra-op threads for the phase (default :data:`TIMING_THREADS`), restored after.
+    ``check=False``: no shadow, no step compared (``steps_checked`` 0), as for ``measure(check=False)``.
+    """
+    timing_threads = TIMING_THREADS if threads is None else threads
+    previous = torch.get_num_threads()
+    torch.set_num_threads(timing_threads)
+    cpu_clock = device.type == "cpu" and timing_threads == 1
+    baseline = family_baseline(technique)
+    try:
+        with glibc_default_heap() as heap:
+            problems = _Problems(technique, baseline, device, dtype, mode, seed, optimizer, loss, check)
+            problems.step()  # warm-up of each: lazy initialisation, optimizer state (checked: step 1)
+            problems.check_last()
+            problems.baseline()
+            load_before = load_average()
+            times, ref = _interleave(problems, device, repeats, time_budget_s, cpu_clock)
+            load_after = load_average()
+            optimizer_class = problems.optimizer_class
+            check = problems.checker.result()
+            del problems
+    finally:
+        torch.set_num_threads(previous)
+    wall, cpu = [t[0] for t in times], [t[1] for t in times]
+    ref_wall, ref_cpu = [r[0] for r in ref], [r[1] for r in ref]
+    rel_wall = relative_step_time(wall, ref_wall)
+    return {**step_time_fields(wall, technique.samples_per_step()), "step_cpu_times_s": tuple(cpu),
+            "reference_step_time_s": statistics.median(ref_wall),
+            "relative_step_time": relative_step_time(cpu, ref_cpu) if cpu_clock else rel_wall,
+            "relative_step_time_wall": rel_wall,
+            "relative_to": baseline.name if baseline is not None else "reference",
+            "timing_threads": timing_threads, "steps_checked": check.steps,
+            "load_avg_before": load_before, "load_avg_after": load_after,
+            "timed_check": check, "timing_heap": heap, "optimizer_class": optimizer_class,
+            "relative_time_clock": "thread_cpu" if cpu_clock else "wall"}
+
+
+def timed_verdict(measurement, timed: dict[str, Any]):
+    """``measurement`` with the timed phase's fields (from :func:`time_in_process`, or the same as
+    JSON from a timing child); an ``ok`` row whose timed steps disagree with the shadow reference
+    becomes ``mismatch``, naming the step."""
+    timed = dict(timed)
+    check = timed.pop("timed_check")
+    reason = check.reason if hasattr(check, "reason") else check.get("reason")
+    extra = {**measurement.extra, "relative_time_clock": timed.pop("relative_time_clock"),
+             "timed_steps_max_error": check.max_error if hasattr(check, "max_error") else check.get("max_error")}
+    environment = {**measurement.environment, "timing_heap": timed.pop("timing_heap")}
+    optimizer_class = timed.pop("optimizer_class", None)
+    fields: dict[str, Any] = {**timed, "extra": extra, "environment": environment}
+    if measurement.optimizer_class is None and optimizer_class is not None:
+        fields["optimizer_class"] = optimizer_class
+    if reason is not None and measurement.status == "ok":
+        fields.update(status="mismatch", error=reason[:500])
+    return measurement.replace(**fields)

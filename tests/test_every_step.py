@@ -1,0 +1,102 @@
+"""Every measured step is checked, leaks are net growth, a technique's own optimizer is verified, and
+steps are timed against the family baseline without the resident malloc setting (issue 24)."""
+from pathlib import Path
+
+import pytest
+import torch
+
+import memlab
+from memlab.measurement import resident
+from memlab.measurement.step import make_step
+from memlab.measurement.step_check import Shadow, StepLog, compare_logs
+from memlab.measurement.timing import family_baseline
+
+LATER = Path(__file__).parent / "plugins" / "later_steps.py"
+SMALL = dict(n=512, d=64, hidden=128)
+FAST = dict(iterations=5, repeats=3, time_budget=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def later():
+    memlab.load_plugin(LATER)
+
+
+@pytest.mark.parametrize("name", ["later_stale_weights", "later_doubled"])
+def test_right_on_the_first_step_only_is_a_mismatch_naming_the_step(name):
+    m = memlab.measure(name, isolate="fork", **FAST, **SMALL)
+    assert m.matches_reference is True             # the float64 check alone passes it
+    assert m.status == "mismatch" and m.error.startswith("measured step 2: output differs")
+
+
+def test_a_fault_after_the_traced_steps_is_caught_in_the_timed_steps():
+    # wrong from a problem's 5th step on: the memory phase compares its steps 1-3 (warm-up and two traced),
+    # its steps 4-5 are the resident and FLOP-counted ones; the timed phase's step 5 is compared
+    m = memlab.measure("later_wrong_from_fifth", isolate="fork", iterations=2, repeats=5, time_budget=0, **SMALL)
+    assert m.status == "mismatch" and m.error.startswith("timed step 5: output differs"), m.error
+
+
+def test_leak_at_every_other_step_is_a_leak():
+    m = memlab.measure("later_alternating_leak", isolate="fork", **FAST, **SMALL)
+    assert m.allocated_after_step_bytes == (65536, 65536, 131072, 131072, 196608)
+    assert m.status == "leak" and m.leak_bytes_per_step == (196608 - 65536) / 4
+
+
+def test_a_wrong_update_of_the_techniques_own_optimizer_is_a_mismatch():
+    m = memlab.measure("later_wrong_optimizer", isolate="fork", **FAST, **SMALL)
+    assert m.status == "mismatch" and "measured step" in m.error
+    assert m.optimizer_class.endswith("_SharedScheduleSGD")      # the optimizer that ran
+
+
+def test_a_correct_technique_passes_every_step_in_memory_and_timed_phases():
+    m = memlab.measure("slice_loop", isolate="fork", chunk_size=100, **FAST, **SMALL)
+    assert m.status == "ok", m.error
+    assert m.extra["measured_steps_checked"] == 6 and m.steps_checked == 4   # warm-up + 5 / warm-up + 3
+
+
+def test_checking_allocates_nothing_in_the_traced_steps():
+    # the same exact figures with the step check as without it (samples are NumPy views and indexing)
+    from memlab.measurement.inprocess import traced_steps
+
+    t = memlab.get_technique("slice_loop")(chunk_size=100, **SMALL)
+    traced = traced_steps(t, torch.device("cpu"), torch.float32, iterations=2)
+    plain = memlab.measure("slice_loop", isolate=False, check=False, iterations=2, repeats=1, time_budget=0,
+                           chunk_size=100, **SMALL)
+    assert list(traced.stats.peaks) == list(plain.peak_allocated_per_iteration_bytes)
+    assert len([s for s in traced.log.steps() if s]) == 3
+
+
+def test_compare_logs_names_the_first_step_that_drifts_beyond_the_first_steps_error():
+    t = memlab.get_technique("unchunked")(**SMALL)
+    shadow = Shadow(t, torch.device("cpu"), torch.float32, "train", 0, "sgd", "given")
+    log = StepLog()
+    problem = t.build(torch.device("cpu"), torch.float32, 0)
+    step, _ = make_step(t, problem, "train", capture=log)
+    for _ in range(3):
+        step()
+        shadow()
+    assert compare_logs(log, shadow.log, torch.finfo(torch.float32).eps).ok
+    log.steps()[2]["output"][1][0] += 1.0       # step 3's first sampled output entry
+    result = compare_logs(log, shadow.log, torch.finfo(torch.float32).eps, what="timed step")
+    assert not result.ok and result.reason.startswith("timed step 3: output differs")
+
+
+@pytest.mark.parametrize("name,baseline", [("slice_loop", "unchunked"), ("tt_chunked", "dense"),
+                                           ("reversible", "residual"), ("revnet", "resnet"),
+                                           ("unchunked", "unchunked")])
+def test_relative_time_is_against_the_family_baseline(name, baseline):
+    assert family_baseline(memlab.get_technique(name)()).name == baseline
+
+
+def test_timed_phase_records_cpu_times_and_runs_without_the_malloc_setting():
+    m = memlab.measure("slice_loop", isolate="fork", chunk_size=100, iterations=1, repeats=3, time_budget=0, **SMALL)
+    assert m.relative_to == "unchunked" and m.timing_threads == 1
+    assert len(m.step_cpu_times_s) == len(m.step_times_s) == 3
+    assert m.extra["relative_time_clock"] == "thread_cpu"
+    assert m.environment["timing_heap"] == resident.TIMING_HEAP_DEFAULT       # the timing child's heap
+    assert m.environment["malloc_mmap_threshold"] == resident.MMAP_THRESHOLD  # the memory phase's
+
+
+def test_threads_override_the_timed_phase_and_time_it_by_the_wall_clock():
+    m = memlab.measure("unchunked", isolate="fork", threads=2, iterations=1, repeats=2, time_budget=0, **SMALL)
+    assert m.timing_threads == 2 and m.extra["relative_time_clock"] == "wall"
+    assert m.relative_step_time == m.relative_step_time_wall
