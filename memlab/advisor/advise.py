@@ -200,9 +200,9 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "extrapolation": _extrapolation(fam, sizes),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence(family, gpu_check_dir) if device == "cuda" else None,
-        "time_note": "relative step time (technique step / plain reference step) is approximate: measured at "
-                     "one moderate size per family on a loaded 2-core machine; chunked: the one-chunk figure plus "
-                     "a per-chunk cost scaled by the work n*d*hidden (memlab.advisor.fit.time_model)",
+        "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
+                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at two sizes per family "
+                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model)",
     }
 
 

@@ -62,7 +62,11 @@ class Family:
     sizes: tuple[str, ...]
     workload_fixed: Mapping[str, Any]
     entries: tuple[Entry, ...]
-    time_size: Mapping[str, int]
+    #: the sizes the relative step time is measured at (at least two, of different work) ...
+    time_sizes: tuple[Mapping[str, int], ...]
+    #: ... the monomial of sizes the step's work grows with (NOTE [ advisor time model ] in fit) ...
+    work: str
+    #: ... and, for chunked entries, the chunk counts at each of them
     time_chunks: tuple[int, ...] = ()
 
     def entry(self, label: str) -> Entry:
@@ -85,13 +89,16 @@ FAMILIES: dict[str, Family] = {
             Entry("slice_accumulate", {"backward": "manual"}, knobs=("chunk_size",)),
             Entry("slice_accumulate", {"backward": "autograd"}, knobs=("chunk_size",)),
         ),
-        time_size={"n": 2048, "d": 64, "hidden": 256}, time_chunks=(1, 4, 16),
+        time_sizes=({"n": 2048, "d": 64, "hidden": 256}, {"n": 8192, "d": 128, "hidden": 512}),
+        work="n*d*hidden", time_chunks=(1, 4, 16),
     ),
     "reversible": Family(
         name="reversible", workload="residual_stack", sizes=("depth", "batch", "width", "hidden"),
         workload_fixed={"coupling": "additive", "block": "mlp", "x_requires_grad": True},
         entries=(Entry("residual"), Entry("checkpoint_block"), Entry("reversible"), Entry("reversible_nosave")),
-        time_size={"depth": 8, "batch": 128, "width": 64, "hidden": 128},
+        time_sizes=({"depth": 8, "batch": 128, "width": 64, "hidden": 128},
+                    {"depth": 16, "batch": 256, "width": 128, "hidden": 256}),
+        work="depth*batch*width*hidden",
     ),
 }
 

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from .families import (BASE_K, FAMILIES, Entry, Family, class_variables, fitted_range, get_family, random_points,
                        to_params, trace_points)
-from .model import CATEGORIES, SCHEMA, encode_poly, models_path, predict
+from .model import CATEGORIES, SCHEMA, encode_poly, eval_poly, models_path, predict
 from .structure import infer_loops, loop_baseline, pieces_of, prune, split_baseline
 
 __all__ = ["fit_all", "fit_entry", "OPTIMIZERS_FITTED"]
@@ -95,16 +95,16 @@ def _traced_check(fam: Family, entry: Entry, optimizer: str, model: dict, seed: 
 
 def _measured_points(fam: Family, entry: Entry, optimizer: str, seed: int) -> list[tuple[dict, str]]:
     """Held-out configurations measured with memlab.measure: small random ones, and the time points
-    (a medium size, many times the traced sizes) for SGD."""
+    (each of the family's time sizes, at each chunk count for a chunked entry; SGD: all chunk counts,
+    other optimizers the first and last)."""
     chunked = bool(entry.knobs)
     out = [(p, "small") for p in random_points(fam.name, chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
-    size = dict(fam.time_size)
-    if chunked:
-        chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
-        for k in chunks:
-            out.append(({**size, "chunk_size": -(-size["n"] // k)}, "time"))
-    else:
-        out.append((size, "time"))
+    for size in fam.time_sizes:
+        if chunked:
+            chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
+            out += [({**size, "chunk_size": -(-size["n"] // k)}, "time") for k in chunks]
+        else:
+            out.append((dict(size), "time"))
     return out
 
 
@@ -146,10 +146,11 @@ def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable
             "predicted_cuda_reserved_bytes": cuda.get("reserved_peak_bytes"),
             "relative_step_time": m.relative_step_time,
         })
-        if kind == "time" and m.relative_step_time is not None and m.reference_step_time_s:
+        if kind == "time" and m.relative_step_time is not None:
             k = -(-p["n"] // min(p["chunk_size"], p["n"])) if "chunk_size" in p else 1
-            time_points.append({"chunks": k, "relative_step_time": round(m.relative_step_time, 4),
-                                "step_time_s": m.step_time_s, "reference_step_time_s": m.reference_step_time_s,
+            time_points.append({"params": p, "chunks": k, "work": eval_poly({fam.work: 1}, p),
+                                "relative_step_time": round(m.relative_step_time, 4),
+                                "relative_to": m.relative_to, "step_time_s": m.step_time_s,
                                 "load_avg": m.load_avg_before})
     ok_rows = [r for r in rows if r["status"] == "ok"]
     model["held_out_measured"] = rows
@@ -164,34 +165,47 @@ def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable
     return model
 
 
-def time_model(fam: Family, entry: Entry, points: list[dict]) -> dict:
-    """The approximate relative-step-time model of NOTE [ advisor models ].
+# NOTE [ advisor time model ]
+# A step's relative time (thread CPU time of the technique's step over the family baseline's, at one
+# intra-op thread: NOTE [ CPU time and load ] in memlab.measurement.timing) has two parts: the work
+# the technique does beyond the baseline's, which grows with the step's work W (the monomial
+# ``work`` of the family's sizes) as the baseline's does, so it is a constant ratio ``r``; and fixed
+# costs per step and per chunk (kernel launches, Python and autograd per call, skinny products),
+# which do not grow with W and so weigh less the larger the step:
+#
+#     relative(W, k) = r + (c + (k - 1) * o) / W
+#
+# ``c``: the technique's fixed cost per step, ``o``: per further chunk, both in units of the
+# baseline's cost per unit of work.  The fit measures every entry at two or more sizes of different
+# work (``time_sizes``) and, chunked, at several chunk counts (``time_chunks``), and solves for
+# ``r``, ``c``, ``o`` by least squares (``o`` = 0 without a knob).  The old model took ``r`` from one
+# small size, where the fixed costs dominate: checkpoint_block read 3.5x there and 1.30x at the
+# sizes people train.  The site's Choose page evaluates the same formula (choose.js).
 
-    Without a knob: the measured relative step time ``a`` (``constant``).  Chunked (``per_chunk``):
-    ``relative(k) = a + (k - 1) * o / t_ref`` with ``a`` the relative time measured with one chunk
-    (the technique's own overhead: recomputation, copies), ``o`` the seconds each further chunk adds
-    (median over the measured chunk counts) and ``t_ref`` the plain reference step, scaled at a
-    query from the measured one by the work ``n * d * hidden``.  On a loaded machine the per-chunk
-    seconds are inflated (each small op can wait for a time slice), so large chunk counts at the
-    measured size look slower than they are; at large sizes ``a`` dominates.
-    """
-    note = ("relative_step_time at the sizes in 'at' (median of >= 3 steps, each against the plain reference "
-            "steps timed around it), on a shared 2-core machine under load; approximate")
-    pts = sorted(points, key=lambda p: p["chunks"])
-    out: dict[str, Any] = {"at": dict(fam.time_size), "points": pts, "note": note}
+
+def time_model(fam: Family, entry: Entry, points: list[dict]) -> dict:
+    """The relative-step-time model of NOTE [ advisor time model ] from the measured ``points``
+    (each with ``work``, ``chunks``, ``relative_step_time``); ``kind`` ``work`` (fitted), ``constant``
+    (one size only: the median) or ``none``."""
+    import numpy as np
+
+    note = ("relative_step_time (thread CPU time of the step over the family baseline's, one thread, median of "
+            ">= 3 interleaved steps) at the points listed, fitted as r + (c + (k - 1) * o) / W")
+    pts = sorted(points, key=lambda p: (p["work"], p["chunks"]))
+    out: dict[str, Any] = {"points": pts, "note": note, "work": fam.work}
     if not pts:
         return {**out, "kind": "none"}
-    if not entry.knobs or len(pts) < 2 or pts[0]["chunks"] != 1:
+    chunked = bool(entry.knobs) and len({p["chunks"] for p in pts}) > 1
+    if len({p["work"] for p in pts}) < 2:
         rel = sorted(p["relative_step_time"] for p in pts)
         return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}
-    a = pts[0]["relative_step_time"]
-    per = sorted(max(0.0, (p["relative_step_time"] - a) * p["reference_step_time_s"] / (p["chunks"] - 1))
-                 for p in pts[1:])
-    refs = sorted(p["reference_step_time_s"] for p in pts)
-    size = fam.time_size
-    return {**out, "kind": "per_chunk", "a": round(a, 4), "per_chunk_s": per[len(per) // 2],
-            "reference_step_s": refs[len(refs) // 2], "reference_work": size["n"] * size["d"] * size["hidden"],
-            "work": "n*d*hidden"}
+    rows = [[1.0, 1.0 / p["work"]] + ([(p["chunks"] - 1) / p["work"]] if chunked else []) for p in pts]
+    solution = np.linalg.lstsq(np.array(rows), np.array([p["relative_step_time"] for p in pts]), rcond=None)[0]
+    r, c = float(solution[0]), float(solution[1])
+    o = float(solution[2]) if chunked else 0.0
+    fitted = [r + (c + (p["chunks"] - 1) * o) / p["work"] for p in pts]
+    worst = max(abs(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts))
+    return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4)}
 
 
 def _cuda_margin_facts(families: dict) -> dict:

@@ -127,17 +127,17 @@ def predict(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) ->
 
 
 def predict_time(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) -> float | None:
-    """Approximate relative step time (technique step / plain reference step), see
-    :func:`memlab.advisor.fit.time_model`: ``a`` without a knob, ``a + (k - 1) * o / t_ref`` for chunks."""
+    """Relative step time (technique step / family baseline step) of :func:`memlab.advisor.fit.time_model`:
+    ``a`` for a ``constant`` model, ``r + (c + (k - 1) * o) / W`` for a ``work`` model (NOTE [ advisor
+    time model ]); None without one."""
     t = entry.get("time") or {}
     if t.get("kind") == "constant":
         return float(t["a"])
-    if t.get("kind") != "per_chunk":
+    if t.get("kind") != "work":
         return None
-    k, _ = loop_of(family, params, chunked=True)
+    k, _ = loop_of(family, params, chunked=True) if entry.get("knobs") else (1, {})
     work = eval_poly({t["work"]: 1}, params)
-    t_ref = t["reference_step_s"] * work / t["reference_work"]
-    return float(t["a"] + (k - 1) * t["per_chunk_s"] / t_ref) if t_ref > 0 else None
+    return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work) if work > 0 else None
 
 
 def models_path(optimizer: str, directory: Path | None = None) -> Path:

@@ -54,7 +54,7 @@ LOOPS: dict[str, dict[str, Any]] = {
                    "order": ["depth", "batch", "width", "hidden"]},
 }
 _MONOMIAL = re.compile(r"^(1|[a-z_]+(\*[a-z_]+)*)$")
-_TIME_KEYS = ("a", "per_chunk_s", "reference_step_s", "reference_work")
+_TIME_KEYS = ("r", "c", "o")
 
 
 def model_files(data_dir: Path) -> list[Path]:
@@ -97,9 +97,9 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     t = entry.get("time")
     if t is not None and not isinstance(t, dict):
         return f"{entry['label']}: time is not an object"
-    if isinstance(t, dict) and t.get("kind") == "per_chunk" and not (
+    if isinstance(t, dict) and t.get("kind") == "work" and not (
             all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)):
-        return f"{entry['label']}: a per-chunk time model without a, per_chunk_s, reference_step_s, reference_work, work"
+        return f"{entry['label']}: a work-scaled time model without r, c, o, work"
     if isinstance(t, dict) and t.get("kind") == "constant" and not _num(t.get("a")):
         return f"{entry['label']}: a constant time model without a"
     for key in ("validated_range", "fitted_range"):
@@ -111,7 +111,7 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
 
 def _compact_entry(entry: dict) -> dict[str, Any]:
     t = entry.get("time") or {}
-    time = {k: t[k] for k in ("kind", *_TIME_KEYS, "work") if k in t} if t.get("kind") in ("constant", "per_chunk") else None
+    time = {k: t[k] for k in ("kind", *_TIME_KEYS, "work") if k in t} if t.get("kind") in ("constant", "work") else None
     return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
             "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
             "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,

@@ -206,7 +206,7 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
         timed = ok[ok["step_time_s"].notna()]
         if len(timed):
             relative = bool(timed["relative_step_time"].notna().all())
-            what = ("Step time relative to the workload's plain reference step timed interleaved in the same "
+            what = ("Step time relative to the family baseline's step timed interleaved in the same "
                     "process (load-robust: compare techniques on this)" if relative else
                     "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
             caption = what + "; error bars: the interquartile range of the timed steps."

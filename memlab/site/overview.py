@@ -131,7 +131,7 @@ def _technique_table(page: Page, name: str, c: dict, facts: dict, baseline: str,
     cols += [column("step", "step (median ± IQR)", num=True, kind="step")]
     if has_rel:
         cols.append(column("relative", "relative step", num=True,
-                           title="the technique's step over the workload's plain reference step: load-robust"))
+                           title="the technique's step over the family baseline's step (thread CPU time): load-robust"))
     cols += [column("throughput", f"throughput vs {baseline}", num=True), column("matches", "matches reference", kind="check")]
     cells, records = [], []
     for e in entries:

@@ -122,7 +122,7 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
     cols += [column("step", "step (median ± IQR)", num=True, kind="step",
                     title="median ± interquartile range of the timed steps, ms"),
              column("relative", "relative step", num=True,
-                    title="the technique's step over the workload's plain reference step, timed interleaved in the "
+                    title="the technique's step over the family baseline's step, timed interleaved in the "
                           "same process: load-robust"),
              column("throughput", "samples/s", num=True)]
     if several_runs(rows):

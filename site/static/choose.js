@@ -104,12 +104,12 @@ var memlabChoose = (function () {
     var t = entry.time;
     if (!t) { return null; }
     if (t.kind === "constant") { return Number(t.a); }
-    if (t.kind !== "per_chunk") { return null; }
-    var k = loopOf(fam.loop, params, true).k;
+    if (t.kind !== "work") { return null; }   // memlab.advisor.model.predict_time: r + (c + (k - 1) o) / W
+    var k = entry.knobs && entry.knobs.length ? loopOf(fam.loop, params, true).k : 1;
     var work = {};
     work[t.work] = 1;
-    var tRef = t.reference_step_s * Number(evalPoly(work, params)) / t.reference_work;
-    return tRef > 0 ? t.a + (k - 1) * t.per_chunk_s / tRef : null;
+    var w = Number(evalPoly(work, params));
+    return w > 0 ? t.r + (t.c + (k - 1) * t.o) / w : null;
   }
 
   function knobCandidates(n, low, high) {   // memlab.advisor.families.knob_candidates
