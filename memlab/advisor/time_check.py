@@ -1,0 +1,92 @@
+"""The advisor's relative-time column checked at held-out settings (``python -m memlab.advisor.time_check``).
+
+Each setting below is none of the points the time model was fitted on (NOTE [ advisor time model ] in
+:mod:`memlab.advisor.fit`: two sizes per family): larger steps, other chunk counts, other shapes.
+Each is measured with memlab's default timed phase (one intra-op thread, thread CPU time against the
+family baseline, interleaved) and compared with :func:`memlab.advisor.model.predict_time` from the
+committed models; the table is written to ``data/models/time-check-<optimizer>.json``.  The goal is
+an error within :data:`GOAL` (10%) at every setting.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from ..atomic import write_text_atomic
+from .model import MODELS_DIR, load_models, predict_time
+
+__all__ = ["HELD_OUT", "GOAL", "check_times", "main"]
+
+#: the relative error the check aims for
+GOAL = 0.10
+
+#: ``(family, entry label, parameters)``: five settings per family, none of them a fitted time point
+HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
+    ("chunking", "slice_loop", {"n": 4096, "d": 256, "hidden": 1024, "chunk_size": 512}),
+    ("chunking", "checkpoint_chunk", {"n": 16384, "d": 128, "hidden": 512, "chunk_size": 2048}),
+    ("chunking", "slice_accumulate[backward=manual]", {"n": 8192, "d": 256, "hidden": 1024, "chunk_size": 1024}),
+    ("chunking", "einsum_chunk[opt_einsum=false]", {"n": 4096, "d": 128, "hidden": 2048, "chunk_size": 256}),
+    ("chunking", "vmap_chunk", {"n": 16384, "d": 64, "hidden": 512, "chunk_size": 4096}),
+    ("reversible", "checkpoint_block", {"depth": 32, "batch": 256, "width": 256, "hidden": 512}),
+    ("reversible", "reversible", {"depth": 16, "batch": 512, "width": 256, "hidden": 512}),
+    ("reversible", "reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
+    ("reversible", "residual", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
+    ("reversible", "checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
+)
+
+
+def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    fam = models["families"][family]
+    for entry in fam["entries"]:
+        if entry["label"] == label:
+            return fam, entry
+    raise ValueError(f"{family}: no modelled entry {label!r}; entries: {', '.join(e['label'] for e in fam['entries'])}")
+
+
+def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, models_dir=None,
+                say: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Predicted against measured relative step time at every :data:`HELD_OUT` setting (one row each)."""
+    import memlab
+
+    measure_fn = measure_fn or memlab.measure
+    models = load_models(optimizer, models_dir)
+    rows = []
+    for family, label, params in HELD_OUT:
+        fam, entry = _entry(models, family, label)
+        predicted = predict_time(family, entry, params)
+        m = measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
+                       optimizer=optimizer, **{**fam["workload_fixed"], **entry["fixed"], **params})
+        measured = m.relative_step_time
+        error = None if predicted is None or not measured else (predicted - measured) / measured
+        rows.append({"family": family, "label": label, "params": params, "predicted": predicted,
+                     "measured": measured, "relative_to": m.relative_to, "status": m.status,
+                     "error": error, "load_avg": [m.load_avg_before, m.load_avg_after]})
+        say(f"{family:10} {label:34} {json.dumps(params):70} predicted "
+            f"{'-' if predicted is None else f'{predicted:.3f}'} measured "
+            f"{'-' if measured is None else f'{measured:.3f}'} ({m.status}) error "
+            f"{'-' if error is None else f'{100 * error:+.1f}%'}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memlab.advisor.time_check", description=__doc__.splitlines()[0])
+    parser.add_argument("--optimizer", default="sgd")
+    parser.add_argument("--out", type=Path, default=None, help="default: data/models/time-check-<optimizer>.json")
+    args = parser.parse_args(argv)
+    rows = check_times(args.optimizer)
+    errors = [abs(r["error"]) for r in rows if r["error"] is not None]
+    worst = max(errors, default=None)
+    out = args.out or MODELS_DIR / f"time-check-{args.optimizer}.json"
+    write_text_atomic(out, json.dumps({"goal": GOAL, "worst_abs_error": worst, "rows": rows,
+                                       "cores": os.cpu_count()}, indent=1, sort_keys=True) + "\n")
+    print(f"worst |error| {'-' if worst is None else f'{100 * worst:.1f}%'} over {len(errors)} settings "
+          f"(goal {100 * GOAL:.0f}%); wrote {out}")
+    return 0 if worst is not None and worst <= GOAL and len(errors) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
