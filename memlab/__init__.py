@@ -6,6 +6,7 @@ Public API::
     memlab.list_techniques(), memlab.get_technique(name), memlab.load_plugin(path)
     memlab.measure(name, *, device="cpu", dtype="float32", mode="train", **params) -> Measurement
     memlab.timeline(name, ...) -> Timeline
+    memlab.host_memory()  # context manager: what it allocates stays on the host when the step runs on CUDA
 
 # NOTE [ lazy top-level imports ]
 ``import memlab`` does not import torch: the results reader (:mod:`memlab.results`) and the site
@@ -29,6 +30,7 @@ _EXPORTS = {
     "measure": ".measurement", "timeline": ".measurement", "Measurement": ".measurement",
     "Timeline": ".measurement", "TimelineEvent": ".measurement",
     "Verification": ".measurement.verify", "verify_technique": ".measurement.verify",
+    "host_memory": ".measurement.host_marks",
 }
 
 __all__ = ["__version__", *_EXPORTS]

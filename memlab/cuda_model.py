@@ -13,7 +13,12 @@ git cf30153c4c13, whose .cpp is not stored), ``c10/core/AllocatorConfig.cpp`` at
 0ac716637f3258efcaf7fdfb851bdd520c9c1441, ``c10/cuda/CUDAAllocatorConfig.cpp`` at
 b944315b93d36f842ef94d67a041371993234a74, and the pinned torch's own installed headers
 ``c10/core/AllocatorConfig.h`` and ``c10/cuda/CUDAAllocatorConfig.h`` (torch 2.13.0+cpu), which
-declare the constants and options below.
+declare the constants and options below.  The 0ac7166 ``AllocatorConfig.cpp`` predates
+``large_segment_size_mb``, which the 2.13 header declares (``parseLargeSegmentSize``); the rules
+for it (read first, the least ``max_split_size_mb`` and ``max_non_split_rounding_mb``) follow a
+newer ``AllocatorConfig.cpp`` whose ``parseMaxSplitSize`` checks against ``large_segment_size_``.
+Garbage collection and the memory-fraction check follow ``garbage_collect_cached_blocks``,
+``get_free_block`` and ``alloc_block`` of the 001074d ``.cpp``.
 
 * Rounding (``round_size``): a request under 512 B (``kMinBlockSize``) takes 512 B; otherwise it is
   rounded up to a multiple of 512 B, unless ``roundup_power2_divisions`` gives the request's size
@@ -29,9 +34,12 @@ declare the constants and options below.
   from 10 MiB up, its size rounded up to 2 MiB (``kRoundLarge``).
 * Best fit (``get_free_block``): the free block of the pool with the smallest size >= the request,
   ties broken by the lowest address (the pool is ordered by size, then address).
-* Oversize blocks (``max_split_size_mb``, default unlimited, must be >= 20): a request below the
-  limit is never served by a free block at or above it; a request at or above it only by a free
-  block smaller than request + ``max_non_split_rounding_mb`` (default 20 MiB, must be >= 20).
+* Oversize blocks (``max_split_size_mb``, default unlimited, must be >= ``large_segment_size_mb``,
+  20 by default): a request below the limit is never served by a free block at or above it; a
+  request at or above it only by a free block smaller than request + ``max_non_split_rounding_mb``
+  (default and least value: ``large_segment_size_mb``).  The parser reads ``large_segment_size_mb``
+  first, wherever it stands in the string, as torch 2.13's ``AcceleratorAllocatorConfig::parseArgs``
+  does (its ``parseMaxSplitSize`` takes ``large_segment_size_`` as the least value).
 * Splitting (``should_split``): the block found is split and the rest stays free when, in the small
   pool (or with expandable segments), at least 512 B remain; in the large pool, when the request is
   below ``max_split_size`` and more than 1 MiB remains.  An unsplit block is handed out whole and
@@ -42,6 +50,20 @@ declare the constants and options below.
   ``max_split_size`` set, free cached oversize blocks (the smallest single one large enough, else the
   largest ones until enough is freed) and retry; (2) free every cached segment that is entirely free
   (``release_cached_blocks``, as ``torch.cuda.empty_cache()``) and retry; (3) raise the OOM error.
+* Memory fraction (``per_process_memory_fraction``; torch's ``set_fraction``): ``alloc_block``
+  refuses a new segment when reserved + the segment size ``get_allocation_size`` gives (2 MiB,
+  ``large_segment_size``, or the request rounded to 2 MiB) would exceed fraction x capacity.  The
+  check comes first, so it holds for expandable segments too: there it is the full allocation size,
+  not the pages still to map, that must fit under the fraction; the pages then map while the device
+  has room.
+* Garbage collection (``garbage_collection_threshold``, in (0, 1); acts only with a memory
+  fraction, as in torch): every ``get_free_block`` call on a pool ticks that pool's counter; a free
+  block's age is the ticks since it entered the pool (a free, a split's remainder, a merge).  When no
+  free block fits, before asking for a new segment, if reserved exceeds threshold x fraction x
+  capacity, the allocator releases whole free large-pool segments (never split ones, never
+  expandable ones) whose age is at least the average age of those segments, in (size, address)
+  order, and repeats with the new average until it has released reserved − threshold x allowed
+  bytes or nothing more goes (``garbage_collect_cached_blocks``).
 * Expandable segments (``expandable_segments:True``): one segment per pool whose virtual address
   space (9/8 of the device) is backed by physical pages on demand: 2 MiB pages for the small pool,
   ``large_segment_size`` (20 MiB) pages for the large pool (so "reserved" grows in pages).  A
@@ -51,8 +73,8 @@ declare the constants and options below.
   free pages of free blocks are unmapped.
 
 What the model leaves out: other streams and cross-stream ``record_stream`` events (one stream, every
-free completes at once), CUDA graphs' private pools, ``garbage_collection_threshold`` (refused, it only
-acts with a memory fraction), ``backend:cudaMallocAsync`` (another allocator: refused).  A new
+free completes at once), CUDA graphs' private pools, ``backend:cudaMallocAsync`` (another allocator:
+refused); the pinned host allocator's options are checked and ignored (no device memory).  A new
 ``cudaMalloc`` segment is placed above every earlier one (real addresses only matter for ties
 between equal-size free blocks).  A request of 0 bytes allocates nothing, as in the allocator.
 """
@@ -104,6 +126,8 @@ class AllocatorConf:
             expandable page (default 20 MiB).
         per_process_memory_fraction: the allocator may reserve at most this fraction of the
             capacity given to the model (torch applies it to the device's total memory); None = no limit.
+        garbage_collection_threshold: with a memory fraction, free old cached segments once
+            reserved exceeds this fraction of the allowed bytes; 0.0 = off (the default).
     """
 
     text: str = ""
@@ -113,6 +137,7 @@ class AllocatorConf:
     expandable_segments: bool = False
     large_segment_size: int = KLARGE_BUFFER
     per_process_memory_fraction: float | None = None
+    garbage_collection_threshold: float = 0.0
 
     def divisions(self, size: int) -> int:
         """The ``roundup_power2_divisions`` setting for a request of ``size`` bytes."""
@@ -132,7 +157,7 @@ _OPTIONS = ("max_split_size_mb", "max_non_split_rounding_mb", "roundup_power2_di
             "large_segment_size_mb", "per_process_memory_fraction", "backend", "garbage_collection_threshold")
 #: options that change nothing about one stream's device blocks: accepted (value checked) and ignored
 _NO_EFFECT_BOOL = ("release_lock_on_cudamalloc", "pinned_use_cuda_host_register", "pinned_use_background_threads",
-                   "graph_capture_record_stream_reuse", "throw_on_cudamalloc_oom")
+                   "graph_capture_record_stream_reuse", "throw_on_cudamalloc_oom", "pinned_free_catch_all")
 _NO_EFFECT_INT = ("pinned_num_register_threads", "pinned_reserve_segment_size_mb")
 _KNOWN = _OPTIONS + _NO_EFFECT_BOOL + _NO_EFFECT_INT
 
@@ -175,7 +200,9 @@ def _pow2(n: int) -> bool:
 def parse_alloc_conf(text: str = "") -> AllocatorConf:
     """Parse a ``PYTORCH_CUDA_ALLOC_CONF`` string as the pinned torch does (NOTE [ CUDA caching
     allocator rules ]): ``key:value`` pairs separated by commas, lists in brackets
-    (``roundup_power2_divisions:[256:1,512:2,>:4]``), whitespace ignored.
+    (``roundup_power2_divisions:[256:1,512:2,>:4]``), whitespace ignored.  ``large_segment_size_mb``
+    is read first wherever it stands: the least ``max_split_size_mb`` and
+    ``max_non_split_rounding_mb`` (and the latter's default) are that size.
 
     Raises:
         ValueError: one line naming the option, the bad value and the valid range; an unknown option
@@ -188,60 +215,21 @@ def parse_alloc_conf(text: str = "") -> AllocatorConf:
     if not isinstance(text, str):
         raise TypeError(f"PYTORCH_CUDA_ALLOC_CONF must be a str, got {type(text).__name__}")
     tok = _tokens(text)
-    kw: dict[str, Any] = {}
+    kw: dict[str, Any] = {"large_segment_size": _large_segment_size(tok)}
+    kw["max_non_split_rounding"] = kw["large_segment_size"]
     divisions = [0] * ROUNDUP_POWER2_INTERVALS
     i = 0
-
-    def at(j: int) -> str | None:
-        return tok[j] if j < len(tok) else None
-
     while i < len(tok):
         key = tok[i]
         if key not in _KNOWN:
             raise _conf_error(f"unknown option {key!r}; known options: {', '.join(_KNOWN)}")
-        if at(i + 1) != ":":
+        if tok[i + 1:i + 2] != [":"]:
             raise _conf_error(f"{key} needs a value after ':' (as in {key}:VALUE)")
         i += 2
-        value = at(i)
-        if key == "max_split_size_mb":
-            mb = _int(key, value, f"an integer number of MiB >= {KLARGE_BUFFER // MiB}")
-            if mb < KLARGE_BUFFER // MiB:
-                raise _conf_error(f"{key}={mb} is too small; valid: an integer >= {KLARGE_BUFFER // MiB}")
-            kw["max_split_size"] = mb * MiB
-        elif key == "max_non_split_rounding_mb":
-            mb = _int(key, value, f"an integer number of MiB >= {KLARGE_BUFFER // MiB}")
-            if mb < KLARGE_BUFFER // MiB:
-                raise _conf_error(f"{key}={mb} is too small; valid: an integer >= {KLARGE_BUFFER // MiB}")
-            kw["max_non_split_rounding"] = mb * MiB
-        elif key == "large_segment_size_mb":
-            mb = _int(key, value, f"an integer number of MiB > {KMIN_LARGE_ALLOC // MiB}")
-            if mb <= KMIN_LARGE_ALLOC // MiB:
-                raise _conf_error(f"{key}={mb} is too small; valid: an integer > {KMIN_LARGE_ALLOC // MiB}")
-            kw["large_segment_size"] = mb * MiB
-        elif key == "expandable_segments":
-            kw["expandable_segments"] = _bool(key, value)
-        elif key == "roundup_power2_divisions":
+        if key == "roundup_power2_divisions":
             i = _parse_divisions(tok, i, divisions)
-        elif key == "per_process_memory_fraction":
-            try:
-                frac = float(value) if value is not None else float("nan")
-            except ValueError:
-                frac = float("nan")
-            if not 0.0 <= frac <= 1.0:
-                raise _conf_error(f"{key}={value!r} is not valid; valid: a number in [0.0, 1.0]")
-            kw["per_process_memory_fraction"] = frac
-        elif key == "backend":
-            if value == "cudaMallocAsync":
-                raise _conf_error("backend=cudaMallocAsync is another allocator, not modelled; valid: native")
-            if value != "native":
-                raise _conf_error(f"backend={value!r} is not valid; valid: native (cudaMallocAsync is not modelled)")
-        elif key == "garbage_collection_threshold":
-            raise _conf_error("garbage_collection_threshold is not modelled (it acts only with a per-process "
-                              "memory fraction); remove it to simulate")
-        elif key in _NO_EFFECT_BOOL:
-            _bool(key, value)
-        else:  # _NO_EFFECT_INT
-            _int(key, value, "a positive integer")
+        else:
+            _parse_option(key, tok[i] if i < len(tok) else None, kw)
         i += 1
         if i < len(tok):
             if tok[i] != ",":
@@ -249,6 +237,60 @@ def parse_alloc_conf(text: str = "") -> AllocatorConf:
             i += 1
     kw["roundup_power2_divisions"] = tuple(divisions)
     return AllocatorConf(text=text, **kw)
+
+
+def _large_segment_size(tok: list[str]) -> int:
+    """``large_segment_size_mb`` in bytes (the default 20 MiB if absent); the last one given wins."""
+    size = KLARGE_BUFFER
+    for i, key in enumerate(tok):
+        if key == "large_segment_size_mb" and tok[i + 1:i + 2] == [":"]:
+            value = tok[i + 2] if i + 2 < len(tok) else None
+            mb = _int(key, value, f"an integer number of MiB > {KMIN_LARGE_ALLOC // MiB}")
+            if mb <= KMIN_LARGE_ALLOC // MiB:
+                raise _conf_error(f"{key}={mb} is too small; valid: an integer > {KMIN_LARGE_ALLOC // MiB}")
+            size = mb * MiB
+    return size
+
+
+def _parse_option(key: str, value: str | None, kw: dict[str, Any]) -> None:
+    """One ``key:value`` other than ``roundup_power2_divisions``, checked and stored in ``kw``."""
+    least = kw["large_segment_size"] // MiB
+    if key in ("max_split_size_mb", "max_non_split_rounding_mb"):
+        mb = _int(key, value, f"an integer number of MiB >= {least}")
+        if mb < least:
+            raise _conf_error(f"{key}={mb} is too small; valid: an integer >= {least} "
+                              f"(large_segment_size_mb, {KLARGE_BUFFER // MiB} by default)")
+        kw["max_split_size" if key == "max_split_size_mb" else "max_non_split_rounding"] = mb * MiB
+    elif key == "large_segment_size_mb":
+        pass  # read first (_large_segment_size)
+    elif key == "expandable_segments":
+        kw["expandable_segments"] = _bool(key, value)
+    elif key == "per_process_memory_fraction":
+        frac = _float(value)
+        if not 0.0 <= frac <= 1.0:
+            raise _conf_error(f"{key}={value!r} is not valid; valid: a number in [0.0, 1.0]")
+        kw["per_process_memory_fraction"] = frac
+    elif key == "garbage_collection_threshold":
+        threshold = _float(value)
+        if not 0.0 < threshold < 1.0:
+            raise _conf_error(f"{key}={value!r} is not valid; valid: a number in (0.0, 1.0), both ends excluded")
+        kw["garbage_collection_threshold"] = threshold
+    elif key == "backend":
+        if value == "cudaMallocAsync":
+            raise _conf_error("backend=cudaMallocAsync is another allocator, not modelled; valid: native")
+        if value != "native":
+            raise _conf_error(f"backend={value!r} is not valid; valid: native (cudaMallocAsync is not modelled)")
+    elif key in _NO_EFFECT_BOOL:
+        _bool(key, value)
+    else:  # _NO_EFFECT_INT
+        _int(key, value, "a positive integer")
+
+
+def _float(value: str | None) -> float:
+    try:
+        return float(value) if value is not None else float("nan")
+    except ValueError:
+        return float("nan")
 
 
 def _parse_divisions(tok: list[str], i: int, divisions: list[int]) -> int:
@@ -343,7 +385,7 @@ class _Segment:
 
 
 class _Block:
-    __slots__ = ("addr", "size", "allocated", "mapped", "prev", "next", "pool", "seg", "req", "raw")
+    __slots__ = ("addr", "size", "allocated", "mapped", "prev", "next", "pool", "seg", "req", "raw", "gc_base")
 
     def __init__(self, addr: int, size: int, pool: "_Pool", seg: _Segment, mapped: bool = True):
         self.addr, self.size, self.pool, self.seg, self.mapped = addr, size, pool, seg, mapped
@@ -352,16 +394,18 @@ class _Block:
         self.next: _Block | None = None
         self.req = 0  # rounded request, while allocated
         self.raw = 0  # raw request, while allocated
+        self.gc_base = 0  # the pool's get_free_block count when the block entered the pool
 
 
 class _Pool:
     """Free mapped blocks ordered by (size, address), as the allocator's ``BlockPool.blocks``; and
     unmapped expandable ranges ordered by address (``BlockPool.unmapped``)."""
 
-    __slots__ = ("small", "keys", "by_addr", "unmapped", "unmapped_by_addr", "expandable")
+    __slots__ = ("small", "keys", "by_addr", "unmapped", "unmapped_by_addr", "expandable", "free_calls")
 
     def __init__(self, small: bool):
         self.small = small
+        self.free_calls = 0  # get_free_block calls while garbage collection is on (block ages)
         self.keys: list[tuple[int, int]] = []
         self.by_addr: dict[int, _Block] = {}
         self.unmapped: list[int] = []
@@ -371,6 +415,7 @@ class _Pool:
     def add(self, b: _Block) -> None:
         bisect.insort(self.keys, (b.size, b.addr))
         self.by_addr[b.addr] = b
+        b.gc_base = self.free_calls
 
     def remove(self, b: _Block) -> None:
         i = bisect.bisect_left(self.keys, (b.size, b.addr))
@@ -396,7 +441,8 @@ class CachingAllocatorModel:
     Args:
         conf: an :class:`AllocatorConf` or a ``PYTORCH_CUDA_ALLOC_CONF`` string.
         capacity_bytes: device memory the allocator may reserve (the GPU's memory less the CUDA
-            context and anything else resident); None = unlimited, no OOM.
+            context and anything else resident); None = unlimited, no OOM.  A memory fraction
+            allows ``fraction x capacity_bytes`` (``allowed``) on top of that.
 
     Counters (bytes): ``allocated`` (sum of handed-out block sizes, ``memory_allocated()``),
     ``reserved`` (segments and mapped pages, ``memory_reserved()``), ``requested`` (sum of the raw
@@ -412,7 +458,10 @@ class CachingAllocatorModel:
         frac = self.conf.per_process_memory_fraction
         if frac is not None and capacity_bytes is None:
             raise ValueError("per_process_memory_fraction needs capacity_bytes (a fraction of what?)")
-        self.limit = capacity_bytes if frac is None else int(frac * capacity_bytes)
+        #: torch's allowed_memory_maximum: set only with a memory fraction (bytes)
+        self.allowed = None if frac is None else int(frac * capacity_bytes)
+        self.limit = capacity_bytes if self.allowed is None else self.allowed  # the tighter bound, reported
+        self.gc = self.allowed is not None and self.conf.garbage_collection_threshold > 0.0
         self.small, self.large = _Pool(True), _Pool(False)
         self.live: dict[Hashable, _Block] = {}
         self._next_addr = 1 << 40
@@ -449,7 +498,12 @@ class CachingAllocatorModel:
         self.num_device_frees += 1
 
     def _fits(self, nbytes: int) -> bool:
-        return self.limit is None or self.reserved + nbytes <= self.limit
+        """The device has room for ``nbytes`` more (``cudaMalloc``/``cuMemCreate`` would succeed)."""
+        return self.capacity is None or self.reserved + nbytes <= self.capacity
+
+    def _allowed(self, alloc: int) -> bool:
+        """Under a memory fraction, a new segment of ``alloc`` bytes keeps reserved within it."""
+        return self.allowed is None or self.reserved + alloc <= self.allowed
 
     # -- public operations ---------------------------------------------------------------------------
     def malloc(self, key: Hashable, nbytes: int) -> None:
@@ -472,6 +526,8 @@ class CachingAllocatorModel:
         block = self._get_free_block(pool, size)
         if block is None:
             alloc = allocation_size(size, conf)
+            if self.gc:
+                self._garbage_collect_cached_blocks()
             block = self._alloc_block(pool, size, alloc)
             if block is None and self._release_available_cached_blocks(pool, size):
                 block = self._alloc_block(pool, size, alloc)
@@ -541,6 +597,8 @@ class CachingAllocatorModel:
         return (mss is None or size < mss) and remaining > KSMALL_SIZE
 
     def _get_free_block(self, pool: _Pool, size: int) -> _Block | None:
+        if self.gc:
+            pool.free_calls += 1
         keys = pool.keys
         i = bisect.bisect_left(keys, (size, -1))
         if i == len(keys):
@@ -564,6 +622,8 @@ class CachingAllocatorModel:
         return block
 
     def _alloc_block(self, pool: _Pool, size: int, alloc: int) -> _Block | None:
+        if not self._allowed(alloc):  # the fraction is checked first, expandable segments included
+            return None
         if self.conf.expandable_segments:
             return self._try_allocate_expandable_block(pool, size)
         if not self._fits(alloc):
@@ -623,6 +683,33 @@ class CachingAllocatorModel:
             self._release_block(block)
             j -= 1
         return released >= target
+
+    def _garbage_collect_cached_blocks(self) -> None:
+        """Release old whole free large-pool segments once reserved exceeds the threshold (NOTE [ CUDA
+        caching allocator rules ], garbage collection)."""
+        threshold = int(self.conf.garbage_collection_threshold * self.allowed)
+        if self.reserved <= threshold:
+            return
+        target, reclaimed = self.reserved - threshold, 0
+        pool = self.large
+
+        def whole(b: _Block) -> bool:
+            return b.prev is None and b.next is None and not b.seg.expandable
+
+        ages = {addr: pool.free_calls - pool.by_addr[addr].gc_base for _, addr in pool.keys
+                if whole(pool.by_addr[addr])}
+        total, count = sum(ages.values()), len(ages)
+        freed = True
+        while reclaimed < target and freed and count > 0:
+            average, freed = total / count, False
+            for _, addr in list(pool.keys):
+                block = pool.by_addr[addr]
+                if whole(block) and ages[addr] >= average:
+                    freed = True
+                    reclaimed += block.size
+                    total -= ages.pop(addr)
+                    count -= 1
+                    self._release_block(block)
 
     def _release_block(self, block: _Block) -> None:
         block.pool.remove(block)

@@ -12,6 +12,10 @@ above the memory held before it, as memlab's CUDA measurement records them):
   vs predicted ``with_history.reserved_peak_above_baseline_bytes`` (the replay that keeps what the
   warm-up step cached, as the measured process does).
 
+The CPU half also records ``predicted_host_bytes`` (host memory live at the device peak: saved RNG
+states, CPU scalars; never part of the device figures) and ``predicted_status`` (``uncalibrated``
+when a convolution's cuDNN workspace is not in the calibration table; NOTE [ calibration table ]).
+
 The two halves can run on different machines, which is how a GPU host's scarce time is spent well:
 ``--predict-only --predictions FILE`` measures the CPU half (the prediction memlab publishes, with the
 pinned torch) and writes it; ``--predictions FILE`` on the GPU host reuses it and measures only the
@@ -93,6 +97,10 @@ def predict(cfg: dict[str, Any]) -> dict[str, Any]:
             "predicted_reserved_bytes": hist.get("reserved_peak_above_baseline_bytes"),
             # what the process holds at the step's peak, the warm-up's cache included (not only the growth)
             "predicted_reserved_total_bytes": hist.get("reserved_peak_bytes"),
+            # host memory (RNG states, CPU scalars, offloaded copies) at the device peak: not in the figures above
+            "predicted_host_bytes": pc.get("host_bytes"),
+            # "uncalibrated": a convolution's cuDNN workspace is missing (memlab.cuda_calibration)
+            "predicted_status": pc.get("status"),
             "cpu_peak_allocated_bytes": cpu.peak_allocated_bytes}
 
 

@@ -232,6 +232,51 @@ def test_rule_expandable_segments_unmap_free_pages_on_oom():
     assert free_all.reserved_end_bytes == 0 and free_all.segments_end == 0
 
 
+# -- memory fraction and garbage collection --------------------------------------------------------
+
+def test_rule_fraction_checks_the_full_allocation_size_with_expandable_segments():
+    # 30 MiB maps two 20 MiB pages (40 reserved, 10 free at the end).  28 MiB needs one more page
+    # (60 reserved), but under a fraction alloc_block first asks reserved + get_allocation_size(28 MiB)
+    # = 40 + 28 = 68 MiB <= allowed: 0.65 x 100 MiB = 65 MiB says no, and nothing can be unmapped.
+    events = [A(1, 30 * MiB), A(2, 28 * MiB)]
+    s = simulate(events, conf="expandable_segments:True,per_process_memory_fraction:0.65", capacity_bytes=100 * MiB)
+    assert s.would_oom and s.oom_request["event"] == 1 and s.num_alloc_retries == 1
+    assert s.reserved_end_bytes == 40 * MiB
+    # the device alone (65 MiB, no fraction) has room for the one page: no OOM
+    s = simulate(events, conf="expandable_segments:True", capacity_bytes=65 * MiB)
+    assert not s.would_oom and s.peak_reserved_bytes == 60 * MiB
+
+
+def _gc_events():
+    # three 20 MiB segments (each get_free_block call ticks the large pool's clock: 1, 2, 3); S2 and S3
+    # freed at 3; 14 MiB splits S2 at 4 and its free makes S2 whole again at 4; S1 freed at 4.  Ages at
+    # the 30 MiB request (tick 5): S1 1, S2 1, S3 2.
+    return [A(1, 20 * MiB), A(2, 20 * MiB), A(3, 20 * MiB), F(2), F(3), A(4, 14 * MiB), F(4), F(1),
+            A(5, 30 * MiB)]
+
+
+def test_rule_garbage_collection_releases_the_oldest_whole_segments():
+    conf = "per_process_memory_fraction:1.0,garbage_collection_threshold:0.5"
+    model = CachingAllocatorModel(conf, 100 * MiB)
+    for kind, key, size in _gc_events():
+        model.malloc(key, size) if kind == "alloc" else model.free(key)
+    # reserved 60 MiB > 0.5 x 100 MiB: average age 4/3, only S3 (age 2) goes; 20 MiB >= the 10 MiB target
+    assert model.num_device_frees == 1 and model.reserved == 40 * MiB + 30 * MiB
+    assert [k for k in model.large.keys] == [(20 * MiB, 1 << 40), (20 * MiB, (1 << 40) + 20 * MiB)]
+    # no fraction: the threshold does nothing (as in torch); no threshold: nothing is collected
+    for conf in ("garbage_collection_threshold:0.5", "per_process_memory_fraction:1.0"):
+        s = simulate(_gc_events(), conf=conf, capacity_bytes=100 * MiB)
+        assert s.reserved_end_bytes == 90 * MiB and s.num_device_frees == 0
+
+
+def test_conf_large_segment_size_sets_the_least_split_sizes_and_catch_all_is_accepted():
+    c = parse_alloc_conf("max_split_size_mb:64,large_segment_size_mb:64")
+    assert c.large_segment_size == c.max_split_size == c.max_non_split_rounding == 64 * MiB
+    assert parse_alloc_conf("pinned_free_catch_all:True").to_dict() == \
+        {**AllocatorConf().to_dict(), "text": "pinned_free_catch_all:True"}
+    assert parse_alloc_conf("garbage_collection_threshold:0.8").garbage_collection_threshold == 0.8
+
+
 # -- PYTORCH_CUDA_ALLOC_CONF ------------------------------------------------------------------------
 
 def test_conf_parses_the_documented_example():
@@ -254,7 +299,13 @@ def test_conf_parses_the_documented_example():
     ("roundup_power2_divisions:[1:2", r"no closing"),
     ("per_process_memory_fraction:1.5",
      r"per_process_memory_fraction='1.5' is not valid; valid: a number in \[0.0, 1.0\]"),
-    ("garbage_collection_threshold:0.5", r"garbage_collection_threshold is not modelled"),
+    ("garbage_collection_threshold:1.0",
+     r"garbage_collection_threshold='1.0' is not valid; valid: a number in \(0.0, 1.0\)"),
+    ("large_segment_size_mb:64,max_split_size_mb:32", r"max_split_size_mb=32 is too small; valid: an integer >= 64"),
+    ("max_split_size_mb:32,large_segment_size_mb:64", r"max_split_size_mb=32 is too small; valid: an integer >= 64"),
+    ("large_segment_size_mb:64,max_non_split_rounding_mb:20",
+     r"max_non_split_rounding_mb=20 is too small; valid: an integer >= 64"),
+    ("pinned_free_catch_all:maybe", r"pinned_free_catch_all='maybe' is not valid; valid: True or False"),
     ("backend:cudaMallocAsync", r"cudaMallocAsync is another allocator, not modelled"),
     ("max_split_size:128", r"unknown option 'max_split_size'; known options: max_split_size_mb"),
     ("expandable_segments", r"expandable_segments needs a value"),

@@ -87,7 +87,9 @@ def test_predicted_allocated_is_the_cpu_peak_rounded_for_every_builtin_technique
         "a large block was handed out unsplit: see NOTE [ CUDA caching allocator rules ]"
     assert p["allocated_peak_bytes"] == rounded
     assert p["reserved_peak_bytes"] >= p["allocated_peak_total_bytes"]
-    assert p["allocated_peak_bytes"] >= p["cpu_peak_bytes"]
+    assert p["allocated_peak_bytes"] >= p["requested_peak_bytes"]
+    # the CPU figure is the device requests plus what stays on the host or exists only on a CPU
+    assert p["cpu_peak_bytes"] >= p["requested_peak_bytes"] or p["added_terms"]
     grown = predict_cuda(events, windows, conf="expandable_segments:True", with_history=False)
     assert grown["allocated_peak_bytes"] == rounded   # expandable segments split every block to 512 B
     json.dumps(p)

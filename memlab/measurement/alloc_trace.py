@@ -18,16 +18,30 @@ first iteration's peak and every ``after`` figure by its size.  So a measurement
 *before* it builds the problem (:class:`AllocationRecorder`): every storage a step can free was
 allocated inside the session, and its free is seen.
 The same replay works for CUDA events and gives the timelines on both devices.
+Each allocation of a CPU trace also carries where it would live on a GPU (``place``: NOTE [ device
+tags ] in :mod:`memlab.measurement.host_tags`); the CPU figures sum every event whatever its place.
+A CPU recording also wraps ``torch.nn.functional``'s convolutions and ``save_on_cpu``'s hooks with
+markers (:mod:`memlab.measurement.conv_marks`, :func:`memlab.measurement.host_marks.marked_offloading`;
+no tensor's lifetime changes), so that each convolution operator call becomes a ``conv`` window
+whose ``detail`` is its signature (JSON; NOTE [ calibration table ]).
 """
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-__all__ = ["AllocEvent", "Window", "AllocationRecorder", "trace_allocations", "IterationStats", "iteration_stats", "window", "phase_of"]
+from ..cuda_calibration import CONV_OPS
+from . import host_tags
+from .conv_marks import CONV_MARK, marked_convolutions
+from .host_marks import marked_offloading
+
+__all__ = ["AllocEvent", "Window", "AllocationRecorder", "trace_allocations", "IterationStats", "iteration_stats",
+           "window", "phase_of"]
 
 _MARKER = "memlab::"
 
@@ -37,7 +51,11 @@ class AllocEvent:
     """One allocation (``delta_bytes`` > 0) or free (< 0) through c10's allocator.
 
     ``stack`` holds every enclosing operator, outermost first (memlab markers left out); ``ptr`` is
-    the address, which pairs a free with the allocation it releases.
+    the address, which pairs a free with the allocation it releases.  ``place`` says where it would
+    live on a GPU (``device``, ``host``, ``cpu_only``) and ``rule`` which rule of
+    :data:`memlab.measurement.host_tags.RULES` decided it (NOTE [ device tags ]); ``marks`` are the
+    memlab markers around it (``host``, ``iteration0``...), ``stack_end_ns`` the end of each range of
+    ``stack`` (ns, same order).
     """
 
     time_ns: int
@@ -45,13 +63,20 @@ class AllocEvent:
     op: str
     stack: tuple[str, ...]
     ptr: int = 0
+    place: str = "device"
+    rule: str = ""
+    marks: tuple[str, ...] = ()
+    stack_end_ns: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
 class Window:
+    """A ``memlab::NAME`` marker range (ns); ``detail``: a ``conv`` window's signature (JSON)."""
+
     name: str
     start_ns: int
     end_ns: int
+    detail: str = ""
 
 
 class AllocationRecorder:
@@ -75,14 +100,21 @@ class AllocationRecorder:
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         self._prof = profile(activities=activities, profile_memory=True, record_shapes=False, with_stack=False)
+        self._marks = contextlib.ExitStack()
         self._done = False
 
     def __enter__(self) -> "AllocationRecorder":
+        if self.device.type == "cpu":   # markers for the CUDA prediction (module docstring)
+            self._marks.enter_context(marked_offloading())
+            self._marks.enter_context(marked_convolutions())
         self._prof.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._prof.__exit__(*exc)
+        try:
+            self._prof.__exit__(*exc)
+        finally:
+            self._marks.close()
         self._done = True
 
     def iterations(self, fn: Callable[[], None], n: int) -> None:
@@ -116,37 +148,95 @@ def trace_allocations(fn: Callable[[], None], device: torch.device, iterations: 
 
 
 def _collect(prof, device: torch.device):
-    from torch._C._profiler import _EventType
-
     events: list[AllocEvent] = []
     windows: list[Window] = []
+    convs = []
     stack_nodes = list(prof.profiler.kineto_results.experimental_event_tree())
     while stack_nodes:
         node = stack_nodes.pop()
         stack_nodes.extend(node.children)
-        if node.tag == _EventType.Allocation:
+        if node.tag.name == "Allocation":
             ef = node.extra_fields
             if ef.device.type != device.type:
                 continue
-            names = _ancestor_names(node)
+            names, ends, marks = _ancestors(node)
             events.append(AllocEvent(node.start_time_ns, int(ef.alloc_size), names[-1] if names else "?",
-                                     tuple(names), int(ef.ptr)))
-        elif node.name.startswith(_MARKER):
-            windows.append(Window(node.name[len(_MARKER):], node.start_time_ns, node.end_time_ns))
+                                     tuple(names), int(ef.ptr), marks=tuple(marks), stack_end_ns=tuple(ends)))
+        elif node.name in CONV_OPS:
+            convs.append(node)
+        elif node.name.startswith(_MARKER) and not node.name.startswith(_MARKER + CONV_MARK):
+            windows.append(_marker_window(node))
     events.sort(key=lambda e: (e.time_ns, e.delta_bytes))  # an exact tie: the free first
+    if device.type == "cpu":
+        events = host_tags.tag_events(events)
+        windows.extend(_conv_windows(convs))
     windows.sort(key=lambda w: w.start_ns)
     return events, windows
 
 
-def _ancestor_names(node) -> list[str]:
-    names = []
+def _ancestors(node) -> tuple[list[str], list[int], list[str]]:
+    """The enclosing ranges' names and end times (outermost first, memlab markers left out), and
+    the memlab markers' names (``memlab::`` removed)."""
+    names, ends, marks = [], [], []
     p = node.parent
     while p is not None:
-        if not p.name.startswith(_MARKER):
+        if p.name.startswith(_MARKER):
+            if not p.name.startswith(_MARKER + CONV_MARK):   # a signature: not a mark
+                marks.append(p.name[len(_MARKER):])
+        else:
             names.append(p.name)
+            ends.append(p.end_time_ns)
         p = p.parent
     names.reverse()
-    return names
+    ends.reverse()
+    marks.reverse()
+    return names, ends, marks
+
+
+def _marker_window(node) -> Window:
+    """A marker's window; a ``device_copy`` marker's lasts until the backward node around it returns
+    (the unpacked copy lives that long; NOTE [ device tags ])."""
+    name = node.name[len(_MARKER):]
+    end = node.end_time_ns
+    if name.startswith("device_copy:"):
+        p = node.parent
+        while p is not None and not p.name.startswith("autograd::engine::evaluate_function"):
+            p = p.parent
+        scope = p if p is not None else node.parent
+        end = scope.end_time_ns if scope is not None else end
+    return Window(name, node.start_time_ns, end)
+
+
+def _conv_windows(nodes) -> list[Window]:
+    """One ``conv`` window per convolution operator call, its signature as ``detail`` (JSON; ``{}``
+    when unknown): a forward's from the ``memlab::conv:`` range around it, a backward's from its
+    forward, found by autograd's sequence number on the ``ConvolutionBackward`` node above it."""
+    backward_of: dict[int, dict] = {}
+    forwards, backwards = [], []
+    for node in nodes:
+        if node.name == "aten::convolution":
+            marker = _enclosing(node, lambda p: p.name.startswith(_MARKER + CONV_MARK))
+            sigs = json.loads(marker.name[len(_MARKER + CONV_MARK):]) if marker is not None else {}
+            forwards.append(Window("conv", node.start_time_ns, node.end_time_ns,
+                                   json.dumps(sigs.get("forward") or {}, sort_keys=True)))
+            seq = getattr(node.extra_fields, "sequence_number", -1)
+            if sigs.get("backward") and seq >= 0:
+                backward_of[seq] = sigs["backward"]
+        else:
+            backwards.append(node)
+    for node in backwards:
+        grad_fn = _enclosing(node, lambda p: getattr(p.extra_fields, "sequence_number", -1) >= 0)
+        sig = backward_of.get(grad_fn.extra_fields.sequence_number) if grad_fn is not None else None
+        forwards.append(Window("conv", node.start_time_ns, node.end_time_ns, json.dumps(sig or {}, sort_keys=True)))
+    return forwards
+
+
+def _enclosing(node, test):
+    """The nearest enclosing range of ``node`` that passes ``test``, or None."""
+    p = node.parent
+    while p is not None and not test(p):
+        p = p.parent
+    return p
 
 
 @dataclass(frozen=True)

@@ -15,20 +15,33 @@ everything before the iteration (building the problem, the warm-up step) replaye
 segments the warm-up left cached are reused, as in a process that never calls ``empty_cache()``:
 its ``reserved_peak_above_baseline_bytes`` is the figure memlab's CUDA measurement records
 (``max_memory_reserved()`` during the step minus ``memory_reserved()`` before it).
+The requests replayed are the trace's *device view* (NOTE [ device view ] in
+:mod:`memlab.measurement.device_view`): allocations that stay on the host on a GPU (saved RNG states,
+wrapped Python scalars, torch.optim's step counters, ``save_on_cpu``'s copies, ``memlab.host_memory()``
+ranges) and a CPU kernel's own scratch (oneDNN reorders) are left out (NOTE [ device tags ]);
+``save_on_cpu``'s device copies in backward and calibrated cuDNN workspaces are put in.
+``host_bytes`` is the host-tagged memory (bytes as requested, pinned rounding not modelled) live when
+the replayed iteration's device allocated peak is reached, baseline included; ``host_peak_bytes``
+the most host-tagged bytes live at once during the iteration.  ``status`` is ``uncalibrated`` when a
+convolution's signature is missing from the calibration table (NOTE [ calibration table ] in
+:mod:`memlab.cuda_calibration`): its cuDNN workspace is then not in the figures, and ``calibration``
+gives the error range that family of configurations showed on a real GPU; otherwise ``ok``.
 What the CPU trace cannot see, listed under ``extra_terms`` and never added into the prediction:
 the CUDA context (outside the allocator, driver- and GPU-dependent), the cuBLAS/cuBLASLt workspaces
-(allocated through the caching allocator by the first matmul on a stream and kept), cuDNN
-workspaces (chosen per convolution algorithm).  Also unseen: kernels whose CUDA implementation
-allocates differently from the CPU one (temporaries, fused ops, ``out=`` paths), CPU scalars that stay
-on the host on a GPU (the ``step`` count of Adam without ``capturable``), other streams.
+(allocated through the caching allocator by the first matmul on a stream and kept).  Also unseen:
+kernels whose CUDA implementation allocates differently from the CPU one (temporaries, fused ops,
+``out=`` paths) other than calibrated convolutions, other streams.
 """
 from __future__ import annotations
 
 import gc
 from typing import Any, Iterable
 
+from ..cuda_calibration import CalibrationTable, conv_error_range, default_table
 from ..cuda_model import CachingAllocatorModel, SimulatedOOM, parse_alloc_conf, round_size
 from ..units import MiB
+from .device_view import DeviceView, device_view, host_live_at, host_peak
+from .host_tags import summarise_tags
 
 __all__ = ["predict_cuda", "rounded_replay_peak", "trace_step", "extra_terms", "slice_backward_reserved_answer",
            "CUBLAS_WORKSPACE_BYTES", "CUBLAS_WORKSPACE_SM90_BYTES", "CUBLASLT_WORKSPACE_BYTES", "BLAS_OPS"]
@@ -78,7 +91,8 @@ def extra_terms(events: Iterable | None = None, *, context_bytes: int | None = N
             "note": "one per (cuBLASLt handle, stream) when cuBLASLt runs; default CUBLASLT_WORKSPACE_SIZE"},
         "cudnn_workspace_bytes": {
             "bytes": None, "in_allocator": True,
-            "note": "per convolution algorithm chosen at run time: not predicted"},
+            "note": "per convolution signature, from the calibration table when it has the signature (then "
+                    "already in the prediction; see calibration), otherwise not predicted (status uncalibrated)"},
     }
 
 
@@ -107,14 +121,18 @@ def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict
     anomalies = {"unpaired_frees": 0, "reused_addresses": 0}
     oom = None
     next_id = 0
+    peak_time = it.start_ns
 
     def alloc(e) -> None:
-        nonlocal next_id
+        nonlocal next_id, peak_time
         if e.ptr in live:  # an address allocated again without its free being seen
             anomalies["reused_addresses"] += 1
             model.free(live.pop(e.ptr))
         live[e.ptr] = next_id
+        peak = model.peak_allocated
         model.malloc(next_id, e.delta_bytes)
+        if model.peak_allocated > peak:
+            peak_time = e.time_ns
         next_id += 1
 
     def free(e) -> None:
@@ -141,17 +159,19 @@ def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict
         base = {"allocated": model.allocated, "reserved": model.reserved, "requested": model.requested,
                 "rounded": model.rounded, "segments": model.segments}
         model.reset_peaks()
+        peak_time = it.start_ns
         for e in inside:
             alloc(e) if e.delta_bytes > 0 else free(e)
     except SimulatedOOM as exc:
         oom = {k: (v if isinstance(v, (int, float, str, type(None))) else repr(v)) for k, v in exc.request.items()}
         base = locals().get("base")
-    return {"model": model, "base": base, "oom": oom, "anomalies": anomalies, "inside": inside}
+    return {"model": model, "base": base, "oom": oom, "anomalies": anomalies, "inside": inside,
+            "peak_time_ns": peak_time}
 
 
 def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None = None,
                  iteration: str = "iteration0", context_bytes: int | None = None,
-                 with_history: bool = True) -> dict[str, Any]:
+                 with_history: bool = True, calibration: CalibrationTable | None = None) -> dict[str, Any]:
     """Predict a step's CUDA memory from its CPU allocation trace (NOTE [ predicted CUDA memory ]).
 
     Args:
@@ -163,6 +183,8 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
         iteration: the marker window replayed.
         context_bytes: the CUDA context size, if known, reported under ``extra_terms`` only.
         with_history: also replay everything before the iteration (``with_history`` block).
+        calibration: the cuDNN table (NOTE [ calibration table ]); None = the committed one
+            (:func:`memlab.cuda_calibration.default_table`), if any.
 
     Returns:
         A JSON-ready dict of integers in bytes: ``allocated_peak_bytes`` (above the baseline, as the
@@ -170,9 +192,13 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
         ``reserved_peak_bytes`` (total), ``reserved_peak_above_baseline_bytes``,
         ``reserved_baseline_bytes``, ``reserved_end_bytes``, ``fragmentation_at_peak_bytes``
         (reserved − allocated when allocated peaks), ``fragmentation_at_reserved_peak_bytes``,
-        ``segments_peak``/``segments_end``, ``would_oom``/``oom_request``, the CPU exact peak it
-        replayed (``cpu_peak_bytes``) and its rounded counterpart, ``conf``/``conf_parsed``, and the
-        separate ``extra_terms``.
+        ``segments_peak``/``segments_end``, ``would_oom``/``oom_request``, the CPU exact peak of the
+        iteration (``cpu_peak_bytes``, every allocation whatever its place), the device requests'
+        peak (``requested_peak_bytes``) and its rounded counterpart, ``host_bytes`` /
+        ``host_peak_bytes``, ``device_tags`` (what each rule of NOTE [ device tags ] took out of the
+        iteration) and ``added_terms`` (what NOTE [ device view ] put in), ``status`` (``ok`` or
+        ``uncalibrated``) with ``calibration``, ``conf``/``conf_parsed``, and the separate
+        ``extra_terms``.
 
     Example::
 
@@ -185,31 +211,67 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
     if capacity_bytes is not None and (not isinstance(capacity_bytes, int) or capacity_bytes <= 0):
         raise ValueError(f"capacity_bytes={capacity_bytes!r} is not valid; valid: a positive int (bytes) or None")
     it = _iteration(windows, iteration)
-    r = _replay(events, it, parsed, capacity_bytes, history=False)
+    table = default_table() if calibration is None else calibration
+    view = device_view(events, windows, table)
+    r = _replay(view.device, it, parsed, capacity_bytes, history=False)
     m, base = r["model"], r["base"]
     out: dict[str, Any] = {
         "predicted": True,
-        "method": "replay of the CPU allocation trace through memlab.cuda_model (PyTorch CUDA caching allocator, "
-                  "one stream): the baseline allocated first, then the iteration's allocations and frees in order",
+        "method": "replay of the CPU allocation trace's device view through memlab.cuda_model (PyTorch CUDA "
+                  "caching allocator, one stream): the baseline allocated first, then the iteration's "
+                  "allocations and frees in order; host-only and CPU-kernel-only allocations left out",
         "iteration": iteration, "conf": conf, "conf_parsed": parsed.to_dict(), "capacity_bytes": capacity_bytes,
         "would_oom": r["oom"] is not None, "oom_request": r["oom"],
-        **r["anomalies"],
+        **r["anomalies"], **_calibration_status(view, table),
+        "device_tags": summarise_tags(e for e in events if it.start_ns <= e.time_ns <= it.end_ns),
+        "added_terms": view.added, "cpu_peak_bytes": _cpu_peak(events, it),
+        "host_bytes": host_live_at(view.host, r["peak_time_ns"]),
+        "host_peak_bytes": host_peak(view.host, it.start_ns, it.end_ns),
     }
+    out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
     if base is None:  # out of memory while placing the baseline
         out.update(allocated_peak_bytes=None, reserved_peak_bytes=None)
-        out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
         return out
     out.update(_figures(m, base))
     if with_history:
-        h = _replay(events, it, parsed, capacity_bytes, history=True)
+        h = _replay(view.device, it, parsed, capacity_bytes, history=True)
         hb = h["base"]
         out["with_history"] = None if hb is None else {
             "note": "everything before the iteration replayed too (build, warm-up): segments cached by the "
                     "warm-up are reused; reserved_peak_above_baseline_bytes is what memlab's CUDA measurement "
                     "records as peak_reserved_bytes",
             "would_oom": h["oom"] is not None, **_figures(h["model"], hb)}
-    out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
     return out
+
+
+def _calibration_status(view: DeviceView, table: CalibrationTable | None) -> dict[str, Any]:
+    """``status`` and ``calibration`` of a prediction (NOTE [ calibration table ])."""
+    missing = sorted(view.missing)
+    info: dict[str, Any] = {"table": table.describe() if table is not None else None,
+                            "convolution_calls": view.conv_calls, "signatures": len(view.signatures),
+                            "calibrated": len(view.signatures) - len(missing), "missing": len(missing),
+                            "missing_examples": [view.signatures[k] for k in missing[:3]]}
+    if missing:
+        info["family_error"] = conv_error_range()
+        info["note"] = ("cuDNN workspace of the missing signatures is not in the figures; family_error is how far "
+                        "predictions of convolutional configurations were from a real GPU's measurement "
+                        "(percent of measured) before calibration: use it as the margin")
+    return {"status": "uncalibrated" if missing else "ok", "calibration": info}
+
+
+def _cpu_peak(events, it) -> int:
+    """The exact CPU peak of the iteration ``it`` above its start (every event, whatever its place)."""
+    live = peak = start = 0
+    seen = False
+    for e in events:
+        if e.time_ns > it.end_ns:
+            break
+        if not seen and e.time_ns >= it.start_ns:
+            seen, start, peak = True, live, live
+        live += e.delta_bytes
+        if seen:
+            peak = max(peak, live)
+    return peak - start if seen else 0
 
 
 def _figures(m: CachingAllocatorModel, base: dict[str, int]) -> dict[str, int]:
@@ -226,21 +288,24 @@ def _figures(m: CachingAllocatorModel, base: dict[str, int]) -> dict[str, int]:
         "fragmentation_at_reserved_peak_bytes": m.peak_reserved - m.allocated_at_reserved_peak,
         "segments_peak": m.peak_segments,
         "segments_end": m.segments,
-        "cpu_peak_bytes": m.peak_requested - base["requested"],
+        "requested_peak_bytes": m.peak_requested - base["requested"],
         "rounded_peak_bytes": m.peak_rounded - base["rounded"],
         "max_unsplit_slack_bytes": m.max_slack,
     }
 
 
-def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: str = "") -> int:
+def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: str = "",
+                        calibration: CalibrationTable | None = None) -> int:
     """Peak above the iteration's start of the live bytes with every request rounded by
-    :func:`memlab.cuda_model.round_size` (the CPU exact replay, rounded; no segments, no splitting)."""
+    :func:`memlab.cuda_model.round_size`: the requests the CUDA replay makes (NOTE [ device view ]),
+    rounded, without segments or splitting."""
     parsed = parse_alloc_conf(conf)
     it = _iteration(windows, iteration)
     live: dict[int, int] = {}
     total = 0
     start = peak = None
-    for e in events:
+    table = default_table() if calibration is None else calibration
+    for e in device_view(events, windows, table).device:
         if e.time_ns > it.end_ns:
             break
         if start is None and e.time_ns >= it.start_ns:
