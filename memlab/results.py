@@ -781,6 +781,8 @@ def _asv_rows(machine: str, data: dict, benchmarks: dict, source: str,
         if not isinstance(param_lists, list) or not all(isinstance(p, list) for p in param_lists):
             report(f"benchmark {name!r}: its parameters are not lists of values; skipped")
             continue
+        if result is None:
+            continue  # asv writes one null when every combination failed (memlab.site.history reads those)
         result = result if isinstance(result, list) else [result]
         combos = math.prod(len(p) for p in param_lists)
         if combos != len(result):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,14 +66,73 @@ def test_register_a_new_machine_with_its_detected_facts(tmp_path):
 
 
 def test_register_keeps_the_recorded_facts_of_an_existing_history(tmp_path):
-    """The CI machine's committed facts (no arch, num_cpu or gpu recorded) are kept verbatim, so its
-    results files stay one line in asv publish."""
+    """A recorded history whose facts this host shares keeps its file's facts verbatim (a new kernel
+    build of the same RAM size: within the tolerance), so its results stay one line in asv publish."""
+    results = tmp_path / "results"
+    (results / "lab").mkdir(parents=True)
+    recorded = {"machine": "lab", **FACTS, "ram": "1001", "version": 1}  # MemTotal moved by 0.1%
+    (results / "lab" / "machine.json").write_text(json.dumps(recorded))
+    entry = asv_host.register("lab", results_dir=results, machine_file=tmp_path / "m.json", facts=FACTS)
+    assert entry == {k: v for k, v in recorded.items() if k != "version"}
+
+
+def test_the_ci_machines_hand_written_facts_are_forced_not_matched(tmp_path):
+    """memlab-ci-2core's facts were written by hand ('Linux 6.18', '24GB'): no host's detection
+    matches them, so reusing the name takes ASV_FORCE=1 (--force) on that machine, and keeps them."""
     results = tmp_path / "results"
     shutil.copytree(ROOT / "results" / "memlab-ci-2core", results / "memlab-ci-2core",
                     ignore=lambda d, names: [n for n in names if n != "machine.json"])
     recorded = json.loads((results / "memlab-ci-2core" / "machine.json").read_text())
-    entry = asv_host.register("memlab-ci-2core", results_dir=results, machine_file=tmp_path / "m.json", facts=FACTS)
+    with pytest.raises(asv_host.MachineClash, match=r"os: recorded 'Linux 6\.18', this host 'Linux 6\.1'; cpu: "):
+        asv_host.register("memlab-ci-2core", results_dir=results, machine_file=tmp_path / "m.json", facts=FACTS)
+    entry = asv_host.register("memlab-ci-2core", results_dir=results, machine_file=tmp_path / "m.json", facts=FACTS,
+                              force=True)
     assert entry == {k: v for k, v in recorded.items() if k != "version"}
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"os": "Linux 6.2"}, ["os"]),
+    ({"cpu": "Other CPU", "gpu": "NVIDIA H200"}, ["cpu", "gpu"]),
+    ({"ram": "2000"}, ["ram"]),
+    ({"ram": "1009"}, []),  # within RAM_TOLERANCE: the same RAM seen by another kernel
+    ({"arch": "aarch64", "num_cpu": "4"}, ["arch", "num_cpu"]),
+])
+def test_fact_differences_name_each_differing_fact(change, named):
+    assert [d.split(":")[0] for d in asv_host.fact_differences({**FACTS, **change}, FACTS)] == named
+
+
+def test_fact_differences_skip_what_the_file_does_not_record():
+    assert asv_host.fact_differences({"machine": "x", "os": "Linux 6.1"}, FACTS) == []
+    assert asv_host.fact_differences({"ram": "24GB"}, FACTS) == ["ram: recorded '24GB', this host '1000'"]
+
+
+def test_the_refusal_is_one_line_naming_the_differences_and_the_way_out(tmp_path):
+    results = tmp_path / "results"
+    (results / "vm").mkdir(parents=True)
+    (results / "vm" / "machine.json").write_text(json.dumps({"machine": "vm", **FACTS, "os": "Linux 6.1-other"}))
+    with pytest.raises(asv_host.MachineClash) as err:
+        asv_host.register("vm", results_dir=results, machine_file=tmp_path / "m.json", facts=FACTS)
+    msg = str(err.value)
+    assert "\n" not in msg and "os: recorded 'Linux 6.1-other', this host 'Linux 6.1'" in msg
+    assert "ASV_MACHINE=<name>" in msg and "ASV_MACHINE=vm-2" in msg and "ASV_FORCE=1" in msg
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_scratch_registration_records_this_host_and_never_refuses(tmp_path):
+    """The scratch targets' name (<name>-scratch, results in .asv/scratch-results): this host's facts."""
+    results = tmp_path / "scratch"
+    (results / "vm-scratch").mkdir(parents=True)
+    (results / "vm-scratch" / "machine.json").write_text(json.dumps({"machine": "vm-scratch", **FACTS, "os": "old"}))
+    entry = asv_host.register("vm-scratch", results_dir=results, machine_file=tmp_path / "m.json", facts=FACTS,
+                              scratch=True)
+    assert entry == {"machine": "vm-scratch", **FACTS}
+
+
+def test_config_results_dir_is_the_one_asv_writes(tmp_path):
+    assert asv_host.config_results_dir(ROOT / "asv.conf.json") == ROOT / "results"
+    conf = tmp_path / "c.json"
+    conf.write_text(json.dumps({"results_dir": "elsewhere"}))
+    assert asv_host.config_results_dir(conf) == tmp_path / "elsewhere"
 
 
 def test_register_refuses_a_name_whose_results_are_another_hosts(tmp_path):
@@ -128,41 +188,110 @@ def _make(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env={**env, "HOME": str(tmp_path)})
 
 
-def test_make_asv_machine_registers_this_host_not_the_ci_machine(tmp_path):
+def _host_facts() -> dict[str, str]:
+    return asv_host.detect()
+
+
+def test_make_asv_machine_registers_this_host_or_refuses_with_one_line(tmp_path):
+    """This host under its own name: registered with asv's detected facts where results/<name>/ is new
+    or records this host, refused with one line where it records another (this development machine:
+    results/vm/ records kernel 6.18.44-fc-v1147, this host runs another build).  Nothing under results/
+    changes either way."""
     try:
         expected = asv_host.default_name()
     except ValueError as exc:
         pytest.skip(f"this host has no derivable name: {exc}")
     before = _tree_digest(ROOT / "results")
     out = _make(tmp_path, "asv-machine")
-    assert out.returncode == 0, out.stdout + out.stderr
-    machines = _machines(tmp_path / ".asv-machine.json")
-    assert set(machines) == {"version", expected}, machines
-    entry = machines[expected]
-    from asv.machine import Machine
-
-    detected = Machine.get_defaults()
-    # asv's own detection, not fixed strings; where results/<name>/ already holds this host's history
-    # (this development machine: "vm") its recorded facts are kept (NOTE [ one machine, one history ]),
-    # so a kernel update does not split the history
     recorded_file = ROOT / "results" / expected / "machine.json"
     recorded = json.loads(recorded_file.read_text()) if recorded_file.exists() else {}
-    for key in ("os", "arch", "cpu", "num_cpu", "ram"):
-        assert entry[key] == str(recorded.get(key, detected[key])) and entry[key], (key, entry)
-    assert entry["gpu"]
+    differ = asv_host.fact_differences(recorded, _host_facts())
+    if differ:
+        assert out.returncode == 2, out.stdout + out.stderr
+        (line,) = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+        assert all(d in line for d in differ) and "ASV_MACHINE=<name>" in line, out.stderr
+        assert not (tmp_path / ".asv-machine.json").exists()
+    else:
+        assert out.returncode == 0, out.stdout + out.stderr
+        entry = _machines(tmp_path / ".asv-machine.json")[expected]
+        for key in ("os", "arch", "cpu", "num_cpu", "ram"):
+            assert entry[key] == str(recorded.get(key, _host_facts()[key])) and entry[key], (key, entry)
     assert _tree_digest(ROOT / "results") == before
 
-    dry = _make(tmp_path, "-n", "asv-run", "asv-continuous", "A=x", "B=y")
-    assert dry.returncode == 0, dry.stderr
-    assert f'--machine "{expected}"' in dry.stdout and asv_host.CI_MACHINE not in dry.stdout, dry.stdout
-    assert "continuous --config .asv/scratch.conf.json" in dry.stdout, dry.stdout
 
-
-def test_make_uses_the_ci_machine_only_when_named(tmp_path):
+def test_make_scratch_targets_work_whatever_results_records(tmp_path):
+    """asv-continuous, asv-quick and asv-dry register <name>-scratch with this host's facts against
+    .asv/scratch-results: usable on this host although results/vm/ records another kernel."""
+    try:
+        expected = asv_host.default_name() + "-scratch"
+    except ValueError as exc:
+        pytest.skip(f"this host has no derivable name: {exc}")
     before = _tree_digest(ROOT / "results")
-    out = _make(tmp_path, "asv-machine", f"ASV_MACHINE={asv_host.CI_MACHINE}")
+    out = _make(tmp_path, "asv-scratch-machine", "ASV_SCRATCH=" + str(tmp_path / "scratch.conf.json"))
     assert out.returncode == 0, out.stdout + out.stderr
+    machines = _machines(tmp_path / ".asv-machine.json")
+    assert set(machines) == {"version", expected} and machines[expected] == {"machine": expected, **_host_facts()}
+    assert json.loads((tmp_path / "scratch.conf.json").read_text())["results_dir"] == str(ROOT / ".asv/scratch-results")
+    assert _tree_digest(ROOT / "results") == before
+    dry = _make(tmp_path, "-n", "asv-run", "asv-continuous", "asv-quick", "asv-dry", "A=x", "B=y")
+    assert dry.returncode == 0, dry.stderr
+    run = [ln for ln in dry.stdout.splitlines() if " run --config asv.conf.json" in ln]
+    assert len(run) == 1 and f'--machine "{expected[:-8]}" --record-samples' in run[0], dry.stdout
+    assert f'continuous --config .asv/scratch.conf.json --machine "{expected}"' in dry.stdout, dry.stdout
+    assert f'compare --exact-only --config .asv/scratch.conf.json --machine "{expected}" x y' in dry.stdout
+    assert dry.stdout.count(f'--machine "{expected}"') == 4 and asv_host.CI_MACHINE not in dry.stdout
+
+
+def test_make_asv_run_and_history_keep_time_samples(tmp_path):
+    """--record-samples on every run that writes results/: asv's Mann-Whitney test needs them."""
+    dry = _make(tmp_path, "-n", "asv-run", "asv-history", "ASV_MACHINE=somehost")
+    assert dry.returncode == 0, dry.stderr
+    runs = [ln for ln in dry.stdout.splitlines() if "/asv run " in ln or ln.startswith("asv run ")]
+    assert len(runs) == 2 and all("--record-samples" in ln for ln in runs), dry.stdout
+    assert 'register "somehost" --config asv.conf.json' in dry.stdout and "--force" not in dry.stdout
+    forced = _make(tmp_path, "-n", "asv-machine", "ASV_MACHINE=somehost", "ASV_FORCE=1")
+    assert 'register "somehost" --config asv.conf.json --force' in forced.stdout, forced.stdout
+
+
+def _stub_asv(tmp_path: Path) -> tuple[Path, Path]:
+    """An ``asv`` that only records its arguments (no benchmark ever runs in these tests)."""
+    calls, stub = tmp_path / "asv-calls.txt", tmp_path / "asv-stub"
+    stub.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    stub.chmod(0o755)
+    return stub, calls
+
+
+def test_make_asv_run_never_rewrites_another_hosts_results(tmp_path):
+    """A results directory recording another host's facts (another kernel) refuses asv-run before asv
+    starts: no result file changes.  The same directory recording this host's facts runs asv, with
+    --record-samples."""
+    results = tmp_path / "results"
+    (results / "lab").mkdir(parents=True)
+    theirs = {**_host_facts(), "os": "Linux 0.0-another-kernel"}
+    (results / "lab" / "machine.json").write_text(json.dumps({"machine": "lab", **theirs, "version": 1}))
+    (results / "lab" / "abcdef01-env.json").write_text('{"committed": "by the other host"}')
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text(json.dumps({"version": 1, "results_dir": str(results), "repo": str(ROOT)}))
+    stub, calls = _stub_asv(tmp_path)
+    before = _tree_digest(results)
+    out = _make(tmp_path, "asv-run", "ASV_MACHINE=lab", f"ASV_CONF={conf}", f"ASV={stub}")
+    assert out.returncode == 2 and not calls.exists(), out.stdout + out.stderr
+    assert "os: recorded 'Linux 0.0-another-kernel', this host" in out.stderr
+    assert _tree_digest(results) == before
+    (results / "lab" / "machine.json").write_text(json.dumps({"machine": "lab", **_host_facts(), "version": 1}))
+    out = _make(tmp_path, "asv-run", "ASV_MACHINE=lab", f"ASV_CONF={conf}", f"ASV={stub}")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert calls.read_text().split() == ["run", "--config", str(conf), "--machine", "lab", "--record-samples", "HEAD^!"]
+
+
+def test_make_uses_the_ci_machine_only_when_named_and_forced_where_its_facts_differ(tmp_path):
+    before = _tree_digest(ROOT / "results")
     recorded = json.loads((ROOT / "results" / asv_host.CI_MACHINE / "machine.json").read_text())
+    out = _make(tmp_path, "asv-machine", f"ASV_MACHINE={asv_host.CI_MACHINE}")
+    if asv_host.fact_differences(recorded, _host_facts()):  # its hand-written facts: every host, in practice
+        assert out.returncode == 2 and "ASV_FORCE=1" in out.stderr, out.stdout + out.stderr
+        out = _make(tmp_path, "asv-machine", f"ASV_MACHINE={asv_host.CI_MACHINE}", "ASV_FORCE=1")
+    assert out.returncode == 0, out.stdout + out.stderr
     entry = _machines(tmp_path / ".asv-machine.json")[asv_host.CI_MACHINE]
     assert entry == {k: v for k, v in recorded.items() if k != "version"}
     assert _tree_digest(ROOT / "results") == before
@@ -198,3 +327,104 @@ def test_history_config_installs_the_checkout_and_keeps_results_and_environments
     # a memlab pip-installed by asv run / asv continuous (same environment) would shadow the checkout
     assert "pip uninstall -y" in pip_uninstall and pip_uninstall.startswith("return-code=any ")
     assert "memlab-asv-source.pth" in remove_pth
+
+
+# -- exact figures: any change flagged (NOTE [ exact figures ]) -------------------------------------
+
+ASV_RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
+                      "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
+PEAK, TIME = "bench_chunking.ChainedMatmul.track_peak_allocated", "bench_chunking.ChainedMatmul.time_step"
+GRID = [["'unchunked'", "'slice_loop'"], ["500"], ["'cpu'"]]
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin", "HOME": str(repo)}
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env=env).stdout.strip()
+
+
+def _asv_results(tmp_path: Path, values: list[dict[str, list]]) -> tuple[Path, list[str]]:
+    """A git repository with one commit per ``values`` entry and asv 0.6 results of machine ``box``
+    for each (``values[i][benchmark]``: one value per combination of :data:`GRID`); its config path."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "results" / "box").mkdir(parents=True)
+    (repo / "results" / "box" / "machine.json").write_text(json.dumps({"machine": "box", **FACTS, "version": 1}))
+    (repo / "results" / "benchmarks.json").write_text(json.dumps({**{b: {
+        "name": b, "param_names": ["technique", "chunk_size", "device"], "params": GRID, "type": kind, "unit": unit,
+        "version": "1"} for b, kind, unit in ((PEAK, "track", "bytes"), (TIME, "time", "seconds"))}, "version": 2}))
+    commits = []
+    for i, vals in enumerate(values):
+        _git(repo, "commit", "-q", "--allow-empty", "-m", f"commit {i}")
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+        data = {"commit_hash": commits[-1], "env_name": "env", "date": 1_700_000_000_000 + i, "python": "3.11",
+                "params": {"machine": "box"}, "requirements": {}, "env_vars": {}, "durations": {}, "version": 2,
+                "result_columns": ASV_RESULT_COLUMNS,
+                "results": {b: [v, GRID, "1", 1_700_000_000_000, 1.0] for b, v in vals.items()}}
+        (repo / "results" / "box" / f"{commits[-1][:8]}-env.json").write_text(json.dumps(data))
+    conf = repo / "asv.conf.json"
+    conf.write_text(json.dumps({"version": 1, "project": "t", "repo": ".", "results_dir": "results",
+                                "branches": ["main"], "dvcs": "git"}))
+    return conf, commits
+
+
+def test_a_five_percent_peak_is_flagged_and_an_unchanged_one_is_not(tmp_path, capsys):
+    """Done when of issue 30, item 3, without running asv over commits: the exact comparison that
+    make asv-continuous runs after asv continuous (and make asv-compare after asv compare) flags a 5%
+    larger track_peak_allocated (asv's own default factor 1.1 would not) and nothing for a commit
+    that changed no figure; a 5% slower time_step is left to asv's statistics."""
+    base = {PEAK: [16_000_000, 18_000_000], TIME: [0.010, 0.020]}
+    worse = {PEAK: [16_000_000, 18_900_000], TIME: [0.0105, 0.020]}  # slice_loop's peak +5%
+    conf, commits = _asv_results(tmp_path, [base, worse, worse])
+    assert asv_host.compare(commits[0], commits[1], "box", conf_path=conf, exact_only=True) == 1
+    out = capsys.readouterr().out
+    (row,) = [ln for ln in out.splitlines() if "track_peak_allocated" in ln]
+    assert row.split()[:4] == ["+", "18,000,000", "18,900,000", "1.0500"] and "'slice_loop', 500, 'cpu'" in row
+    assert "time_step" not in out
+    assert asv_host.compare(commits[1], commits[2], "box", conf_path=conf, exact_only=True) == 0
+    assert "none of the 2 exact figure(s) measured at both commits changed" in capsys.readouterr().out
+
+
+def test_exact_changes_marks_like_asv_compare_with_no_tolerance():
+    nan = float("nan")
+    before = {("e", "a"): (100, "1"), ("e", "b"): (100, "1"), ("e", "c"): (100, "1"), ("e", "d"): (None, "1"),
+              ("e", "f"): (100, "1"), ("e", "g"): (nan, "1"), ("e", "h"): (100, "1")}
+    after = {("e", "a"): (101, "1"), ("e", "b"): (99, "1"), ("e", "c"): (None, "1"), ("e", "d"): (100, "1"),
+             ("e", "f"): (150, "2"), ("e", "g"): (100, "1"), ("e", "h"): (100, "1")}
+    got = {r["name"]: r["mark"] for r in asv_host.exact_changes(before, after)}
+    assert got == {"a": "+", "b": "-", "c": "!", "d": "*", "f": "x"}  # g skipped before, h unchanged
+
+
+def test_make_asv_compare_prints_asvs_table_then_the_exact_one(tmp_path):
+    conf, commits = _asv_results(tmp_path, [{PEAK: [1_000_000, 2_000_000]}, {PEAK: [1_000_000, 2_000_001]}])
+    out = _make(tmp_path, "asv-compare", "ASV_MACHINE=box", f"ASV_CONF={conf}", f"A={commits[0]}", f"B={commits[1]}")
+    assert out.returncode == 2, out.stdout + out.stderr  # make's status for a recipe that exited 1
+    assert "Benchmarks that have stayed the same" in out.stdout  # asv's table: 1 byte is within its 10%
+    exact = out.stdout.split("Exact figures")[1]
+    assert "+        2,000,000        2,000,001" in exact and "Error 1" in out.stderr
+
+
+@pytest.mark.parametrize("name, params, exact", [
+    (PEAK, ("'slice_loop'", "500", "'cpu'"), True),
+    ("b.C.track_predicted_cuda_reserved", ("'cpu'",), True),
+    ("bench_resnet.ResNetComplexity.track_activation_exponent", ("'revnet'", "'cpu'"), True),
+    ("b.C.track_peak_reserved", ("'x'", "'cuda'"), True),
+    ("b.C.track_peak_reserved", ("'x'", "'cpu'"), False),
+    (TIME, ("'x'", "'cpu'"), False),
+    ("b.C.track_relative_step_time", ("'x'", "'cpu'"), False),
+])
+def test_is_exact_and_regressions_thresholds_agree(name, params, exact):
+    from asv.util import load_json
+
+    assert asv_host.is_exact(name, params) is exact
+    thresholds = load_json(str(ROOT / "asv.conf.json"), js_comments=True)["regressions_thresholds"]
+    entry = f"{name}({', '.join(params)})"
+    assert any(re.match(regex, entry) and t == 0 for regex, t in thresholds.items()) is exact
+
+
+def test_every_exact_metric_is_a_benchmark_of_the_suite():
+    names = {n.rpartition(".")[2] for n in json.loads((ROOT / "results" / "benchmarks.json").read_text())
+             if n != "version"}
+    assert set(asv_host.EXACT_METRICS) <= names | {"track_activation_exponent"}

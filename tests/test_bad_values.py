@@ -60,13 +60,13 @@ def test_every_timeout_option_uses_the_one_helper():
 
 # -- --budget ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("budget, words", [
-    ("1e400GiB", "is out of range: expected 1 byte to 1 EiB"),
-    ("2e18", "is out of range: expected 1 byte to 1 EiB"),
-    ("0", "is out of range: expected 1 byte to 1 EiB"),
-    ("0.5", "is out of range: expected 1 byte to 1 EiB"),
-    ("-1GiB", "is not a memory size; expected 1 byte to 1 EiB"),
-    ("nan", "is not a memory size; expected 1 byte to 1 EiB"),
-    ("inf", "is not a memory size; expected 1 byte to 1 EiB"),
+    ("1e400GiB", "is out of range: expected 1 byte to 1 YiB"),
+    ("2e24", "is out of range: expected 1 byte to 1 YiB"),
+    ("0", "is out of range: expected 1 byte to 1 YiB"),
+    ("0.5", "is out of range: expected 1 byte to 1 YiB"),
+    ("-1GiB", "is not a memory size; expected 1 byte to 1 YiB"),
+    ("nan", "is not a memory size; expected 1 byte to 1 YiB"),
+    ("inf", "is not a memory size; expected 1 byte to 1 YiB"),
 ])
 def test_budget_out_of_range_is_one_line(budget, words, capsys):
     with pytest.raises(AdviceError, match=re.escape(f"--budget {budget!r} {words}")):
@@ -77,7 +77,7 @@ def test_budget_out_of_range_is_one_line(budget, words, capsys):
 
 def test_budget_at_the_limits():
     assert parse_budget("1") == 1 and parse_budget("1TiB") == 2**40
-    assert parse_budget(str(2**60)) == 2**60
+    assert parse_budget(str(2**80)) == 2**80
 
 
 # -- a repeated --param ------------------------------------------------------------------------------

@@ -142,6 +142,14 @@ def test_asv_conf_offline_and_paths():
     assert "/.asv/" in (ROOT / ".gitignore").read_text().split()
 
 
+def test_readme_table_lists_every_benchmark_file():
+    """benchmarks/README.md's table (its first) names every bench_*.py, and no file that is gone."""
+    text = (ROOT / "benchmarks" / "README.md").read_text()
+    table = text.split("| benchmark file |", 1)[1].split("\n\n", 1)[0]
+    listed = set(re.findall(r"^\| `(bench_\w+\.py)` \|", table, re.M))
+    assert listed == {p.name for p in (ROOT / "benchmarks").glob("bench_*.py")}
+
+
 def test_results_share_one_machine_history():
     results = ROOT / "results"
     if not (results / "benchmarks.json").exists():

@@ -6,6 +6,7 @@ import html as htmlmod
 import json
 import re
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from memlab import results as R
 from memlab.site import build_site
 from memlab.site import figures as F
 from memlab.site import history as H
+from memlab.site.history_chart import FAILED_COLOR, RANGE_SLIDER_FROM, history_figure
 
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b",
            "stats_q_25", "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
@@ -37,8 +39,10 @@ def _values(peaks: dict[str, float], skip: tuple = ()) -> list:
 
 
 def write_tree(root: Path, commits: list[str], values: dict[str, dict[str, list]], machine: str = "box",
-               dates: list[int] | None = None) -> Path:
-    """An asv 0.6 results tree: ``values[commit][benchmark]`` is the list of results."""
+               dates: list[int] | None = None, versions: dict[str, str] | None = None) -> Path:
+    """An asv 0.6 results tree: ``values[commit][benchmark]`` is the list of results (None: asv's one
+    null for a benchmark whose every combination failed); ``versions[commit]`` the benchmarks' version
+    there (default "1")."""
     (root / machine).mkdir(parents=True, exist_ok=True)
     meta = {b: {"name": b, "param_names": ["technique", "chunk_size", "device"], "params": PARAMS,
                 "type": "time" if b == TIME else "track", "unit": "seconds" if b == TIME else "bytes",
@@ -49,7 +53,8 @@ def write_tree(root: Path, commits: list[str], values: dict[str, dict[str, list]
         date = (dates or [1_700_000_000_000 + k * 60_000 for k in range(len(commits))])[i]
         data = {"commit_hash": commit, "env_name": "env", "date": date, "params": {"machine": machine},
                 "python": "3.11", "requirements": {}, "env_vars": {}, "result_columns": COLUMNS,
-                "results": {b: [v, PARAMS, "1", date, 1.0] for b, v in values[commit].items()},
+                "results": {b: [v, PARAMS, (versions or {}).get(commit, "1"), date, 1.0]
+                            for b, v in values[commit].items()},
                 "durations": {}, "version": 2}
         (root / machine / f"{commit[:8]}-env.json").write_text(json.dumps(data))
     return root
@@ -65,7 +70,7 @@ def _doubling_tree(root: Path) -> tuple[Path, list[str]]:
         peaks = doubled if i >= 2 else BASE
         values[c] = {MEM: _values(peaks),
                      RES: _values({t: v * (1 + i % 2) for t, v in BASE.items()}),
-                     TIME: [None if x != x else 0.01 * (1 + 0.3 * ((i + j) % 3)) for j, x in enumerate(_values(BASE))]}
+                     TIME: [x if x != x else 0.01 * (1 + 0.3 * ((i + j) % 3)) for j, x in enumerate(_values(BASE))]}
     return write_tree(root, commits, values), commits
 
 
@@ -143,7 +148,7 @@ def test_history_chart_one_panel_per_technique_in_commit_order(tmp_path):
     frame = _frame(root)
     order = H.commit_order(frame, [(c, f"subject {i}") for i, c in enumerate(commits)])
     mem = frame[frame["benchmark"] == MEM]
-    fig = F.history(mem, {"slice_loop": "#d62728", "unchunked": F.BASELINE_COLOR}, order)
+    fig = history_figure(mem, order, {"slice_loop": "#d62728", "unchunked": F.BASELINE_COLOR})
     layout = fig["layout"]
     panels = [a["text"] for a in layout["annotations"]]
     assert panels == ["<b>unchunked</b> (baseline)", "<b>slice_loop</b>", "<b>vmap_chunk</b>"]
@@ -213,3 +218,135 @@ def test_history_page_lists_the_doubling_commit(tmp_path):
 def test_memory_sections_come_before_times():
     names = [TIME, RES, MEM, "bench_reversible.ResidualStack.time_step"]
     assert sorted(names, key=H.benchmark_order) == [MEM, RES, TIME, "bench_reversible.ResidualStack.time_step"]
+
+
+# -- failures, versions, machines (issue 30) -----------------------------------------------------------
+def _with_failures(peaks: dict[str, float], failed: set) -> list:
+    """:func:`_values` with asv's null (failed) at each ``(technique, chunk)`` of ``failed``."""
+    vals = _values(peaks)
+    return [None if (t, c) in failed else vals[i] for i, (t, c) in enumerate((t, c) for t in TECHS for c in CHUNKS)]
+
+
+def _repo(tmp_path: Path, subjects: list[str]) -> tuple[Path, list[str]]:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    commits = []
+    for subject in subjects:
+        _git(repo, "commit", "-q", "--allow-empty", "-m", subject)
+        commits.append(_git(repo, "rev-parse", "HEAD"))
+    return repo, commits
+
+
+def _loaded(root: Path) -> tuple:
+    outcomes = H.load_outcomes(root)
+    return H.with_versions(R.load_asv_results(root), outcomes.versions), outcomes.failures
+
+
+def test_a_failed_commit_is_a_point_on_every_series_and_a_row_of_the_regressions_view(tmp_path):
+    """Done when of issue 30, item 1: asv's null for every benchmark at one commit (``import memlab``
+    broken: every combination fails) is an x on every series, the lines break there, and the
+    regressions view says "failed at X, last good Y"; equal values around it are no step change."""
+    repo, commits = _repo(tmp_path, ["suite", "docs only", "break the import", "fix the import"])
+    times = [x if x != x else 0.01 for x in _values(BASE)]
+    vals = {c: ({MEM: None, RES: None, TIME: None} if i == 2 else {MEM: _values(BASE), RES: _values(BASE), TIME: times})
+            for i, c in enumerate(commits)}
+    write_tree(repo / "results", commits, vals)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a whole benchmark's null is asv's format, not a malformed entry
+        R.load_asv_results(repo / "results")
+    (tmp_path / "data").mkdir()
+    build_site(repo / "results", tmp_path / "data", tmp_path / "out")
+    page = (tmp_path / "out" / "history.html").read_text()
+    figures = [json.loads(htmlmod.unescape(m)) for m in re.findall(r'data-figure="([^"]*)"', page)]
+    broken, good = commits[2][:H.SHORT], commits[1][:H.SHORT]
+    assert len(figures) == 3
+    for fig in figures:
+        marks = [t for t in fig["data"] if t["name"] == "failed" and t["x"] != [None]]
+        lines = [t for t in fig["data"] if t["x"] != [None] and t["name"] != "failed"]
+        assert lines and all(t["y"][t["x"].index(broken)] is None for t in lines)  # every series breaks there
+        assert sum(len(t["x"]) for t in marks) == len(TECHS) * len(CHUNKS)  # every combination asv ran
+        assert all(x == broken for t in marks for x in t["x"]) and all(t["marker"]["color"] == FAILED_COLOR for t in marks)
+        hover = [h for t in marks for h in t["hovertext"]]
+        assert all("<b>failed</b>" in h for h in hover) and any(f"last good: <b>{good}</b>" in h for h in hover)
+    assert f"<strong>failed at</strong> <code>{broken}</code> break the import" in page
+    assert f"last good <code>{good}</code>" in page
+    assert "<h3>Memory step changes</h3>" not in page  # equal values around the failure: no step change
+    assert not (tmp_path / "out" / "tables" / "history--memory-step-changes.json").exists()
+    rows = json.loads((tmp_path / "out" / "tables" / "history--failures.json").read_text())
+    measured = [r for r in rows if r["last_good_commit"]]
+    assert {r["failed_commit"] for r in rows} == {commits[2]} and len(rows) == 3 * len(TECHS) * len(CHUNKS)
+    assert len(measured) == 3 * 5  # unchunked has no second chunk size: never a value before
+    assert all(r["last_good_commit"] == commits[1] and r["next_value_commit"] == commits[3]
+               and r["measured_commits_failed"] == 1 for r in measured)
+
+
+def test_failure_onsets_name_the_last_good_and_the_next_value(tmp_path):
+    commits = [f"{k:x}" * 40 for k in (10, 11, 12, 13, 14)]
+    failed_at = {1, 2, 4}  # slice_loop at 500: ok, failed, failed, ok, failed
+    vals = {c: {MEM: _with_failures(BASE, {("slice_loop", 500)} if i in failed_at else set())}
+            for i, c in enumerate(commits)}
+    root = write_tree(tmp_path, commits, vals)
+    frame, failures = _loaded(root)
+    assert len(failures) == 3 and set(failures["params_key"]) == {R.canonical_params(
+        {"technique": "slice_loop", "chunk_size": 500, "device": "cpu"})}
+    order = H.machine_order(frame, failures, "box", [(c, f"s{i}") for i, c in enumerate(commits)])
+    onsets = H.failure_onsets(frame, failures, order)
+    got = [(o["failed_at"].hash, o["last_good"].hash, o["failed_commits"], o["fixed_at"] and o["fixed_at"].hash)
+           for o in onsets]
+    assert got == [(commits[1], commits[0], 2, commits[3]), (commits[4], commits[3], 1, None)]
+    assert onsets[0]["last_good_value"] == BASE["slice_loop"] + 500 and onsets[0]["technique"] == "slice_loop"
+    (g1, g2) = H.failures_by_commit(onsets)
+    assert g1["count"] == 1 and g1["last_good"].hash == commits[0] and g1["benchmarks"] == ["ChainedMatmul.track_peak_allocated"]
+    assert H.step_changes(frame, order) == []  # the value around the failures never changed
+
+
+def test_a_version_bump_starts_a_new_series_not_a_step(tmp_path):
+    """The benchmark's version 2 from the third commit doubles slice_loop: a new series (a dashed mark,
+    no line across), not a change in the regressions view; without versions it would have been one."""
+    commits = [f"{k:x}" * 40 for k in (10, 11, 12, 13)]
+    doubled = {**BASE, "slice_loop": 2 * BASE["slice_loop"]}
+    vals = {c: {MEM: _values(doubled if i >= 2 else BASE)} for i, c in enumerate(commits)}
+    root = write_tree(tmp_path, commits, vals, versions={commits[2]: "2", commits[3]: "2"})
+    frame, failures = _loaded(root)
+    order = H.machine_order(frame, failures, "box", [(c, f"s{i}") for i, c in enumerate(commits)])
+    assert H.step_changes(frame, order) == []
+    assert len(H.step_changes(frame.drop(columns="version"), order)) == 2  # what a versionless view would list
+    starts = H.version_starts([frame, failures], order)
+    assert [(c.hash, v) for c, v in starts] == [(commits[2], "2")]
+    (slice_loop,) = [h for h in H.technique_histories(frame, order) if h.technique == "slice_loop"]
+    assert sorted((ln.label, ln.version, len(ln.points)) for ln in slice_loop.lines) == [
+        ("chunk_size=2000", "1", 2), ("chunk_size=2000", "2", 2), ("chunk_size=500", "1", 2), ("chunk_size=500", "2", 2)]
+    fig = history_figure(frame, order, {"slice_loop": "#d62728"}, failures=failures, versions=starts)
+    dashed = [s for s in fig["layout"]["shapes"] if s["line"]["dash"] == "dash"]
+    assert [s["x0"] for s in dashed] == [1.5]
+    assert any(a["text"] == "version 2" for a in fig["layout"]["annotations"])
+    shorts = [c[:H.SHORT] for c in commits]
+    red = [t for t in fig["data"] if t.get("meta", {}).get("technique") == "slice_loop"]
+    assert sorted(t["x"] for t in red) == [shorts[:2], shorts[:2], shorts[2:], shorts[2:]]  # never across versions
+
+
+def test_each_machine_has_its_own_axis_with_its_gaps_and_a_range_slider_when_long(tmp_path):
+    """Issue 30, item 5: a machine with 4 commits spread over 50 is not squeezed into another's axis;
+    the 9 and 37 commits it left out are marked; the 50-commit machine gets the range slider."""
+    known = [(f"{k:08x}" * 5, f"subject {k}") for k in range(1, 51)]
+    every = [h for h, _ in known]
+    spread = [every[i] for i in (0, 10, 11, 49)]
+    write_tree(tmp_path, every, {c: {MEM: _values(BASE)} for c in every}, machine="big")
+    write_tree(tmp_path, spread, {c: {MEM: _values(BASE)} for c in spread}, machine="small")
+    frame, failures = _loaded(tmp_path)
+    orders = {m: H.machine_order(frame, failures, m, known) for m in ("big", "small")}
+    assert [c.hash for c in orders["small"]] == spread and len(orders["big"]) == 50 > RANGE_SLIDER_FROM
+    assert H.history_gaps(orders["small"]) == [(1, 9), (3, 37)] and H.history_gaps(orders["big"]) == []
+    figs = {m: history_figure(frame[frame["machine"] == m], orders[m], {}, gaps=H.history_gaps(orders[m]))
+            for m in orders}
+    small, big = figs["small"]["layout"], figs["big"]["layout"]
+    assert small["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in spread] and "rangeslider" not in small["xaxis"]
+    assert [(s["x0"], s["line"]["dash"]) for s in small["shapes"]] == [(0.5, "dot"), (2.5, "dot")]
+    gap_labels = [a for a in small["annotations"] if a["text"].startswith("+")]
+    assert [a["text"] for a in gap_labels] == ["+9", "+37"] and "not measured on this machine" in gap_labels[1]["hovertext"]
+    assert big["xaxis"]["rangeslider"] == {"visible": True, "thickness": 0.06, "range": [-0.5, 49.5]}
+    assert len(big["xaxis"]["categoryarray"]) == 50 and big["shapes"] == []
+    # one x-axis per chart, anchored under the bottom panel; every panel's traces on it
+    assert all(t["xaxis"] == "x" for t in figs["big"]["data"]) and "xaxis2" not in big
+    assert big["xaxis"]["anchor"] == f"y{len(TECHS)}"

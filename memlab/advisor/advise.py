@@ -31,8 +31,9 @@ _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 10*
           "g": GiB, "gb": 10**9, "gib": GiB, "t": 1024 * GiB, "tb": 10**12, "tib": 1024 * GiB}
 
 
-#: the largest budget read: 1 EiB (2**60 bytes), far beyond any machine, still exact in a float
-MAX_BUDGET_BYTES = 2**60
+#: the largest budget read: 1 YiB (2**80 bytes), far beyond any machine, still a float's exact power
+#: of two (the Choose page refuses the same: choose.js)
+MAX_BUDGET_BYTES = 2**80
 
 
 def parse_budget(text: str) -> int:
@@ -44,11 +45,11 @@ def parse_budget(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
     if not m or unit not in _UNITS:
-        raise AdviceError(f"--budget {text!r} is not a memory size; expected 1 byte to 1 EiB, written e.g. "
+        raise AdviceError(f"--budget {text!r} is not a memory size; expected 1 byte to 1 YiB, written e.g. "
                           f"2GiB, 1.5GB, 512MiB or bytes")
     value = float(m.group(1)) * _UNITS[unit]  # inf for 1e400: refused below, never int()ed
     if not 1 <= value <= MAX_BUDGET_BYTES:
-        raise AdviceError(f"--budget {text!r} is out of range: expected 1 byte to 1 EiB ({MAX_BUDGET_BYTES} bytes)")
+        raise AdviceError(f"--budget {text!r} is out of range: expected 1 byte to 1 YiB ({MAX_BUDGET_BYTES} bytes)")
     return int(value)
 
 

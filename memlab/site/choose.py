@@ -111,7 +111,7 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
 
 def _compact_entry(entry: dict) -> dict[str, Any]:
     t = entry.get("time") or {}
-    time = {k: t[k] for k in ("kind", *_TIME_KEYS, "work") if k in t} if t.get("kind") in ("constant", "work") else None
+    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work") if k in t} if t.get("kind") in ("constant", "work") else None
     return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
             "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
             "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,
@@ -190,7 +190,8 @@ def _time_text(t: dict | None) -> str:
         return "-"
     if t["kind"] == "constant":
         return f"{fmt_relative(t['a'])} at any size"
-    return f"{fmt_relative(t['a'])} with one chunk, plus a per-chunk cost scaled by {t['work']}"
+    per_chunk = f" + {t['o']:.3g} per further chunk" if t.get("o") else ""
+    return f"{fmt_relative(t['r'])} + ({t['c']:.3g}{per_chunk}) / {t['work']}"
 
 
 def _models_table(page: Page, models: dict[str, dict[str, Any]], colors: dict[str, str]) -> dict[str, Any]:

@@ -311,73 +311,13 @@ def add_overview_page(ctx: Context) -> Context:
 
 
 def add_history_page(ctx: Context) -> Context:
-    """The asv history: measured commits in history order, the regressions view (every step change of
-    an exact memory value between consecutive measured commits) and, per benchmark and machine, one
-    chart with a panel per technique (see :mod:`memlab.site.history`)."""
-    from . import history as H
+    """The asv history: per machine its measured commits and a chart per benchmark (failures marked,
+    version bumps and unmeasured commits shown), and the regressions view (every step change of an
+    exact memory value, every failure onset); see :mod:`memlab.site.history_page`."""
+    from .history_page import history_page
 
-    asv, page, sections = ctx["asv"], Page("history.html"), []
-    known = H.git_commits(ctx["results_dir"]) if asv is not None and len(asv) else []
-    order = H.commit_order(asv, known) if asv is not None else []
-    groups = sorted(asv.groupby("benchmark", sort=True), key=lambda g: H.benchmark_order(g[0])) \
-        if asv is not None else []
-    for bench, frame in groups:
-        charts = []
-        for machine, mframe in frame.groupby("machine", sort=True):
-            info = ctx["machines"].get(machine, {})
-            desc = ", ".join(f"{k} {v}" for k, v in sorted(info.items()) if k != "machine" and v not in (None, ""))
-            envs = ", ".join(sorted(set(mframe["env"].dropna())))
-            exact = "exact: every change is listed in the regressions view" if any(
-                H.is_exact_memory(bench, u, p) for u, p in zip(mframe["unit"], mframe["params"])) \
-                else "not exact (not in the regressions view)"
-            chart = _guarded(ctx, f"history of {bench} on {machine}", lambda: page.chart(
-                F.history(mframe, ctx["colors"], order), f"{bench} on {machine}",
-                f"{int(mframe['commit'].nunique())} measured commit(s), {exact}; machine {machine}: "
-                f"{desc or 'no machine.json details'}; asv environment {envs or '-'}"))
-            charts += [chart] if chart else []
-        unit = frame["unit"].iloc[0] or ""
-        sections.append({"id": page.anchor(bench), "benchmark": bench, "unit": F.UNITS.get(unit, (1, unit))[1],
-                         "charts": charts, "commits": int(frame["commit"].nunique())})
-    changes = _guarded(ctx, "the regressions view", lambda: H.step_changes(asv, order)) if order else []
-    regressions = None
-    if changes:
-        columns = [column("after", "changed in", kind="code", title="the first measured commit with the new value"),
-                   column("subject", "its subject"),
-                   column("range", "range", kind="code", title="previous measured commit .. this one"),
-                   column("machine", "machine"), column("benchmark", "benchmark", kind="code"),
-                   column("technique", "technique", kind="tech"), column("config", "parameters"),
-                   column("before", "before (bytes)", num=True), column("after_bytes", "after (bytes)", num=True),
-                   column("factor", "factor", num=True, title="after / before")]
-        rows, records = [], []
-        for c in changes:
-            a, b = c["before"], c["after"]
-            span = f"{a.short}..{b.short}" + (f" ({c['between']} commits)" if c["between"] not in (None, 1) else "")
-            config = ", ".join(f"{k}={v}" for k, v in c["params"].items())
-            factor = "from 0" if c["factor"] is None else f"{c['factor']:.2f}×"
-            rows.append({"after": b.short, "subject": b.subject or "(not in this repository)", "range": span,
-                         "machine": c["machine"], "benchmark": c["benchmark"].split(".", 1)[-1],
-                         "technique": c["technique"] or "-",
-                         "peer": False, "config": config, "before": f"{c['before_value']:,.0f}",
-                         "before__sort": c["before_value"],
-                         "after_bytes": f"{c['after_value']:,.0f}", "after_bytes__sort": c["after_value"],
-                         "factor": factor, "factor__sort": c["factor"]})
-            records.append({"before_commit": a.hash, "after_commit": b.hash, "subject": b.subject,
-                            "commits_in_range": c["between"], "machine": c["machine"], "benchmark": c["benchmark"],
-                            "technique": c["technique"], "params": c["params"], "before_bytes": c["before_value"],
-                            "after_bytes": c["after_value"], "factor": c["factor"]})
-        regressions = page.table("memory step changes", columns, rows, records)
-    summary = [{"before": g["before"].short, "after": g["after"].short, "subject": g["after"].subject,
-                "machine": g["machine"], "count": g["count"], "techniques": ", ".join(g["techniques"]),
-                "factors": "from 0" if g["factors"] is None else
-                (f"{g['factors'][0]:.2f}×" if f"{g['factors'][0]:.2f}" == f"{g['factors'][1]:.2f}"
-                 else f"{g['factors'][0]:.2f}× to {g['factors'][1]:.2f}×")} for g in H.changes_by_commit(changes or [])]
-    commits = [{"short": c.short, "subject": c.subject, "known": c.index is not None} for c in order]
-    return {**ctx, "pages": ctx["pages"] + [page.done({"template": "history.html", "path": "history.html",
-                                                        "title": "History (asv)", "sections": sections,
-                                                        "machines": sorted(ctx["machines"]), "commits": commits,
-                                                        "ordered_by_git": bool(known), "regressions": regressions,
-                                                        "summary": summary, "regressions_id": page.anchor("regressions"),
-                                                        "commits_id": page.anchor("commits")})]}
+    page = history_page(ctx, lambda what, build: _guarded(ctx, what, build))
+    return {**ctx, "pages": ctx["pages"] + [page]}
 
 
 def _timeline_label(tl: dict) -> str:

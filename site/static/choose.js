@@ -144,6 +144,9 @@ var memlabChoose = (function () {
     }
     var value = parseFloat(m[1]) * APP.units[unit];
     if (!(value >= 1) || !isFinite(value)) { throw new Error("budget " + JSON.stringify(text) + " is not positive"); }
+    if (value > Math.pow(2, 80)) {            // memlab.advisor.advise.MAX_BUDGET_BYTES
+      throw new Error("budget " + JSON.stringify(text) + " is out of range: expected 1 byte to 1 YiB");
+    }
     return BigInt(Math.trunc(value));
   }
 
