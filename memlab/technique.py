@@ -58,6 +58,11 @@ class Technique:
     #: from its memory categories (saved activations + temporaries during forward and backward,
     #: NOTE [ memory categories ]), for families whose step peak is dominated by gradients
     reports_activation_peak: ClassVar[bool] = False
+    #: True for a technique whose low-precision result drifts from the reference step by step beyond
+    #: what its first step shows (a reversible stack rebuilds its inputs from its outputs, and the
+    #: rounding flips ReLU masks in whichever tensors it reaches): its later steps are checked for
+    #: structure only in float32/bfloat16 (NOTE [ every step checked ]); float64 checks them fully
+    drifts_in_low_precision: ClassVar[bool] = False
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)

@@ -8,7 +8,7 @@ import torch
 import memlab
 from memlab.measurement import resident
 from memlab.measurement.step import make_step
-from memlab.measurement.step_check import Shadow, StepLog, compare_logs
+from memlab.measurement.step_check import Shadow, StepLog, checker_for, compare_logs
 from memlab.measurement.timing import family_baseline
 
 LATER = Path(__file__).parent / "plugins" / "later_steps.py"
@@ -74,9 +74,9 @@ def test_compare_logs_names_the_first_step_that_drifts_beyond_the_first_steps_er
     for _ in range(3):
         step()
         shadow()
-    assert compare_logs(log, shadow.log, torch.finfo(torch.float32).eps).ok
+    assert compare_logs(log, shadow.log, checker_for(t, torch.float32, "step")).ok
     log.steps()[2]["output"][1][0] += 1.0       # step 3's first sampled output entry
-    result = compare_logs(log, shadow.log, torch.finfo(torch.float32).eps, what="timed step")
+    result = compare_logs(log, shadow.log, checker_for(t, torch.float32, "timed step"))
     assert not result.ok and result.reason.startswith("timed step 3: output differs")
 
 

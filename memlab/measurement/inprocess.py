@@ -17,7 +17,7 @@ from .devices import device_label
 from .environment import environment, load_average
 from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
-from .step_check import Shadow, StepLog, compare_logs
+from .step_check import Shadow, StepLog, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
 from .cuda_prediction import predict_cuda
@@ -260,7 +260,7 @@ def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype,
 def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved) -> TracedSteps:
     cpu = device.type == "cpu"
     recorder = alloc_trace.AllocationRecorder(device) if cpu else contextlib.nullcontext()
-    log = StepLog()
+    log = StepLog(snapshots=True)
     with recorder:
         problem = technique.build(device, dtype, seed)
         if loss != "given":
@@ -295,7 +295,7 @@ def _check_steps(technique, device, dtype, mode, seed, optimizer, loss, log: Ste
     shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss)
     shadow.follow(log)
     _sync(device)
-    result = compare_logs(log, shadow.log, torch.finfo(dtype).eps, what="measured step")
+    result = compare_logs(log, shadow.log, checker_for(technique, dtype, "measured step"))
     del shadow
     gc.collect()
     return result

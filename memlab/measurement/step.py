@@ -76,9 +76,10 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
     ``step(probe)`` with a :class:`~memlab.measurement.categories.Probe` marks saved tensors, gradients
     and the upstream gradient for the memory categories (NOTE [ memory categories ]).
 
-    ``capture``: a :class:`~memlab.measurement.step_check.StepLog` (or None) that samples each step's
-    output, every gradient before the optimizer and every parameter after it, then closes the step
-    (NOTE [ every step checked ]); it allocates nothing in PyTorch's CPU allocator.
+    ``capture``: a :class:`~memlab.measurement.step_check.StepLog` (or None) that may keep the leaves'
+    values before a training step, samples each step's output, every gradient before the optimizer
+    and every parameter after it, then closes the step (NOTE [ every step checked ]); it allocates
+    nothing in PyTorch's CPU allocator.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
@@ -108,6 +109,8 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
     grad_output = problem.grad_output if loss == "given" else None
 
     def train_step(probe=None) -> None:
+        if capture is not None:
+            capture.begin(leaves)
         with record_function("memlab::forward"), _saving(probe):
             out = technique.forward(problem)
             lossval = _mse_to_zero(out) if loss == "mse" else None

@@ -46,7 +46,7 @@ from ..technique import Technique
 from .environment import load_average
 from .resident import glibc_default_heap
 from .step import make_step
-from .step_check import ReferenceAsTechnique, Shadow, StepChecker, StepLog, build_problem
+from .step_check import ReferenceAsTechnique, Shadow, StepLog, build_problem, checker_for
 
 __all__ = ["time_in_process", "family_baseline", "relative_step_time", "step_time_fields", "timed_verdict",
            "TIMING_THREADS", "STABLE_IQR_FRACTION", "MAX_TIMED_STEPS"]
@@ -127,14 +127,21 @@ class _Problems:
 
     def __init__(self, technique, baseline, device, dtype, mode, seed, optimizer, loss, check=True):
         self.log, self.baseline_log = StepLog(keep=check), StepLog(keep=False)
-        self.step, opt = make_step(technique, build_problem(technique, device, dtype, seed, loss), mode,
-                                   optimizer=optimizer, loss=loss, capture=self.log)
+        problem = build_problem(technique, device, dtype, seed, loss)
+        self.leaves = problem.leaves()
+        self.step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=self.log)
         self.optimizer_class = None if opt is None else f"{type(opt).__module__}.{type(opt).__qualname__}"
         self.shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss) if check else None
         timed_against = baseline if baseline is not None else ReferenceAsTechnique(technique)
         self.baseline, _ = make_step(timed_against, build_problem(baseline or technique, device, dtype, seed, loss),
                                      mode, optimizer=optimizer, loss=loss, capture=self.baseline_log)
-        self.checker = StepChecker(torch.finfo(dtype).eps, what="timed step")
+        self.checker = checker_for(technique, dtype, "timed step")
+
+    def sync_shadow(self) -> None:
+        """Before a technique step: the shadow's leaves take the technique's values (NOTE [ every step
+        checked ]), so both start the step alike."""
+        if self.shadow is not None:
+            self.shadow.sync(self.leaves)
 
     def check_last(self) -> None:
         """Step the shadow, compare the technique's last step with the shadow's, then drop both
@@ -156,6 +163,7 @@ def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cp
     ref = [_timed(problems.baseline, device, problems.baseline_log)]
     times: list[tuple[float, float]] = []
     while len(times) < MAX_TIMED_STEPS:
+        problems.sync_shadow()
         times.append(_timed(problems.step, device, problems.log))
         problems.check_last()
         ref.append(_timed(problems.baseline, device, problems.baseline_log))

@@ -130,6 +130,8 @@ class _RevNetBase(_Net):
 class RevNet(_RevNetBase, name="revnet"):
     """RevNet: each stage's coupling units as one reversible Function; inputs rebuilt in backward."""
 
+    drifts_in_low_precision = True  # rebuilt inputs: NOTE [ every step checked ]
+
     twin = "revnet_nosave"
     path = "memlab.functional.reversible_stack(save_memory=True) per stage; transitions plain"
 

@@ -105,6 +105,8 @@ def _block(f, g, c: Coupling, x1, x2):
 class Reversible(_Stack, name="reversible"):
     """One autograd Function over the stack; block inputs reconstructed in backward (O(1) in depth)."""
 
+    drifts_in_low_precision = True  # rebuilt inputs: NOTE [ every step checked ]
+
     twin = "reversible_nosave"
 
     def forward(self, problem):

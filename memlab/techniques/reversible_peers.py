@@ -86,6 +86,8 @@ class _Peer(Technique):
 class MemCNN(_Peer, name="memcnn"):
     """MemCNN 1.5.2: InvertibleModuleWrapper(AdditiveCoupling(F, G)) per block (peer; doubles x.grad)."""
 
+    drifts_in_low_precision = True  # rebuilt inputs: NOTE [ every step checked ]
+
     _dist = ("memcnn", "memcnn", "1.5.2")
     # The automatic reference test (tests/test_reference_all.py) checks parameter gradients only:
     # MemCNN's input gradient is known to be 2x (NOTE [ MemCNN 1.5.2 input gradient ]).  Measurements
@@ -121,6 +123,8 @@ class MemCNN(_Peer, name="memcnn"):
 
 class RevLib(_Peer, name="revlib"):
     """RevLib 1.7.2: ReversibleSequential(F_1, G_1, ...) in its default autograd_function mode (peer)."""
+
+    drifts_in_low_precision = True  # rebuilt inputs: NOTE [ every step checked ]
 
     _dist = ("revlib", "revlib", "1.7.2")
     _path = "revlib.ReversibleSequential(F_1, G_1, ..., split_dim=1), memory_mode=autograd_function"
