@@ -310,7 +310,10 @@ class TimelineEvent:
             ``('SliceBackward0', 'aten::slice_backward', 'aten::zeros', 'aten::empty')``.
         phase: ``forward``, ``backward``, ``optimizer`` or ``other``.
         live_bytes: tensor bytes live after this event, above the step's baseline.
-        address: the block's address; a free carries the address of the allocation it releases.
+        address: the block's identity within the step: the allocation's ordinal (1 for the step's
+            first allocation, 2 for the next...); a free carries the ordinal of the allocation it
+            releases, 0 for a block allocated before the step.  Not the memory address, which
+            varies from run to run: a timeline is byte-identical whenever its figures are.
     """
 
     op: str

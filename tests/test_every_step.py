@@ -100,3 +100,12 @@ def test_threads_override_the_timed_phase_and_time_it_by_the_wall_clock():
     m = memlab.measure("unchunked", isolate="fork", threads=2, iterations=1, repeats=2, time_budget=0, **SMALL)
     assert m.timing_threads == 2 and m.extra["relative_time_clock"] == "wall"
     assert m.relative_step_time == m.relative_step_time_wall
+
+
+def test_a_timeline_names_blocks_by_their_order_not_their_address():
+    a = memlab.timeline("slice_loop", isolate="fork", chunk_size=100, **SMALL)
+    b = memlab.timeline("slice_loop", isolate="fork", chunk_size=100, **SMALL)
+    assert a.to_dict() == b.to_dict()                     # byte-identical whenever the figures are
+    allocs = [e.address for e in a.events if e.delta_bytes > 0]
+    assert allocs == list(range(1, len(allocs) + 1))
+    assert all(e.address in allocs or e.address == 0 for e in a.events if e.delta_bytes < 0)

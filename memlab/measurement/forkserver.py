@@ -17,6 +17,8 @@ as a fresh process for what memlab measures:
 * Plug-ins are loaded (registered) in the server before any fork; a request whose plug-ins differ
   restarts the server.  The server starts like the spawn worker (``-P``, its own temporary folder as
   working directory: NOTE [ worker isolation ]), so nothing comes from the caller's directory.
+* Server and child die with their parent (``prctl(PR_SET_PDEATHSIG, SIGKILL)``, :func:`die_with_parent`):
+  a ``memlab sweep`` or ``reproduce`` killed with SIGKILL leaves no server or measurement running.
 * The child is the leader of a new session, writes its output as bytes to a log in its own temporary
   folder and its result to a file there, exactly as the spawned worker does; the server reaps it
   with ``os.wait4`` and reports the exit status and peak resident memory, which the caller turns
@@ -40,7 +42,7 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["ForkServer", "serve", "fork_available", "kill_group"]
+__all__ = ["ForkServer", "serve", "fork_available", "kill_group", "die_with_parent", "PARENT_ENV"]
 
 
 def kill_group(pid: int) -> None:
@@ -49,6 +51,35 @@ def kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+#: the environment variable through which a caller tells the process it starts its own pid
+PARENT_ENV = "MEMLAB_PARENT_PID"
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when the process that started it ends, however it ends
+    (Linux ``prctl(PR_SET_PDEATHSIG)``; nothing elsewhere).  A measurement server, or a measurement,
+    whose caller was killed would otherwise go on measuring for nobody (NOTE [ fork server ]).
+
+    ``parent``: the pid of the process that started this one (default: :data:`PARENT_ENV`, set by
+    the runner, else the current parent).  If it has already ended, this process exits at once.
+    The kernel sends the signal when the *thread* that started this process ends: memlab starts each
+    fork server from the thread that uses it (one per ``--jobs`` worker), which closes it anyway.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import ctypes.util
+
+    if parent is None:
+        parent = int(os.environ.get(PARENT_ENV) or os.getppid())
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent ended before the request took effect
+        os._exit(1)
 
 
 def fork_available() -> bool:
@@ -85,10 +116,11 @@ def _warm() -> None:
     gc.freeze()
 
 
-def _child(job: dict[str, str]) -> None:
+def _child(job: dict[str, str], server: int) -> None:
     """In the forked child: detach, redirect output to the job's log, run the worker, never return."""
     code = 1
     try:
+        die_with_parent(server)  # a child never outlives a killed server
         os.setsid()
         os.chdir(job["tmp"])
         null = os.open(os.devnull, os.O_RDONLY)
@@ -121,6 +153,7 @@ def _child(job: dict[str, str]) -> None:
 
 def serve() -> int:
     """Server main loop: warm up, announce, then fork one child per request line on stdin."""
+    die_with_parent()
     _warm()
     out = sys.stdout
     print(json.dumps({"ready": os.getpid()}), file=out, flush=True)
@@ -128,9 +161,10 @@ def serve() -> int:
         if not line.strip():
             continue
         job = json.loads(line)
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _child(job)
+            _child(job, server)
         print(json.dumps({"child": pid}), file=out, flush=True)
         _, status, usage = os.wait4(pid, 0)
         maxrss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)

@@ -434,12 +434,17 @@ def timeline_in_process(technique: Technique, device: torch.device, dtype: torch
     iters = [w for w in windows if w.name.startswith("iteration")]
     live = 0
     out = []
+    ordinal: dict[int, int] = {}  # address -> the ordinal of the allocation living there now
+    allocations = 0
     for e in events:
         if iters and not (iters[0].start_ns <= e.time_ns <= iters[0].end_ns):
             continue
         live += e.delta_bytes
+        if e.delta_bytes > 0:
+            allocations += 1
+            ordinal[e.ptr] = allocations
         out.append(TimelineEvent(op=e.op, stack=e.stack[-4:], phase=alloc_trace.phase_of(e.time_ns, windows),
-                                 delta_bytes=e.delta_bytes, live_bytes=live, address=e.ptr))
+                                 delta_bytes=e.delta_bytes, live_bytes=live, address=ordinal.get(e.ptr, 0)))
     return Timeline(technique=technique.name, params=dict(technique.config), device=device_label(device),
                     dtype=str(dtype).replace("torch.", ""), mode=mode, events=tuple(out),
                     baseline_bytes=baseline, method=memory_method(device)["allocated"] if device.type == "cpu"

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from ..registry import loaded_plugins
 from ..technique import Technique
-from .forkserver import kill_group
+from .forkserver import PARENT_ENV, kill_group
 
 __all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION",
            "ISOLATION_MODES", "shutdown_server"]
@@ -167,6 +167,7 @@ def _absolute_paths(value: str) -> list[str]:
 def _child_env(technique: type[Technique]) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MALLOC_MMAP_THRESHOLD_", None)  # NOTE [ timing without the resident setting ]
+    env[PARENT_ENV] = str(os.getpid())  # the child dies with this process (forkserver.die_with_parent)
     plugins = _absolute_paths(env.get("MEMLAB_PLUGINS", ""))
     plugins += [p for p in loaded_plugins() if p not in plugins]
     src = technique.source_file()

@@ -66,4 +66,7 @@ def run_check(req: dict) -> dict:
 
 
 if __name__ == "__main__":
+    from .forkserver import die_with_parent
+
+    die_with_parent()  # a spawned measurement ends with the process that started it
     sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,69 @@
+"""A memlab command killed from outside leaves nothing running: its measurement servers and their
+children die with it (prctl PR_SET_PDEATHSIG; issue 29)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+
+MEMLAB = [sys.executable, "-m", "memlab"]
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc/*/stat parent links)."""
+    parents: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parents.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _kill_when_measuring(cmd: list[str], cwd: Path) -> set[int]:
+    """Start ``cmd``, wait until a measurement child runs under it, SIGKILL it; its descendants then."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    below: set[int] = set()
+    while time.monotonic() < deadline:
+        below = _descendants(proc.pid)
+        if len(below) >= 2:  # a server and the measurement it forked (or a spawned worker and more)
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert below, "no measurement started within 120 s"
+    return below
+
+
+@pytest.mark.parametrize("cmd", [
+    ["sweep", "--quick", "--family", "reversible", "--jobs", "2", "--out", "sweep.jsonl"],
+    ["reproduce", "--out", "reproductions"],
+], ids=["sweep --jobs 2", "reproduce"])
+def test_sigkill_leaves_no_memlab_process_within_5_s(cmd, tmp_path):
+    below = _kill_when_measuring(MEMLAB + cmd, tmp_path)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in below):
+        time.sleep(0.1)
+    left = [p for p in below if _alive(p)]
+    for p in left:  # never leave them behind, even when the test fails
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"still running 5 s after SIGKILL: {left}"
