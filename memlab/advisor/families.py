@@ -89,7 +89,8 @@ FAMILIES: dict[str, Family] = {
             Entry("slice_accumulate", {"backward": "manual"}, knobs=("chunk_size",)),
             Entry("slice_accumulate", {"backward": "autograd"}, knobs=("chunk_size",)),
         ),
-        time_sizes=({"n": 2048, "d": 64, "hidden": 256}, {"n": 8192, "d": 128, "hidden": 512}),
+        time_sizes=({"n": 2048, "d": 64, "hidden": 256}, {"n": 8192, "d": 128, "hidden": 512},
+                    {"n": 16384, "d": 256, "hidden": 512}),
         work="n*d*hidden", time_chunks=(1, 4, 16),
     ),
     "reversible": Family(
@@ -97,7 +98,8 @@ FAMILIES: dict[str, Family] = {
         workload_fixed={"coupling": "additive", "block": "mlp", "x_requires_grad": True},
         entries=(Entry("residual"), Entry("checkpoint_block"), Entry("reversible"), Entry("reversible_nosave")),
         time_sizes=({"depth": 8, "batch": 128, "width": 64, "hidden": 128},
-                    {"depth": 16, "batch": 256, "width": 128, "hidden": 256}),
+                    {"depth": 16, "batch": 256, "width": 128, "hidden": 256},
+                    {"depth": 16, "batch": 256, "width": 256, "hidden": 1024}),
         work="depth*batch*width*hidden",
     ),
 }
