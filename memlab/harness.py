@@ -194,7 +194,7 @@ def load_table(load: list[LoadRow]) -> list[str]:
     """Per technique: the median relative time idle and loaded, their ratio, and the spread of the
     repeated runs in each condition (the issue's two 5% criteria), with the load averages."""
     conditions = list(dict.fromkeys(r.condition for r in load))
-    lines = ["technique     " + "".join(f"{c + ' (runs)':>34}" for c in conditions)
+    lines = ["technique     " + "  ".join(f"{c + ' (runs)':>38}" for c in conditions)
              + "  loaded/idle  wall loaded/idle"]
     for name in dict.fromkeys(r.technique for r in load):
         cells, medians, walls = [], [], []
@@ -207,7 +207,7 @@ def load_table(load: list[LoadRow]) -> list[str]:
             cells.append(f"{' '.join(f'{x:.3f}' for x in rel)} ±{100 * _spread(rel):.1f}% @{loads}")
         ratio = (f"{medians[-1] / medians[0]:.3f}" if len(medians) > 1 and medians[0] and medians[-1] else "-")
         wall = (f"{walls[-1] / walls[0]:.3f}" if len(walls) > 1 and walls[0] and walls[-1] else "-")
-        lines.append(f"{name:13} " + "".join(f"{c:>34}" for c in cells) + f"  {ratio:>11}  {wall:>16}")
+        lines.append(f"{name:13} " + "  ".join(f"{c:>38}" for c in cells) + f"  {ratio:>11}  {wall:>16}")
     return lines
 
 
