@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-## quick CPU sweep of every family (38 points, two at a time), then the site: 23 s on 2 idle cores after install
+## quick CPU sweep of every family (38 points, two at a time), then the site: the sweep 0.8 min at load ~2 on 2 cores
 demo: install
 	@mkdir -p $(OUT)
 	$(BIN)/memlab sweep --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
