@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -17,7 +16,7 @@ from .devices import device_label
 from .environment import environment, load_average
 from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
-from .step_check import Shadow, StepLog, checker_for, compare_logs
+from .step_check import Shadow, StepLog, build_problem, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
 from .cuda_prediction import predict_cuda
@@ -262,9 +261,7 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
     recorder = alloc_trace.AllocationRecorder(device) if cpu else contextlib.nullcontext()
     log = StepLog(snapshots=True)
     with recorder:
-        problem = technique.build(device, dtype, seed)
-        if loss != "given":
-            problem.grad_output = None  # the loss computes the upstream gradient inside the step
+        problem = build_problem(technique, device, dtype, seed, loss)
         step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=log)
         step()  # warm-up: lazy initialisation, optimizer state
         _sync(device)
