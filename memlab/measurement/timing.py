@@ -43,6 +43,7 @@ import torch
 
 from ..registry import get_technique, list_techniques
 from ..technique import Technique
+from .devices import synchronize
 from .environment import load_average
 from .resident import glibc_default_heap
 from .step import make_step
@@ -97,19 +98,14 @@ def _iqr(xs: list[float]) -> float:
     return q3 - q1
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _timed(fn, device, log: StepLog | None = None) -> tuple[float, float]:
     """``(wall seconds, thread CPU seconds)`` of one call, less the time ``log`` spent sampling it."""
-    _sync(device)
+    synchronize(device)
     if log is not None:
         log.take_overhead()
     w0, c0 = time.perf_counter(), time.thread_time()
     fn()
-    _sync(device)
+    synchronize(device)
     wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
     if log is None:
         return wall, cpu
