@@ -329,6 +329,9 @@ def _cmd_sweep(args) -> int:
         raise UsageError("--resume needs --out FILE (the sweep to continue)")
     kw = _measure_kwargs(args)
     device, dtype, mode = kw.pop("device"), kw.pop("dtype"), kw.pop("mode")
+    row_extra = None
+    if args.shard:
+        points, row_extra = _shard_of(points, args, device, dtype, mode)
     prepare(points[0].technique, {}, device, dtype, mode)  # validate device/dtype/mode before starting
     from .sweep import check_jobs
 
@@ -345,7 +348,7 @@ def _cmd_sweep(args) -> int:
             points = _unmeasured(points, out, args)
         progress = _Progress(points=points, jobs=args.jobs)
         for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=progress, warn=_say,
-                           jobs=args.jobs, **kw):
+                           jobs=args.jobs, row_extra=row_extra, **kw):
             rows.append(m)
     except KeyboardInterrupt as exc:
         _say(f"\nmemlab: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; {len(rows)} finished "
@@ -373,6 +376,60 @@ def _cmd_sweep(args) -> int:
         _print_or_drop(f"wrote {len(rows)} measurement(s) to {args.out}")
     _say("memlab: " + status_summary(rows, len(points)))
     return 0 if all(m.status == "ok" for m in rows) else 1
+
+
+def _plan_args(args) -> dict[str, Any]:
+    """The arguments that make a sweep's plan (recorded in a shard's rows so that a merge can rebuild it)."""
+    return {"family": args.family, "quick": bool(args.quick), "technique": args.technique, "grid": args.grid or [],
+            "defaults": bool(args.defaults), "plugins": [str(Path(p).resolve()) for p in args.plugin or []]}
+
+
+def _shard_of(points, args, device, dtype, mode):
+    """``--shard i/n``: this shard's points and the record each of its rows carries."""
+    from .sweep_shard import parse_shard, select_shard, shard_record, summarise
+
+    try:
+        index, count = parse_shard(args.shard)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    setting = {"device": device, "dtype": dtype, "mode": mode, "optimizer": args.optimizer, "loss": args.loss}
+    record = shard_record(index, count, points, setting, _plan_args(args))
+    summary = summarise(points, count)
+    mine = select_shard(points, index, count)
+    _say(f"memlab: shard {index}/{count}: {len(mine)} of {len(points)} points "
+         f"({100 * summary.shares[index - 1]:.1f}% of the plan's estimated work; plan {record['plan']})")
+    return mine, {"sweep_shard": record}
+
+
+def _replan(plan_args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(technique, resolved params)`` of the plan a shard records (for naming missing points)."""
+    import json as _json
+
+    from .registry import get_technique, load_plugin
+    from .sweep import parse_grid, plan_sweep
+
+    for path in plan_args.get("plugins") or []:
+        load_plugin(path)
+    points = plan_sweep(plan_args.get("family"), quick=plan_args.get("quick", False),
+                        techniques=plan_args.get("technique"), grid=parse_grid(plan_args.get("grid") or []),
+                        defaults=plan_args.get("defaults", False))
+    return [(p.technique, _json.loads(_json.dumps(get_technique(p.technique).resolve(p.params), default=list)))
+            for p in points]
+
+
+def _cmd_merge(args) -> int:
+    from .sweep_merge import MergeConflict, merge_shards
+
+    if Path(args.out).exists() and not args.force:
+        raise UsageError(f"{args.out} exists; give a new file, or --force to replace it")
+    try:
+        report = merge_shards(args.out, args.shards, replan=_replan)
+    except (MergeConflict, OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(report.text(args.out))
+    for line in report.problems:
+        _say(f"memlab: warning: {line}")
+    return 0 if report.complete else 1
 
 
 def _cmd_timeline(args) -> int:
@@ -610,7 +667,18 @@ def _parser() -> argparse.ArgumentParser:
                         "is given; memory figures are unchanged, times become N-way shared (default 1)")
     s.add_argument("--resume", action="store_true", help="skip points --out already holds with a finished status "
                    "(ok, mismatch, leak) at the same device, dtype, mode, optimizer and loss; append the rest")
+    s.add_argument("--shard", metavar="I/N", help="measure only shard I of N (1-based): a deterministic part of the "
+                   "plan balanced by the points' sizes, the same on every host; put the pieces together with "
+                   "memlab merge")
     s.set_defaults(func=_cmd_sweep)
+
+    s = sub.add_parser("merge", help="put the shard files of a sweep (or any sweep files) into one file: refuses two "
+                                      "different exact figures for one point, names missing shards and points "
+                                      "(exit 1 if any is missing)")
+    s.add_argument("out", metavar="OUT.jsonl")
+    s.add_argument("shards", metavar="SHARD.jsonl", nargs="+")
+    s.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    s.set_defaults(func=_cmd_merge)
 
     s = sub.add_parser("timeline", parents=[common, meas], help="allocated bytes over one step, event by event")
     s.add_argument("name")

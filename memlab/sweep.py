@@ -25,7 +25,7 @@ from .record import STATUSES, Measurement, fmt_mib
 from .registry import get_technique, list_families, list_techniques
 
 __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", "format_table", "already_measured", "is_done",
-           "check_jobs", "SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "status_summary"]
+           "check_jobs", "visible_gpus", "SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "status_summary"]
 
 # NOTE [ sweep output ]
 # A sweep's --out file is only ever written by the sweep that holds its lock, one whole row at a time:
@@ -166,7 +166,8 @@ def is_done(point: SweepPoint, done: set[tuple[str, str]]) -> bool:
 def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, device: str = "cpu",
               dtype: str = "float32", mode: str = "train",
               progress: Callable[[int, int, SweepPoint, Measurement | None, float], None] | None = None,
-              warn: Callable[[str], None] | None = None, jobs: int = 1, **measure_kw: Any) -> Iterator[Measurement]:
+              warn: Callable[[str], None] | None = None, jobs: int = 1, row_extra: dict[str, Any] | None = None,
+              gpu_pins: list[str] | None = None, **measure_kw: Any) -> Iterator[Measurement]:
     """Measure each point (isolated), append it to ``out`` at once, yield it.
 
     ``out``: a :class:`SweepOutput` (locked, see NOTE [ sweep output ]) or an open text file.  A
@@ -177,9 +178,15 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
     yielded in the order they finish.  With ``jobs > 1`` and no ``threads`` given, each measurement
     gets ``cores // jobs`` intra-op threads (at least 1).  The points' reference checks share the
     workload reference through a temporary folder (:mod:`memlab.measurement.reference_cache`),
-    removed when the sweep ends.
+    removed when the sweep ends.  ``row_extra`` is added to every row's ``extra`` (a shard's record:
+    memlab.sweep_shard).  ``gpu_pins``: worker k's children see only GPU ``gpu_pins[k]`` (default on
+    ``cuda`` with ``jobs > 1``: the visible GPUs; NOTE [ one GPU per worker ]).
     """
-    check_jobs(jobs, device)
+    check_jobs(jobs, device, gpu_pins)
+    if gpu_pins is None and jobs > 1 and str(device) == "cuda":
+        gpu_pins = visible_gpus()
+    if gpu_pins is not None and len(gpu_pins) < jobs:
+        raise ValueError(f"gpu_pins={gpu_pins!r}: expected at least {jobs} entries, one per worker")
     warn = warn or _to_stderr
     if jobs > 1 and measure_kw.get("threads") is None:
         measure_kw["threads"] = max(1, (os.cpu_count() or 1) // jobs)
@@ -188,22 +195,24 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
     if measure_kw.get("check", True) and measure_kw.get("reference_cache") is None:
         own_cache = measure_kw["reference_cache"] = tempfile.mkdtemp(prefix="memlab-references-")
     try:
-        yield from _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw)
+        yield from _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw, row_extra or {},
+                             gpu_pins)
     finally:
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
 
 
-def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw) -> Iterator[Measurement]:
+def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw, row_extra,
+              gpu_pins) -> Iterator[Measurement]:
     from .technique import TechniqueUnavailable
 
     def measure_one(point: SweepPoint) -> Measurement:
         return measure(point.technique, device=device, dtype=dtype, mode=mode, **measure_kw, **point.params)
 
-    if jobs == 1:
+    if jobs == 1 and gpu_pins is None:
         finished = _one_at_a_time(points, measure_one, progress)
     else:
-        finished = _in_parallel(points, measure_one, jobs)
+        finished = _in_parallel(points, measure_one, jobs, gpu_pins)
     for done, (point, result, seconds) in enumerate(finished, start=1):
         if isinstance(result, TechniqueUnavailable):
             if progress:
@@ -212,6 +221,7 @@ def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw
             continue
         if isinstance(result, BaseException):
             raise result
+        result.extra.update(row_extra)
         if isinstance(out, SweepOutput):
             out.append(result)
         elif out is not None:
@@ -221,12 +231,43 @@ def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw
         yield result
 
 
-def check_jobs(jobs: int, device: str) -> None:
-    """``jobs`` must be a whole number from 1 to 64, and 1 unless the device is the CPU."""
+def check_jobs(jobs: int, device: str, gpus: list[str] | None = None) -> None:
+    """``jobs`` must be a whole number from 1 to 64; on CUDA (device ``cuda``, no index) at most one
+    per visible GPU (``gpus``, default :func:`visible_gpus`): NOTE [ one GPU per worker ]."""
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= 64:
         raise ValueError(f"jobs={jobs!r} is not valid: expected a whole number from 1 to 64")
-    if jobs > 1 and not str(device).startswith("cpu"):
-        raise ValueError(f"jobs={jobs} needs device 'cpu' (got {device!r}): measurements on one GPU run one at a time")
+    if jobs == 1 or str(device).startswith("cpu"):
+        return
+    if str(device) != "cuda":
+        raise ValueError(f"jobs={jobs} with device {device!r}: a parallel sweep needs device 'cpu', or 'cuda' (no "
+                         "index) to put one worker on each visible GPU; measurements on one GPU run one at a time")
+    gpus = visible_gpus() if gpus is None else gpus
+    if jobs > len(gpus):
+        raise ValueError(f"jobs={jobs} needs {jobs} GPUs (one per worker), but {len(gpus)} "
+                         f"{'is' if len(gpus) == 1 else 'are'} visible ({', '.join(gpus) or 'none'}): "
+                         f"expected 1 to {max(1, len(gpus))}")
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` entries (indices, UUIDs or MIG
+    names): that variable's entries when it is set, else ``0 .. device_count - 1``."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [e.strip() for e in env.split(",") if e.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+# NOTE [ one GPU per worker ]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``memlab sweep --device cuda --jobs N`` runs N worker threads, each with its own fork server whose
+# environment sets ``CUDA_VISIBLE_DEVICES`` to one GPU of those visible (memlab.measurement.runner.
+# pin_gpu): worker k always measures on GPU k, so two measurements never share a GPU (the allocator
+# figures are per process, but the device's memory and compute are not).  Inside the child that GPU
+# is ``cuda:0``; the row records the entry it was given (``environment.cuda_visible_devices``), the
+# GPU's model and UUID.  On a CPU sweep ``gpu_pins`` does the same to the children's environment
+# (how the pinning is tested without a GPU).
 
 
 # NOTE [ parallel sweep ]
@@ -265,9 +306,10 @@ def _one_at_a_time(points, measure_one, progress):
         yield _attempt(measure_one, point)
 
 
-def _in_parallel(points, measure_one, jobs: int):
-    """Yield :func:`_attempt` of each point as ``jobs`` threads finish them."""
-    from .measurement.runner import close_thread_server, kill_children_of
+def _in_parallel(points, measure_one, jobs: int, gpu_pins: list[str] | None = None):
+    """Yield :func:`_attempt` of each point as ``jobs`` threads finish them (thread k's children
+    pinned to ``gpu_pins[k]`` when given)."""
+    from .measurement.runner import close_thread_server, kill_children_of, pin_gpu
 
     todo: queue.Queue = queue.Queue()
     for point in points:
@@ -275,7 +317,9 @@ def _in_parallel(points, measure_one, jobs: int):
     finished: queue.Queue = queue.Queue()
     stop = threading.Event()
 
-    def worker() -> None:
+    def worker(k: int) -> None:
+        if gpu_pins is not None:
+            pin_gpu(gpu_pins[k])
         try:
             while not stop.is_set():
                 try:
@@ -286,7 +330,8 @@ def _in_parallel(points, measure_one, jobs: int):
         finally:
             close_thread_server()
 
-    workers = [threading.Thread(target=worker, name=f"memlab-sweep-{k}", daemon=True) for k in range(min(jobs, len(points)))]
+    workers = [threading.Thread(target=worker, args=(k,), name=f"memlab-sweep-{k}", daemon=True)
+               for k in range(min(jobs, len(points)))]
     for w in workers:
         w.start()
     done = 0

@@ -74,8 +74,14 @@ def environment(device: torch.device) -> dict[str, Any]:
         # ``timing_heap``, added by the timed phase
         "malloc_mmap_threshold": MMAP_THRESHOLD if threshold_fixed() else None,
         "gpu": None,
+        # the GPU a sweep worker was pinned to (NOTE [ one GPU per worker ] in memlab.sweep), or the
+        # user's own setting; None when unset
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
         env["gpu"] = torch.cuda.get_device_name(device)
+        env["gpu_uuid"] = str(getattr(props, "uuid", "")) or None
+        env["gpu_index"] = device.index if device.index is not None else torch.cuda.current_device()
         env["cuda"] = torch.version.cuda
     return env
