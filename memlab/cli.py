@@ -336,6 +336,7 @@ def _cmd_sweep(args) -> int:
     from .sweep import check_jobs
 
     check_jobs(args.jobs, device)
+    _check_executor(args)
     try:
         out = open_sweep_output(args.out, append=args.append or args.resume, warn=_say) if args.out else None
     except SweepOutputBusy as exc:
@@ -348,7 +349,8 @@ def _cmd_sweep(args) -> int:
             points = _unmeasured(points, out, args)
         progress = _Progress(points=points, jobs=args.jobs)
         for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=progress, warn=_say,
-                           jobs=args.jobs, row_extra=row_extra, **kw):
+                           jobs=args.jobs, row_extra=row_extra, executor=args.executor, ray_address=args.address,
+                           **kw):
             rows.append(m)
     except KeyboardInterrupt as exc:
         _say(f"\nmemlab: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; {len(rows)} finished "
@@ -376,6 +378,21 @@ def _cmd_sweep(args) -> int:
         _print_or_drop(f"wrote {len(rows)} measurement(s) to {args.out}")
     _say("memlab: " + status_summary(rows, len(points)))
     return 0 if all(m.status == "ok" for m in rows) else 1
+
+
+def _check_executor(args) -> None:
+    """``--executor ray`` needs ray installed and ``--jobs 1``; ``--address`` needs ``--executor ray``."""
+    if args.executor == "ray":
+        from .sweep_ray import ray_available
+
+        why = ray_available()
+        if why:
+            raise UsageError(why)
+        if args.jobs != 1:
+            raise UsageError(f"--jobs {args.jobs} with --executor ray: Ray runs as many points at once as the cluster "
+                             "has CPUs (--threads per point) or GPUs (one per point) for; leave --jobs at 1")
+    elif args.address:
+        raise UsageError(f"--address {args.address!r} needs --executor ray")
 
 
 def _plan_args(args) -> dict[str, Any]:
@@ -670,6 +687,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--shard", metavar="I/N", help="measure only shard I of N (1-based): a deterministic part of the "
                    "plan balanced by the points' sizes, the same on every host; put the pieces together with "
                    "memlab merge")
+    s.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: measure here (--jobs at once); ray: each point a Ray task on a cluster, rows written "
+                        "here (pip install 'memlab[cluster]')")
+    s.add_argument("--address", help="with --executor ray: the cluster to join (auto, or ray://HOST:PORT); default: "
+                                     "start a local Ray instance")
     s.set_defaults(func=_cmd_sweep)
 
     s = sub.add_parser("merge", help="put the shard files of a sweep (or any sweep files) into one file: refuses two "

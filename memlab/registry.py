@@ -19,6 +19,7 @@ import importlib.util
 import os
 import pkgutil
 import sys
+import threading
 from pathlib import Path
 
 __all__ = ["register_workload", "register_technique", "discover", "load_plugin", "loaded_plugins",
@@ -29,6 +30,7 @@ _TECHNIQUES: dict[str, type] = {}
 #: the packages whose modules :func:`discover` imports, workloads first
 _BUILTIN_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
+_DISCOVERY_LOCK = threading.RLock()
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
 
 
@@ -73,11 +75,20 @@ def registered() -> dict[str, type]:
 
 
 def discover() -> None:
-    """Import every built-in technique module and the plug-ins named in ``MEMLAB_PLUGINS``."""
+    """Import every built-in technique module and the plug-ins named in ``MEMLAB_PLUGINS``.
+
+    Thread-safe: a parallel sweep's workers may be the first to look a technique up, at once; the
+    second used to find discovery "done" while the first was still importing, and an empty registry.
+    """
     global _DISCOVERED
-    if _DISCOVERED:
-        return
-    _DISCOVERED = True
+    with _DISCOVERY_LOCK:  # re-entrant: a module being imported may look a technique up
+        if _DISCOVERED:
+            return
+        _DISCOVERED = True
+        _import_all()
+
+
+def _import_all() -> None:
     for pkg in map(importlib.import_module, _BUILTIN_PACKAGES):
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
             if not info.name.startswith("_"):

@@ -124,6 +124,9 @@ def plan_sweep(family: str | None = None, quick: bool = False, techniques: list[
     return [k[3] for k in keyed]
 
 
+#: where a sweep's points are measured: here (``--jobs`` at once), or as tasks of a Ray cluster
+EXECUTORS = ("local", "ray")
+
 #: statuses of a finished measurement: a resumed sweep does not repeat them (a verdict is
 #: deterministic); ``oom`` and ``error`` rows may be transient and are measured again
 FINISHED_STATUSES = ("ok", "mismatch", "leak")
@@ -167,7 +170,8 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
               dtype: str = "float32", mode: str = "train",
               progress: Callable[[int, int, SweepPoint, Measurement | None, float], None] | None = None,
               warn: Callable[[str], None] | None = None, jobs: int = 1, row_extra: dict[str, Any] | None = None,
-              gpu_pins: list[str] | None = None, **measure_kw: Any) -> Iterator[Measurement]:
+              gpu_pins: list[str] | None = None, executor: str = "local", ray_address: str | None = None,
+              **measure_kw: Any) -> Iterator[Measurement]:
     """Measure each point (isolated), append it to ``out`` at once, yield it.
 
     ``out``: a :class:`SweepOutput` (locked, see NOTE [ sweep output ]) or an open text file.  A
@@ -180,8 +184,15 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
     workload reference through a temporary folder (:mod:`memlab.measurement.reference_cache`),
     removed when the sweep ends.  ``row_extra`` is added to every row's ``extra`` (a shard's record:
     memlab.sweep_shard).  ``gpu_pins``: worker k's children see only GPU ``gpu_pins[k]`` (default on
-    ``cuda`` with ``jobs > 1``: the visible GPUs; NOTE [ one GPU per worker ]).
+    ``cuda`` with ``jobs > 1``: the visible GPUs; NOTE [ one GPU per worker ]).  ``executor="ray"``
+    sends each point to a Ray cluster at ``ray_address`` instead (NOTE [ Ray executor ] in
+    memlab.sweep_ray; ``jobs`` must then be 1: Ray schedules by resources).
     """
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor={executor!r} is not valid: expected one of {', '.join(EXECUTORS)}")
+    if executor == "ray" and jobs != 1:
+        raise ValueError(f"jobs={jobs} with executor 'ray': Ray runs as many points at once as the cluster has "
+                         "resources for (a CPU point takes --threads CPUs, a CUDA point one GPU); leave --jobs at 1")
     check_jobs(jobs, device, gpu_pins)
     if gpu_pins is None and jobs > 1 and str(device) == "cuda":
         gpu_pins = visible_gpus()
@@ -192,24 +203,29 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
         measure_kw["threads"] = max(1, (os.cpu_count() or 1) // jobs)
 
     own_cache = None
-    if measure_kw.get("check", True) and measure_kw.get("reference_cache") is None:
+    if executor == "local" and measure_kw.get("check", True) and measure_kw.get("reference_cache") is None:
         own_cache = measure_kw["reference_cache"] = tempfile.mkdtemp(prefix="memlab-references-")
     try:
         yield from _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw, row_extra or {},
-                             gpu_pins)
+                             gpu_pins, (executor, ray_address))
     finally:
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
 
 
 def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw, row_extra,
-              gpu_pins) -> Iterator[Measurement]:
+              gpu_pins, executor) -> Iterator[Measurement]:
     from .technique import TechniqueUnavailable
 
     def measure_one(point: SweepPoint) -> Measurement:
         return measure(point.technique, device=device, dtype=dtype, mode=mode, **measure_kw, **point.params)
 
-    if jobs == 1 and gpu_pins is None:
+    if executor[0] == "ray":
+        from .sweep_ray import run_on_ray
+
+        finished = run_on_ray(points, {"device": device, "dtype": dtype, "mode": mode, **measure_kw},
+                              address=executor[1])
+    elif jobs == 1 and gpu_pins is None:
         finished = _one_at_a_time(points, measure_one, progress)
     else:
         finished = _in_parallel(points, measure_one, jobs, gpu_pins)
