@@ -150,11 +150,13 @@ def _busy_loops(count: int):
     return stop, workers
 
 
-def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, runs: int = 3, repeats: int = 15,
-                    threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[LoadRow]:
+def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, runs: int = 3, repeats: int = 5,
+                    time_budget: float = 2.0, threads: int | None = None,
+                    progress: Callable[[str], None] | None = None) -> list[LoadRow]:
     """Measure each point ``runs`` times idle, then ``runs`` times under ``load_processes`` busy loops
     (default: three per core), each a child of the fork server with memlab's default settings
-    (``threads=None``: the timed phase at one thread, relative time in thread CPU time)."""
+    (``threads=None``: the timed phase at one thread, relative time in thread CPU time; ``repeats``
+    and ``time_budget`` as ``memlab measure``'s defaults: NOTE [ when to stop timing ])."""
     import memlab
 
     load_processes = 3 * (os.cpu_count() or 1) if load_processes is None else load_processes
@@ -163,7 +165,7 @@ def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, ru
     def one(condition: str) -> None:
         for run in range(1, runs + 1):
             for name, params in points:
-                m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=0,
+                m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=time_budget,
                                    threads=threads, **params)
                 if m.status != "ok":
                     raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
