@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ def environment(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu": _cpu_name(),
+        # which host measured the row: shards and Ray tasks run on many (the site keeps them apart)
+        "host": socket.gethostname() or None,
         "memlab": __version__,
         "git_commit": git_commit(),
         # the memory phase's heap setting (NOTE [ CPU resident high-water mark ]); the timed phase's is
