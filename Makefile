@@ -39,7 +39,7 @@ test-slow: install
 ## full sweeps (SGD over every family's grid, the resnet depth scan's two middle depths, Adam at each technique's
 ## defaults), timelines and reproductions committed under data/; an interrupted sweep continues with the same
 ## command plus --resume.  On 2 idle cores (4 Dec 2026): the SGD grid (213 points) 28.4 min, 34% of it in the
-## float64 reference checks at the measured size (python -m memlab.sweep_time data/sweeps/cpu.jsonl); the resnet
+## float64 reference checks at the measured size (python -m memlab.sweep.breakdown data/sweeps/cpu.jsonl); the resnet
 ## depths 23 s; Adam (26 points) 4.1 min.  Two jobs of one intra-op thread each, and the reproductions at one
 ## thread too: every CPU row at threads=1 (a convolution's exact CPU peak depends on the threads)
 SWEEP_FLAGS := --jobs 2 --iterations 2 --repeats 3 --time-budget 1

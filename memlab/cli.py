@@ -218,7 +218,7 @@ def _stdout_to_devnull() -> None:
 
 def _sweep_eta(points, jobs: int):
     from .registry import get_technique
-    from .sweep_eta import Eta, size_of
+    from .sweep.eta import Eta, size_of
 
     def describe(point):
         cls = get_technique(point.technique)
@@ -235,7 +235,7 @@ class _Progress:
 
     def __init__(self, stream=None, points=None, jobs: int = 1):
         self.stream = stream if stream is not None else sys.stderr
-        # the ETA scales each remaining point by its size (memlab.sweep_eta); without the plan, the
+        # the ETA scales each remaining point by its size (memlab.sweep.eta); without the plan, the
         # mean time per finished point
         self.eta = _sweep_eta(points, jobs) if points else None
         try:
@@ -370,7 +370,7 @@ def _cmd_sweep(args) -> int:
         _print_or_drop("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
                        "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
     if rows:
-        from .sweep_time import time_breakdown
+        from .sweep.breakdown import time_breakdown
 
         _print_or_drop("\n" + time_breakdown([m.to_dict() for m in rows], time.perf_counter() - started,
                                               args.jobs))
@@ -383,7 +383,7 @@ def _cmd_sweep(args) -> int:
 def _check_executor(args) -> None:
     """``--executor ray`` needs ray installed and ``--jobs 1``; ``--address`` needs ``--executor ray``."""
     if args.executor == "ray":
-        from .sweep_ray import ray_available
+        from .sweep.ray_executor import ray_available
 
         why = ray_available()
         if why:
@@ -403,7 +403,7 @@ def _plan_args(args) -> dict[str, Any]:
 
 def _shard_of(points, args, device, dtype, mode):
     """``--shard i/n``: this shard's points and the record each of its rows carries."""
-    from .sweep_shard import parse_shard, select_shard, shard_record, summarise
+    from .sweep.shard import parse_shard, select_shard, shard_record, summarise
 
     try:
         index, count = parse_shard(args.shard)
@@ -435,7 +435,7 @@ def _replan(plan_args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _cmd_merge(args) -> int:
-    from .sweep_merge import MergeConflict, merge_shards
+    from .sweep.merge import MergeConflict, merge_shards
 
     if Path(args.out).exists() and not args.force:
         raise UsageError(f"{args.out} exists; give a new file, or --force to replace it")
@@ -537,7 +537,7 @@ def _cmd_bench_harness(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from .sweep_compare import compare_sweeps
+    from .sweep.compare import compare_sweeps
 
     for path in (args.old, args.new):
         if not Path(path).is_file():

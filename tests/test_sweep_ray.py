@@ -9,7 +9,7 @@ import pytest
 
 from memlab.cli import main
 from memlab.sweep import SweepPoint, run_sweep
-from memlab.sweep_ray import ray_available
+from memlab.sweep.ray_executor import ray_available
 
 pytestmark = pytest.mark.skipif(ray_available() is not None, reason=str(ray_available()))
 

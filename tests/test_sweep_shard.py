@@ -7,8 +7,8 @@ import pytest
 
 from memlab.cli import main
 from memlab.sweep import SweepPoint, check_jobs, plan_sweep, run_sweep
-from memlab.sweep_compare import compare_sweeps
-from memlab.sweep_shard import parse_shard, select_shard, shard_indices, summarise
+from memlab.sweep.compare import compare_sweeps
+from memlab.sweep.shard import parse_shard, select_shard, shard_indices, summarise
 
 FAST = ["--iterations", "1", "--repeats", "1", "--time-budget", "0"]
 PLAN = ["--technique", "unchunked", "--technique", "slice_loop", "--grid", "n=64,96,128", "--grid", "d=8",

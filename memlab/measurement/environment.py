@@ -77,7 +77,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         # ``timing_heap``, added by the timed phase
         "malloc_mmap_threshold": MMAP_THRESHOLD if threshold_fixed() else None,
         "gpu": None,
-        # the GPU a sweep worker was pinned to (NOTE [ one GPU per worker ] in memlab.sweep), or the
+        # the GPU a sweep worker was pinned to (NOTE [ one GPU per worker ] in memlab.sweep.run), or the
         # user's own setting; None when unset
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }

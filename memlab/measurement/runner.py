@@ -169,7 +169,7 @@ _pins = threading.local()
 
 def pin_gpu(entry: str | None) -> None:
     """Children this thread starts from now on see only GPU ``entry`` (a ``CUDA_VISIBLE_DEVICES``
-    entry; None: the process's own setting).  NOTE [ one GPU per worker ] in memlab.sweep."""
+    entry; None: the process's own setting).  NOTE [ one GPU per worker ] in memlab.sweep.run."""
     _pins.gpu = entry
 
 

@@ -2,7 +2,7 @@
 
 Rows are copied as they were written (the raw JSON line, so every host fact and figure stays as
 measured).  A point present in two files must have the same exact figures
-(:data:`memlab.sweep_compare.EXACT_FIELDS`) in both: then it is kept once, else nothing is written
+(:data:`memlab.sweep.compare.EXACT_FIELDS`) in both: then it is kept once, else nothing is written
 and the conflict is named.  Within one file a point measured twice keeps its last row (what
 ``--resume`` leaves).  When the rows carry ``extra["sweep_shard"]`` (``memlab sweep --shard``), the
 merge also checks that every file belongs to the same plan and names the shards and points missing.
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .atomic import write_text_atomic
-from .sweep_compare import EXACT_FIELDS, point_key
+from ..atomic import write_text_atomic
+from .compare import EXACT_FIELDS, point_key
 
 __all__ = ["MergeConflict", "MergeReport", "merge_shards"]
 

@@ -40,9 +40,9 @@ def _canonical(point: Any) -> str:
 
 def point_cost(point: Any) -> tuple[str, float | None]:
     """``(workload name, size)`` of a sweep point: the product of its workload's numeric parameters
-    (memlab.sweep_eta.size_of), the quantity the sweep's ETA scales each point's seconds by."""
-    from .registry import get_technique
-    from .sweep_eta import size_of
+    (memlab.sweep.eta.size_of), the quantity the sweep's ETA scales each point's seconds by."""
+    from ..registry import get_technique
+    from .eta import size_of
 
     cls = get_technique(point.technique)
     return cls.workload.name, size_of(cls(**point.params).config, cls.workload.params)
@@ -50,7 +50,7 @@ def point_cost(point: Any) -> tuple[str, float | None]:
 
 # NOTE [ shard partition ]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~
-# A point's cost grows with its size (sweep_eta: seconds ~ c * size**k per workload, k near 1), and
+# A point's cost grows with its size (memlab.sweep.eta: seconds ~ c * size**k per workload, k near 1), and
 # the constant c differs between workloads by orders of magnitude, so sizes are compared only within
 # a workload: each point's cost is its size over its workload's mean size (a workload's points then
 # weigh as many units as there are of them).  Points are dealt largest first (longest processing

@@ -49,9 +49,9 @@ def _measure_task(technique: str, params: dict[str, Any], measure_kw: dict[str, 
 
 def _error_row(point, measure_kw: dict[str, Any], exc: BaseException):
     """The ``error`` row of a point whose task failed twice (worker deaths)."""
-    from .measurement.devices import parse_device
-    from .measurement.inprocess import skeleton
-    from .registry import get_technique
+    from ..measurement.devices import parse_device
+    from ..measurement.inprocess import skeleton
+    from ..registry import get_technique
 
     technique = get_technique(point.technique)(**point.params)
     row = skeleton(technique, str(parse_device(measure_kw.get("device", "cpu"))), measure_kw.get("dtype", "float32"),
@@ -73,8 +73,8 @@ def run_on_ray(points: list, measure_kw: dict[str, Any], *,
     """
     import ray
 
-    from .record import Measurement
-    from .registry import loaded_plugins
+    from ..record import Measurement
+    from ..registry import loaded_plugins
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, include_dashboard=False)
