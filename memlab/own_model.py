@@ -109,9 +109,11 @@ def _path_of(model) -> Path:
 def model_techniques(model) -> dict[str, str]:
     """``{kind: registered technique name}`` of a model file (``{"plain": "my_model__plain", ...}``)."""
     from .registry import list_techniques, get_technique
+    from .techniques.any_model import KINDS
 
     workload = load_model(model)
-    return {get_technique(n).kind: n for n in list_techniques(workload.family)}
+    found = {get_technique(n).kind: n for n in list_techniques(workload.family)}
+    return {kind: found[kind] for kind in KINDS if kind in found}
 
 
 def technique_name(model, kind: str) -> str:
