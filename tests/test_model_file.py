@@ -214,3 +214,16 @@ def test_checkpoint_blocks_saves_each_blocks_tanh_output_less_the_rng_state_it_k
     rng = torch.get_rng_state().numel()
     assert plain.peak_allocated_bytes - ckpt.peak_allocated_bytes == n * (b * d * 4 - rng)
     assert plain.extra["activation_peak_bytes"] - ckpt.extra["activation_peak_bytes"] == n * (b * d * 4 - rng)
+
+
+def test_the_readme_model_file_is_a_model_file(tmp_path):
+    """The example a newcomer copies from README's 'Your own model' loads, and its blocks are found."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Your own model"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("\n```\n")]
+    path = tmp_path / "readme_model.py"
+    path.write_text(code + "\n")
+    module = _module(path)
+    found = find_blocks(module.build())
+    assert (found.paths, found.count, found.block_type) == (("blocks",), 8, "Block")
+    assert load_model(path).family == "model:readme_model"
