@@ -166,6 +166,8 @@ def apply_model_args(args, command: str) -> None:
         args.param = (args.param or []) + ([f"blocks={blocks}"] if blocks else [])
     elif command == "sweep":
         _loss_is_the_files(args.loss)
+        if args.family and args.family != workload.family:
+            raise ValueError(f"--model sweeps family {workload.family}; leave out --family {args.family}")
         args.family = workload.family
         args.technique = [technique_name(args.model, k) for k in args.technique] if args.technique else None
         args.grid = (args.grid or []) + ([f"blocks={blocks}"] if blocks else [])

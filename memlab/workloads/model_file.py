@@ -363,7 +363,7 @@ def workload_for(mf: ModelFile, module_name: str) -> type[ModelWorkload]:
     params = {"batch": Param(DEFAULT_BATCH, low=1, high=1_000_000, doc="samples per step: batch(size)'s size"),
               **{k: Param(v, low=1, high=1_000_000_000, doc=f"batch()'s {k}") for k, v in mf.sizes.items()},
               "blocks": Param("", doc="dotted path(s) of the nn.ModuleList/nn.Sequential of repeated blocks, "
-                                      "comma-separated; empty: the longest list of same-type blocks")}
+                                      "comma-separated; empty: guessed (the block class filling the most same-type lists)")}
     namespace = {"model_file": mf, "params": params, "__module__": module_name,
                  "__qualname__": f"ModelWorkload_{mf.stem}",
                  "__doc__": f"The model of {mf.name}, trained on batch(size) (a user's model file)."}
