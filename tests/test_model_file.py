@@ -1,7 +1,6 @@
 """Your own model (memlab.own_model): a model file measured, checked and swept like a family; bad files
 are one line and exit 2; the techniques for any model find the repeated blocks and save what they say."""
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -154,6 +153,7 @@ def test_a_model_file_registers_a_family_with_every_technique():
     plain = memlab.get_technique("chain_blocks__plain")
     assert plain.baseline and memlab.get_technique("chain_blocks__checkpoint_blocks").twin == "chain_blocks__plain"
     assert plain.source_file() == str(CHAIN)  # the measuring child imports the file by this path
+    assert load_model(_module(CHAIN).build) is workload  # a build function stands for its file
     load_model(EXAMPLES / "tiny_gpt.py")  # batch(size, seq=32): seq is a size parameter too
     assert memlab.get_technique("tiny_gpt__plain").all_params()["seq"].default == 32
 

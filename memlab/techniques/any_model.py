@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..errors import TechniqueUnavailable
-from ..functional.blocks import MATMUL_OPS, checkpoint_each, checkpoint_sqrt, matmul_saving_context
+from ..functional.blocks import MATMUL_OPS, checkpoint_each, checkpoint_sqrt, matmul_saving_context, sqrt_segments
 from ..technique import Technique
 from ..workloads.model_file import ModelWorkload
 
@@ -108,8 +108,6 @@ class CheckpointSqrt(AnyModelTechnique):
         return checkpoint_sqrt(problem.model, self.problem_spec.blocks(problem))
 
     def describe(self, problem, mode="train"):
-        from ..functional.blocks import sqrt_segments
-
         facts = super().describe(problem, mode)
         blocks = self.problem_spec.blocks(problem)
         return {**facts, "segments": [sqrt_segments(len(m)) for m in blocks.modules]} if blocks else facts
