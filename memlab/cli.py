@@ -61,6 +61,14 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"memlab: error: {message}; see {self.prog} --help\n")
 
 
+def _model_file(args, command: str) -> None:
+    """``--model FILE.py``: point ``args`` at the model file's family (:mod:`memlab.own_model`)."""
+    if getattr(args, "model", None):
+        from .own_model import apply_model_args
+
+        apply_model_args(args, command)
+
+
 def _load_plugins(args) -> None:
     if not args.plugin:  # the registry imports torch: commands that need no technique stay fast
         return
@@ -120,6 +128,9 @@ def _cmd_measure(args) -> int:
     from .record import fmt_mib
     from .registry import get_technique
 
+    _model_file(args, "measure")
+    if not args.name:
+        raise UsageError("memlab measure needs a technique name (or --model FILE.py)")
     cls = get_technique(args.name)
     params = _parse_params(cls, args.param or [])
     m = measure(cls, **_measure_kwargs(args), **params)
@@ -318,6 +329,7 @@ def _cmd_sweep(args) -> int:
 
     from .sweep import parse_grid
 
+    _model_file(args, "sweep")
     try:
         points = plan_sweep(args.family, quick=args.quick, techniques=args.technique,
                             grid=parse_grid(args.grid or []), defaults=args.defaults)
@@ -498,6 +510,7 @@ def _cmd_check(args) -> int:
     from .checks import iter_checks
     from .registry import get_technique
 
+    _model_file(args, "check")
     for n in args.name or []:
         get_technique(n)
     outcomes = []
@@ -654,6 +667,14 @@ def _parser() -> argparse.ArgumentParser:
                       help="a fresh Python process per measurement instead of a child forked from the warm "
                            "server (the default for CPU; CUDA always spawns)")
 
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--model", metavar="FILE.py", help="your own model: a file defining build() -> nn.Module, "
+                       "batch(size) -> tensors and optionally loss(output, batch); technique names are then "
+                       "plain, checkpoint_blocks, checkpoint_sqrt, selective_checkpoint, autocast_bf16, "
+                       "offload_activations (see README, 'Your own model')")
+    model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
+                       "nn.Sequential of repeated blocks (default: guessed)")
+
     p = _OneLineParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
                        parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
@@ -662,13 +683,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_list)
 
-    s = sub.add_parser("measure", parents=[common, meas], help="measure one technique")
-    s.add_argument("name")
+    s = sub.add_parser("measure", parents=[common, meas, model], help="measure one technique")
+    s.add_argument("name", nargs="?", help="technique (with --model: plain if not given)")
     s.add_argument("--param", action="append", metavar="NAME=VALUE", help="workload/technique parameter (repeatable)")
     s.add_argument("--json", action="store_true", help="print one Measurement JSON object (bytes)")
     s.set_defaults(func=_cmd_measure)
 
-    s = sub.add_parser("sweep", parents=[common, meas], help="measure every technique of a family over its grid")
+    s = sub.add_parser("sweep", parents=[common, meas, model], help="measure every technique of a family over its grid")
     s.add_argument("--family")
     s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
@@ -715,7 +736,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", default="data/timelines")
     s.set_defaults(func=_cmd_timelines)
 
-    s = sub.add_parser("check", parents=[common], help="check techniques against their workload reference (float64, CPU)")
+    s = sub.add_parser("check", parents=[common, model], help="check techniques against their workload reference (float64, CPU)")
     s.add_argument("name", nargs="*")
     s.add_argument("--timeout", type=_timeout_seconds, default=300.0, metavar="SECONDS",
                    help="seconds each technique's check (its own child process) may take before it is killed "

@@ -32,6 +32,8 @@ _BUILTIN_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
 _DISCOVERY_LOCK = threading.RLock()
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
+#: the module that registers a user's model file (``build``/``batch``) loaded as a plug-in
+_MODEL_FILES = f"{__package__}.own_model"
 
 
 def _same_definition(a: type, b: type) -> bool:
@@ -102,7 +104,8 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
     """Import a user's Python file so the techniques it defines register themselves.
 
     Loading the same file twice is a no-op.  The file is imported under a private module name, so
-    its ``if __name__ == "__main__":`` block does not run.
+    its ``if __name__ == "__main__":`` block does not run.  A file that registers nothing and defines
+    ``build``/``batch`` is a model file: :mod:`memlab.own_model` registers its workload and techniques.
 
     Returns:
         names of the techniques the file registered (empty on a repeated load).
@@ -117,7 +120,7 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
         return []
     if not os.path.isfile(resolved):
         raise FileNotFoundError(f"plug-in file {str(path)!r} does not exist")
-    before = set(registered())
+    before, workloads_before = set(registered()), set(_WORKLOADS)
     mod_name = f"memlab_plugin_{len(_PLUGINS)}_{Path(resolved).stem}"
     spec = importlib.util.spec_from_file_location(mod_name, resolved)
     if spec is None or spec.loader is None:
@@ -126,11 +129,19 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
+        if set(registered()) == before and set(_WORKLOADS) == workloads_before and _is_model_file(module):
+            importlib.import_module(_MODEL_FILES).register_model_module(module, resolved)
     except Exception as exc:
         del sys.modules[mod_name]
         raise ImportError(f"plug-in {str(path)!r} failed to import: {exc}") from exc
     _PLUGINS[resolved] = mod_name
     return sorted(set(registered()) - before)
+
+
+def _is_model_file(module) -> bool:
+    """A file that registers nothing and defines ``build`` or ``batch``: a user's model file, whose
+    workload and techniques :data:`_MODEL_FILES` registers."""
+    return hasattr(module, "build") or hasattr(module, "batch")
 
 
 def loaded_plugins() -> list[str]:
