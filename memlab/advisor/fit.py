@@ -161,7 +161,7 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
             "relative_step_time": m.relative_step_time,
         })
         if kind == "time" and m.relative_step_time is not None:
-            k = fam.loop_of(p, chunked=True)[0] if chunked else 1
+            k = fam.loop_of(p, chunked=True)[0] if entry.knobs else 1
             time_points.append({"params": p, "chunks": k, "work": eval_poly({fam.work: 1}, p),
                                 "relative_step_time": round(m.relative_step_time, 4),
                                 "relative_to": m.relative_to, "step_time_s": m.step_time_s,
