@@ -147,6 +147,9 @@ def test_first_recommendation_measured_fits_the_budget(family, pairs, budget, op
 @pytest.mark.parametrize("argv,match", [
     (["--family", "nosuch", "--budget", "1GiB"], "unknown family 'nosuch'; modelled families (sgd): chunking, reversible"),
     (["--family", "nosuch", "--fit"], "family 'nosuch' is not a known family; declared: chunking"),
+    (["--family", "tensor_train", "--budget", "1GiB"], "family 'tensor_train' is declared but not fitted; modelled "
+                                                       "families (sgd): chunking, reversible (fit it: memlab advise "
+                                                       "--fit --family tensor_train)"),
     (["--family", "chunking", "--budget", "1GiB", "--param", "rank=4"], "family 'chunking' has no parameter 'rank'"),
     (["--family", "chunking", "--budget", "lots"], "--budget 'lots' is not a memory size"),
     (["--family", "chunking", "--budget", "1MiB", "--param", "n=400000"], "no modelled chunking technique fits 1.0 MiB"),

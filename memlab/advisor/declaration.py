@@ -51,6 +51,11 @@ def _fmt(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
+def _from_json_value(v: Any) -> Any:
+    """A parameter value read back from JSON: lists were tuples (mode tuples), nothing else changes."""
+    return tuple(_from_json_value(x) for x in v) if isinstance(v, list) else v
+
+
 @dataclass(frozen=True)
 class Entry:
     """One modelled technique configuration.
@@ -76,7 +81,8 @@ class Entry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Entry":
-        return cls(str(data["technique"]), dict(data.get("fixed") or {}), tuple(data.get("knobs") or ()))
+        fixed = {k: _from_json_value(v) for k, v in (data.get("fixed") or {}).items()}
+        return cls(str(data["technique"]), fixed, tuple(data.get("knobs") or ()))
 
 
 # -- loops ----------------------------------------------------------------------------------------
@@ -472,7 +478,7 @@ class Declaration:
             raise ValueError(f"an advisor declaration must be an object, not {type(data).__name__}")
         try:
             return cls(name=str(data["family"]), workload=str(data["workload"]), sizes=tuple(data["sizes"]),
-                       workload_fixed=dict(data.get("workload_fixed") or {}),
+                       workload_fixed={k: _from_json_value(v) for k, v in (data.get("workload_fixed") or {}).items()},
                        entries=tuple(Entry.from_json(e) for e in data["entries"]), loop=Loop.from_json(data["loop"]),
                        time_sizes=tuple(dict(p) for p in data.get("time_sizes") or ()), work=str(data["work"]),
                        time_chunks=tuple(data.get("time_chunks") or ()),

@@ -304,13 +304,16 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
 
 
 def _kept_families(path: Path) -> dict[str, Any]:
-    """The families of an existing model file of this schema (refitted ones are replaced), else none."""
+    """The families of an existing model file of this schema (refitted ones are replaced), else none;
+    each keeps the commit it was fitted at (``memlab_commit``: the file's, for a family fitted before
+    families carried their own)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    ok = isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("families"), dict)
-    return dict(data["families"]) if ok else {}
+    if not (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("families"), dict)):
+        return {}
+    return {name: {"memlab_commit": data.get("memlab_commit"), **fam} for name, fam in data["families"].items()}
 
 
 def _fit_all(out_dir, optimizers, declarations: list[Declaration], say, measure_fn) -> list[Path]:
@@ -324,7 +327,7 @@ def _fit_all(out_dir, optimizers, declarations: list[Declaration], say, measure_
         fams = _kept_families(path)
         for fam in declarations:
             say(f"memlab: fitting {fam.name} ({optimizer})")
-            fams[fam.name] = fit_family(fam, optimizer, say=say, measure_fn=measure_fn)
+            fams[fam.name] = {**fit_family(fam, optimizer, say=say, measure_fn=measure_fn), "memlab_commit": git_commit()}
         doc = {
             "schema": SCHEMA, "kind": "memlab memory models (NOTE [ advisor models ] in memlab/advisor/model.py)",
             "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
