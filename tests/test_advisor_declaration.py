@@ -7,7 +7,6 @@ import dataclasses
 import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
