@@ -9,12 +9,12 @@ compares the bytes (``tests/test_site_choose.py``).
 
 # NOTE [ the Choose page agrees with memlab advise ]
 What ``choose.js`` repeats of the Python advisor, rule for rule (change both together):
-* the loop of a family (:meth:`memlab.advisor.declaration.Loop.loop_of`): read from the family's
-  advisor declaration in the model file (:meth:`~memlab.advisor.declaration.Loop.page_rule`) and
+* the loop of a family (:meth:`memlab.advisor.loops.Loop.loop_of`): read from the family's
+  advisor declaration in the model file (:meth:`~memlab.advisor.loops.Loop.page_rule`) and
   shipped with the models, so neither this module nor the script holds a family name;
 * a class per loop count (``k`` exact, else the first ``k_min <= k`` with ``m = k - k_min``), each
   piece's categories as integer polynomials (BigInt), the maximising piece (first on a tie);
-* chunk sizes tried when no knob is given (:meth:`memlab.advisor.declaration.Chunks.knob_candidates`);
+* chunk sizes tried when no knob is given (:meth:`memlab.advisor.loops.Chunks.knob_candidates`);
 * the relative time (:func:`memlab.advisor.model.predict_time`) in the same float operations and order,
   rounded to 3 decimals as Python's ``round`` does (half to even on an exact tie);
 * the CUDA need (:func:`memlab.advisor.advise.cuda_need`) from the shipped :data:`CUDA_MARGIN`;

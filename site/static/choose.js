@@ -43,7 +43,7 @@ var memlabChoose = (function () {
 
   function cmpBig(a, b) { return a < b ? -1 : (a > b ? 1 : 0); }
 
-  // -- the models (memlab.advisor.model, the loops of memlab.advisor.declaration) ---------------------
+  // -- the models (memlab.advisor.model, the loops of memlab.advisor.loops) ---------------------------
   function evalPoly(poly, values) {
     var total = 0n;
     Object.keys(poly).forEach(function (key) {
@@ -121,7 +121,7 @@ var memlabChoose = (function () {
     return w > 0 ? t.r + (t.c + (k - 1) * t.o) / w : null;
   }
 
-  function knobCandidates(n, low, high) {   // memlab.advisor.families.knob_candidates
+  function knobCandidates(n, low, high) {   // memlab.advisor.loops.Chunks.knob_candidates
     var counts = new Set(), c = 1.0;
     while (c <= n) {
       counts.add(Math.trunc(c));
