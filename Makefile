@@ -50,7 +50,9 @@ data: install
 	$(BIN)/memlab timelines --out-dir data/timelines
 	OMP_NUM_THREADS=1 $(BIN)/memlab reproduce --out data/reproductions
 
-## memory models for memlab advise (data/models/*.json): exact traces + held-out measurements, ~10 min on 2 cores
+## memory models for memlab advise (data/models/*.json) of every family that declares one (memlab.AdvisorModel):
+## exact traces + held-out measurements; chunking + reversible ~10 min on 2 cores, tensor_train's SGD
+## models alone took 12.7 min at load ~13 (not yet in data/models); `--family NAME` fits one and keeps the rest
 models: install
 	$(BIN)/memlab advise --fit
 

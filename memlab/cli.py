@@ -575,9 +575,14 @@ def _cmd_advise(args) -> int:
     models_dir = Path(args.models) if args.models else None
     if args.fit:
         from .advisor import fit_all
-        from .advisor.fit import OPTIMIZERS_FITTED
+        from .advisor.fit import OPTIMIZERS_FITTED, declaration_of
         from .advisor.model import MODELS_DIR
 
+        if args.family:
+            try:
+                declaration_of(args.family)
+            except ValueError as exc:  # a family that declares no advisor model: one line, exit 2
+                raise UsageError(str(exc)) from None
         optimizers = [args.optimizer] if args.optimizer else list(OPTIMIZERS_FITTED)
         for path in fit_all(models_dir or MODELS_DIR, optimizers, [args.family] if args.family else None,
                             say=_say):
@@ -758,7 +763,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("advise", parents=[common], help="which technique and knob setting fit a memory budget, "
                                                        "ranked by predicted relative step time (from data/models)")
-    s.add_argument("--family", help="technique family (modelled: chunking, reversible)")
+    s.add_argument("--family", help="technique family with an advisor model (memlab.AdvisorModel, declared beside "
+                                    "its workload); with --fit: fit only this family")
     s.add_argument("--budget", help="memory budget: 2GiB, 1.5GB, 512MiB or bytes")
     s.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="workload size or knob (repeatable); a knob given is held, else its settings are searched")

@@ -25,16 +25,34 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "LOAD_POINTS", "quick_points",
-           "report"]
-
-#: one technique per family, each at the first configuration of its family's quick grid (`make demo`)
-QUICK_TECHNIQUES: tuple[str, ...] = ("slice_loop", "unchunked", "tt_factorized", "reversible")
+           "quick_techniques", "report"]
 
 
-def quick_points(names=QUICK_TECHNIQUES) -> list[tuple[str, dict[str, Any]]]:
-    """``(technique, params)`` at the first quick-grid configuration of each technique's family."""
+def quick_techniques() -> tuple[str, ...]:
+    """One technique per registered family, families sorted: the family's baseline (``baseline = True``,
+    the no-savings reference every family has), what ``make demo``'s overhead table measures.
+
+    Raises:
+        ValueError: a family without exactly one baseline technique (the message names them).
+    """
     import memlab
 
+    out = []
+    for family in memlab.list_families():
+        baselines = [n for n in memlab.list_techniques(family) if memlab.get_technique(n).baseline]
+        if len(baselines) != 1:
+            raise ValueError(f"family {family!r} has baseline techniques {baselines}; expected exactly one "
+                             "(set baseline = True on its no-savings technique)")
+        out.append(baselines[0])
+    return tuple(out)
+
+
+def quick_points(names=None) -> list[tuple[str, dict[str, Any]]]:
+    """``(technique, params)`` at the first quick-grid configuration of each technique's family
+    (default: :func:`quick_techniques`, one per family)."""
+    import memlab
+
+    names = quick_techniques() if names is None else names
     out = []
     for name in names:
         cls = memlab.get_technique(name)

@@ -22,11 +22,12 @@ import sys
 import threading
 from pathlib import Path
 
-__all__ = ["register_workload", "register_technique", "discover", "load_plugin", "loaded_plugins",
+__all__ = ["register_workload", "register_technique", "register_advisor", "get_advisor", "list_advisors", "discover", "load_plugin", "loaded_plugins",
            "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
 _WORKLOADS: dict[str, type] = {}
 _TECHNIQUES: dict[str, type] = {}
+_ADVISORS: dict[str, type] = {}  # family -> its AdvisorModel subclass
 #: the packages whose modules :func:`discover` imports, workloads first
 _BUILTIN_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
@@ -69,6 +70,37 @@ def register_technique(name: str, cls: type) -> None:
         ValueError: another class holds the name; the message names it.
     """
     _register(_TECHNIQUES, "technique", name, cls, "; choose another name")
+
+
+def register_advisor(family: str, cls: type) -> None:
+    """Register ``cls`` as the advisor model of ``family`` (called by ``AdvisorModel.__init_subclass__``).
+
+    Raises:
+        ValueError: another class declares the family's model; the message names it.
+    """
+    _register(_ADVISORS, "advisor model of family", family, cls, "; a family declares one")
+
+
+def list_advisors() -> list[str]:
+    """Sorted names of the families that declare an advisor model."""
+    discover()
+    return sorted(_ADVISORS)
+
+
+def get_advisor(family: str) -> type:
+    """The advisor model class (``memlab.advisor.declaration.AdvisorModel`` subclass) of ``family``.
+
+    Raises:
+        ValueError: the family declares none; the message says which do and how to declare one.
+    """
+    discover()
+    try:
+        return _ADVISORS[family]
+    except (KeyError, TypeError):
+        families = sorted({c.family() for c in _TECHNIQUES.values()})
+        what = "declares no advisor model" if family in families else "is not a known family"
+        raise ValueError(f"family {family!r} {what}; declared: {', '.join(sorted(_ADVISORS)) or '(none)'} "
+                         f"(declare one beside the workload: class M(memlab.AdvisorModel, family={family!r}))") from None
 
 
 def registered() -> dict[str, type]:
