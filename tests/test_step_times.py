@@ -104,3 +104,26 @@ def test_timing_stops_only_once_the_median_ratio_is_precise():
     noisy_wall = [(1.0 + 0.4 * (i % 2), 1.0) for i in range(9)]
     assert _settled(noisy_wall, ref_steady, cpu_clock=True)
     assert not _settled(noisy_wall, ref_steady, cpu_clock=False)
+
+
+def test_the_time_budget_is_spent_on_the_figures_clock(monkeypatch):
+    """Under load a step's wall time stretches but its CPU time does not: the budget counts CPU time,
+    so a loaded machine gets as many rounds as an idle one (NOTE [ when to stop timing ])."""
+    from types import SimpleNamespace
+
+    from memlab.measurement import timing
+
+    calls = {"n": 0}
+
+    def fake_timed(fn, device, log=None):  # every step: 1 s of wall, 10-13 ms of CPU
+        calls["n"] += 1
+        return 1.0, (0.013 if fn == "step" and calls["n"] % 4 == 0 else 0.010)
+
+    monkeypatch.setattr(timing, "_timed", fake_timed)
+    problems = SimpleNamespace(step="step", baseline="baseline", log=None, baseline_log=None,
+                               sync_shadow=lambda: None, check_last=lambda: None)
+    times, ref = timing._interleave(problems, None, 5, 0.5, cpu_clock=True)
+    spent = sum(c for _, c in times) + sum(c for _, c in ref)
+    assert 0.5 <= spent < 0.5 + 0.03  # stopped by the CPU-time budget, one round past it at most
+    assert len(times) > 5  # a wall-clock budget (1 s per step) would have stopped at the fewest rounds
+    assert len(ref) == len(times) + 1
