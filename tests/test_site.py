@@ -337,6 +337,59 @@ def test_a_cross_of_workload_sweeps_gives_one_section_per_swept_parameter(tmp_pa
     assert [(swept, config) for config, swept, _ in one] == [("chunk_size", {})]
 
 
+def _demo_like_chunking() -> list[dict]:
+    """The committed sweep's shape (chunk sizes at x_requires_grad=True, two at False, the baseline at
+    both) plus a demo run's rows at d=128 (one chunk size) and a plug-in with a knob of its own."""
+    big, small = {"n": 10000, "d": 256}, {"n": 2000, "d": 128}
+    recs = []
+    for xg, sizes in ((True, (100, 250, 1000, 2500)), (False, (100, 2500))):
+        recs.append(measurement("unchunked", "chunking", {**big, "x_requires_grad": xg}, 40 * MiB, baseline=True))
+        recs += [measurement(t, "chunking", {**big, "x_requires_grad": xg, "chunk_size": c}, (c // 100 + 1) * MiB)
+                 for t in ("slice_loop", "vmap_chunk") for c in sizes]
+    recs.append(measurement("unchunked", "chunking", {**small, "x_requires_grad": True}, 9 * MiB, baseline=True))
+    recs += [measurement(t, "chunking", {**small, "x_requires_grad": True, "chunk_size": 200}, 5 * MiB)
+             for t in ("slice_loop", "vmap_chunk")]
+    recs += [measurement("half_and_half", "chunking", {**big, "x_requires_grad": True, "split": s}, s * MiB)
+             for s in (2, 4, 8)]
+    return recs
+
+
+def test_a_section_is_drawn_against_what_varies_within_its_series(tmp_path):
+    """Issue 29: the demo's d=128 rows beside the committed sweep made x_requires_grad the x-axis
+    (constant within every chunk size's series); now chunk_size, one section per x_requires_grad,
+    the d=128 rows a section of their own, and a plug-in's own knob (split) an axis of its own with
+    the baseline as its flat reference; no chunk_size section holds the plug-in."""
+    sections = A.sweep_sections(_runs(tmp_path, _demo_like_chunking()))
+    summary = [(swept, config, sorted(set(g["technique"]))) for config, swept, g in sections]
+    assert summary == [
+        ("chunk_size", {"d": 256, "n": 10000, "x_requires_grad": False}, ["slice_loop", "unchunked", "vmap_chunk"]),
+        ("chunk_size", {"d": 256, "n": 10000, "x_requires_grad": True}, ["slice_loop", "unchunked", "vmap_chunk"]),
+        ("split", {"d": 256, "n": 10000, "x_requires_grad": True}, ["half_and_half", "unchunked"]),
+        (None, {"d": 128, "n": 2000, "x_requires_grad": True}, ["slice_loop", "unchunked", "vmap_chunk"]),
+    ]
+    for config, swept, group in sections:  # the x-axis varies within at least one series
+        if swept:
+            assert A._on_lines(A.ranked(group), swept), (swept, config)
+    assert A.split_by(_runs(tmp_path, _demo_like_chunking()), "chunk_size") == ["d", "n", "x_requires_grad"]
+
+
+def test_the_family_page_says_what_a_section_is_split_by(tmp_path):
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "c.jsonl", _demo_like_chunking())
+    ctx = build_context(tmp_path / "results", tmp_path / "data")
+    (page,) = [p for p in ctx["pages"] if p.get("family") == "chunking"]
+    first = page["sections"][0]
+    assert first["swept"] == "chunk_size" and first["split_by"] == ["d", "n", "x_requires_grad"]
+    assert [c["title"] for c in first["charts"]][0] == "Peak allocated vs chunk_size"
+    plug = next(s for s in page["sections"] if s["swept"] == "split")
+    fig = json.loads(plug["charts"][0]["figure"])
+    drawn = {t["name"]: (t["x"], t["line"]["dash"]) for t in fig["data"] if t.get("meta", {}).get("technique")
+             and "floor" not in t["name"]}
+    assert drawn["half_and_half"] == ([2, 4, 8], "solid")  # a technique, drawn by its knob; not a flat line
+    assert drawn["unchunked"][1] == "dashdot"  # the baseline: one measurement across the range
+
+
 def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
     """Issue 12 on the site: median ± IQR in tables, the relative step time as a column and the
     charted figure, quartiles as error bars, points under load ringed; schema-1 rows show '-'."""

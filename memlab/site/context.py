@@ -15,6 +15,7 @@ problem line instead of stopping the site (:func:`_guarded`).
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -133,12 +134,14 @@ def add_colors(ctx: Context) -> Context:
     return {**ctx, "colors": F.technique_colors(groups)}
 
 
-def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, ...], dict[str, Any], str | None, pd.DataFrame]]:
-    """``(setting, workload config, swept parameter, rows)`` per comparable group of a family."""
+def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, ...], dict[str, Any], str | None, pd.DataFrame, list[str]]]:
+    """``(setting, workload config, swept parameter, rows, split by)`` per comparable group of a family
+    (NOTE [ a section's x-axis ] in :mod:`memlab.site.ranking`)."""
     out = []
     for setting in A.settings(rows):
-        out += [(setting, config, swept, group)
-                for config, swept, group in A.sweep_sections(A.in_setting(rows, setting))]
+        same = A.in_setting(rows, setting)
+        out += [(setting, config, swept, group, [k for k in A.split_by(same, swept) if k in config])
+                for config, swept, group in A.sweep_sections(same)]
     return out
 
 
@@ -171,8 +174,10 @@ def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None
 
 
 def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dict, swept: str | None,
-                     colors: dict[str, str], marks: dict[str, dict], baseline: str | None) -> dict:
-    heading = A.setting_text(setting) + (f" · {A.param_text(config)}" if config else "")
+                     colors: dict[str, str], marks: dict[str, dict], baseline: str | None,
+                     split: Sequence[str] = (), by_in_heading: bool = False) -> dict:
+    heading = (A.setting_text(setting) + (f" · {A.param_text(config)}" if config else "")
+               + (f" · by {swept}" if swept and by_in_heading else ""))
     anchor = page.anchor(heading)
     variants = A.line_variants(rows, swept)
     devices = set(rows["device"])
@@ -234,7 +239,7 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
             "table": measurement_table(page, f"{heading} measurements", order, skip=fixed, notes=marks,
                                        baseline=baseline),
             "environments": env_caption(rows), "n_not_ranked": len(rows) - len(ok), "second": second,
-            "fixed": A.param_text(fixed), "mixed_threads": mixed_threads(rows)}
+            "fixed": A.param_text(fixed), "mixed_threads": mixed_threads(rows), "split_by": list(split)}
 
 
 def mixed_threads(rows: pd.DataFrame) -> list[int]:
@@ -258,9 +263,12 @@ def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
     notes, marks = _note_marks(page, footnotes(rows))
     bad = A.not_ranked(rows)
     not_ranked = not_ranked_table(page, "not ranked rows", rows) if len(bad) else None
+    parts = _sections(rows)
+    shared = Counter((s, A.param_text(config)) for s, config, *_ in parts)
     sections = [_guarded(ctx, f"family {family!r}, {A.setting_text(s)} {A.param_text(config)}".rstrip(),
-                         lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline))
-                for s, config, swept, group in _sections(rows)]
+                         lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline,
+                                                  split, shared[(s, A.param_text(config))] > 1))
+                for s, config, swept, group, split in parts]
     return page.done({"template": "family.html", "path": path, "title": f"Family: {family}", "family": family,
                       "baseline": baseline, "sections": [s for s in sections if s is not None],
                       "not_ranked": not_ranked, "n_bad": len(bad), "notes": notes,
