@@ -603,7 +603,7 @@ def test_a_group_outside_the_workload_sweeps_still_sweeps_its_knob(tmp_path):
     recs = [measurement("plain", "plug", {"n": n, "d": d}, n * MiB) for n, d in ((1, 1), (2, 1), (2, 2))]
     recs += [measurement("chunky", "plug", {"n": 3, "d": 3, "chunk_size": c}, c * MiB) for c in (1, 2, 4)]
     sections = A.sweep_sections(_runs(tmp_path, recs))
-    assert (sections[-1][0], sections[-1][1]) == ({"d": 3, "n": 3}, "chunk_size")
+    assert ({"d": 3, "n": 3}, "chunk_size") in [(config, swept) for config, swept, _ in sections]
 
 
 def test_every_point_lies_inside_its_axis_range(tmp_path):

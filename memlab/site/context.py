@@ -98,40 +98,19 @@ def load_inputs(ctx: Context) -> Context:
 
 
 def add_colors(ctx: Context) -> Context:
-    """One colour per technique for every page (:func:`memlab.site.figures.technique_colors`): per
-    family its baseline, its swept techniques by name, its peers, then the family's techniques that
-    only a reproduction or the Choose page's models name (after the swept ones, so theirs never
-    change and no two of one family share a colour); last, techniques seen only in timelines."""
-    runs = ctx["runs"]
+    """One colour per technique for every page, a function of its name alone
+    (:mod:`memlab.site.colors`): every technique the build names (sweeps, reproductions, timelines,
+    the Choose page's models) gets the colour it has in every other build."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the readers' problems are reported where each page is built
         models = load_models(ctx["data_dir"])[0]
-        seed_rows = [s["measurements"] for s in ctx["seeds"] if len(s["measurements"])]
-        seeds = pd.concat(seed_rows, ignore_index=True) if seed_rows else pd.DataFrame()
-        seed_bases = R.family_baselines(seeds) if len(seeds) else {}
-    modelled: dict[str, list[dict]] = {}
-    for m in models.values():
-        for fam, f in m["families"].items():
-            modelled.setdefault(fam, []).extend(f["entries"])
-    families = {f for frame in (runs, seeds) if len(frame) for f in frame["family"]} | set(modelled)
-    groups = []
-    for family in sorted(families):
-        rows = runs[runs["family"] == family] if len(runs) else None
-        more = seeds[seeds["family"] == family] if len(seeds) else None
-        base = ctx["baselines"].get(family) or seed_bases.get(family) or next(
-            (e["technique"] for e in modelled.get(family, []) if e["baseline"]), None)
-        peers = {e["technique"] for e in modelled.get(family, []) if e["peer"]}
-        for frame in (f for f in (rows, more) if f is not None):
-            peers |= set(frame.loc[frame["peer"].eq(True), "technique"])
-        order = lambda t: (t != base, t in peers, t)  # noqa: E731
-        swept = sorted(set(rows["technique"]) if rows is not None else set(), key=order)
-        others = (set(more["technique"]) if more is not None else set()) | {e["technique"] for e in modelled.get(family, [])}
-        groups.append((base, swept + sorted(others - set(swept), key=order)))
-    others = {tl["technique"] for tl in ctx["timelines"]}
+    names = set(ctx["runs"]["technique"]) if len(ctx["runs"]) else set()
     for s in ctx["seeds"]:
-        others |= {t["technique"] for t in s["timelines"]}
-    groups.append((None, sorted(others)))
-    return {**ctx, "colors": F.technique_colors(groups)}
+        names |= set(s["measurements"]["technique"]) if len(s["measurements"]) else set()
+        names |= {t["technique"] for t in s["timelines"]}
+    names |= {tl["technique"] for tl in ctx["timelines"]}
+    names |= {e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]}
+    return {**ctx, "colors": F.technique_colors(names)}
 
 
 def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, ...], dict[str, Any], str | None, pd.DataFrame, list[str]]]:

@@ -9,9 +9,10 @@ Only ranked rows are drawn (:func:`memlab.site.ranking.ranked`).  Memory is show
 (bytes / 2**20), throughput in samples/s, time in ms (or relative to the reference step).
 
 # NOTE [ one visual language ]
-* A technique has one colour everywhere (:func:`technique_colors`, assigned once per build from a
-  stable order: per family the baseline grey, then its techniques by name, peers last); peers are
-  dashed with open markers and "(peer)" in the legend, or hatched bars.
+* A technique has one colour everywhere, a function of its name alone (:mod:`memlab.site.colors`:
+  fixed for memlab's own, the baselines grey; a stable hash of the name for a plug-in's), so a
+  plug-in never moves another's colour; peers are dashed with open markers and "(peer)" in the
+  legend, or hatched bars.
 * Legends list techniques: a technique's several configurations in one chart (``opt_einsum=True``
   and ``False``) share its colour and legend entry and differ by marker symbol; the configuration
   is in the hover text and the tables.
@@ -30,6 +31,7 @@ import pandas as pd
 
 from ..record import UNDER_LOAD_FACTOR
 from ..units import MiB
+from .colors import BASELINE_COLOR, PALETTE, technique_color
 from .ranking import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
@@ -38,14 +40,8 @@ __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "
            "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
            "seed_figure"]
 
-#: The no-savings baseline of a family, on every chart.
-BASELINE_COLOR = "#7f7f7f"
-#: Technique colours in assignment order (no grey: that is the baseline's).
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-           "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d")
-#: The technique colours, public: a chart draws no trace in one of these (or the baseline's grey) that
-#: is not that technique's (the browser test checks every chart of every page).
-PALETTE = _COLORS
+#: Technique colours (:mod:`memlab.site.colors`): a function of the name alone.
+_COLORS = PALETTE
 #: A series that is no technique (an analytic floor, a prediction beside the measured bars): near black.
 NEUTRAL_COLOR = "#222222"
 _OTHER = "#444444"
@@ -114,30 +110,16 @@ def to_json(fig: dict) -> str:
 
 
 # -- colours and styles ----------------------------------------------------------------------------
-def technique_colors(groups: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, str]:
-    """One colour per technique (see NOTE [ one visual language ]).
+def technique_colors(names: Iterable[str]) -> dict[str, str]:
+    """One colour per technique, a function of its name (:func:`memlab.site.colors.technique_color`)."""
+    from .colors import technique_colors as by_name
 
-    ``groups``: ``(baseline or None, techniques in their stable order)`` per family, then any other
-    techniques (timelines, reproductions) as a last group.  The baseline is grey; the others take
-    the palette in order, starting again in each group (a page or chart shows one family); a
-    technique keeps the colour of the first group naming it.
-    """
-    colors: dict[str, str] = {}
-    for baseline, names in groups:
-        i = 0
-        for name in names:
-            if name in colors:
-                continue
-            if name == baseline:
-                colors[name] = BASELINE_COLOR
-            else:
-                colors[name] = _COLORS[i % len(_COLORS)]
-                i += 1
-    return colors
+    return by_name(names)
 
 
 def color_of(colors: dict[str, str], technique: str) -> str:
-    return colors.get(technique, _OTHER)
+    """``technique``'s colour: the build's, else its own by name (never a stand-in grey)."""
+    return colors.get(technique) or technique_color(technique)
 
 
 def _style(color: str, peer: bool, variant: int = 0) -> dict[str, Any]:

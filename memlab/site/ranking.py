@@ -129,7 +129,8 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
     series (a series: one technique at fixed values of every other parameter), never against one
     that is constant within each series.  Candidates are every varying parameter, a workload's
     (``depth``) or a technique's own knob (``chunk_size``, a plug-in's ``split``).  Greedily, the
-    candidate putting the most ranked rows of no section yet on lines of two or more points wins;
+    candidate putting the most ranked rows of no section yet on lines of two or more points wins,
+    if it puts two or more there (a baseline measured at one more size does not make that size an axis);
     its sections split the rows by the other workload parameters that vary (:func:`split_by` names
     them), so a cross (depth swept at one batch, batch at one depth) gives a sweep of each, the
     centre row in both.  A knob's section holds the rows that have the knob plus the rows of
@@ -153,7 +154,7 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
             gain = set().union(*(lined for *_, lined in found)) - placed if found else set()
             scored.append((len(gain), len(_values(ranked(rows)).get(k, ())), k, found))
         best = max(scored, key=lambda s: (s[0], s[1], [-ord(c) for c in s[2]]), default=None)
-        if best is None or best[0] == 0:
+        if best is None or best[0] < 2:
             break
         for config, k, members, _ in best[3]:
             sections.append((config, k, members))
