@@ -738,3 +738,42 @@ def test_a_section_that_mixes_thread_counts_says_so(tmp_path):
     assert note not in (tmp_path / "same" / "out" / "family-chunking.html").read_text()
     mixed = (tmp_path / "mixed" / "out" / "family-chunking.html").read_text()
     assert "These rows were measured at 1 and 2 " + note in mixed
+
+
+def test_a_chart_promises_only_the_series_it_draws(tmp_path):
+    """Issue 29: the cuda:0 bars promised grey reserved bars that were all 0; captions named peers and
+    dotted floors on charts without them; one-point Pareto fronts were listed and drew nothing."""
+    recs = [measurement(t, "chunking", {"n": 2000, "d": 256}, p * MiB, reserved=0, device="cuda:0")
+            for t, p in (("unchunked", 20), ("slice_loop", 12))]
+    rows = _runs(tmp_path, recs)
+    fig = F.memory_by_technique(rows, A.line_variants(rows, None), {})
+    assert [t["name"] for t in fig["data"]] == ["peak allocated"] and not F.draws_second_bars(rows)
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "cuda.jsonl", recs)
+    page = next(p for p in build_context(tmp_path / "results", tmp_path / "data")["pages"] if p.get("family"))
+    caption = page["sections"][0]["charts"][0]["caption"]
+    assert "grey bars" not in caption and "0 in every row" in caption
+    # a line chart without peers or floors does not name them
+    page = build_context(*make_inputs(tmp_path / "in"))["pages"][1]
+    first = page["sections"][0]["charts"][0]
+    assert "peers" in first["caption"]  # the fixtures' vmap_chunks is a peer
+    no_peer = _runs(tmp_path, [r for r in chunking_records() if not r["peer"]])
+    from memlab.site.context import _line_caption
+
+    fig = F.memory_vs_param(no_peer, A.line_variants(no_peer, "chunk_size"), "chunk_size", "peak_allocated_bytes", "MiB", {},
+                            floor_column="analytic_floor_bytes")
+    assert "peers" not in _line_caption(fig, "floor") and "dotted: floor" in _line_caption(fig, "floor")
+    # one point per configuration: no front drawn (nor listed)
+    one = _runs(tmp_path, [measurement("t", "f", {"n": n}, n * MiB) for n in (1, 2)])
+    fronts = [(str(n), one.index[[p["n"] == n for p in one["params"]]]) for n in (1, 2)]
+    fig = F.throughput_vs_peak(one, A.line_variants(one, None), {}, fronts)
+    assert not [t for t in fig["data"] if t["name"].startswith("Pareto")]
+
+
+def test_a_bar_chart_of_a_reproduction_is_linear_even_when_its_spec_asks_for_log():
+    spec = {"type": "bar", "x": ["dense", "tt"], "series": {"train": [15.6, 900.0]}, "x_label": "", "y_label": "MiB",
+            "log_y": True}
+    assert F.seed_figure(spec, {})["layout"]["yaxis"].get("type") != "log"
+    line = {**spec, "type": "line", "x": [1, 10], "log_x": True}
+    assert F.seed_figure(line, {})["layout"]["yaxis"]["type"] == "log"

@@ -138,6 +138,19 @@ def _note_marks(page: Page, notes: list[dict[str, str]]) -> tuple[list[dict], di
     return [{**n, **marks[n["technique"]]} for n in notes], marks
 
 
+def _line_caption(fig: dict, floor: str) -> str:
+    """What a line chart's styles mean, for the styles it draws only: solid (measured), dotted
+    (``floor``: an expectation), dashed with open markers (peers), dash-dotted (one measurement
+    without the swept parameter, drawn across the range)."""
+    traces = fig["data"]
+    dashes = {(t.get("line") or {}).get("dash") for t in traces if any(y is not None for y in t.get("y", []))}
+    parts = ["Solid: measured"]
+    parts += [f"dotted: {floor}"] if "dot" in dashes else []
+    parts += ["dashed with open markers: peers"] if "dash" in dashes else []
+    parts += ["dash-dotted: one measurement without this parameter (a baseline), drawn across the range"] if "dashdot" in dashes else []
+    return "; ".join(parts) + "."
+
+
 def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None:
     """Stacked bars of each technique's lowest-peak row by memory category, when every ranked row has them."""
     ok = A.ranked(rows)
@@ -169,24 +182,26 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
 
     if len(ok):
         if swept:
-            chart(F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
-                                    floor_column="analytic_floor_bytes"),
-                  f"Peak allocated vs {swept}",
-                  "Solid: measured; dotted: the technique's analytic floor; dashed with open markers: peers; one "
-                  "colour per technique, its configurations told apart by marker (hover for which).")
+            fig = F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
+                                    floor_column="analytic_floor_bytes")
+            chart(fig, f"Peak allocated vs {swept}", _line_caption(fig, "the technique's analytic floor")
+                  + " One colour per technique, its configurations told apart by marker (hover for which).")
             if ok["activation_peak_bytes"].notna().any():
-                chart(F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
-                                        floor_column="expected_activation_bytes", floor_name="expected"),
-                      f"Activation peak vs {swept}",
+                fig = F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
+                                        floor_column="expected_activation_bytes", floor_name="expected")
+                chart(fig, f"Activation peak vs {swept}",
                       "Activation memory: bytes live above the baseline minus the parameter gradients accumulated so "
                       "far, at its highest during the step (the step peak above is dominated by parameter gradients "
-                      "here). Solid: measured; dotted: the analytic expectation the technique states.")
+                      "here). " + _line_caption(fig, "the analytic expectation the technique states"))
             if ok["peak_reserved_bytes"].notna().any():
                 chart(F.memory_vs_param(rows, variants, swept, "peak_reserved_bytes", f"peak {second} (MiB)", colors),
                       f"Peak {second} vs {swept}")
         else:
             chart(F.memory_by_technique(rows, variants, colors), "Peak memory per configuration",
-                  f"Coloured bars: peak allocated (one colour per technique, peers hatched); grey bars: peak {second}.")
+                  "Coloured bars: peak allocated (one colour per technique, peers hatched); "
+                  + (f"grey bars: peak {second}." if F.draws_second_bars(rows) else
+                     f"no peak {second} bars: it is 0 in every row (the memory the step needed was already "
+                     "reserved before it, from the warm-up step; the tables give each row's figure)."))
         timed = ok[ok["step_time_s"].notna()]
         if len(timed):
             relative = bool(timed["relative_step_time"].notna().all())
@@ -201,9 +216,12 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
                   f"Step time vs {swept}" if swept else "Step time per configuration", caption)
         if ok["samples_per_s"].notna().any():
             fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
-            chart(F.throughput_vs_peak(rows, variants, colors, fronts), "Throughput vs peak allocated",
-                  "The grey step line is the Pareto front: no other point has less memory and more throughput"
-                  + (" (one per workload configuration, told apart by dash)." if len(fronts) > 1 else ".")
+            fig = F.throughput_vs_peak(rows, variants, colors, fronts)
+            drawn = sum(1 for t in fig["data"] if str(t.get("name", "")).startswith("Pareto front"))
+            chart(fig, "Throughput vs peak allocated",
+                  ("The grey step line is the Pareto front: no other point has less memory and more throughput"
+                   + (f" ({drawn} fronts, one per workload configuration with two or more points, told apart by dash)."
+                      if drawn > 1 else ".") if drawn else "No Pareto front: no workload configuration has two points.")
                   + " Error bars: throughput at the quartiles of the timed steps."
                   + (" Ringed points were measured under load." if ok["under_load"].any() else ""))
         cats = _category_chart(page, rows, heading)

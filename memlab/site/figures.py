@@ -37,7 +37,7 @@ from .ranking import pareto_front, ranked, sort_key
 __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
-           "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
+           "throughput_vs_peak", "draws_second_bars", "SECOND_BAR_COLOR", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
            "seed_figure"]
 
 #: Technique colours (:mod:`memlab.site.colors`): a function of the name alone.
@@ -411,9 +411,22 @@ def _peer_pattern(peers: list[bool]) -> dict[str, Any]:
     return {"shape": ["/" if p else "" for p in peers], "fgcolor": "rgba(255,255,255,0.7)", "solidity": 0.3}
 
 
+#: The grey of the second bar per configuration (peak reserved / resident).
+SECOND_BAR_COLOR = "rgba(120,120,120,0.45)"
+
+
+def draws_second_bars(rows: pd.DataFrame) -> bool:
+    """Whether :func:`memory_by_technique` draws the grey peak reserved/resident bars: some ranked row's
+    figure is above 0 (on CUDA every row of a quick sweep held 0: the caching allocator kept the
+    warm-up step's segments, so reserved memory did not grow during the measured step)."""
+    values = [_num(v) for v in ranked(rows)["peak_reserved_bytes"]]
+    return any(v for v in values if v is not None)
+
+
 def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str]) -> dict:
     """Bars of peak allocated (coloured by technique, peers hatched) beside grey bars of peak
-    reserved/resident, per configuration (nothing is swept)."""
+    reserved/resident, per configuration (nothing is swept); no grey bars when every row's is 0
+    (:func:`draws_second_bars`)."""
     ok = _sorted_rows(ranked(rows), variants)
     names = _bar_names(ok, variants)
     second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
@@ -422,9 +435,10 @@ def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[st
          "marker": {"color": [color_of(colors, t) for t in ok["technique"]], "pattern": _peer_pattern(list(ok["peer"]))},
          "meta": {"techniques": [esc(t) for t in ok["technique"]]},
          "hoverinfo": "text", "hovertext": [_hover(r) for r in ok.itertuples()], "showlegend": False},
-        {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
-         "marker": {"color": "rgba(120,120,120,0.45)"}, "showlegend": False, "hoverinfo": "x+y+name"},
     ]
+    if draws_second_bars(rows):
+        data.append({"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
+                     "marker": {"color": SECOND_BAR_COLOR}, "showlegend": False, "hoverinfo": "x+y+name"})
     return {"data": data, "layout": _layout(_axis("technique", kind="category"), _axis("memory (MiB)"),
                                             barmode="group")}
 
@@ -474,7 +488,7 @@ def throughput_vs_peak(rows: pd.DataFrame, variants: pd.Series, colors: dict[str
         part = ok[ok.index.isin(index)]
         points = [(float(m), float(t)) for m, t in zip(part["peak_allocated_bytes"], part["samples_per_s"])]
         front = pareto_front(points)
-        if front:
+        if len(front) >= 2:  # a one-point front is a line of no length: plotly draws nothing
             fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
                            "x": [mib(points[j][0]) for j in front], "y": [points[j][1] for j in front],
                            "line": {"color": "rgba(0,0,0,0.4)", "width": 3, "shape": "hv",
@@ -801,7 +815,9 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
     if xaxis.get("type") == "log" and 2 <= len(nums) <= 8 and all(n is not None and n > 0 for n in nums):
         # a handful of measured sizes: label those (depth 4 and 16), not the 1-2-5 ticks between them
         xaxis.update(tickmode="array", tickvals=sorted(set(nums)), ticktext=[_tick(n) for n in sorted(set(nums))])
-    yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") else "linear")
+    # bars are read by their length, so a bar chart's y-axis is linear whatever the spec asks (on a log
+    # axis the dense layer's 15.6 MiB was a sliver beside the TT layer's); lines keep a log axis
+    yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") and not bar else "linear")
     extra: dict[str, Any] = {"barmode": "group"} if bar else {}
     if per_bar and len(spec["series"]) > 1:  # the legend names the series by hatching; colours are the bars' techniques
         extra["legend"] = {"title": {"text": "hatching:"}}
