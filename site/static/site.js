@@ -102,4 +102,11 @@ document.addEventListener("DOMContentLoaded", function () {
   drawCharts();
   markScrollingTables();
   window.addEventListener("resize", markScrollingTables);
+  // tables a page's script builds later (the Choose page's answers) are marked once drawn
+  var pending = false;
+  new MutationObserver(function () {
+    if (pending) { return; }
+    pending = true;
+    requestAnimationFrame(function () { pending = false; markScrollingTables(); });
+  }).observe(document.body, {childList: true, subtree: true});
 });
