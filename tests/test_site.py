@@ -777,3 +777,22 @@ def test_a_bar_chart_of_a_reproduction_is_linear_even_when_its_spec_asks_for_log
     assert F.seed_figure(spec, {})["layout"]["yaxis"].get("type") != "log"
     line = {**spec, "type": "line", "x": [1, 10], "log_x": True}
     assert F.seed_figure(line, {})["layout"]["yaxis"]["type"] == "log"
+
+
+def test_the_index_groups_rows_failing_the_same_way_with_their_count(tmp_path):
+    """Issue 29: 13 near-identical memcnn rows (its known input-gradient defect at every size) were two
+    screens of the index; now one row with its count; the family page still lists every row."""
+    recs = [measurement("residual", "reversible", {"depth": d}, d * MiB, workload="stack", baseline=True) for d in (4, 8, 16)]
+    recs += [{**measurement("memcnn", "reversible", {"depth": d}, d * MiB, workload="stack", peer=True),
+              "status": "mismatch", "matches_reference": False, "error": f"grad:x differs from the reference by up to {d}.5"}
+             for d in (4, 8, 16)]
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "rev.jsonl", recs)
+    ctx = build_context(tmp_path / "results", tmp_path / "data")
+    index = ctx["pages"][0]
+    (row,) = index["not_ranked"]["rows"]
+    assert (row["technique"], row["status"], row["count"]) == ("memcnn", "mismatch", "3")
+    assert "(and 2 more)" in row["params"] and index["n_bad"] == 3
+    family = next(p for p in ctx["pages"] if p.get("family") == "reversible")
+    assert len(family["not_ranked"]["rows"]) == 3

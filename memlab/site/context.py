@@ -31,7 +31,7 @@ from .complexity import family_badges, reproduction_extras
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
 from .page import Page
-from .rows import machine_of, measurement_table, not_ranked_table
+from .rows import machine_of, measurement_table, not_ranked_groups, not_ranked_table
 from .tables import column
 from .gpu_seed import add_gpu_measured_to_seed_pages
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
@@ -307,7 +307,7 @@ def add_overview_page(ctx: Context) -> Context:
             entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"] if s["seed"] in ctx["seed_paths"]]
-    not_ranked = not_ranked_table(page, "not ranked rows", runs, with_family=True) if len(A.not_ranked(runs)) else None
+    not_ranked = not_ranked_groups(page, "not ranked rows", runs) if len(A.not_ranked(runs)) else None
     index = page.done({"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
                        "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs), "not_ranked": not_ranked,
                        "n_bad": len(A.not_ranked(runs)) if len(runs) else 0,
