@@ -446,9 +446,10 @@ def _cmd_check(args) -> int:
     for outcome in iter_checks(args.name or None, isolate=True, timeout=args.timeout):  # a child per technique
         print(outcome.line(), flush=True)
         outcomes.append(outcome)
-    bad = [o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")]
+    bad = list(dict.fromkeys(o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")))
     if bad:
-        print(f"memlab: {len(bad)} of {len(outcomes)} techniques failed the reference check: {', '.join(bad)}",
+        checked = len({o.name for o in outcomes})
+        print(f"memlab: {len(bad)} of {checked} techniques failed the reference check: {', '.join(bad)}",
               file=sys.stderr)
     return 1 if bad else 0
 

@@ -8,7 +8,6 @@ figure (bytes, seconds, ratio); the download holds the raw figures of the same r
 from __future__ import annotations
 
 import re
-
 from typing import Any
 
 import pandas as pd
