@@ -144,26 +144,35 @@ def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None,
     shared = _varying_common(rows)
     common = set.intersection(*(set(p) for p in rows["params"]))
     knobless = _knobless_techniques(rows, common)
-    candidates = sorted(k for k, v in _values(ranked(rows)).items() if len(v) > 1)
+    distinct = {k: len(v) for k, v in _values(ranked(rows)).items() if len(v) > 1}
+    candidates = sorted(distinct)
     sections: list[tuple[dict[str, Any], str, pd.DataFrame]] = []
     placed: set = set()
-    while True:
-        scored = []
-        for k in candidates:
-            found = _axis_sections(rows, k, shared, knobless)
-            gain = set().union(*(lined for *_, lined in found)) - placed if found else set()
-            scored.append((len(gain), len(_values(ranked(rows)).get(k, ())), k, found))
-        best = max(scored, key=lambda s: (s[0], s[1], [-ord(c) for c in s[2]]), default=None)
-        if best is None or best[0] < 2:
+    while candidates:
+        k, found = _best_axis(rows, candidates, distinct, shared, knobless, placed)
+        if not found:
             break
-        for config, k, members, _ in best[3]:
-            sections.append((config, k, members))
-            placed.update(members.index)
-        candidates.remove(best[2])
+        sections += [(config, k, members) for config, k, members, _ in found]
+        placed.update(i for *_, members, _ in found for i in members.index)
+        candidates.remove(k)
     sections.sort(key=lambda s: (s[1] not in shared, s[1], [sort_key(s[0][k]) for k in sorted(s[0])]))
     rest = rows.loc[[i for i in rows.index if i not in placed]]
     others = [(config, None, group) for config, group in _split(rest, shared)] if len(rest) else []
     return sections + others
+
+
+def _best_axis(rows: pd.DataFrame, candidates: list[str], distinct: dict[str, int], shared: list[str],
+               knobless: set[str], placed: set) -> tuple[str, list[tuple]]:
+    """The candidate putting the most ranked rows not ``placed`` yet on lines (ties: more distinct
+    values, then the name), with its sections (:func:`_axis_sections`); no sections when it puts
+    fewer than two there."""
+    def gain(k: str) -> tuple[int, list[tuple]]:
+        found = _axis_sections(rows, k, shared, knobless)
+        return len(set().union(*(lined for *_, lined in found)) - placed), found
+
+    scored = [(k, *gain(k)) for k in candidates]
+    k, n, found = max(scored, key=lambda s: (s[1], distinct[s[0]]))  # the first (by name) of equals
+    return k, found if n >= 2 else []
 
 
 def _knobless_techniques(rows: pd.DataFrame, common: set[str]) -> set[str]:
