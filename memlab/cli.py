@@ -155,7 +155,7 @@ def _cmd_measure(args) -> int:
             *_verdict_rows(m),
         ]
         for k, v in sorted(m.extra.items()):
-            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in ("baseline", "twin"):
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in _NOT_SHOWN_EXTRA:
                 rows.append((k, fmt_mib(v) if k.endswith("_bytes") else str(v), ""))
         w = max(len(r[0]) for r in rows)
         for k, v, note in rows:
@@ -163,6 +163,17 @@ def _cmd_measure(args) -> int:
         print(f"  allocated: {m.memory_method.get('allocated', '')}")
         print(f"  {label}: {m.memory_method.get('reserved', '')}")
     return _measure_exit(m)
+
+
+def _harness_keys() -> frozenset[str]:
+    from .sweep_time import PHASES
+
+    return frozenset(k for k, _ in PHASES) | {"predict_cuda_s"}
+
+
+#: ``Measurement.extra`` keys ``memlab measure`` leaves out of its human output (``--json`` keeps them):
+#: the harness's own phase seconds (:data:`memlab.sweep_time.PHASES`) and bookkeeping.
+_NOT_SHOWN_EXTRA = _harness_keys() | {"baseline", "twin"}
 
 
 def _load_text(m) -> str:
@@ -324,8 +335,8 @@ def _sigterm_as_interrupt():
 
 def _cmd_sweep(args) -> int:
     from .measurement import prepare
-    from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, open_sweep_output, plan_sweep, run_sweep,
-                        status_summary)
+    from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, not_ok_lines, open_sweep_output, plan_sweep,
+                        run_sweep, status_summary)
 
     from .sweep import parse_grid
 
@@ -376,8 +387,11 @@ def _cmd_sweep(args) -> int:
         if out is not None:
             out.close()
     if not points:
+        _say(f"memlab: nothing left to measure: every planned point already has an ok row in {args.out}"
+             if args.resume else "memlab: nothing measured")
         return 0
-    _print_or_drop(format_table(rows))
+    if rows:
+        _print_or_drop(format_table(rows))
     if rows and rows[0].device == "cpu":
         _print_or_drop("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
                        "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
@@ -389,6 +403,8 @@ def _cmd_sweep(args) -> int:
     if args.out:
         _print_or_drop(f"wrote {len(rows)} measurement(s) to {args.out}")
     _say("memlab: " + status_summary(rows, len(points)))
+    for line in not_ok_lines(rows):
+        _say("  " + line)
     return 0 if all(m.status == "ok" for m in rows) else 1
 
 
@@ -517,9 +533,10 @@ def _cmd_check(args) -> int:
     for outcome in iter_checks(args.name or None, isolate=True, timeout=args.timeout):  # a child per technique
         print(outcome.line(), flush=True)
         outcomes.append(outcome)
-    bad = [o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")]
+    bad = list(dict.fromkeys(o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")))
     if bad:
-        print(f"memlab: {len(bad)} of {len(outcomes)} techniques failed the reference check: {', '.join(bad)}",
+        checked = len({o.name for o in outcomes})
+        print(f"memlab: {len(bad)} of {checked} techniques failed the reference check: {', '.join(bad)}",
               file=sys.stderr)
     return 1 if bad else 0
 

@@ -21,8 +21,8 @@ from .output import SweepOutput, SweepOutputBusy, SweepWriteFailed, open_sweep_o
 from .plan import SweepPoint, parse_grid, plan_sweep
 from .resume import FINISHED_STATUSES, already_measured, is_done
 from .run import EXECUTORS, check_jobs, run_sweep, visible_gpus
-from .summary import format_table, status_summary
+from .summary import format_table, not_ok_lines, status_summary
 
 __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", "format_table", "already_measured",
            "is_done", "check_jobs", "visible_gpus", "SweepOutput", "open_sweep_output", "SweepOutputBusy",
-           "SweepWriteFailed", "status_summary", "FINISHED_STATUSES", "EXECUTORS"]
+           "SweepWriteFailed", "status_summary", "not_ok_lines", "FINISHED_STATUSES", "EXECUTORS"]

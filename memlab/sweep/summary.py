@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..record import STATUSES, Measurement, fmt_mib
 
-__all__ = ["status_summary", "format_table"]
+__all__ = ["status_summary", "format_table", "not_ok_lines"]
 
 
 def status_summary(rows: list[Measurement], planned: int) -> str:
@@ -22,16 +22,34 @@ def status_summary(rows: list[Measurement], planned: int) -> str:
 
 
 
+def _params_text(m: Measurement) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(m.params.items()))
+
+
 def format_table(rows: list[Measurement]) -> str:
-    """A plain-text table: technique, params, status, peak allocated/resident (MiB), step ms."""
+    """A plain-text table grouped by family (a heading line each), rows by technique and parameters:
+    technique, params, status, peak allocated/resident (MiB), step ms, floor ratio.  A row that is
+    not ``ok`` shows its status alone; :func:`not_ok_lines` gives the reasons."""
     header = ("technique", "params", "status", "peak alloc", "peak resident/reserved", "step", "floor ratio")
-    lines = [header]
-    for m in rows:
-        params = " ".join(f"{k}={v}" for k, v in sorted(m.params.items()))
+    ordered = sorted(rows, key=lambda m: (m.family, m.technique, _params_text(m)))
+    lines: list[tuple | str] = [header]
+    for i, m in enumerate(ordered):
+        if i == 0 or m.family != ordered[i - 1].family:
+            lines.append(f"-- {m.family}")
         floor = m.analytic_floor_bytes()
         ratio = f"{m.peak_allocated_bytes / floor:.2f}x" if floor and m.peak_allocated_bytes else "-"
         step = "-" if m.step_time_s is None else f"{m.step_time_s * 1e3:.1f} ms"
-        lines.append((m.technique, params, m.status if m.status == "ok" else f"{m.status}: {(m.error or '')[:40]}",
-                      fmt_mib(m.peak_allocated_bytes), fmt_mib(m.peak_reserved_bytes), step, ratio))
-    widths = [max(len(str(r[i])) for r in lines) for i in range(len(header))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines)
+        lines.append((m.technique, _params_text(m), m.status, fmt_mib(m.peak_allocated_bytes),
+                      fmt_mib(m.peak_reserved_bytes), step, ratio))
+    cells = [r for r in lines if isinstance(r, tuple)]
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    return "\n".join(r if isinstance(r, str) else "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
+                     for r in lines)
+
+
+def not_ok_lines(rows: list[Measurement]) -> list[str]:
+    """One line per row that is not ``ok``, grouped by family: status, technique, parameters and the
+    one-line reason (``mismatch memcnn batch=64 depth=16: grad:x differs ...``)."""
+    bad = sorted((m for m in rows if m.status != "ok"), key=lambda m: (m.family, m.technique, _params_text(m)))
+    return [f"{m.status} {m.technique} {_params_text(m)}: {(m.error or 'no reason recorded').splitlines()[0]}"
+            for m in bad]
