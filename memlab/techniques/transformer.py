@@ -1,0 +1,220 @@
+"""Transformer family: attention kernels, checkpoint policies and the LM-head loss.
+
+Every technique computes :class:`~memlab.workloads.transformer.Transformer` (the per-token loss of a
+decoder-only LM) with the same weights; they differ in *how* (a
+:class:`~memlab.workloads.transformer.Path`) and so in what autograd keeps for backward:
+
+* ``eager_attention`` (baseline): scores, probabilities and dropout materialised, O(T²) per layer.
+* ``sdpa``, ``sdpa_math``, ``sdpa_flash``: ``F.scaled_dot_product_attention`` with PyTorch's choice
+  of backend (recorded in ``extra["sdpa_backend"]``) or one forced backend; this CPU build has
+  ``math`` (O(T²): the eager graph) and ``flash`` (O(T): output and log-sum-exp only).
+* ``chunked_attention``: queries ``block`` rows at a time (:func:`~memlab.functional.attention.
+  chunked_attention`), O(block·T).
+* ``checkpoint_layer``: ``torch.utils.checkpoint`` per block (``use_reentrant=False``): each block's
+  input [B, T, D] kept, one block's graph at a time in backward.
+* ``selective_checkpoint``: the selective-checkpoint API with :func:`save_matmuls` (the linear layers'
+  GEMM outputs saved; attention core, softmax, LayerNorm, GELU and dropout recomputed).
+* ``chunked_lm_loss``: the LM head and cross-entropy over ``chunk`` tokens at a time, never the full
+  [B·T, V] logits (:func:`~memlab.functional.lm_loss.chunked_lm_loss`).
+* ``autocast_bf16``: the step under ``torch.autocast(dtype=bfloat16)``.
+* ``offload_activations``: ``torch.autograd.graph.save_on_cpu`` (CUDA only).
+
+``describe`` states the analytic bytes of the attention core and of the loss (:mod:`.transformer_bytes`);
+the measured activation peak is ``extra["activation_peak_bytes"]`` (``reports_activation_peak``).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+
+from ..functional.attention import SdpaBackend, chunked_attention, sdpa_attention, sdpa_backend
+from ..functional.lm_loss import chunked_lm_loss
+from ..params import Param
+from ..technique import Technique, TechniqueUnavailable
+from ..workloads.transformer import EAGER, Path, Transformer
+from .transformer_bytes import attention_bytes, loss_bytes
+
+__all__ = ["EagerAttention", "Sdpa", "SdpaMath", "SdpaFlash", "ChunkedAttention", "CheckpointLayer",
+           "SelectiveCheckpoint", "ChunkedLMLoss", "AutocastBF16", "OffloadActivations", "save_matmuls"]
+
+
+class _TransformerTechnique(Technique):
+    """Shared by the family (not registered): the forward over a :class:`Path` and the facts."""
+
+    workload = Transformer
+    reports_activation_peak = True
+    #: the attention kind :func:`attention_bytes` describes
+    attention_kind = "eager"
+    #: the loss kind :func:`loss_bytes` describes
+    loss_kind = "plain"
+    #: True: the attention draws its dropout masks differently from the eager reference
+    #: (NOTE [ dropout and the reference check ])
+    own_attention_dropout = False
+
+    def path(self) -> Path:
+        return EAGER
+
+    def forward(self, problem):
+        return problem.model(problem.inputs["tokens"], problem.inputs["targets"], self.path())
+
+    def check_available(self, device):
+        super().check_available(device)
+        if self.own_attention_dropout and self.config["dropout"] > 0:
+            raise TechniqueUnavailable(
+                f"technique {self.name!r} at dropout={self.config['dropout']}: its attention draws its dropout "
+                "masks differently from the eager reference, so its output cannot be checked; measure it at "
+                "dropout=0 (NOTE [ dropout and the reference check ] in memlab/workloads/transformer.py)")
+
+    def facts(self, element_size: int) -> dict[str, Any]:
+        c = self.config
+        return {
+            "attention": self.attention_kind, "loss": self.loss_kind, "tokens": c["batch"] * c["seq"],
+            "expected_attention_saved_bytes_per_layer": attention_bytes(c, element_size, self.attention_kind),
+            "expected_loss_peak_bytes": loss_bytes(c, element_size, self.loss_kind, self.config.get("chunk")),
+        }
+
+    def describe(self, problem, mode="train"):
+        return {"path": self.summary(), **self.facts(problem.model.head.weight.element_size())}
+
+
+class EagerAttention(_TransformerTechnique, name="eager_attention"):
+    """The reference: eager attention ([B, H, T, T] scores, softmax, dropout kept), plain autograd."""
+
+    baseline = True
+
+
+class _Sdpa(_TransformerTechnique):
+    backend = SdpaBackend.AUTO
+    own_attention_dropout = True
+
+    def path(self):
+        return Path(attention=functools.partial(sdpa_attention, backend=self.backend))
+
+    def describe(self, problem, mode="train"):
+        p = problem.model.head.weight
+        c = self.config
+        probe = p.new_empty(c["batch"], c["heads"], c["seq"], c["hidden"] // c["heads"])
+        picked = self.backend.value if self.backend is not SdpaBackend.AUTO else sdpa_backend(probe, c["dropout"])
+        facts = self.facts(p.element_size())
+        kind = "flash" if picked == "flash" else "sdpa_math" if picked == "math" else picked
+        facts["attention"] = kind
+        facts["expected_attention_saved_bytes_per_layer"] = attention_bytes(c, p.element_size(), kind)
+        return {"path": self.summary(), "sdpa_backend": picked, "sdpa_backend_forced": self.backend is not SdpaBackend.AUTO,
+                **facts}
+
+
+class Sdpa(_Sdpa, name="sdpa"):
+    """``F.scaled_dot_product_attention(is_causal=True)`` with PyTorch's choice of backend (recorded)."""
+
+    twin = "sdpa_math"
+
+
+class SdpaMath(_Sdpa, name="sdpa_math"):
+    """SDPA forced to the ``math`` backend (``sdpa_kernel(SDPBackend.MATH)``): the eager graph, O(T²)."""
+
+    backend = SdpaBackend.MATH
+
+
+class SdpaFlash(_Sdpa, name="sdpa_flash"):
+    """SDPA forced to the ``flash`` backend (``sdpa_kernel(SDPBackend.FLASH_ATTENTION)``): O(T) saved."""
+
+    backend = SdpaBackend.FLASH
+    twin = "sdpa_math"
+
+
+class ChunkedAttention(_TransformerTechnique, name="chunked_attention"):
+    """Queries in blocks of ``block`` rows in one autograd Function: O(block·T) attention memory."""
+
+    params = {"block": Param(16, low=1, high=1_048_576, doc="query rows per attention block (the last may be shorter)")}
+    check_params = {"block": 5}  # does not divide the check's seq 12: a short last block
+    attention_kind = "chunked"
+    own_attention_dropout = True
+
+    def path(self):
+        block = self.config["block"]
+        return Path(attention=lambda q, k, v, p: chunked_attention(q, k, v, block=block))
+
+    def facts(self, element_size):
+        return {**super().facts(element_size), "block": self.config["block"],
+                "blocks_per_layer": -(-self.config["seq"] // self.config["block"])}
+
+
+def _checkpointed(block, h, attention, *, context_fn=None):
+    kw = {} if context_fn is None else {"context_fn": context_fn}
+    return checkpoint(block, h, attention, use_reentrant=False, **kw)
+
+
+class CheckpointLayer(_TransformerTechnique, name="checkpoint_layer"):
+    """``torch.utils.checkpoint`` (``use_reentrant=False``) per block: keeps each block's input."""
+
+    twin = "eager_attention"
+    attention_kind = "checkpointed"
+
+    def path(self):
+        return Path(run_block=_checkpointed)
+
+
+def save_matmuls(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    """Selective-checkpoint policy: save the outputs of the linear layers' GEMMs (``aten.mm``,
+    ``aten.addmm``), recompute everything else: the attention core (``bmm`` of q kᵀ and of P v,
+    masking, softmax, dropout), LayerNorm, GELU and the residual additions (Korthikanti et al.
+    2022's "selective activation recomputation")."""
+    if op in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class SelectiveCheckpoint(_TransformerTechnique, name="selective_checkpoint"):
+    """Selective checkpoint per block (``create_selective_checkpoint_contexts``): GEMM outputs saved,
+    attention core and pointwise ops recomputed."""
+
+    twin = "eager_attention"
+    attention_kind = "selective"
+
+    def path(self):
+        ctx = functools.partial(create_selective_checkpoint_contexts, save_matmuls)
+        return Path(run_block=functools.partial(_checkpointed, context_fn=ctx))
+
+
+class ChunkedLMLoss(_TransformerTechnique, name="chunked_lm_loss"):
+    """LM head + cross-entropy over ``chunk`` tokens at a time; saves only the per-token log-sum-exp."""
+
+    params = {"chunk": Param(256, low=1, high=1 << 30, doc="tokens per loss chunk (the last may be shorter)")}
+    check_params = {"chunk": 7}  # does not divide the check's 24 tokens
+    loss_kind = "chunked"
+
+    def path(self):
+        chunk = self.config["chunk"]
+        return Path(loss=lambda h, w, t: chunked_lm_loss(h, w, t, chunk=chunk))
+
+    def facts(self, element_size):
+        n = self.config["batch"] * self.config["seq"]
+        return {**super().facts(element_size), "chunk": self.config["chunk"], "chunks": -(-n // self.config["chunk"])}
+
+
+class AutocastBF16(_TransformerTechnique, name="autocast_bf16"):
+    """The step under ``torch.autocast(dtype=torch.bfloat16)``: matmuls in bfloat16.
+
+    Autocast leaves float64 tensors alone, so the float64 check verifies the wiring only; its
+    bfloat16 drift is what a float32 measurement reports (``drift_max_abs_error``), held to the
+    float32 tolerance below (bfloat16 has 8 bits of mantissa).
+    """
+
+    tolerances = {"float32": (5e-2, 5e-2)}
+
+    def forward(self, problem):
+        with torch.autocast(problem.inputs["tokens"].device.type, dtype=torch.bfloat16):
+            return super().forward(problem)
+
+
+class OffloadActivations(_TransformerTechnique, name="offload_activations"):
+    """``torch.autograd.graph.save_on_cpu(pin_memory=True)``: saved tensors in host memory (CUDA only)."""
+
+    devices = ("cuda",)
+
+    def forward(self, problem):
+        with torch.autograd.graph.save_on_cpu(pin_memory=True):
+            return super().forward(problem)
