@@ -43,8 +43,9 @@ def plain_lm_loss(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) 
 
 # NOTE [ chunked LM loss ]
 # Forward, under no_grad, per chunk [s, e) of tokens: logits = h[s:e] Wᵀ [rows, V], lse[s:e] =
-# logsumexp(logits), loss[s:e] = lse - logits[target]; the chunk's logits are dropped before the
-# next.  Saved: h, W, targets (inputs, already alive) and lse [N].  Backward, per chunk: recompute the
+# logsumexp(logits) computed in place in the logits' buffer (max, subtract, exp, sum, log: no second
+# [rows, V]), loss[s:e] = lse - logits[target] (gathered first); the chunk's logits are dropped
+# before the next.  Saved: h, W, targets (inputs, already alive) and lse [N].  Backward, per chunk: recompute the
 # logits, turn them in place into softmax = exp(logits - lse), subtract 1 at the target, scale each
 # row by the upstream gradient g[s:e]: that is d loss / d logits [rows, V]; then grad_h[s:e] =
 # that @ W (rows written into one [N, D] buffer) and grad_W += thatᵀ @ h[s:e] (one [V, D]
@@ -66,9 +67,12 @@ class _ChunkedLinearCrossEntropy(torch.autograd.Function):
         lse = h.new_empty(n)
         for s, e in chunk_bounds(n, spec.chunk):
             logits = h[s:e] @ weight.t()  # [rows, V]
-            lse[s:e] = torch.logsumexp(logits, dim=-1)
-            loss[s:e] = lse[s:e] - logits.gather(1, targets[s:e, None]).squeeze(1)
-            del logits
+            picked = logits.gather(1, targets[s:e, None]).squeeze(1)  # [rows]
+            top = logits.amax(dim=1)  # [rows]
+            # log-sum-exp in place (torch.logsumexp would hold a second [rows, V] for its exp)
+            lse[s:e] = logits.sub_(top[:, None]).exp_().sum(dim=1).log_().add_(top)
+            loss[s:e] = lse[s:e] - picked
+            del logits, picked, top
         ctx.save_for_backward(h, weight, targets, lse)
         ctx.spec = spec
         return loss

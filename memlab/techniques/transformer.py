@@ -35,7 +35,7 @@ from ..functional.lm_loss import chunked_lm_loss
 from ..params import Param
 from ..technique import Technique, TechniqueUnavailable
 from ..workloads.transformer import EAGER, Path, Transformer
-from .transformer_bytes import attention_bytes, loss_bytes
+from .transformer_bytes import head_terms, layer_terms, loss_peak_bytes
 
 __all__ = ["EagerAttention", "Sdpa", "SdpaMath", "SdpaFlash", "ChunkedAttention", "CheckpointLayer",
            "SelectiveCheckpoint", "ChunkedLMLoss", "AutocastBF16", "OffloadActivations", "save_matmuls"]
@@ -68,16 +68,28 @@ class _TransformerTechnique(Technique):
                 "masks differently from the eager reference, so its output cannot be checked; measure it at "
                 "dropout=0 (NOTE [ dropout and the reference check ] in memlab/workloads/transformer.py)")
 
-    def facts(self, element_size: int) -> dict[str, Any]:
-        c = self.config
+    def facts(self, problem, kind: str | None = None) -> dict[str, Any]:
+        """The path's analytic bytes (:mod:`.transformer_bytes`) for attention ``kind`` (default: the
+        class's :attr:`attention_kind`) and what it ran."""
+        c, w = self.config, problem.model.head.weight
+        e, kind = w.element_size(), kind or self.attention_kind
+        per_layer = layer_terms(c, e, kind, w.dtype) if self.modelled(w.dtype) else None
+        head = head_terms(c, e, self.loss_kind) if self.modelled(w.dtype) else None
         return {
-            "attention": self.attention_kind, "loss": self.loss_kind, "tokens": c["batch"] * c["seq"],
-            "expected_attention_saved_bytes_per_layer": attention_bytes(c, element_size, self.attention_kind),
-            "expected_loss_peak_bytes": loss_bytes(c, element_size, self.loss_kind, self.config.get("chunk")),
+            "attention": kind, "loss": self.loss_kind, "tokens": c["batch"] * c["seq"],
+            "expected_kept_bytes_per_layer": per_layer,
+            "expected_forward_kept_bytes": (None if per_layer is None else
+                                            c["layers"] * sum(per_layer.values()) + sum(head.values())),
+            "expected_loss_peak_bytes": (loss_peak_bytes(c, e, self.loss_kind, c.get("chunk"))
+                                         if self.modelled(w.dtype) else None),
         }
 
+    def modelled(self, dtype: torch.dtype) -> bool:
+        """Whether :mod:`.transformer_bytes` states this path's bytes in ``dtype``."""
+        return True
+
     def describe(self, problem, mode="train"):
-        return {"path": self.summary(), **self.facts(problem.model.head.weight.element_size())}
+        return {"path": self.summary(), **self.facts(problem)}
 
 
 class EagerAttention(_TransformerTechnique, name="eager_attention"):
@@ -93,17 +105,20 @@ class _Sdpa(_TransformerTechnique):
     def path(self):
         return Path(attention=functools.partial(sdpa_attention, backend=self.backend))
 
-    def describe(self, problem, mode="train"):
-        p = problem.model.head.weight
+    def picked(self, problem) -> str:
+        """The backend that runs: the forced one, or PyTorch's choice for this problem's q."""
+        if self.backend is not SdpaBackend.AUTO:
+            return self.backend.value
         c = self.config
-        probe = p.new_empty(c["batch"], c["heads"], c["seq"], c["hidden"] // c["heads"])
-        picked = self.backend.value if self.backend is not SdpaBackend.AUTO else sdpa_backend(probe, c["dropout"])
-        facts = self.facts(p.element_size())
-        kind = "flash" if picked == "flash" else "sdpa_math" if picked == "math" else picked
-        facts["attention"] = kind
-        facts["expected_attention_saved_bytes_per_layer"] = attention_bytes(c, p.element_size(), kind)
-        return {"path": self.summary(), "sdpa_backend": picked, "sdpa_backend_forced": self.backend is not SdpaBackend.AUTO,
-                **facts}
+        probe = problem.model.head.weight.new_empty(c["batch"], c["heads"], c["seq"], c["hidden"] // c["heads"])
+        return sdpa_backend(probe, c["dropout"])
+
+    def describe(self, problem, mode="train"):
+        picked = self.picked(problem)
+        kind = {"flash": "flash", "math": "sdpa_math"}.get(picked)  # the CPU build's two; others not modelled
+        facts = self.facts(problem, kind) if kind is not None else {"attention": picked}
+        return {"path": self.summary(), "sdpa_backend": picked,
+                "sdpa_backend_forced": self.backend is not SdpaBackend.AUTO, **facts}
 
 
 class Sdpa(_Sdpa, name="sdpa"):
@@ -137,8 +152,8 @@ class ChunkedAttention(_TransformerTechnique, name="chunked_attention"):
         block = self.config["block"]
         return Path(attention=lambda q, k, v, p: chunked_attention(q, k, v, block=block))
 
-    def facts(self, element_size):
-        return {**super().facts(element_size), "block": self.config["block"],
+    def facts(self, problem):
+        return {**super().facts(problem), "block": self.config["block"],
                 "blocks_per_layer": -(-self.config["seq"] // self.config["block"])}
 
 
@@ -190,9 +205,9 @@ class ChunkedLMLoss(_TransformerTechnique, name="chunked_lm_loss"):
         chunk = self.config["chunk"]
         return Path(loss=lambda h, w, t: chunked_lm_loss(h, w, t, chunk=chunk))
 
-    def facts(self, element_size):
+    def facts(self, problem):
         n = self.config["batch"] * self.config["seq"]
-        return {**super().facts(element_size), "chunk": self.config["chunk"], "chunks": -(-n // self.config["chunk"])}
+        return {**super().facts(problem), "chunk": self.config["chunk"], "chunks": -(-n // self.config["chunk"])}
 
 
 class AutocastBF16(_TransformerTechnique, name="autocast_bf16"):
@@ -204,6 +219,9 @@ class AutocastBF16(_TransformerTechnique, name="autocast_bf16"):
     """
 
     tolerances = {"float32": (5e-2, 5e-2)}
+
+    def modelled(self, dtype):
+        return dtype == torch.float64  # autocast leaves float64 alone; its bfloat16 copies are not modelled
 
     def forward(self, problem):
         with torch.autocast(problem.inputs["tokens"].device.type, dtype=torch.bfloat16):

@@ -49,6 +49,16 @@ Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Te
 Loss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
+# NOTE [ heads-first copy ]
+# The qkv projection gives [B, T, 3, H, d]; attention wants [B, H, T, d].  As a permuted view, what the
+# attention's batched matmuls keep depends on the batch size: for B > 1 ``matmul`` cannot fold
+# [B, H] of the view into one batch dimension and copies q and k (and v) for itself, for B = 1 it
+# keeps views of the whole [B, T, 3D] projection.  One explicit copy to a contiguous [3, B, H, T, d]
+# makes q, k, v contiguous views of one tensor for every B, so what each technique keeps has one
+# formula (:mod:`memlab.techniques.transformer_bytes`); the copy is what FlashAttention-style
+# kernels expect anyway.
+
+
 class Block(nn.Module):
     """One pre-LayerNorm block: causal multi-head attention, then a 4x MLP with GELU (tanh-free)."""
 
@@ -66,8 +76,9 @@ class Block(nn.Module):
     def forward(self, h: torch.Tensor, attention: Attention) -> torch.Tensor:
         """[B, T, D] -> [B, T, D]."""
         b, t, dim = h.shape
-        qkv = self.qkv(self.ln1(h)).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4)
-        o = attention(qkv[0], qkv[1], qkv[2], self.dropout)  # [B, H, T, d]
+        # heads-first and contiguous, [3, B, H, T, d], in one copy (NOTE [ heads-first copy ])
+        qkv = self.qkv(self.ln1(h)).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4).contiguous()
+        o = attention(qkv[0], qkv[1], qkv[2], self.dropout)  # [B, H, T, d] each
         o = o.transpose(1, 2).reshape(b, t, dim)
         h = h + self._drop(self.proj(o))
         return h + self._drop(self.fc2(F.gelu(self.fc1(self.ln2(h)))))
