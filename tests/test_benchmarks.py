@@ -28,7 +28,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
     sys.path.insert(0, str(ROOT))
-MODULES = ["benchmarks.bench_chunking", "benchmarks.bench_tensor_train", "benchmarks.bench_reversible"]
+MODULES = ["benchmarks.bench_chunking", "benchmarks.bench_tensor_train", "benchmarks.bench_reversible",
+           "benchmarks.bench_transformer"]
 METRICS = ("track_peak_allocated", "track_peak_reserved", "track_predicted_cuda_reserved", "track_relative_step_time",
            "time_step")
 
@@ -55,7 +56,7 @@ def _asv_conf() -> dict:
 
 
 def test_every_family_has_a_benchmark_class():
-    assert sorted(c.__name__ for c in CLASSES) == ["ChainedMatmul", "ResidualStack", "TTLinear"]
+    assert sorted(c.__name__ for c in CLASSES) == ["ChainedMatmul", "ResidualStack", "TTLinear", "Transformer"]
 
 
 def test_asv_discovers_exactly_the_workload_classes():
@@ -64,8 +65,10 @@ def test_asv_discovers_exactly_the_workload_classes():
     names = sorted(b.name for b in discovery.disc_benchmarks(str(ROOT / "benchmarks")))
     expected = sorted(f"{mod.split('.')[1]}.{cls}.{metric}" for mod, cls in [
         ("benchmarks.bench_chunking", "ChainedMatmul"), ("benchmarks.bench_tensor_train", "TTLinear"),
-        ("benchmarks.bench_reversible", "ResidualStack")] for metric in METRICS)
+        ("benchmarks.bench_reversible", "ResidualStack"), ("benchmarks.bench_transformer", "Transformer")]
+        for metric in METRICS)
     expected += ["bench_resnet.ResNetComplexity.track_activation_exponent"]  # the complexity tracker (issue 18)
+    expected += ["bench_transformer.TransformerComplexity.track_seq_exponent"]  # issue 27
     assert names == sorted(expected)
 
 

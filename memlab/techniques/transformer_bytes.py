@@ -109,12 +109,12 @@ def head_terms(c: Mapping, e: int, loss: str) -> dict[str, int]:
 
 
 def loss_peak_bytes(c: Mapping, e: int, loss: str, chunk: int | None = None) -> int:
-    """The loss head's activation peak (NOTE [ loss peak ]), bytes."""
-    s = _sizes(c, e)
+    """The loss head's activation peak (NOTE [ loss peak ]), bytes; ``c`` needs batch, seq, hidden, vocab."""
+    n = c["batch"] * c["seq"]
     if loss == "plain":
-        return 3 * s["N"] * c["vocab"] * e + s["Ne"]
+        return 3 * n * c["vocab"] * e + n * e
     if loss != "chunked" or chunk is None:
         raise ValueError(f"loss={loss!r} with chunk={chunk!r}: the chunked loss needs a chunk; valid kinds: "
                          f"{', '.join(LOSS_KINDS)}")
-    rows = min(chunk, s["N"])
-    return rows * c["vocab"] * e + rows * c["hidden"] * e + 2 * s["Ne"]
+    rows = min(chunk, n)
+    return rows * c["vocab"] * e + rows * c["hidden"] * e + 2 * n * e
