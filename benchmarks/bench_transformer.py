@@ -6,8 +6,8 @@ batch 2: a step of well under a second on one core at seq 256).  ``TransformerCo
 log-log exponent of the exact activation peak against ``seq`` (:func:`memlab.complexity.fit_exponent`)
 at seq 128, 256, 512 with heads 8 of size 2, so that the T² terms dominate the eager step: ~2 for
 ``eager_attention`` and ``sdpa_math``, ~1 for ``chunked_attention``; ``sdpa_flash`` (this CPU build's
-flash kernel) sizes its backward blocks by seq, so its exponent over a span that crosses a block-size
-step is above 1 (memlab/techniques/transformer.py's module doc).  A complexity regression (a path that
+flash kernel) sizes its backward scratch by seq blocks, so its exponent is not a clean 1 (NOTE [ SDPA on
+this CPU build ] in memlab/techniques/transformer.py).  A complexity regression (a path that
 starts materialising the [T, T] scores) moves the exponent by ~1, which a single-seq figure can hide.
 """
 from __future__ import annotations

@@ -19,8 +19,24 @@ decoder-only LM) with the same weights; they differ in *how* (a
 * ``autocast_bf16``: the step under ``torch.autocast(dtype=bfloat16)``.
 * ``offload_activations``: ``torch.autograd.graph.save_on_cpu`` (CUDA only).
 
-``describe`` states the analytic bytes of the attention core and of the loss (:mod:`.transformer_bytes`);
-the measured activation peak is ``extra["activation_peak_bytes"]`` (``reports_activation_peak``).
+``describe`` states what each path keeps at the end of forward, per block and in the head, and the
+loss head's peak (:mod:`.transformer_bytes`, equal to the exact CPU trace to the byte); the measured
+activation peak is ``extra["activation_peak_bytes"]`` (``reports_activation_peak``).
+
+# NOTE [ SDPA on this CPU build ]
+torch 2.13.0+cpu has two SDPA backends: ``math`` (the eager graph, probabilities [B, H, T, T] kept)
+and ``flash`` (``_scaled_dot_product_flash_attention_for_cpu``: output and float32 log-sum-exp kept);
+``efficient`` and ``cudnn`` raise "No viable backend" here (CUDA only: not registered as techniques).
+PyTorch picks ``flash`` at dropout 0 and ``math`` at dropout > 0 (the CPU flash kernel takes no
+dropout), recorded in ``extra["sdpa_backend"]``.  What flash keeps is linear in T, but its
+backward's scratch is sized by query/key blocks that the kernel picks from T, so its activation peak
+steps up where the block size changes (measured: x2.42 from seq 128 to 256, x2.00 from 256 to 512,
+x3.16 from 512 to 1024 at heads 8, head size 2, batch 1) and is linear between the steps: fitted over
+seq 128-1024 its exponent is 1.28 (eager 1.98, chunked 1.00 on the same points).  Past the last step
+(seq >= 768) a fixed block scratch (~2.1 MB at 2 threads) dominates and the increments are linear
+(~750-820 bytes per token there): fitted over seq 768, 1536, 3072 the exponent is 0.38.  So on this
+CPU build no seq span gives flash a fitted exponent of 1 ± 0.1; its memory is "linear plus a
+block-sized constant", not the O(T²) of math/eager.
 """
 from __future__ import annotations
 
