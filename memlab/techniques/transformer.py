@@ -62,9 +62,9 @@ class _TransformerTechnique(Technique):
 
     workload = Transformer
     reports_activation_peak = True
-    #: the attention kind :func:`attention_bytes` describes
+    #: the attention kind :func:`~.transformer_bytes.layer_terms` describes
     attention_kind = "eager"
-    #: the loss kind :func:`loss_bytes` describes
+    #: the loss kind :func:`~.transformer_bytes.head_terms` and :func:`~.transformer_bytes.loss_peak_bytes` describe
     loss_kind = "plain"
     #: True: the attention draws its dropout masks differently from the eager reference
     #: (NOTE [ dropout and the reference check ])
