@@ -209,3 +209,13 @@ def test_budget_units_and_knob_candidates():
 
 def test_models_dir_is_beside_the_sweeps():
     assert MODELS_DIR.parent.name == "data" and (MODELS_DIR / "cpu-float32-sgd.json").is_file()
+
+
+def test_small_budgets_and_counts_read_right():
+    """``--budget 10KiB`` is not shown as "0.0 MiB"; one chunk and one setting are singular (issue 29)."""
+    from memlab.advisor.advise import _knobs, _plural, fmt_bytes
+
+    assert fmt_bytes(10 * 1024) == "10.0 KiB" and fmt_bytes(512) == "512 B" and fmt_bytes(3 * 2**20) == "3.0 MiB"
+    assert fmt_bytes(5 * 2**30) == "5.00 GiB"
+    assert _plural(1, "setting") == "1 setting" and _plural(3, "setting") == "3 settings"
+    assert _knobs({"knobs": {"chunk_size": 100}, "chunks": 1}) == "chunk_size=100 (1 chunk)"

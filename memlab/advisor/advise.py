@@ -60,7 +60,9 @@ def fmt_bytes(n: float | None) -> str:
     n = abs(n)
     if n >= GiB:
         return f"{sign}{n / GiB:.2f} GiB"
-    return f"{sign}{n / MiB:.1f} MiB"
+    if n >= MiB:
+        return f"{sign}{n / MiB:.1f} MiB"
+    return f"{sign}{n / 1024:.1f} KiB" if n >= 1024 else f"{sign}{n:.0f} B"  # --budget 10KiB is not "0.0 MiB"
 
 
 def cuda_need(total: int) -> int:
@@ -236,8 +238,13 @@ def _cats(c: Mapping[str, Any]) -> str:
                      if c["peak_by_category_bytes"].get(k))
 
 
+def _plural(n: Any, word: str) -> str:
+    """``'1 chunk'``, ``'3 chunks'``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _knobs(c: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in c["knobs"].items()) + (f" ({c['chunks']} chunks)" if c["knobs"] else "")
+    return " ".join(f"{k}={v}" for k, v in c["knobs"].items()) + (f" ({_plural(c['chunks'], 'chunk')})" if c["knobs"] else "")
 
 
 def _time(c: Mapping[str, Any]) -> str:
@@ -262,7 +269,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
                      f"fitted reserved model); the CUDA context is not included")
         lines += format_gpu_evidence(a.get("gpu_evidence") or [], m["fraction"])
     shown = a["fits"] if limit is None else a["fits"][:limit]
-    lines += ["", f"Fits ({len(a['fits'])} settings, ranked by predicted relative step time"
+    lines += ["", f"Fits ({_plural(len(a['fits']), 'setting')}, ranked by predicted relative step time"
               + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
     rows = [("#", "technique", "setting", need, "headroom", "time", "model error")]
     for i, c in enumerate(shown, 1):
@@ -277,7 +284,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     front = a["pareto"]
     if limit is not None and len(front) > limit:  # evenly spaced along the front, both ends kept
         front = [front[round(i * (len(front) - 1) / (limit - 1))] for i in range(limit)]
-    lines += ["", f"Pareto front ({need} vs relative time, {len(a['pareto'])} settings"
+    lines += ["", f"Pareto front ({need} vs relative time, {_plural(len(a['pareto']), 'setting')}"
               + (f", {len(front)} shown" if len(front) < len(a["pareto"]) else "") + "; * fits):"]
     for c in front:
         lines.append(f"  {'*' if c['fits'] else ' '} {fmt_bytes(c['need_bytes']):>11}  {_time(c):>7}  "
