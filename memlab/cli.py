@@ -166,13 +166,13 @@ def _cmd_measure(args) -> int:
 
 
 def _harness_keys() -> frozenset[str]:
-    from .sweep_time import PHASES
+    from .sweep.breakdown import PHASES
 
     return frozenset(k for k, _ in PHASES) | {"predict_cuda_s"}
 
 
 #: ``Measurement.extra`` keys ``memlab measure`` leaves out of its human output (``--json`` keeps them):
-#: the harness's own phase seconds (:data:`memlab.sweep_time.PHASES`) and bookkeeping.
+#: the harness's own phase seconds (:data:`memlab.sweep.breakdown.PHASES`) and bookkeeping.
 _NOT_SHOWN_EXTRA = _harness_keys() | {"baseline", "twin"}
 
 

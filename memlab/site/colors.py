@@ -18,6 +18,8 @@ __all__ = ["BASELINE_COLOR", "BUILTIN_COLORS", "HASHED_COLORS", "PALETTE", "tech
 #: The no-savings baseline of a built-in family, on every chart.
 BASELINE_COLOR = "#7f7f7f"
 _BLUE, _RED, _GREEN, _ORANGE, _PURPLE, _BROWN = "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"
+#: three more for the family with nine techniques beside its baseline (transformer)
+_NAVY, _TEAL, _GOLD = "#08306b", "#006d5b", "#b8860b"
 #: memlab's techniques (and the reproductions' own), per family; the colours they had before plug-ins
 #: could move them.
 BUILTIN_COLORS: dict[str, str] = {
@@ -33,12 +35,16 @@ BUILTIN_COLORS: dict[str, str] = {
     # resnet
     "resnet": BASELINE_COLOR, "resnet_checkpoint_block": _BLUE, "resnet_checkpoint_sqrt": _RED, "revnet": _GREEN,
     "revnet_autograd": _ORANGE, "revnet_nosave": _PURPLE,
+    # transformer
+    "eager_attention": BASELINE_COLOR, "sdpa": _BLUE, "sdpa_math": _RED, "sdpa_flash": _GREEN,
+    "chunked_attention": _ORANGE, "checkpoint_layer": _PURPLE, "selective_checkpoint": _BROWN,
+    "chunked_lm_loss": _NAVY, "autocast_bf16": _TEAL, "offload_activations": _GOLD,
 }
 #: Colours for every other technique: none a built-in's, none grey.
 HASHED_COLORS = ("#e377c2", "#17becf", "#bcbd22", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173",
                  "#3182bd", "#e6550d")
 #: Every colour a technique may take but the baselines' grey (the browser test: no other series in one).
-PALETTE = (_BLUE, _RED, _GREEN, _ORANGE, _PURPLE, _BROWN) + HASHED_COLORS
+PALETTE = (_BLUE, _RED, _GREEN, _ORANGE, _PURPLE, _BROWN, _NAVY, _TEAL, _GOLD) + HASHED_COLORS
 
 
 def technique_color(name: str) -> str:
