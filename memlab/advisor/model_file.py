@@ -166,8 +166,14 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     started = time.perf_counter()
     say(f"memlab: fitting {decl.name} ({optimizer}): {len(decl.entries)} techniques, traced at "
         f"{decl.sizes[0]} in {decl.trace_values}; cached in {folder}")
+    from .trace import IdentificationError
+
     with _tracing():
-        fam = fit_family(decl, optimizer, say=say, measure_fn=measure_fn)
+        try:
+            fam = fit_family(decl, optimizer, say=say, measure_fn=measure_fn, skip_unidentified=True)
+        except IdentificationError as exc:
+            raise AdviceError(f"{Path(load_model_path(model)).name}: {exc}; the step's allocations are not products "
+                              f"of the varied sizes (NOTE [ advisor models ])".splitlines()[0]) from None
     doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.advisor.model_file)",
            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
            "optimizer": optimizer, "loss": "given", "families": {decl.name: {**fam, "memlab_commit": git_commit()}},
@@ -272,7 +278,8 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     return {"model_file": load_model_path(model), "family": decl.name, "vary": size, "held": held,
             "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device, "models": str(path),
             "cached": cached, "declared_by": decl.declared_by, "answers": answers, "fits": answers,
-            "cannot_fit": cannot, "seconds": round(time.perf_counter() - started, 1)}
+            "cannot_fit": cannot, "not_modelled": fam.get("not_modelled", []),
+            "seconds": round(time.perf_counter() - started, 1)}
 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:
@@ -302,6 +309,8 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     for c in a["cannot_fit"]:
         why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
         lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")
+    for c in a.get("not_modelled", []):
+        lines.append(f"  {c['label']}: not modelled: {c['reason']}")
     beyond = [c for c in a["answers"] if c["validated_max"] and c["size"] > c["validated_max"]]
     if beyond:
         lines += ["", f"{a['vary']} beyond the measured range (<= {beyond[0]['validated_max']}) is predicted by the "
