@@ -590,6 +590,8 @@ def _cmd_advise(args) -> int:
     from .advisor import AdviceError, advise, format_advice, format_verify, verify
 
     models_dir = Path(args.models) if args.models else None
+    if args.model:
+        return _advise_model(args, models_dir)
     if args.fit:
         from .advisor import fit_all
         from .advisor.fit import OPTIMIZERS_FITTED, declaration_of
@@ -625,6 +627,29 @@ def _cmd_advise(args) -> int:
     if checked is not None and checked["measured"] and not checked["fits_budget"]:
         return 1
     return 0
+
+
+def _advise_model(args, cache_root) -> int:
+    """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.advisor.model_file)."""
+    from .advisor import format_verify, verify
+    from .advisor.model_file import advise_model, format_model_advice
+    from .params import split_params
+
+    if args.fit or args.family:
+        raise UsageError("--model fits its own models (cached); leave out --fit and --family")
+    if not args.budget:
+        raise UsageError("memlab advise --model needs --budget (e.g. --budget 24GiB)")
+    a = advise_model(args.model, args.budget, vary=[v.strip() for v in args.vary.split(",")],
+                     params=split_params(args.param or []), optimizer=args.optimizer or "sgd", device=args.device,
+                     cache_root=cache_root, say=_say)
+    checked = verify(a) if args.verify else None
+    if args.json:
+        print(json.dumps({**a, "verify": checked}, indent=1, sort_keys=True))
+    else:
+        _print_or_drop(format_model_advice(a))
+        if checked is not None:
+            _print_or_drop("\n" + format_verify(checked))
+    return 1 if checked is not None and checked["measured"] and not checked["fits_budget"] else 0
 
 
 def _cmd_site(args) -> int:
@@ -792,7 +817,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--verify", action="store_true", help="measure the first recommendation when it fits this "
                                                           "machine's available memory; exit 1 if it overflows the budget")
     s.add_argument("--fit", action="store_true", help="rebuild the models (traces + held-out measurements, minutes)")
-    s.add_argument("--models", metavar="DIR", help="models directory (default data/models)")
+    s.add_argument("--models", metavar="DIR", help="models directory (default data/models; with --model: the cache "
+                                                   "of fitted model files, default ~/.cache/memlab/advise)")
+    s.add_argument("--model", metavar="FILE.py", help="a model file (build/batch): fit its techniques' models (cached) "
+                                                      "and answer the largest --vary size each fits in --budget")
+    s.add_argument("--vary", default="batch", metavar="SIZES",
+                   help="with --model: the sizes the models vary, batch first (batch, or batch,seq); the answer "
+                        "searches the first")
     s.set_defaults(func=_cmd_advise)
 
     s = sub.add_parser("compare", help="compare the exact memory figures of two sweep files point by point "

@@ -42,6 +42,11 @@ __all__ = ["AdvisorModel", "Declaration", "Entry", "Loop", "NoLoop", "Chunks", "
 BASE_K = 3
 #: distinct primes a traced size point draws its values from (NOTE [ advisor models ], step 1)
 PRIMES = (5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43)
+#: the largest ``max_quantum`` (bytes per monomial unit): a model file's per-sample tensors are large
+#: (GPT-2's logits: seq x 50257 x 4 bytes per sample).  The reading stays unique at any quantum:
+#: ``check_distinct`` makes the monomials' value vectors non-proportional, so the ratio of an
+#: allocation's sizes at the two points names its monomial.
+MAX_QUANTUM_LIMIT = 1 << 40
 _MONOMIAL = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*(\*[A-Za-z_][A-Za-z_0-9]*)*$")
 #: workload parameters left out of an entry's label (they are the family's, not the entry's)
 _LABEL_SKIP = {"x_requires_grad", "coupling", "block", "spatial"}
@@ -108,6 +113,7 @@ class Declaration:
     max_degree: int = 3
     max_quantum: int = 64
     declared_by: str = ""
+    trace_values: tuple[int, ...] = ()
 
     def __post_init__(self):
         self.validate()
@@ -150,8 +156,11 @@ class Declaration:
                                  f"of one of sizes={self.sizes!r}")
         if not 1 <= self.max_degree <= 6:
             raise ValueError(f"{who}: max_degree={self.max_degree!r} is out of range: expected 1 to 6")
-        if not 1 <= self.max_quantum <= 1 << 20:
-            raise ValueError(f"{who}: max_quantum={self.max_quantum!r} is out of range: expected 1 to {1 << 20}")
+        if not 1 <= self.max_quantum <= MAX_QUANTUM_LIMIT:
+            raise ValueError(f"{who}: max_quantum={self.max_quantum!r} is out of range: expected 1 to {MAX_QUANTUM_LIMIT}")
+        if self.trace_values and (len(set(self.trace_values)) < 4 or min(self.trace_values) < 2):
+            raise ValueError(f"{who}: trace_values={self.trace_values!r} must be 4 or more distinct integers >= 2 "
+                             f"(or empty: the primes {PRIMES[0]} to {PRIMES[-1]})")
 
     def entry(self, label: str) -> Entry:
         for e in self.entries:
@@ -174,11 +183,12 @@ class Declaration:
         """Two size points of class ``k`` whose monomials are all told apart (``distinct(points, vars)``)."""
         variables = self.class_variables(k, chunked)
         need = max(4, self.loop.values_needed(self.sizes, k, chunked))
-        if need > len(PRIMES):
-            raise ValueError(f"advisor model of family {self.name!r}: {need} traced variables; at most {len(PRIMES)}")
+        values = tuple(sorted(set(self.trace_values))) or PRIMES
+        if need > len(values):
+            raise ValueError(f"advisor model of family {self.name!r}: {need} traced variables; at most {len(values)}")
         rng = random.Random(1000 * k + len(variables))
         for _ in range(2000):
-            pts = [self.loop.trace_point(self.sizes, k, chunked, rng.sample(PRIMES, need)) for _p in range(2)]
+            pts = [self.loop.trace_point(self.sizes, k, chunked, rng.sample(values, need)) for _p in range(2)]
             if distinct(pts, variables):
                 return pts
         raise RuntimeError(f"no distinct trace points for {self.name} k={k}")  # pragma: no cover
@@ -209,7 +219,8 @@ class Declaration:
                 "workload_fixed": dict(self.workload_fixed), "entries": [e.to_json() for e in self.entries],
                 "loop": self.loop.to_json(), "time_sizes": [dict(p) for p in self.time_sizes], "work": self.work,
                 "time_chunks": list(self.time_chunks), "held_out": {k: list(v) for k, v in self.held_out.items()},
-                "max_degree": self.max_degree, "max_quantum": self.max_quantum, "declared_by": self.declared_by}
+                "max_degree": self.max_degree, "max_quantum": self.max_quantum, "declared_by": self.declared_by,
+                **({"trace_values": list(self.trace_values)} if self.trace_values else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Declaration":
@@ -228,7 +239,8 @@ class Declaration:
                        time_chunks=tuple(data.get("time_chunks") or ()),
                        held_out={k: tuple(v) for k, v in (data.get("held_out") or {}).items()},
                        max_degree=int(data.get("max_degree", 3)), max_quantum=int(data.get("max_quantum", 64)),
-                       declared_by=str(data.get("declared_by", "")))
+                       declared_by=str(data.get("declared_by", "")),
+                       trace_values=tuple(data.get("trace_values") or ()))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"an advisor declaration without a valid {exc}") from None
 
@@ -285,6 +297,8 @@ class AdvisorModel:
         max_degree: the highest total degree of an allocation's monomial (3: a [c, d, h] product).
         max_quantum: the largest bytes-per-monomial-unit an allocation may have (4 for a float32
             tensor; more when a fixed size multiplies it, e.g. 4 * 64 for a fixed 8x8 image).
+        trace_values: the values traced sizes are drawn from (4 or more distinct integers >= 2);
+            empty: the primes 5 to 43.  A model file's default is small (2 to 7) to keep traces cheap.
     """
 
     family: ClassVar[str] = ""
@@ -299,6 +313,7 @@ class AdvisorModel:
     time_chunks: ClassVar[tuple[int, ...]] = ()
     max_degree: ClassVar[int] = 3
     max_quantum: ClassVar[int] = 64
+    trace_values: ClassVar[tuple[int, ...]] = ()
 
     def __init_subclass__(cls, family: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -338,4 +353,5 @@ class AdvisorModel:
             workload_fixed=dict(cls.workload_fixed), entries=tuple(cls.entries), loop=cls.loop,
             time_sizes=tuple(dict(p) for p in cls.time_sizes), work=cls.work, time_chunks=tuple(cls.time_chunks),
             held_out={k: tuple(v) for k, v in cls.held_out.items()}, max_degree=cls.max_degree,
-            max_quantum=cls.max_quantum, declared_by=f"{cls.__module__}.{cls.__qualname__}")
+            max_quantum=cls.max_quantum, declared_by=f"{cls.__module__}.{cls.__qualname__}",
+            trace_values=tuple(cls.trace_values))

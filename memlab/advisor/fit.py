@@ -7,6 +7,7 @@ objects out of the collector's way); the held-out checks are ordinary isolated
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import time
@@ -271,25 +272,42 @@ def _spec(p) -> dict[str, Any]:
 
 
 def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] = print,
-               measure_fn: Callable | None = None) -> dict[str, Any]:
+               measure_fn: Callable | None = None, skip_unidentified: bool = False) -> dict[str, Any]:
     """One family's part of a model file: its declaration, the specs of its sizes and knobs (from the
     registered techniques' parameters) and every entry's fitted model.
 
     Raises:
         ValueError: an entry names a technique that is not registered or not of the family.
+        IdentificationError: an allocation that is no ``q * monomial`` of the sizes; with
+            ``skip_unidentified`` only when every entry has one (the others are listed in
+            ``not_modelled``: ``[{technique, label, reason}]``, and left out of the declaration).
     """
     from ..registry import get_technique
+    from .trace import IdentificationError
 
     for e in fam.entries:
         if get_technique(e.technique).family() != fam.name:
             raise ValueError(f"advisor model of family {fam.name!r}: entry {e.label!r} is technique "
                              f"{e.technique!r} of family {get_technique(e.technique).family()!r}")
-    entries = []
+    entries, skipped = [], []
     for i, entry in enumerate(fam.entries):
-        model = fit_entry(fam, entry, optimizer, measure_fn=measure_fn, say=say, seed=i)
+        try:
+            model = fit_entry(fam, entry, optimizer, measure_fn=measure_fn, say=say, seed=i)
+        except IdentificationError as exc:
+            if not skip_unidentified:
+                raise
+            say(f"  {entry.label} ({optimizer}): not modelled: {exc}")
+            skipped.append({"technique": entry.technique, "label": entry.label, "reason": str(exc)})
+            continue
         cls = get_technique(entry.technique)
         model.update(baseline=cls.baseline, peer=cls.peer)
         entries.append(model)
+    if not entries:
+        raise IdentificationError(f"advisor model of family {fam.name!r}: no entry could be modelled; "
+                                  f"{skipped[0]['label']}: {skipped[0]['reason']}")
+    if skipped:  # the declaration states what was modelled
+        fam = dataclasses.replace(fam, entries=tuple(e for e in fam.entries
+                                                     if e.technique not in {x["technique"] for x in skipped}))
     specs = get_technique(fam.entries[0].technique).all_params()
     knob_specs = {k: _spec(get_technique(e.technique).all_params()[k]) for e in fam.entries for k in e.knobs}
     return {
@@ -300,6 +318,7 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
         "variables": fam.variable_docs({s: specs[s].doc for s in fam.sizes}),
         "declaration": fam.to_json(),
         "entries": entries,
+        **({"not_modelled": skipped} if skipped else {}),
     }
 
 
