@@ -630,9 +630,9 @@ def _cmd_advise(args) -> int:
 
 
 def _advise_model(args, cache_root) -> int:
-    """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.advisor.model_file)."""
+    """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.model_advice)."""
     from .advisor import format_verify, verify
-    from .advisor.model_file import advise_model, format_model_advice
+    from .model_advice import advise_model, format_model_advice
     from .params import split_params
 
     if args.fit or args.family:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memlab.advisor import AdviceError
-from memlab.advisor.model_file import TRACE_VALUES, cache_dir_for, largest_fitting, model_declaration
+from memlab.model_advice import TRACE_VALUES, cache_dir_for, largest_fitting, model_declaration
 from memlab.own_model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]

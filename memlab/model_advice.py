@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .advise import AdviceError, cuda_need, error_bound, fmt_bytes, parse_budget
-from .declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
-from .loops import NoLoop
-from .model import SCHEMA, load_models, models_path, predict, predict_time
+from .advisor.advise import AdviceError, cuda_need, error_bound, fmt_bytes, parse_budget
+from .advisor.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
+from .advisor.loops import NoLoop
+from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
 
 __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "largest_fitting", "advise_model",
            "format_model_advice", "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
@@ -62,7 +62,7 @@ def _file_declaration(workload) -> type[AdvisorModel] | None:
 
 def _applicable(workload, names: Mapping[str, str]) -> list[str]:
     """Kinds that run on the CPU and find what they need (blocks) on this model."""
-    from ..registry import get_technique
+    from .registry import get_technique
 
     out = []
     for kind, name in names.items():
@@ -84,7 +84,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
     Raises:
         AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, or a bad declaration.
     """
-    from ..own_model import load_model, model_techniques, technique_name
+    from .own_model import load_model, model_techniques, technique_name
 
     workload = load_model(model)
     valid = ["batch", *workload.model_file.sizes]
@@ -104,7 +104,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
     fields = dict(name=workload.family, workload=workload.name, sizes=sizes, workload_fixed={}, entries=entries,
                   loop=NoLoop(), time_sizes=time_sizes, work="*".join(sizes), held_out=held_out,
                   max_quantum=MAX_QUANTUM_LIMIT, trace_values=TRACE_VALUES,
-                  declared_by="memlab.advisor.model_file.model_declaration")
+                  declared_by="memlab.model_advice.model_declaration")
     if own is not None:
         for f in ("workload_fixed", "time_sizes", "work", "held_out", "max_degree", "trace_values", "time_chunks"):
             value = getattr(own, f)
@@ -123,8 +123,8 @@ def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = 
     """Where the fitted models of ``model`` live: ``<root>/<stem>-<key>/``, ``key`` a hash of the file's
     bytes, the declaration, the optimizer and memlab's commit (a change to any refits).  ``root``
     defaults to ``$MEMLAB_CACHE``, else ``$XDG_CACHE_HOME/memlab/advise`` (``~/.cache/memlab/advise``)."""
-    from ..measurement.environment import git_commit
-    from ..own_model import load_model
+    from .measurement.environment import git_commit
+    from .own_model import load_model
 
     mf = load_model(model).model_file
     h = hashlib.sha256(Path(mf.path).read_bytes())
@@ -154,9 +154,9 @@ def _tracing():
 def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path | None = None,
                   say: Callable[[str], None] = print, measure_fn: Callable | None = None) -> tuple[dict, Path, bool]:
     """``(family part of the model file, its path, read from the cache)``: fitted once per key."""
-    from ..atomic import write_text_atomic
-    from ..measurement.environment import git_commit
-    from .fit import fit_family
+    from .atomic import write_text_atomic
+    from .measurement.environment import git_commit
+    from .advisor.fit import fit_family
 
     folder = cache_dir_for(model, decl, optimizer, cache_root)
     path = models_path(optimizer, folder)
@@ -166,7 +166,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     started = time.perf_counter()
     say(f"memlab: fitting {decl.name} ({optimizer}): {len(decl.entries)} techniques, traced at "
         f"{decl.sizes[0]} in {decl.trace_values}; cached in {folder}")
-    from .trace import IdentificationError
+    from .advisor.trace import IdentificationError
 
     with _tracing():
         try:
@@ -174,7 +174,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
         except IdentificationError as exc:
             raise AdviceError(f"{Path(load_model_path(model)).name}: {exc}; the step's allocations are not products "
                               f"of the varied sizes (NOTE [ advisor models ])".splitlines()[0]) from None
-    doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.advisor.model_file)",
+    doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.model_advice)",
            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
            "optimizer": optimizer, "loss": "given", "families": {decl.name: {**fam, "memlab_commit": git_commit()}},
            "model_file": load_model_path(model), "fit_seconds": round(time.perf_counter() - started, 1)}
@@ -184,7 +184,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
 
 
 def load_model_path(model) -> str:
-    from ..own_model import load_model
+    from .own_model import load_model
 
     return load_model(model).model_file.path
 
@@ -227,7 +227,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     Raises:
         AdviceError: bad device, optimizer, size or budget, or no technique fits even one sample.
     """
-    from ..registry import get_technique
+    from .registry import get_technique
 
     started = time.perf_counter()
     if device not in ("cpu", "cuda"):
@@ -284,7 +284,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:
     """The answers as text: one row per technique, its categories below it."""
-    from .advise import _cats
+    from .advisor.advise import _cats
 
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     held = "".join(f", {k}={v}" for k, v in a["held"].items())
