@@ -104,10 +104,15 @@ def step_time_fields(times: list[float], samples_per_step: int | None) -> dict[s
             "samples_per_s": samples_per_step / median if samples_per_step and median > 0 else None}
 
 
+def round_ratios(times: list[float], ref_times: list[float]) -> list[float]:
+    """``times[i] / mean(ref_times[i], ref_times[i + 1])`` for every round ``i``: each step against the
+    baseline steps timed just before and after it (dimensionless)."""
+    return [t / ((a + b) / 2) for t, a, b in zip(times, ref_times, ref_times[1:]) if a + b > 0]
+
+
 def relative_step_time(times: list[float], ref_times: list[float]) -> float | None:
-    """Median over ``i`` of ``times[i] / mean(ref_times[i], ref_times[i + 1])``: each step against the
-    baseline steps timed just before and after it."""
-    ratios = [t / ((a + b) / 2) for t, a, b in zip(times, ref_times, ref_times[1:]) if a + b > 0]
+    """Median of :func:`round_ratios`, or None with no complete round."""
+    ratios = round_ratios(times, ref_times)
     return statistics.median(ratios) if ratios else None
 
 
@@ -200,7 +205,7 @@ def _settled(times: list[tuple[float, float]], ref: list[tuple[float, float]], c
     clock = [t[k] for t in times]
     if len(clock) < 3 or _iqr(clock) > STABLE_IQR_FRACTION * statistics.median(clock):
         return False
-    ratios = [t / ((a + b) / 2) for t, a, b in zip(clock, [r[k] for r in ref], [r[k] for r in ref[1:]]) if a + b > 0]
+    ratios = round_ratios(clock, [r[k] for r in ref])
     if len(ratios) < 3:
         return False
     return 0.93 * _iqr(ratios) / len(ratios) ** 0.5 <= RATIO_PRECISION * statistics.median(ratios)

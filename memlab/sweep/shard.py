@@ -61,9 +61,10 @@ def point_cost(point: Any) -> tuple[str, float | None]:
 # partition from the same plan.
 
 
-def shard_indices(points: list[Any], count: int,
-                  cost: Callable[[Any], tuple[str, float | None]] = point_cost) -> list[int]:
-    """The 0-based shard of each point of ``points`` among ``count`` shards (NOTE [ shard partition ])."""
+def _partition(points: list[Any], count: int,
+               cost: Callable[[Any], tuple[str, float | None]]) -> tuple[list[int], list[float]]:
+    """The 0-based shard of each point and its cost in units of its workload's mean size
+    (NOTE [ shard partition ])."""
     if count < 1:
         raise ValueError(f"shard count {count} is out of range 1..{MAX_SHARDS}")
     costs = [cost(p) for p in points]
@@ -71,12 +72,13 @@ def shard_indices(points: list[Any], count: int,
     for i, (workload, _) in enumerate(costs):
         by_workload.setdefault(workload, []).append(i)
     total = [0.0] * count
-    out = [0] * len(points)
+    out, unit = [0] * len(points), [0.0] * len(points)
     for workload in sorted(by_workload):
         members = by_workload[workload]
         sizes = [costs[i][1] for i in members if costs[i][1]]
         mean = sum(sizes) / len(sizes) if sizes else 1.0
-        unit = {i: (costs[i][1] or mean) / mean for i in members}
+        for i in members:
+            unit[i] = (costs[i][1] or mean) / mean
         order = sorted(members, key=lambda i: (-unit[i], _canonical(points[i])))
         mine = [0.0] * count
         for i in order:
@@ -84,7 +86,13 @@ def shard_indices(points: list[Any], count: int,
             out[i] = target
             mine[target] += unit[i]
             total[target] += unit[i]
-    return out
+    return out, unit
+
+
+def shard_indices(points: list[Any], count: int,
+                  cost: Callable[[Any], tuple[str, float | None]] = point_cost) -> list[int]:
+    """The 0-based shard of each point of ``points`` among ``count`` shards (NOTE [ shard partition ])."""
+    return _partition(points, count, cost)[0]
 
 
 def select_shard(points: list[Any], index: int, count: int,
@@ -124,14 +132,7 @@ class ShardSummary:
 def summarise(points: list[Any], count: int,
               cost: Callable[[Any], tuple[str, float | None]] = point_cost) -> ShardSummary:
     """Points and share of the (size-model) cost per shard, for the sweep's opening line."""
-    costs = [cost(p) for p in points]
-    by_point = dict(zip(map(id, points), costs))
-    shards = shard_indices(points, count, lambda p: by_point[id(p)])
-    means: dict[str, float] = {}
-    for workload in {w for w, _ in costs}:
-        sizes = [s for w, s in costs if w == workload and s]
-        means[workload] = sum(sizes) / len(sizes) if sizes else 1.0
-    unit = [(s or means[w]) / means[w] for w, s in costs]
+    shards, unit = _partition(points, count, cost)
     total = sum(unit) or 1.0
     counts, shares = [0] * count, [0.0] * count
     for s, u in zip(shards, unit):
