@@ -264,6 +264,17 @@ ISOLATION_MODES = ("auto", "fork", "spawn")
 #: ``memlab sweep --jobs N`` runs N measurements at once, each from its own warm server
 _servers: dict[int, Any] = {}
 _servers_lock = threading.Lock()
+#: variables that change in the caller's process without changing what a child measures, so a
+#: difference in these alone does not restart the fork server: torch sets inductor's default cache
+#: folder when an in-process measurement's first optimizer step imports it (a child works out the
+#: same folder itself), and pytest names the running test in its own variable before every test
+_NOT_A_SETTING = frozenset({"TORCHINDUCTOR_CACHE_DIR", "PYTEST_CURRENT_TEST"})
+
+
+def _same_setting(a: dict[str, str], b: dict[str, str]) -> bool:
+    def setting(env: dict[str, str]) -> dict[str, str]:
+        return {k: v for k, v in env.items() if k not in _NOT_A_SETTING}
+    return setting(a) == setting(b)
 
 
 def _server_for(env: dict[str, str]):
@@ -273,7 +284,7 @@ def _server_for(env: dict[str, str]):
     key = threading.get_ident()
     with _servers_lock:
         server = _servers.get(key)
-    if server is not None and (server.env != env or not server.alive()):
+    if server is not None and (not _same_setting(server.env, env) or not server.alive()):
         server.close()
         server = None
     if server is None:
