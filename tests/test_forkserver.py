@@ -99,3 +99,24 @@ def test_the_server_reads_the_git_commit_once_before_any_fork():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "1"
+
+
+def _server_pid():
+    from memlab.measurement import runner
+    import threading
+    return runner._servers[threading.get_ident()].proc.pid
+
+
+def test_the_server_is_reused_across_tests_and_after_an_in_process_step(monkeypatch):
+    """A variable that is not a setting (pytest's per-test name, the inductor cache folder torch sets
+    after an in-process step) does not restart the server; a real setting (a malloc variable) does."""
+    small = {"n": 16, "d": 4, "hidden": 8}
+    assert memlab.measure("unchunked", isolate="fork", **FAST, **small).status == "ok"
+    first = _server_pid()
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test (call)")
+    assert memlab.measure("unchunked", isolate=False, **FAST, **small).status == "ok"
+    assert memlab.measure("unchunked", isolate="fork", **FAST, **small).status == "ok"
+    assert _server_pid() == first
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "1")
+    assert memlab.measure("unchunked", isolate="fork", **FAST, **small).status == "ok"
+    assert _server_pid() != first
