@@ -401,7 +401,8 @@ def _short_commit(commit: Any) -> str:
 
 
 def _seed_run(s: dict) -> dict[str, str]:
-    """The reproduction's own run (its rows, figure and timelines): what, data file, commit, machine."""
+    """The reproduction's own run (its rows, figure and timelines), for the list of the runs a seed page
+    shows (NOTE [ a page's runs ])."""
     rows, env = s["measurements"], s["environment"]
     commits = sorted({_short_commit((e or {}).get("git_commit")) for e in rows["environment"]}) if len(rows) else []
     machines = sorted(set(rows["machine"])) if len(rows) else []
@@ -410,6 +411,14 @@ def _seed_run(s: dict) -> dict[str, str]:
             "machine": ", ".join(machines) or R.machine_of(env, "cpu")}
 
 
+# NOTE [ a page's runs ]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A page shows one run's rows unless it says otherwise (issue 29).  A seed page is built from up to
+# three files written at different commits, on different machines: the reproduction (memlab reproduce),
+# the CUDA prediction (make cuda-variants: CPU traces replayed through the allocator model) and the
+# GPU check (make gpu-check, on a GPU host).  Each step that adds a block adds its run to the page's
+# ``runs`` (what, data file, memlab commit, machine); the page lists them at the top when there are
+# several, and each block names its own.
 def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
     page = Page(path)
     for fixed in ("measurements", "timelines"):
@@ -422,7 +431,7 @@ def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
         figure = page.chart(F.seed_figure(s["figure"], colors, techniques),
                             s["figure"]["title"] or "The figure that settles it")
     return page.done({
-        "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"],
+        "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"], "runs": [run],
         "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
         "summary": s["summary"], "summary_items": summary_items(s["summary"]), "quick": s["quick"], "figure": figure,
         "table": measurement_table(page, "measurement rows", rows, skip=_fixed_params(rows)) if len(rows) else None,

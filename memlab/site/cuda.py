@@ -263,7 +263,11 @@ def add_cuda_to_seed_pages(ctx: dict[str, Any]) -> dict[str, Any]:
             problems.append(f"{v['source']}: left out ({type(exc).__name__}: {str(exc)[:200]})")
             pages.append(p)
             continue
-        pages.append({**p, "cuda": block, "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
+        run = {"what": "predicted on a GPU (CPU traces replayed through the allocator model)",
+               "data": f"data/cuda-variants/{v['source']}", "commit": str(v.get("memlab_commit") or "not recorded")[:12],
+               "machine": f"a CPU (torch {v.get('torch') or '?'}); no GPU ran"}
+        pages.append({**p, "cuda": {**block, "run": run}, "runs": [*p.get("runs", []), run],
+                      "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
     return {**ctx, "pages": pages, "problems": ctx["problems"] + problems}
 
 

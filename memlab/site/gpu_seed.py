@@ -70,13 +70,20 @@ def add_gpu_measured_to_seed_pages(ctx: dict[str, Any]) -> dict[str, Any]:
     for p in ctx["pages"]:
         seed = seeds.get(p.get("seed")) if p.get("template") == "seed.html" else None
         keys = _seed_keys(seed) if seed is not None else set()
-        rows = [(check_machine(chk), r) for chk in checks for r in chk["rows"]
+        used = [chk for chk in checks if any(_key(r.get("technique"), r.get("params"), r.get("mode", "train"),
+                                                   r.get("optimizer")) in keys for r in chk["rows"])]
+        rows = [(check_machine(chk), r) for chk in used for r in chk["rows"]
                 if _key(r.get("technique"), r.get("params"), r.get("mode", "train"), r.get("optimizer")) in keys]
         if not rows:
             pages.append(p)
             continue
         page = Page(p["path"])
         block = _block(page, rows)
-        block["sources"] = sorted({chk["source"] for chk in checks})
-        pages.append({**p, "gpu_measured": block, "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
+        block["sources"] = sorted({chk["source"] for chk in used})
+        runs = [{"what": "measured on a GPU (make gpu-check)", "data": f"data/gpu-check/{chk['source']}",
+                 "commit": str(chk.get("memlab_commit") or "not recorded")[:12], "machine": check_machine(chk)}
+                for chk in sorted(used, key=lambda c: c["source"])]
+        block["runs"] = runs
+        pages.append({**p, "gpu_measured": block, "runs": [*p.get("runs", []), *runs],
+                      "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
     return {**ctx, "pages": pages}
