@@ -101,6 +101,8 @@ class LoadRow:
     technique: str = "slice_loop"
     relative_step_time_wall: float | None = None
     run: int = 1
+    relative_to: str | None = None  # the technique the ratios divide by (the family baseline)
+    reference_step_time_s: float | None = None  # its median wall step in the same measurement
 
 
 #: the load experiment's points: the issue's three techniques at sizes that take seconds, not minutes
@@ -192,11 +194,12 @@ def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, ru
                 if m.status != "ok":
                     raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
                 rows.append(LoadRow(condition, threads, m.load_avg_after, m.step_time_s, m.step_time_iqr_s,
-                                    m.relative_step_time, name, m.relative_step_time_wall, run))
+                                    m.relative_step_time, name, m.relative_step_time_wall, run, m.relative_to,
+                                    m.reference_step_time_s))
                 if progress:
                     progress(f"{condition:12} run {run} {name:12} load {m.load_avg_after:5.2f}: step "
                              f"{m.step_time_text()}, relative {m.relative_step_time:.3f} (wall "
-                             f"{m.relative_step_time_wall:.3f}) against {m.relative_to}")
+                             f"{m.relative_step_time_wall:.3f}) against {m.relative_to} (step {_ms(m.reference_step_time_s)} ms)")
 
     one("idle")
     stop, workers = _busy_loops(load_processes)
@@ -214,9 +217,47 @@ def _spread(values: list[float]) -> float:
     return (max(values) - min(values)) / min(values) if values and min(values) > 0 else float("nan")
 
 
+def _iqr(values: list[float]) -> float | None:
+    """Interquartile range (``statistics.quantiles``, inclusive, as memlab records a step's IQR); None under two."""
+    if len(values) < 2:
+        return None
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q3 - q1
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def _detail_lines(name: str, load: list[LoadRow], conditions: list[str]) -> list[str]:
+    """Under a technique's line: what its ratios divide by (the reference technique and its step in each
+    run) and the spread behind each figure (the IQR of the runs' relative times, each run's own step
+    median ± IQR of its timed steps), so no ratio stands against a row the output does not show."""
+    rs = [r for r in load if r.technique == name]
+    refs = sorted({r.relative_to for r in rs if r.relative_to})
+    lines = [f"  ratios against: {', '.join(refs) if refs else 'the family baseline (not recorded)'}, "
+             "timed interleaved in the same measurement"]
+    for c in conditions:
+        runs = [r for r in rs if r.condition == c]
+        rel = [r.relative_step_time for r in runs if r.relative_step_time]
+        iqr = _iqr(rel)
+        med = statistics.median(rel) if rel else None
+        spread = (f"IQR {iqr:.3f} ({100 * iqr / med:.1f}% of the median {med:.3f})" if iqr is not None and med
+                  else "IQR - (under two runs)")
+        steps = ", ".join(f"{_ms(r.step_time_s)} ± {_ms(r.step_time_iqr_s)}" for r in runs)
+        refs_ms = ", ".join(_ms(r.reference_step_time_s) for r in runs)
+        wide = [r.run for r in runs if r.step_time_iqr_s is not None and r.step_time_s and r.step_time_iqr_s > r.step_time_s]
+        lines.append(f"  {c}: relative {spread}; {name} step ms (median ± IQR of its timed steps, per run) {steps}; "
+                     f"reference step ms {refs_ms}"
+                     + (f"; run(s) {', '.join(map(str, wide))}: IQR above the median (wall-clock steps "
+                        "disturbed by the load; the ratios are CPU time)" if wide else ""))
+    return lines
+
+
 def load_table(load: list[LoadRow]) -> list[str]:
     """Per technique: the median relative time idle and loaded, their ratio, and the spread of the
-    repeated runs in each condition (the issue's two 5% criteria), with the load averages."""
+    repeated runs in each condition (the issue's two 5% criteria), with the load averages; under it,
+    the reference the ratios divide by, its steps, and the IQRs (:func:`_detail_lines`)."""
     conditions = list(dict.fromkeys(r.condition for r in load))
     lines = ["technique     " + "  ".join(f"{c + ' (runs)':>38}" for c in conditions)
              + "  loaded/idle  wall loaded/idle"]
@@ -232,6 +273,7 @@ def load_table(load: list[LoadRow]) -> list[str]:
         ratio = (f"{medians[-1] / medians[0]:.3f}" if len(medians) > 1 and medians[0] and medians[-1] else "-")
         wall = (f"{walls[-1] / walls[0]:.3f}" if len(walls) > 1 and walls[0] and walls[-1] else "-")
         lines.append(f"{name:13} " + "  ".join(f"{c:>38}" for c in cells) + f"  {ratio:>11}  {wall:>16}")
+        lines.extend(_detail_lines(name, load, conditions))
     return lines
 
 
@@ -259,7 +301,8 @@ def report(over: list[OverheadRow], load: list[LoadRow]) -> str:
             else:
                 lines.append(f"{label} spawn / fork: {spawn / fork:.1f}x")
     if load:
-        lines.append("relative step time (thread CPU time against the family baseline, one thread; "
-                     "±: spread of the runs; @: load averages):")
+        lines.append("relative step time (thread CPU time of the technique's step over the reference's, one thread; "
+                     "the reference and its steps are under each technique; ±: (max - min) / min of the runs; "
+                     "@: load averages):")
         lines.extend(load_table(load))
     return "\n".join(lines)

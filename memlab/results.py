@@ -50,7 +50,7 @@ __all__ = [
     "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
     "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
     "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
-    "canonical_params", "load_json_objects", "sweep_records",
+    "canonical_params", "load_json_objects", "sweep_records", "machine_of",
 ]
 
 VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
@@ -99,7 +99,7 @@ RUN_COLUMNS = (
     "step_times_s", "step_time_q1_s", "step_time_q3_s", "cores", "threads", "under_load", *_CATEGORY_FIELDS,
     "matches_reference", "check_dtype", "tolerance", "leak_bytes_per_step", "schema", "status_shown", "reason",
     "check", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
-    "extra", "environment", "memory_method", *(f"predicted_cuda_{k}" for k in _PREDICTED_CUDA),
+    "extra", "environment", "machine", "memory_method", *(f"predicted_cuda_{k}" for k in _PREDICTED_CUDA),
 )
 
 #: Columns of :func:`load_asv_results` (one row per benchmark x parameter combination x commit).
@@ -551,6 +551,44 @@ def _timing(rec: dict, env: dict) -> dict[str, Any]:
             "under_load": is_under_load(loads, cores)}
 
 
+# NOTE [ the machine a row ran on ]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A sweep sharded over hosts (``--shard``, ``memlab merge``), run on a Ray cluster or with one GPU per
+# worker holds rows of several machines in one file.  Bytes are exact on every machine, but a step
+# time, a CUDA allocator's reserved memory or a oneDNN scratch buffer is the machine's, so the site
+# never ranks, draws or compares rows of two machines together: a row's machine is part of its setting
+# (``memlab.site.ranking.SETTING``) and every table and download names it.
+# The machine is what the row records, as one label that is also its key: the host
+# (``environment.host``), then the device's model (the GPU's for a CUDA row, else the CPU's), then for
+# a CUDA row which GPU: ``GPU-`` and the first 8 hex digits of its UUID, else the
+# ``CUDA_VISIBLE_DEVICES`` entry it was pinned to, else its index (two GPUs of one model on one host are
+# two machines).  Rows from before memlab recorded the host (every committed row up to issue 31) are
+# named by the model alone ('AMD EPYC', 'NVIDIA H200'): rows of two such hosts with one model cannot
+# be told apart from their records, and are not.
+def _fact(env: Mapping[str, Any], key: str) -> str:
+    """An environment fact as one short printable line ('' when missing)."""
+    v = env.get(key)
+    if v is None or isinstance(v, (dict, list)) or (isinstance(v, str) and not v.strip()):
+        return ""
+    text = _CONTROL.sub(" ", str(v)).strip()
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def machine_of(env: Mapping[str, Any] | None, device: str) -> str:
+    """The machine a row ran on (NOTE [ the machine a row ran on ]): ``'AMD EPYC'`` (no host
+    recorded), ``'node-3 · AMD EPYC'``, ``'node-3 · NVIDIA H200 · GPU-5d1c2a3b'``."""
+    env = env if isinstance(env, Mapping) else {}
+    cuda = str(device).startswith("cuda")
+    model = (_fact(env, "gpu") if cuda else "") or _fact(env, "cpu") or _fact(env, "platform") or "unknown machine"
+    which = ""
+    if cuda:
+        uuid = re.sub(r"^GPU-", "", _fact(env, "gpu_uuid"))
+        which = (f"GPU-{uuid[:8]}" if uuid else f"GPU {_fact(env, 'cuda_visible_devices')}"
+                 if _fact(env, "cuda_visible_devices") else f"cuda:{_fact(env, 'gpu_index')}"
+                 if _fact(env, "gpu_index") else "")
+    return " · ".join(p for p in (_fact(env, "host"), model, which) if p)
+
+
 def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
     extra = rec.get("extra") or {}
     env = rec.get("environment") or {}
@@ -580,6 +618,7 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
         "expected_activation_bytes": expected_activation,
         "extra": extra,
         "environment": env,
+        "machine": machine_of(env, rec["device"]),
         "memory_method": rec.get("memory_method") or {},
         **{f"predicted_cuda_{k}": (rec.get("predicted_cuda") or {}).get(v) for k, v in _PREDICTED_CUDA.items()},
     }

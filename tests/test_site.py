@@ -504,7 +504,8 @@ def test_tables_sort_as_numbers_carry_mode_and_run_columns_and_download(tmp_path
     assert {"peak_allocated", "step", "throughput", "relative"} <= nums
     row = next(r for r in train["table"]["rows"] if r["params"] == "chunk_size=250" and "other-run" in r["run"])
     assert row["peak_allocated__sort"] == 13 * MiB and row["step__sort"] == 2
-    assert row["run"] == "other-run · Test CPU · 0123456"
+    assert row["run"] == "other-run · 0123456" and row["machine"] == "Test CPU"  # the machine: its own column
+    assert "machine" in keys
     files = family["files"]
     csv_text, json_text = files[train["table"]["csv"]], files[train["table"]["json"]]
     records = json.loads(json_text)

@@ -117,6 +117,10 @@ def test_a_seed_configuration_measured_on_a_gpu_shows_on_its_seed_page(tmp_path)
         build_site(results, data, tmp_path / "out")
     seed = (tmp_path / "out" / "seed-chunked-slicing.html").read_text()
     assert "Measured on a GPU" in seed and "largest error -50.0%" in seed
+    # issue 29: a page's rows from one run unless it says otherwise: this one lists its three runs
+    runs = seed[seed.index("This page shows 3 runs"):seed.index("</ul></div>")]
+    assert "data/reproductions/" in runs and "data/cuda-variants/" in runs and "data/gpu-check/" in runs
+    assert "memlab <code>abc</code>, on Synthetic GPU 80GB" in runs
     table = json.loads(next((tmp_path / "out" / "tables").glob("seed-chunked-slicing--gpu-measured-vs-predicted.json")).read_text())
     assert [(r["technique"], r["allocated_error"]) for r in table] == [(seed_rec["technique"], -0.5)]
 

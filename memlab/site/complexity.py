@@ -36,10 +36,11 @@ def _num(v: Any) -> float | None:
 
 
 def family_badges(rows) -> list[dict[str, Any]]:
-    """Badges ``{"technique", "fixed", "x", "label", "text"}`` (``x``: what depth counts) for each technique x fixed-parameter group
-    of ``rows`` (a runs DataFrame of one family) that sweeps a depth over >= 3 values spanning >= 4x.
+    """Badges ``{"technique", "fixed", "x", "label", "text"}`` (``x``: what depth counts) for each technique x fixed-parameter
+    group x machine of ``rows`` (a runs DataFrame of one family) that sweeps a depth over >= 3 values spanning >= 4x;
+    ``"machine"`` too where the rows come from several machines.
     Only ``ok`` rows with an activation peak count."""
-    groups: dict[tuple[str, str, str], dict[float, list[float]]] = {}
+    groups: dict[tuple[str, str, str, str], dict[float, list[float]]] = {}
     for r in rows.to_dict("records") if len(rows) else []:
         params = r.get("params")
         if r.get("status") != "ok" or not isinstance(params, Mapping):
@@ -54,17 +55,21 @@ def family_badges(rows) -> list[dict[str, Any]]:
         if x is None:
             continue
         fixed = json.dumps({k: v for k, v in sorted(params.items()) if k != key}, sort_keys=True, default=str)
-        groups.setdefault((str(r.get("technique")), fixed, xname), {}).setdefault(x, []).append(y)
+        # one machine's rows only (NOTE [ the machine a row ran on ] in memlab.results)
+        machine = str(r.get("machine") or "")
+        groups.setdefault((str(r.get("technique")), fixed, xname, machine), {}).setdefault(x, []).append(y)
     out = []
-    for (tech, fixed, xname), by_x in sorted(groups.items()):
+    for (tech, fixed, xname, machine), by_x in sorted(groups.items()):
         xs = sorted(by_x)
         if len(xs) < MIN_DEPTHS or xs[-1] / xs[0] < MIN_SPAN:
             continue
         fit = fit_exponent(xs, [sorted(by_x[x])[len(by_x[x]) // 2] for x in xs])
         b = badge(fit)
         fixed_text = ", ".join(f"{k}={v}" for k, v in json.loads(fixed).items())
-        out.append({"technique": tech, "fixed": fixed_text, "x": xname, "label": b.label, "text": b.text})
-    return out
+        out.append({"technique": tech, "fixed": fixed_text, "x": xname, "label": b.label, "text": b.text,
+                    "machine": machine})
+    several = len({b["machine"] for b in out}) > 1
+    return [b if several else {k: v for k, v in b.items() if k != "machine"} for b in out]
 
 
 def _cell(v: Any) -> Any:
@@ -75,7 +80,7 @@ def _cell(v: Any) -> Any:
     return str(v)[:_MAX_TEXT] if isinstance(v, str) else None
 
 
-def _paper_table(page, t: Any) -> dict[str, Any] | None:
+def _paper_table(page, t: Any, machine: str = "") -> dict[str, Any] | None:
     if not isinstance(t, Mapping):
         return None
     cols, rows = t.get("columns"), t.get("rows")
@@ -92,22 +97,25 @@ def _paper_table(page, t: Any) -> dict[str, Any] | None:
         numeric = any(isinstance(r[i], (int, float)) for r in cells)
         # a column of technique names shows each with its swatch, as every other table does
         columns.append(column(f"c{i}", label[:_MAX_TEXT], num=numeric, kind="tech" if i == tech else "text"))
+    if machine:  # where memlab's figures of the table were measured (NOTE [ the machine a row ran on ])
+        columns.append(column("machine", "machine (memlab's figures)"))
     for r in cells:
         row: dict[str, Any] = {"technique": r[tech], "peer": False} if tech is not None else {}
         for i, v in enumerate(r):
             row[f"c{i}"] = "-" if v is None else v
             row[f"c{i}__sort"] = sort_value(v)
-        shown.append(row)
-        records.append({cols[i]: v for i, v in enumerate(r)})
+        shown.append({**row, "machine": machine} if machine else row)
+        records.append({cols[i]: v for i, v in enumerate(r)} | ({"machine": machine} if machine else {}))
     note = t.get("note")
     return {"title": title, "note": note[:2 * _MAX_TEXT] if isinstance(note, str) else "",
             "table": page.table(title, columns, shown, records)}
 
 
-def reproduction_extras(page, data: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"paper_tables": [...], "badges": [...]}`` for a seed page from its reproduction ``data``."""
+def reproduction_extras(page, data: Mapping[str, Any], machine: str = "") -> dict[str, Any]:
+    """``{"paper_tables": [...], "badges": [...]}`` for a seed page from its reproduction ``data``;
+    ``machine``: where the reproduction measured (a column of each table when given)."""
     tables = data.get("tables") if isinstance(data.get("tables"), list) else []
-    made = [_paper_table(page, t) for t in tables[:_MAX_TABLES]]
+    made = [_paper_table(page, t, machine) for t in tables[:_MAX_TABLES]]
     raw = data.get("badges") if isinstance(data.get("badges"), list) else []
     badges = [{"name": str(b.get("name"))[:100], "label": str(b.get("label"))[:40], "text": str(b.get("text"))[:_MAX_TEXT]}
               for b in raw[:50] if isinstance(b, Mapping) and all(isinstance(b.get(k), str) for k in ("name", "label", "text"))]

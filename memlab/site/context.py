@@ -31,7 +31,7 @@ from .complexity import family_badges, reproduction_extras
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
 from .page import Page
-from .rows import machine_of, measurement_table, not_ranked_groups, not_ranked_table
+from .rows import measurement_table, not_ranked_groups, not_ranked_table
 from .tables import column
 from .gpu_seed import add_gpu_measured_to_seed_pages
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
@@ -167,8 +167,8 @@ def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None
 
 def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dict, swept: str | None,
                      colors: dict[str, str], marks: dict[str, dict], baseline: str | None,
-                     split: Sequence[str] = (), by_in_heading: bool = False) -> dict:
-    heading = (A.setting_text(setting) + (f" · {A.param_text(config)}" if config else "")
+                     split: Sequence[str] = (), by_in_heading: bool = False, machine: bool = False) -> dict:
+    heading = (A.setting_text(setting, machine=machine) + (f" · {A.param_text(config)}" if config else "")
                + (f" · by {swept}" if swept and by_in_heading else ""))
     anchor = page.anchor(heading)
     variants = A.line_variants(rows, swept)
@@ -233,6 +233,7 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
             for i, r in zip(rows.index, rows.itertuples())}
     order = rows.loc[sorted(rows.index, key=keys.__getitem__)]
     return {"id": anchor, "heading": heading, "config": A.param_text(config), "swept": swept, "charts": charts,
+            "machine": setting[A.SETTING.index("machine")],
             "table": measurement_table(page, f"{heading} measurements", order, skip=fixed, notes=marks,
                                        baseline=baseline),
             "environments": env_caption(rows), "n_not_ranked": len(rows) - len(ok), "second": second,
@@ -262,12 +263,13 @@ def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
     not_ranked = not_ranked_table(page, "not ranked rows", rows) if len(bad) else None
     parts = _sections(rows)
     shared = Counter((s, A.param_text(config)) for s, config, *_ in parts)
-    sections = [_guarded(ctx, f"family {family!r}, {A.setting_text(s)} {A.param_text(config)}".rstrip(),
+    machine = A.machines_apart(A.settings(rows))  # NOTE [ the machine a row ran on ]: a section per machine
+    sections = [_guarded(ctx, f"family {family!r}, {A.setting_text(s, machine=machine)} {A.param_text(config)}".rstrip(),
                          lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline,
-                                                  split, shared[(s, A.param_text(config))] > 1))
+                                                  split, shared[(s, A.param_text(config))] > 1, machine))
                 for s, config, swept, group, split in parts]
     return page.done({"template": "family.html", "path": path, "title": f"Family: {family}", "family": family,
-                      "baseline": baseline, "sections": [s for s in sections if s is not None],
+                      "baseline": baseline, "machines": sorted(set(rows["machine"])) if machine else [], "sections": [s for s in sections if s is not None],
                       "not_ranked": not_ranked, "n_bad": len(bad), "notes": notes,
                       "peers": sorted(set(rows.loc[rows["peer"], "technique"])),
                       "complexity": _guarded(ctx, f"family {family!r}: complexity badges", lambda: family_badges(rows)) or []})
@@ -329,8 +331,10 @@ def _timeline_label(tl: dict) -> str:
     return tl["technique"] + (f" ({A.param_text(tl['params'])})" if tl["params"] else "")
 
 
-def _top_allocations(page: Page, tl: dict, name: str, n: int = 5) -> dict[str, Any]:
-    """The ``n`` call stacks that allocated the most bytes in backward (or overall), as a table."""
+def _top_allocations(page: Page, tl: dict, name: str, n: int = 5, machine: str = "") -> dict[str, Any]:
+    """The ``n`` call stacks that allocated the most bytes in backward (or overall), as a table; with a
+    machine column when ``machine`` is known (a seed page's timelines: its reproduction's; a timeline
+    file records none)."""
     events = [e for e in tl["events"] if e["delta_bytes"] > 0]
     back = [e for e in events if e["phase"] == "backward"] or events
     totals: dict[tuple, list[int]] = {}
@@ -341,13 +345,16 @@ def _top_allocations(page: Page, tl: dict, name: str, n: int = 5) -> dict[str, A
     top = sorted(totals.items(), key=lambda kv: (-kv[1][0], kv[0]))[:n]
     cols = [column("op", "op", kind="code"), column("stack", "call stack", kind="code"), column("phase", "phase"),
             column("bytes", "allocated", num=True), column("count", "events", num=True)]
+    where = {"machine": machine} if machine else {}
+    cols += [column("machine", "machine")] if machine else []
     cells = [{"op": k[0], "stack": " › ".join(k[1]), "phase": k[2], "bytes": fmt_mib(v[0]), "bytes__sort": v[0],
-              "count": str(v[1]), "count__sort": v[1]} for k, v in top]
-    records = [{"op": k[0], "stack": list(k[1]), "phase": k[2], "allocated_bytes": v[0], "events": v[1]} for k, v in top]
+              "count": str(v[1]), "count__sort": v[1], **where} for k, v in top]
+    records = [{"op": k[0], "stack": list(k[1]), "phase": k[2], "allocated_bytes": v[0], "events": v[1], **where}
+               for k, v in top]
     return page.table(name, cols, cells, records)
 
 
-def _timeline_section(page: Page, tl: dict, colors: dict[str, str]) -> dict[str, Any]:
+def _timeline_section(page: Page, tl: dict, colors: dict[str, str], machine: str = "") -> dict[str, Any]:
     label = _timeline_label(tl)
     heading = f"{label} · {tl['device']} · {tl['dtype']} · {tl['mode']}"
     anchor = page.anchor(heading)
@@ -355,7 +362,7 @@ def _timeline_section(page: Page, tl: dict, colors: dict[str, str]) -> dict[str,
     return {"id": anchor, "label": label, "device": tl["device"], "dtype": tl["dtype"], "mode": tl["mode"],
             "peak": fmt_mib(peak), "baseline": fmt_mib(tl["baseline_bytes"]), "method": tl.get("method", ""),
             "events": len(tl["events"]), "source": Path(tl["source"]).name,
-            "top": _top_allocations(page, tl, f"{heading} top allocations"),
+            "top": _top_allocations(page, tl, f"{heading} top allocations", machine=machine),
             "chart": page.chart(F.timeline(tl, F.color_of(colors, tl["technique"])), "Live memory over one step",
                                 anchor=f"{heading} chart")}
 
@@ -387,26 +394,52 @@ def add_timelines_page(ctx: Context) -> Context:
                                                         "title": "Timelines", "families": families})]}
 
 
+def _short_commit(commit: Any) -> str:
+    """A commit as the site shows it (12 hex digits, ``+dirty`` kept); ``'not recorded'`` when missing."""
+    text = str(commit or "")
+    return (text[:12] + ("+dirty" if text.endswith("+dirty") else "")) if text else "not recorded"
+
+
+def _seed_run(s: dict) -> dict[str, str]:
+    """The reproduction's own run (its rows, figure and timelines), for the list of the runs a seed page
+    shows (NOTE [ a page's runs ])."""
+    rows, env = s["measurements"], s["environment"]
+    commits = sorted({_short_commit((e or {}).get("git_commit")) for e in rows["environment"]}) if len(rows) else []
+    machines = sorted(set(rows["machine"])) if len(rows) else []
+    return {"what": "the reproduction: claim, figure, measurements and timelines", "data": f"data/reproductions/{Path(s['source']).name}",
+            "commit": ", ".join(commits) or _short_commit(env.get("git_commit")),
+            "machine": ", ".join(machines) or R.machine_of(env, "cpu")}
+
+
+# NOTE [ a page's runs ]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A page shows one run's rows unless it says otherwise (issue 29).  A seed page is built from up to
+# three files written at different commits, on different machines: the reproduction (memlab reproduce),
+# the CUDA prediction (make cuda-variants: CPU traces replayed through the allocator model) and the
+# GPU check (make gpu-check, on a GPU host).  Each step that adds a block adds its run to the page's
+# ``runs`` (what, data file, memlab commit, machine); the page lists them at the top when there are
+# several, and each block names its own.
 def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
     page = Page(path)
     for fixed in ("measurements", "timelines"):
         page.anchor(fixed)  # section ids the template writes by hand
     rows = s["measurements"]
+    run = _seed_run(s)
     figure = None
     if s["figure"]:
         techniques = sorted({t["technique"] for t in s["timelines"]} | (set(rows["technique"]) if len(rows) else set()))
         figure = page.chart(F.seed_figure(s["figure"], colors, techniques),
                             s["figure"]["title"] or "The figure that settles it")
     return page.done({
-        "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"],
+        "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"], "runs": [run],
         "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
         "summary": s["summary"], "summary_items": summary_items(s["summary"]), "quick": s["quick"], "figure": figure,
         "table": measurement_table(page, "measurement rows", rows, skip=_fixed_params(rows)) if len(rows) else None,
         "fixed": A.param_text(_fixed_params(rows)) if len(rows) else "",
         "environments": env_caption(rows) if len(rows) else [],
         "environment": sorted((str(k), str(v)) for k, v in s["environment"].items() if v not in (None, "")),
-        "timelines": [_timeline_section(page, tl, colors) for tl in s["timelines"]],
-        **reproduction_extras(page, s)})
+        "timelines": [_timeline_section(page, tl, colors, run["machine"]) for tl in s["timelines"]],
+        **reproduction_extras(page, s, run["machine"])})
 
 
 def add_seed_pages(ctx: Context) -> Context:
@@ -480,7 +513,7 @@ def add_footer(ctx: Context) -> Context:
     cores: dict[str, set] = {}
     for e, d in envs:
         if e:
-            cores.setdefault(machine_of(e, d), set()).update([e["cores"]] if e.get("cores") else [])
+            cores.setdefault(R.machine_of(e, d), set()).update([e["cores"]] if e.get("cores") else [])
     machines = {m + (f" ({', '.join(map(str, sorted(c)))} cores)" if c else "") for m, c in cores.items()}
     machines |= {f"{m} (asv)" for m in ctx["machines"]}
     torch = {str(e["torch"]) for e, _ in envs if e.get("torch")}

@@ -263,7 +263,11 @@ def add_cuda_to_seed_pages(ctx: dict[str, Any]) -> dict[str, Any]:
             problems.append(f"{v['source']}: left out ({type(exc).__name__}: {str(exc)[:200]})")
             pages.append(p)
             continue
-        pages.append({**p, "cuda": block, "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
+        run = {"what": "predicted on a GPU (CPU traces replayed through the allocator model)",
+               "data": f"data/cuda-variants/{v['source']}", "commit": str(v.get("memlab_commit") or "not recorded")[:12],
+               "machine": f"a CPU (torch {v.get('torch') or '?'}); no GPU ran"}
+        pages.append({**p, "cuda": {**block, "run": run}, "runs": [*p.get("runs", []), run],
+                      "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
     return {**ctx, "pages": pages, "problems": ctx["problems"] + problems}
 
 
@@ -298,15 +302,22 @@ def relative_error(pred: Any, meas: Any) -> float | None:
     return (pred - meas) / meas if _bytes(pred) and _bytes(meas) and meas > 0 else None
 
 
+def check_machine(chk: dict[str, Any]) -> str:
+    """The machine a GPU check ran on (NOTE [ the machine a row ran on ] in :mod:`memlab.results`): its
+    host when the file records one, the GPU's model and UUID; ``'NVIDIA H200'`` for a file with the model only."""
+    facts = {k: chk.get(k) for k in ("host", "gpu_uuid", "cuda_visible_devices")}
+    return R.machine_of({**facts, "gpu": chk.get("gpu") or "unknown GPU"}, "cuda")
+
+
 def gpu_check_section(page: Page, checks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Per technique and GPU: the relative error of the predicted allocated and reserved peaks against the
+    """Per technique and machine (:func:`check_machine`): the relative error of the predicted allocated and reserved peaks against the
     measured ones (worst and median over its configurations), and every row."""
     if not checks:
         return None
     per: dict[tuple[str, str], dict[str, list[float]]] = {}
     rows_cells, rows_records = [], []
     for chk in checks:
-        gpu = str(chk.get("gpu") or "unknown GPU")
+        gpu = check_machine(chk)
         for r in chk["rows"]:
             ea = relative_error(r.get("predicted_allocated_bytes"), r.get("measured_allocated_bytes"))
             er = relative_error(r.get("predicted_reserved_bytes"), r.get("measured_reserved_bytes"))
@@ -320,8 +331,8 @@ def gpu_check_section(page: Page, checks: list[dict[str, Any]]) -> dict[str, Any
                 **{k: fmt_mib(r.get(k)) for k in GPU_CHECK_FIGURES},
                 **{f"{k}__sort": sort_value(r.get(k)) for k in GPU_CHECK_FIGURES},
                 "err_a": fmt_pct(ea), "err_a__sort": sort_value(ea), "err_r": fmt_pct(er), "err_r__sort": sort_value(er)})
-            rows_records.append({**{k: v for k, v in r.items()}, "gpu": gpu, "allocated_error": ea, "reserved_error": er,
-                                 "source": chk["source"]})
+            rows_records.append({**{k: v for k, v in r.items()}, "gpu": chk.get("gpu"), "machine": gpu,
+                                 "allocated_error": ea, "reserved_error": er, "source": chk["source"]})
 
     def worst(xs: list[float]) -> float | None:
         return max(xs, key=abs) if xs else None
@@ -329,7 +340,8 @@ def gpu_check_section(page: Page, checks: list[dict[str, Any]]) -> dict[str, Any
     def median(xs: list[float]) -> float | None:
         return sorted(xs)[len(xs) // 2] if xs else None
 
-    cols = [column("technique", "technique", kind="tech"), column("gpu", "GPU"), column("n", "configurations", num=True),
+    cols = [column("technique", "technique", kind="tech"), column("gpu", "machine (GPU)"),
+            column("n", "configurations", num=True),
             column("wa", "allocated: worst error", num=True, title="(predicted − measured) / measured, the largest"),
             column("ma", "allocated: median error", num=True),
             column("wr", "reserved: worst error", num=True), column("mr", "reserved: median error", num=True)]
@@ -340,11 +352,11 @@ def gpu_check_section(page: Page, checks: list[dict[str, Any]]) -> dict[str, Any
         cells.append({"technique": tech, "peer": False, "is_baseline": False, "note": None, "gpu": gpu,
                       "n": str(len(e["n"])), "n__sort": len(e["n"]),
                       **{k: fmt_pct(v) for k, v in vals.items()}, **{f"{k}__sort": sort_value(v) for k, v in vals.items()}})
-        records.append({"technique": tech, "gpu": gpu, "configurations": len(e["n"]),
+        records.append({"technique": tech, "gpu": gpu, "machine": gpu, "configurations": len(e["n"]),
                         "allocated_worst_error": vals["wa"], "allocated_median_error": vals["ma"],
                         "reserved_worst_error": vals["wr"], "reserved_median_error": vals["mr"]})
     summary = page.table("gpu check error per technique", cols, cells, records)
-    row_cols = [column("technique", "technique", kind="tech"), column("gpu", "GPU"), column("params", "parameters"),
+    row_cols = [column("technique", "technique", kind="tech"), column("gpu", "machine (GPU)"), column("params", "parameters"),
                 column("status", "status"),
                 column("measured_allocated_bytes", "allocated: measured", num=True),
                 column("predicted_allocated_bytes", "allocated: predicted", num=True),
@@ -353,6 +365,6 @@ def gpu_check_section(page: Page, checks: list[dict[str, Any]]) -> dict[str, Any
                 column("predicted_reserved_bytes", "reserved: predicted", num=True),
                 column("err_r", "error", num=True)]
     detail = page.table("gpu check rows", row_cols, rows_cells, rows_records)
-    meta = sorted({f"{c.get('gpu') or 'unknown GPU'} (torch {c.get('torch') or '?'}, CUDA {c.get('cuda') or '?'}, "
+    meta = sorted({f"{check_machine(c)} (torch {c.get('torch') or '?'}, CUDA {c.get('cuda') or '?'}, "
                    f"memlab {str(c.get('memlab_commit') or '?')[:12]}; {c['source']})" for c in checks})
     return {"summary": summary, "rows": detail, "machines": meta}

@@ -15,7 +15,7 @@ from typing import Any
 from .. import results as R
 from . import ranking as A
 from ..gpu_check import config_key
-from .cuda import fmt_pct, gpu_check_files, load_gpu_checks, relative_error
+from .cuda import check_machine, fmt_pct, gpu_check_files, load_gpu_checks, relative_error
 from .page import Page
 from .tables import column, sort_value
 from .text import fmt_mib
@@ -37,7 +37,7 @@ def _seed_keys(seed: dict[str, Any]) -> set[str]:
 
 def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     cols = [column("technique", "technique", kind="tech"), column("params", "parameters"), column("mode", "mode"),
-            column("gpu", "GPU"), column("status", "status", kind="status"),
+            column("gpu", "machine (GPU)"), column("status", "status", kind="status"),
             column("measured", "allocated peak, measured", num=True,
                    title="max_memory_allocated() during the step minus memory_allocated() before it"),
             column("predicted", "allocated peak, predicted", num=True, title="memlab.cuda_model on the CPU trace"),
@@ -51,7 +51,7 @@ def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
                       "status": str(r.get("status") or "-"), "per_step": None, "error": r.get("error") or None, "measured": fmt_mib(meas), "measured__sort": sort_value(meas),
                       "predicted": fmt_mib(pred), "predicted__sort": sort_value(pred),
                       "err": fmt_pct(err), "err__sort": sort_value(err)})
-        records.append({**r, "gpu": gpu, "allocated_error": err})
+        records.append({**r, "gpu": gpu, "machine": gpu, "allocated_error": err})
     errors = [e for e in (rec["allocated_error"] for rec in records) if e is not None]
     return {"id": page.anchor("measured-on-a-gpu"), "table": page.table("gpu measured vs predicted", cols, cells, records),
             "worst": fmt_pct(max(errors, key=abs)) if errors else None, "n": len(rows)}
@@ -70,13 +70,20 @@ def add_gpu_measured_to_seed_pages(ctx: dict[str, Any]) -> dict[str, Any]:
     for p in ctx["pages"]:
         seed = seeds.get(p.get("seed")) if p.get("template") == "seed.html" else None
         keys = _seed_keys(seed) if seed is not None else set()
-        rows = [(str(chk.get("gpu") or "unknown GPU"), r) for chk in checks for r in chk["rows"]
+        used = [chk for chk in checks if any(_key(r.get("technique"), r.get("params"), r.get("mode", "train"),
+                                                   r.get("optimizer")) in keys for r in chk["rows"])]
+        rows = [(check_machine(chk), r) for chk in used for r in chk["rows"]
                 if _key(r.get("technique"), r.get("params"), r.get("mode", "train"), r.get("optimizer")) in keys]
         if not rows:
             pages.append(p)
             continue
         page = Page(p["path"])
         block = _block(page, rows)
-        block["sources"] = sorted({chk["source"] for chk in checks})
-        pages.append({**p, "gpu_measured": block, "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
+        block["sources"] = sorted({chk["source"] for chk in used})
+        runs = [{"what": "measured on a GPU (make gpu-check)", "data": f"data/gpu-check/{chk['source']}",
+                 "commit": str(chk.get("memlab_commit") or "not recorded")[:12], "machine": check_machine(chk)}
+                for chk in sorted(used, key=lambda c: c["source"])]
+        block["runs"] = runs
+        pages.append({**p, "gpu_measured": block, "runs": [*p.get("runs", []), *runs],
+                      "files": dict(sorted({**p.get("files", {}), **page.files}.items()))})
     return {**ctx, "pages": pages}

@@ -17,6 +17,7 @@ from . import ranking as A
 from . import figures as F
 from .notes import footnotes, why
 from .page import Page
+from .rows import machine_column, machine_facts
 from .tables import column, sort_value
 from .text import env_caption, fmt_check, fmt_mib, fmt_pct, fmt_relative, fmt_step
 
@@ -45,8 +46,8 @@ def _varying(configs: list[dict]) -> list[str]:
     return [k for k in keys if len({repr(c["base"]["params"].get(k)) for c in configs}) > 1]
 
 
-def _label(c: dict, varying: list[str], several_settings: bool) -> str:
-    parts = [A.setting_text(c["setting"])] if several_settings else []
+def _label(c: dict, varying: list[str], several_settings: bool, machine: bool = False) -> str:
+    parts = [A.setting_text(c["setting"], machine=machine)] if several_settings else []
     parts += [f"{k}={c['base']['params'][k]}" for k in varying if k in c["base"]["params"]]
     return ", ".join(parts) or "the only configuration"
 
@@ -132,7 +133,8 @@ def _technique_table(page: Page, name: str, c: dict, facts: dict, baseline: str,
     if has_rel:
         cols.append(column("relative", "relative step", num=True,
                            title="the technique's step over the family baseline's step (thread CPU time): load-robust"))
-    cols += [column("throughput", f"throughput vs {baseline}", num=True), column("matches", "matches reference", kind="check")]
+    cols += [column("throughput", f"throughput vs {baseline}", num=True), machine_column(),
+             column("matches", "matches reference", kind="check")]
     cells, records = [], []
     for e in entries:
         r = e["row"]
@@ -150,13 +152,14 @@ def _technique_table(page: Page, name: str, c: dict, facts: dict, baseline: str,
             "relative": fmt_relative(r["relative_step_time"]), "relative__sort": _n(r["relative_step_time"]),
             "throughput": "baseline" if is_base else fmt_pct(e["throughput_ratio"] - 1 if e["throughput_ratio"] is not None else None),
             "throughput__sort": 0.0 if is_base else (_n(e["throughput_ratio"] - 1) if e["throughput_ratio"] is not None else None),
-            "matches": fmt_check(r["check"])})
+            "machine": r["machine"], "matches": fmt_check(r["check"])})
         records.append({"technique": r["technique"], "peer": bool(r["peer"]), "baseline": is_base, "params": r["params"],
                         "memory_measure": measure, "memory_bytes": r[measure], "saving": e["saving"],
                         "activation_bytes": act, "step_time_s": r["step_time_s"], "step_time_iqr_s": r["step_time_iqr_s"],
                         "relative_step_time": r["relative_step_time"], "throughput_ratio": e["throughput_ratio"],
                         "samples_per_s": r["samples_per_s"], "under_load": bool(r["under_load"]),
-                        "matches_reference": r["matches_reference"], "run": r["run"], "line": r["line"]})
+                        "matches_reference": r["matches_reference"], "run": r["run"], "line": r["line"],
+                        "machine": r["machine"], **machine_facts(r["environment"])})
     return page.table(name, cols, cells, records)
 
 
@@ -203,15 +206,16 @@ def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str |
     out["notes"] = [{**n, **marks[n["technique"]]} for n in notes]
     varying = _varying(configs)
     several = len({c["setting"] for c in configs}) > 1
+    machine = A.machines_apart(sorted({c["setting"] for c in configs}))  # NOTE [ the machine a row ran on ]
     summary_cells, summary_records, winners = [], [], Counter()
     for c in configs:
         measure = A.memory_measure(c["rows"])
-        label = _label(c, varying, several)
+        label = _label(c, varying, several, machine)
         pid = page.anchor(f"{family} {label}")
         answers, facts = _answers(c, baseline, measure)
         winners[facts["memory"]["row"]["technique"]] += 1
         out["panels"].append({
-            "id": pid, "label": label, "default": c["default"], "setting": A.setting_text(c["setting"]),
+            "id": pid, "label": label, "default": c["default"], "setting": A.setting_text(c["setting"], machine=machine),
             "params": A.param_text(c["base"]["params"]), "measure": _MEASURES[measure], "answers": answers,
             "table": _technique_table(page, f"{pid} techniques", c, facts, baseline, measure, marks),
             "chart": _chart(page, family, label, c, facts, baseline, measure, colors)})
@@ -221,7 +225,8 @@ def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str |
         mem_text = (f"{baseline} (nothing beats it)" if mem["row"]["technique"] == baseline
                     else f"{mem['row']['technique']} {fmt_pct(-mem['saving'])}")
         summary_cells.append({
-            "config": label, "config_id": pid, "baseline_memory": fmt_mib(c["base"][measure]),
+            "config": label, "config_id": pid, "machine": c["base"]["machine"],
+            "baseline_memory": fmt_mib(c["base"][measure]),
             "baseline_memory__sort": _n(c["base"][measure]), "memory": mem_text,
             "memory__sort": _n(-mem["saving"]) if mem["saving"] is not None else None,
             "activation": f"{act['row']['technique']} ({fmt_mib(act['bytes'])})" if act else "-",
@@ -229,7 +234,8 @@ def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str |
             **{f"fast{int(b * 100)}": fast[b][0] for b in BUDGETS},
             **{f"fast{int(b * 100)}__sort": fast[b][1] for b in BUDGETS}})
         summary_records.append({
-            "setting": A.setting_text(c["setting"]), "params": c["base"]["params"], "memory_measure": measure,
+            "setting": A.setting_text(c["setting"]), "machine": c["base"]["machine"], "params": c["base"]["params"],
+            "memory_measure": measure,
             "baseline_bytes": c["base"][measure], "lowest_memory_technique": mem["row"]["technique"],
             "lowest_memory_params": mem["row"]["params"], "lowest_memory_bytes": mem["row"][measure],
             "saving": mem["saving"], "lowest_activation_technique": act["row"]["technique"] if act else None,
@@ -238,7 +244,7 @@ def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str |
             **{f"fastest_within_{int(b * 100)}pct_params": facts[b][0]["params"] if facts[b] else None for b in BUDGETS}})
     measures = {p["measure"] for p in out["panels"]}
     out["measure"] = " or ".join(sorted(measures))
-    cols = [column("config", "configuration", kind="config"),
+    cols = [column("config", "configuration", kind="config"), machine_column(),
             column("baseline_memory", f"{baseline}", num=True, title="the baseline's memory at this configuration"),
             column("memory", "lowest memory", num=True, title="the technique holding least, and its saving"),
             column("activation", "lowest activation memory", num=True),

@@ -17,15 +17,17 @@ import pandas as pd
 
 from ..record import is_number as _num
 
-__all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
+__all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machines_apart",
            "in_setting", "swept_param", "config_groups", "sweep_sections", "split_by", "line_labels", "line_variants",
            "pareto_front", "comparable", "savings", "param_text", "sort_key",
            "ACTIVATION_CATEGORIES", "memory_measure", "activation_bytes", "configurations", "compare", "fastest_within",
            "speed_measure"]
 
-#: A family's rows are only compared within one setting: device, dtype, mode, and the training step's
-#: optimizer and loss (rows from before that choice are ``sgd`` / ``given``).
-SETTING = ("device", "dtype", "mode", "optimizer", "loss")
+#: A family's rows are only compared within one setting: device, dtype, mode, the training step's
+#: optimizer and loss (rows from before that choice are ``sgd`` / ``given``), and the machine the row ran
+#: on (NOTE [ the machine a row ran on ] in :mod:`memlab.results`: rows of two machines are never
+#: ranked, drawn or averaged together).
+SETTING = ("device", "dtype", "mode", "optimizer", "loss", "machine")
 _DEFAULT_STEP = {"optimizer": "sgd", "loss": "given"}
 #: Memory categories that are activation memory (``memlab.measurement.categories.ACTIVATION_CATEGORIES``).
 ACTIVATION_CATEGORIES = ("saved_activations", "temporaries")
@@ -55,13 +57,24 @@ def settings(rows: pd.DataFrame) -> list[tuple[str, ...]]:
     return sorted({tuple(r) for r in rows[list(SETTING)].itertuples(index=False)})
 
 
-def setting_text(setting: tuple[str, ...]) -> str:
-    """``'cpu · float32 · train'``; the optimizer and loss only when not memlab's defaults (sgd, given)."""
+def setting_text(setting: tuple[str, ...], *, machine: bool = False) -> str:
+    """``'cpu · float32 · train'``; the optimizer and loss only when not memlab's defaults (sgd, given);
+    the machine (``'on node-3 · AMD EPYC'``) only when ``machine`` (where rows of several machines
+    share the rest of the setting: :func:`machines_apart`)."""
     parts = list(setting[:3])
-    for name, v in zip(SETTING[3:], setting[3:]):
+    for name, v in zip(SETTING[3:5], setting[3:5]):
         if v != _DEFAULT_STEP[name]:
             parts.append(f"{name} {v}" if name == "loss" else str(v))
+    if machine and len(setting) > 5:
+        parts.append(f"on {setting[5]}")
     return " · ".join(parts)
+
+
+def machines_apart(settings: list[tuple[str, ...]]) -> bool:
+    """Whether two of ``settings`` differ in their machine alone: then each names its machine
+    (a CPU section and a GPU section are told apart by their device already)."""
+    rest = [s[:5] for s in settings]
+    return len(set(rest)) < len(rest)
 
 
 def in_setting(rows: pd.DataFrame, setting: tuple[str, ...]) -> pd.DataFrame:

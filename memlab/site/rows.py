@@ -1,8 +1,9 @@
 """Measurement rows as tables: the cells a page shows and the raw records its downloads hold.
 
-A measurement table lists what the rows have: a mode column only where both modes appear, a run
-column (run file, machine, commit, load) only where the rows come from several runs, total peak,
-analytic floor and activation peak only where some row has them.  Numeric cells sort by the raw
+A measurement table lists what the rows have: a mode column only where both modes appear, the
+machine always (NOTE [ the machine a row ran on ] in :mod:`memlab.results`), a run column (run file,
+commit, load) only where the rows come from several runs, total peak, analytic floor and activation
+peak only where some row has them.  Numeric cells sort by the raw
 figure (bytes, seconds, ratio); the download holds the raw figures of the same rows in the same order.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from .page import Page
 from .tables import column, sort_value
 from .text import fmt_check, fmt_load, fmt_mib, fmt_rate, fmt_relative, fmt_step
 
-__all__ = ["measurement_table", "not_ranked_table", "not_ranked_groups", "run_identity", "machine_of", "several_runs", "setting_of"]
+__all__ = ["measurement_table", "not_ranked_table", "not_ranked_groups", "run_identity", "several_runs", "setting_of",
+           "machine_column", "machine_facts", "MACHINE_TITLE"]
 
 
 def _text(v: Any) -> str:
@@ -30,18 +32,10 @@ def _n(v: Any) -> int | float | None:
     return sort_value(v)
 
 
-def machine_of(env: dict, device: str) -> str:
-    """The machine a row ran on as the environment names it (``'AMD EPYC'``, ``'NVIDIA H100 (CUDA 12.4)'``)."""
-    env = env or {}
-    if device.startswith("cuda") and env.get("gpu"):
-        return str(env["gpu"])
-    return str(env.get("cpu") or env.get("platform") or "unknown machine")
-
-
 def run_identity(r: Any) -> tuple[str, str, str]:
     """``(run file, machine, commit)`` of a row."""
     env = r.environment or {}
-    return (r.run, machine_of(env, r.device), str(env.get("git_commit") or "")[:7])
+    return (r.run, r.machine, str(env.get("git_commit") or "")[:7])
 
 
 def several_runs(rows: pd.DataFrame) -> bool:
@@ -59,9 +53,28 @@ def _per_step(r: Any) -> str:
 
 
 def _run_text(r: Any) -> str:
-    run, machine, commit = run_identity(r)
+    """Run file · commit · load average (the machine has its own column)."""
+    run, _, commit = run_identity(r)
     load = fmt_load(r.load_avg_before, r.load_avg_after, r.cores)
-    return " · ".join(p for p in (run, machine, commit, "" if load == "-" else load) if p)
+    return " · ".join(p for p in (run, commit, "" if load == "-" else load) if p)
+
+
+#: The machine column's tooltip.
+MACHINE_TITLE = ("the machine the row ran on: host, CPU or GPU model, and which GPU (its UUID); rows recorded "
+                 "before memlab kept the host are named by the model alone. Rows of two machines are never "
+                 "compared, ranked or averaged together")
+
+
+def machine_column() -> dict[str, Any]:
+    """The machine column every measurement table has."""
+    return column("machine", "machine", title=MACHINE_TITLE)
+
+
+def machine_facts(env: dict | None) -> dict[str, Any]:
+    """The host facts a download keeps beside the machine label: host, GPU UUID and index, the
+    ``CUDA_VISIBLE_DEVICES`` entry the row was pinned to (None where not recorded)."""
+    env = env or {}
+    return {k: env.get(k) for k in ("host", "gpu_uuid", "gpu_index", "cuda_visible_devices")}
 
 
 def _record(r: Any) -> dict[str, Any]:
@@ -82,7 +95,7 @@ def _record(r: Any) -> dict[str, Any]:
         "samples_per_s": r.samples_per_s, "load_avg_before": r.load_avg_before, "load_avg_after": r.load_avg_after,
         "cores": r.cores, "under_load": bool(r.under_load), "matches_reference": r.matches_reference,
         "check_dtype": r.check["dtype"], "max_abs_error": r.max_abs_error, "schema": r.schema,
-        "run": r.run, "source": r.source, "line": r.line, "machine": machine_of(env, r.device),
+        "run": r.run, "source": r.source, "line": r.line, "machine": r.machine, **machine_facts(env),
         "git_commit": env.get("git_commit"), "torch": env.get("torch"),
     }
 
@@ -126,8 +139,9 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
                     title="the technique's step over the family baseline's step, timed interleaved in the "
                           "same process: load-robust"),
              column("throughput", "samples/s", num=True)]
+    cols.append(machine_column())
     if several_runs(rows):
-        cols.append(column("run", "run", kind="run", title="run file · machine · commit · load average"))
+        cols.append(column("run", "run", kind="run", title="run file · commit · load average"))
     cols.append(column("matches", "matches reference", kind="check"))
     cells, records = [], []
     for r in rows.itertuples():
@@ -149,7 +163,7 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
             "load": fmt_load(r.load_avg_before, r.load_avg_after, r.cores),
             "relative": fmt_relative(r.relative_step_time), "relative__sort": _n(r.relative_step_time),
             "throughput": fmt_rate(r.samples_per_s), "throughput__sort": _n(r.samples_per_s),
-            "run": _run_text(r), "matches": fmt_check(r.check)})
+            "machine": r.machine, "run": _run_text(r), "matches": fmt_check(r.check)})
         records.append(_record(r))
     return page.table(name, cols, cells, records)
 
@@ -161,14 +175,14 @@ def not_ranked_table(page: Page, name: str, rows: pd.DataFrame, with_family: boo
                                                    r.run, r.line))
     cols = ([column("family", "family")] if with_family else []) + [
         column("technique", "technique", kind="tech"), column("setting", "setting"), column("params", "parameters"),
-        column("status", "status", kind="status"), column("reason", "reason")]
+        column("status", "status", kind="status"), column("reason", "reason"), machine_column()]
     if several_runs(bad):
-        cols.append(column("run", "run", kind="run", title="run file · machine · commit · load average"))
+        cols.append(column("run", "run", kind="run", title="run file · commit · load average"))
     cols.append(column("matches", "matches reference", kind="check"))
     cells = [{"family": r.family, "technique": r.technique, "peer": bool(r.peer), "is_baseline": False, "note": None,
               "setting": A.setting_text(setting_of(r)), "params": A.param_text(r.params), "status": r.status_shown,
-              "error": "", "reason": _text(r.reason), "per_step": _per_step(r), "run": _run_text(r),
-              "matches": fmt_check(r.check)} for r in order]
+              "error": "", "reason": _text(r.reason), "per_step": _per_step(r), "machine": r.machine,
+              "run": _run_text(r), "matches": fmt_check(r.check)} for r in order]
     return page.table(name, cols, cells, [_record(r) for r in order])
 
 
@@ -179,25 +193,27 @@ def _reason_kind(reason: Any) -> str:
 
 
 def not_ranked_groups(page: Page, name: str, rows: pd.DataFrame) -> dict[str, Any]:
-    """The rows that are never ranked, one table row per family, technique, status and kind of reason
-    (:func:`_reason_kind`) with its count: a peer's known defect is one row, not one per size.  The
-    reason, parameters and check shown are the first row's; the family page lists every row."""
+    """The rows that are never ranked, one table row per family, technique, status, kind of reason
+    (:func:`_reason_kind`) and machine with its count: a peer's known defect is one row per machine,
+    not one per size.  The reason, parameters and check shown are the first row's; the family page
+    lists every row."""
     bad = A.not_ranked(rows)
     order = sorted(bad.itertuples(), key=lambda r: (r.family, r.technique, setting_of(r), A.sort_key(r.params_key),
                                                    r.run, r.line))
     groups: dict[tuple, list] = {}
     for r in order:
-        groups.setdefault((r.family, r.technique, r.status_shown, _reason_kind(r.reason)), []).append(r)
+        groups.setdefault((r.family, r.technique, r.status_shown, _reason_kind(r.reason), r.machine), []).append(r)
     cols = [column("family", "family"), column("technique", "technique", kind="tech"),
-            column("status", "status", kind="status"), column("count", "rows", num=True),
+            column("status", "status", kind="status"), machine_column(), column("count", "rows", num=True),
             column("settings", "settings"), column("params", "parameters (first row)"),
             column("reason", "reason (first row)"), column("matches", "matches reference (first row)", kind="check")]
     cells, records = [], []
-    for (family, tech, status, _), group in groups.items():
+    for (family, tech, status, _, machine), group in groups.items():
         first = group[0]
         settings = sorted({A.setting_text(setting_of(r)) for r in group})
         cells.append({"family": family, "technique": tech, "peer": bool(first.peer), "is_baseline": False, "note": None,
-                      "status": status, "error": "", "per_step": _per_step(first), "count": str(len(group)),
+                      "status": status, "error": "", "per_step": _per_step(first), "machine": machine,
+                      "count": str(len(group)),
                       "count__sort": len(group), "settings": "; ".join(settings),
                       "params": A.param_text(first.params) + (f" (and {len(group) - 1} more)" if len(group) > 1 else ""),
                       "reason": _text(first.reason), "matches": fmt_check(first.check)})

@@ -113,9 +113,10 @@ def slugs(names: Iterable[str], prefix: str) -> dict[str, str]:
 
 
 def _env_text(env: dict, device: str) -> str:
-    parts = []
+    parts = [f"host {env['host']}"] if env.get("host") else []
     if device.startswith("cuda") and env.get("gpu"):
-        parts.append(f"GPU {env['gpu']}" + (f" (CUDA {env['cuda']})" if env.get("cuda") else ""))
+        parts.append(f"GPU {env['gpu']}" + (f" {env['gpu_uuid']}" if env.get("gpu_uuid") else "")
+                     + (f" (CUDA {env['cuda']})" if env.get("cuda") else ""))
     if env.get("cpu"):
         parts.append(f"CPU {env['cpu']}" + (f", {env['threads']} threads" if env.get("threads") else ""))
     if env.get("torch"):
