@@ -67,3 +67,20 @@ def test_sigkill_leaves_no_memlab_process_within_5_s(cmd, tmp_path):
     for p in left:  # never leave them behind, even when the test fails
         os.kill(p, signal.SIGKILL)
     assert not left, f"still running 5 s after SIGKILL: {left}"
+
+
+def test_a_child_whose_parent_is_gone_exits_before_importing_torch():
+    """The launcher asks to die with its parent before anything imports memlab or torch: a server
+    started for a parent that has already ended exits at once (rc 1), without a 'ready' line, rather
+    than importing torch for nobody (the window the SIGKILL test above found open under load)."""
+    from memlab.measurement.launch import PARENT_ENV, command
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    env = {**os.environ, PARENT_ENV: str(gone.pid), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = command("memlab.measurement.forkserver")
+    out = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, capture_output=True, timeout=120)
+    assert out.returncode == 1 and b"ready" not in out.stdout, out
+    imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.decode().splitlines() if line.count("|") == 2}
+    assert "ctypes" in imported, imported
+    assert not {m for m in imported if m.split(".")[0] in ("torch", "memlab")}, imported

@@ -53,33 +53,7 @@ def kill_group(pid: int) -> None:
         pass
 
 
-#: the environment variable through which a caller tells the process it starts its own pid
-PARENT_ENV = "MEMLAB_PARENT_PID"
-
-
-def die_with_parent(parent: int | None = None) -> None:
-    """Have the kernel SIGKILL this process when the process that started it ends, however it ends
-    (Linux ``prctl(PR_SET_PDEATHSIG)``; nothing elsewhere).  A measurement server, or a measurement,
-    whose caller was killed would otherwise go on measuring for nobody (NOTE [ fork server ]).
-
-    ``parent``: the pid of the process that started this one (default: :data:`PARENT_ENV`, set by
-    the runner, else the current parent).  If it has already ended, this process exits at once.
-    The kernel sends the signal when the *thread* that started this process ends: memlab starts each
-    fork server from the thread that uses it (one per ``--jobs`` worker), which closes it anyway.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-    import ctypes.util
-
-    if parent is None:
-        parent = int(os.environ.get(PARENT_ENV) or os.getppid())
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent ended before the request took effect
-        os._exit(1)
+from .launch import PARENT_ENV, die_with_parent  # noqa: E402  (re-exported: the server's side uses both)
 
 
 def fork_available() -> bool:

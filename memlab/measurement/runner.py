@@ -12,7 +12,9 @@ when the kernel's out-of-memory killer most likely ended the child and ``error``
 NOTE [ worker isolation ]
 ``python -m`` puts the current directory first on ``sys.path``, so a ``torch.py``, ``numpy.py`` or
 ``memlab/`` in the caller's directory would replace the real ones in the child.  The child is
-therefore started with ``-P`` (Python 3.11+: no implicit path entry) and with its working directory
+therefore started with ``-P`` (Python 3.11+: no implicit path entry; on 3.10 the launcher drops its
+own folder, the entry a script gets), through :mod:`memlab.measurement.launch` run by its path (it
+asks to die with its parent before anything imports torch), and with its working directory
 set to its private temporary folder (which holds only the request and the result), so neither the
 implicit entry nor a relative import can reach the caller's directory.  ``PYTHONPATH`` is memlab's
 root first, then the caller's own entries made absolute (entries the user named on purpose); empty
@@ -36,7 +38,9 @@ from typing import Any, Sequence
 
 from ..registry import loaded_plugins
 from ..technique import Technique
-from .forkserver import PARENT_ENV, kill_group
+from .forkserver import kill_group
+from .launch import PARENT_ENV
+from .launch import command as launch_command
 
 __all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION",
            "ISOLATION_MODES", "shutdown_server"]
@@ -197,8 +201,7 @@ def _child_env(technique: type[Technique]) -> dict[str, str]:
 
 
 def _command(req_path: str, res_path: str) -> list[str]:
-    safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # NOTE [ worker isolation ]
-    return [sys.executable, *safe_path, "-m", "memlab.measurement.worker", req_path, res_path]
+    return launch_command("memlab.measurement.worker", req_path, res_path)  # NOTE [ worker isolation ]
 
 
 def _output_tail(path: str) -> list[str]:
@@ -288,8 +291,7 @@ def _server_for(env: dict[str, str]):
         server.close()
         server = None
     if server is None:
-        safe_path = ["-P"] if sys.version_info >= (3, 11) else []  # NOTE [ worker isolation ]
-        server = ForkServer(env, [sys.executable, *safe_path, "-m", "memlab.measurement.forkserver"])
+        server = ForkServer(env, launch_command("memlab.measurement.forkserver"))  # NOTE [ worker isolation ]
     with _servers_lock:
         _servers[key] = server
     return server
