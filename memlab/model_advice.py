@@ -263,7 +263,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
             continue
         p = {**held, size: n}
         pred = predict(decl, entry, p)
-        t = predict_time(decl, entry, p)
+        t = predict_time(decl, entry, p, device)
         answers.append({"technique": entry["technique"], "kind": kind, "label": entry["label"], "size": n,
                         "params": p, "knobs": {}, "chunks": 1, "total_peak_bytes": pred["total_peak_bytes"],
                         "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need(entry, n),

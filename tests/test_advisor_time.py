@@ -41,3 +41,109 @@ def test_one_size_only_is_a_constant_and_none_is_none():
     assert time_model(fam, entry, pts)["kind"] == "constant" and time_model(fam, entry, pts)["a"] == 1.1
     assert time_model(fam, entry, [])["kind"] == "none"
     assert predict_time(fam, {"knobs": [], "time": {"kind": "none"}}, {}) is None
+
+
+# -- the page-fault term (NOTE [ page faults in the time model ]) ----------------------------------------
+
+MiB = 1024 * 1024
+
+
+def _classes_with(allocations_k1, allocations_general):
+    """Model classes whose pieces do not matter here: k = 1 and the general class (k >= 4)."""
+    return [{"k": 1, "pieces": [{}], "allocations": allocations_k1},
+            {"k_min": 4, "pieces": [{}], "allocations": allocations_general}]
+
+
+def test_mmapped_bytes_counts_blocks_of_at_least_32_MiB_with_their_loop_counts():
+    from memlab.advisor.model import MMAP_CEILING_BYTES, mmapped_bytes
+
+    assert MMAP_CEILING_BYTES == 32 * MiB
+    # 4 * n * hidden twice, 4 * chunk * hidden once per chunk beyond the third (1 + m of them), 4 * d * n once
+    classes = _classes_with([[4, "hidden*n", 2, 0], [4, "d*n", 1, 0]],
+                            [[4, "chunk*hidden", 1, 1], [4, "d*n", 1, 0]])
+    assert mmapped_bytes(classes, 1, {"n": 16384, "hidden": 512, "d": 64}) == 2 * 32 * MiB
+    assert mmapped_bytes(classes, 1, {"n": 16383, "hidden": 512, "d": 64}) == 0   # 8 KiB under: the heap's
+    # k = 6 (m = 2): three chunk blocks of 32 MiB; d * n = 12 MiB stays on the heap
+    assert mmapped_bytes(classes, 6, {"n": 98304, "chunk": 16384, "last": 16384, "hidden": 512, "d": 32}) == 3 * 32 * MiB
+    assert mmapped_bytes(classes, 6, {"n": 98304, "chunk": 16384, "last": 16384, "hidden": 512, "d": 128}) \
+        == 3 * 32 * MiB + 4 * 128 * 98304
+    assert mmapped_bytes([{"k": 1, "pieces": [{}]}], 1, {}) is None   # fitted before allocations were kept
+
+
+def _fault_family(f, r, c, o, points):
+    """Synthetic time points of a technique and its baseline: relative = (r W + c + (k-1) o + f M) / (W + f M_base)."""
+    out = []
+    for p in points:
+        w, k, mt, mb = p
+        out.append({"params": {}, "work": w, "chunks": k, "mmap_bytes": mt, "baseline_mmap_bytes": mb,
+                    "relative_step_time": (r * w + c + (k - 1) * o + f * mt) / (w + f * mb)})
+    return out
+
+
+def test_time_model_with_the_fault_term_recovers_r_c_o():
+    fam = declaration_of("chunking")
+    pts = _fault_family(0.5, 1.1, 3e6, 2e6, [(2 ** 25, 1, 0, 0), (2 ** 25, 4, 0, 0), (2 ** 29, 1, 2 ** 27, 2 ** 27),
+                                               (2 ** 29, 4, 0, 2 ** 27), (2 ** 31, 16, 0, 2 ** 28)])
+    model = time_model(fam, fam.entry("slice_loop"), pts, 0.5)
+    assert model["r"] == pytest.approx(1.1) and model["c"] == pytest.approx(3e6) and model["o"] == pytest.approx(2e6)
+    assert model["max_fit_rel_error"] < 1e-9
+
+
+def test_fault_term_finds_the_family_cost_per_byte_and_predicts_with_it_on_cpu_only(monkeypatch):
+    import memlab.advisor.fit as fit
+
+    fam = declaration_of("chunking")
+    # the technique's and the baseline's mapped bytes come from their classes: stand-ins keyed by the point
+    mapped = {}
+    monkeypatch.setattr(fit, "mmapped_bytes", lambda classes, k, values: mapped[(id(classes), values["n"], k)])
+    base_classes = _classes_with([[4, "hidden*n", 3, 0]], [[4, "hidden*n", 3, 0]])
+    tech_classes = _classes_with([[4, "hidden*n", 3, 0]], [[4, "chunk*hidden", 3, 3]])
+    f = 0.8
+    entries = []
+    for label, r, c, o, classes in (("unchunked", 1.0, 0.0, 0.0, base_classes),
+                                    ("slice_loop", 1.1, 3e6, 2e6, tech_classes),
+                                    ("vmap_chunk", 1.05, 1e6, 7e5, tech_classes)):
+        pts = []
+        for n, w in ((2048, 2 ** 25), (8192, 2 ** 28), (16384, 2 ** 31), (16384, 2 ** 29)):
+            mb = 3 * 4 * n * 512 if 4 * n * 512 >= 32 * MiB else 0
+            for k in ((1,) if label == "unchunked" else (1, 4, 16)):
+                mt = mb if k == 1 else 0
+                mapped[(id(classes), n, k)] = mt
+                mapped[(id(base_classes), n, 1)] = mb
+                p = _fault_family(f, r, c, o, [(w, k, mt, mb)])[0]
+                p["params"] = {"n": n, "d": w // (n * 512), "hidden": 512, "chunk_size": -(-n // k)}
+                pts.append(p)
+        e = fam.entry(label)
+        entries.append({"label": label, "knobs": list(e.knobs), "classes": classes, "baseline": label == "unchunked",
+                        "time": time_model(fam, e, pts)})
+    assert fit.fault_term(fam, entries) == pytest.approx(f, rel=0.03)
+    slice_loop = entries[1]
+    assert slice_loop["time"]["r"] == pytest.approx(1.1, rel=1e-3)
+    assert slice_loop["time"]["fault"]["baseline"] == [{"k": 1, "allocations": [[4, "hidden*n", 3, 0]]},
+                                                       {"k_min": 4, "allocations": [[4, "hidden*n", 3, 0]]}]
+    monkeypatch.undo()
+    # at n = 16384, hidden = 512, d = 64 and 4 chunks: the baseline maps 3 x 32 MiB, the chunked step nothing
+    size = {"n": 16384, "d": 64, "hidden": 512, "chunk_size": 4096}
+    w, t = 16384 * 64 * 512, slice_loop["time"]
+    cpu = predict_time(fam, slice_loop, size)
+    assert cpu == pytest.approx((t["r"] * w + t["c"] + 3 * t["o"]) / (w + t["fault"]["per_byte"] * 3 * 32 * MiB))
+    assert cpu < 0.9 * predict_time(fam, slice_loop, size, device="cuda")
+    assert predict_time(fam, slice_loop, size, device="cuda") == pytest.approx(t["r"] + (t["c"] + 3 * t["o"]) / w)
+
+
+def test_no_mapped_block_at_any_time_point_is_no_term():
+    import memlab.advisor.fit as fit
+
+    fam = declaration_of("reversible")
+    cls = [{"k": 1, "pieces": [{}], "allocations": [[4, "batch*width", 5, 0]]},
+           {"k_min": 4, "pieces": [{}], "allocations": [[4, "batch*width", 5, 1]]}]
+    pts = [{"params": {"depth": 8, "batch": 128, "width": 64, "hidden": 128}, "work": 8 * 128 * 64 * 128, "chunks": 1,
+            "relative_step_time": 1.3},
+           {"params": {"depth": 16, "batch": 256, "width": 128, "hidden": 256}, "work": 16 * 256 * 128 * 256,
+            "chunks": 1, "relative_step_time": 1.2}]
+    entries = [{"label": "residual", "knobs": [], "classes": cls, "baseline": True,
+                "time": time_model(fam, fam.entry("residual"), [dict(p, relative_step_time=1.0) for p in pts])},
+               {"label": "checkpoint_block", "knobs": [], "classes": cls, "baseline": False,
+                "time": time_model(fam, fam.entry("checkpoint_block"), pts)}]
+    assert fit.fault_term(fam, entries) == 0.0
+    assert "fault" not in entries[1]["time"] and entries[1]["time"]["points"][0]["mmap_bytes"] == 0

@@ -123,3 +123,88 @@ def test_an_overflowed_reference_records_no_error_number():
     assert StepChecker.result(checker) == StepComparison(2, 1e-7, None, None)
     checker.worst = 3e-6
     assert StepChecker.result(checker).max_error == 3e-6
+
+
+# -- NOTE [ drift arbitrated in float64 ] ------------------------------------------------------------------
+
+def _sampled(**tensors):
+    import numpy as np
+
+    return {name: ((len(v),), np.array(v, dtype=np.float64)) for name, v in tensors.items()}
+
+
+def test_a_later_step_whose_float32_reference_rounds_worse_is_arbitrated_in_float64():
+    """RevNet-578 (revnet_nosave) at its second step: 1.2e-3 from float32 autograd, 3.6e-6 from the
+    float64 step; float32 autograd itself 2.0e-3 from it.  The reference's rounding, not a mismatch."""
+    from memlab.measurement.step_check import StepChecker
+
+    exact = _sampled(output=[1.0, 2.0], **{"grad:0": [0.2, -0.1]})
+    calls = []
+    checker = StepChecker(2.0 ** -23, "measured step", arbiter=lambda k: calls.append(k) or exact)
+    checker.add(1, _sampled(output=[1.0, 2.0], **{"grad:0": [0.2, -0.1000001]}),
+                _sampled(output=[1.0, 2.0], **{"grad:0": [0.2, -0.1]}))            # d0 = 5e-7
+    technique = _sampled(output=[1.0, 2.0], **{"grad:0": [0.2000007, -0.1]})      # 3.5e-6 from float64
+    reference = _sampled(output=[1.0, 2.0], **{"grad:0": [0.2004, -0.1]})         # float32 autograd: 2e-3 off
+    checker.add(2, technique, reference)
+    assert checker.result().ok and calls == [2] and checker.arbitrated == [2]
+
+
+def test_a_technique_far_from_the_float64_step_too_stays_a_mismatch():
+    from memlab.measurement.step_check import StepChecker
+
+    exact = _sampled(output=[1.0, 2.0], **{"grad:0": [0.2, -0.1]})
+    checker = StepChecker(2.0 ** -23, "timed step", arbiter=lambda k: exact)
+    same = _sampled(output=[1.0, 2.0], **{"grad:0": [0.2, -0.1]})
+    checker.add(1, same, same)
+    stale = _sampled(output=[1.0, 2.0], **{"grad:0": [0.19, -0.1]})               # off by 5% of the largest entry
+    checker.add(2, stale, same)
+    result = checker.result()
+    assert not result.ok and result.reason.startswith("timed step 2: grad:0 differs")
+    assert "against the float64 reference grad:0 differs by 0.05" in result.reason
+    # no arbiter: the drift rule alone; a float64 measurement never arbitrates
+    alone = StepChecker(2.0 ** -23, "timed step")
+    alone.add(1, same, same)
+    alone.add(2, _sampled(output=[1.0, 2.0], **{"grad:0": [0.2004, -0.1]}), same)
+    assert not alone.result().ok
+    t = memlab.get_technique("unchunked")(**SMALL)
+    assert checker_for(t, torch.float64, "step", arbiter=lambda k: exact).arbiter is None
+
+
+def test_an_updated_parameter_beyond_the_drift_is_not_arbitrated():
+    from memlab.measurement.step_check import StepChecker
+
+    checker = StepChecker(2.0 ** -23, "measured step", arbiter=lambda k: pytest.fail("arbitrated a parameter"))
+    same = _sampled(output=[1.0], **{"param:0": [0.5]})
+    checker.add(1, same, same)
+    checker.add(2, _sampled(output=[1.0], **{"param:0": [0.6]}), same)
+    assert checker.result().reason.startswith("measured step 2: param:0 differs")
+
+
+def test_the_float64_arbiter_steps_the_reference_from_the_techniques_start():
+    from memlab.measurement.step_check import Float64Arbiter
+
+    t = memlab.get_technique("unchunked")(**SMALL)
+    log = StepLog(snapshots=True)
+    problem = t.build(torch.device("cpu"), torch.float32, 0)
+    step, _ = make_step(t, problem, "train", capture=log)
+    for _ in range(2):
+        step()
+    arbiter = Float64Arbiter(t, torch.device("cpu"), "train", 0, "sgd", "given", lambda k: log.start_of(k - 1))
+    assert arbiter(1) is None                      # the first step's start is not kept: nothing to arbitrate
+    exact = arbiter(2)
+    got = log.steps()[1]
+    assert set(exact) == set(got)
+    for name, (shape, b) in exact.items():
+        assert shape == got[name][0]
+        assert abs(got[name][1] - b).max() <= 1e-5 * max(abs(b).max(), 1.0), name
+
+
+def test_float64_samples_are_copies_not_views_of_the_tensor():
+    """A float64 tensor of at most SAMPLES entries was kept as a view of its memory: once freed and
+    reused, the samples read whatever the allocator put there."""
+    from memlab.measurement.step_check import _samples
+
+    t = torch.arange(6, dtype=torch.float64)
+    s = _samples(t)
+    t.fill_(-1.0)
+    assert s.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]

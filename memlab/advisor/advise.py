@@ -186,7 +186,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
             p = {**sizes, **knobs}
             pred = predict(decl, entry, p)
             need = pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])
-            t = predict_time(decl, entry, p)
+            t = predict_time(decl, entry, p, device)
             candidates.append({
                 "technique": entry["technique"], "label": entry["label"], "fixed": entry["fixed"], "knobs": knobs,
                 "params": {**entry["fixed"], **p}, "total_peak_bytes": pred["total_peak_bytes"],
@@ -226,8 +226,9 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
         "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
-                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at two sizes per family "
-                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model)",
+                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at three sizes per family "
+                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), on CPU with the page faults "
+                     "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ])",
     }
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .declaration import BASE_K, Declaration, Entry, fitted_range
-from .model import CATEGORIES, SCHEMA, encode_poly, eval_poly, models_path, predict
+from .model import CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, encode_poly, eval_poly, mmapped_bytes, models_path, predict
 from .structure import infer_loops, loop_baseline, pieces_of, prune, split_baseline
 
-__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED"]
+__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term"]
 
 OPTIMIZERS_FITTED = ("sgd", "adam")
 #: raw-trace held-out points per model (exact replays at random sizes and loop counts)
@@ -38,6 +38,24 @@ def declaration_of(family: str) -> Declaration:
     from ..registry import get_advisor
 
     return get_advisor(family).declaration()
+
+
+def _allocations(step, bodies=()) -> list[list]:
+    """The allocations of a traced step as ``[q, monomial, a, b]``: ``a + b * m`` allocations of ``q *
+    monomial`` bytes (``b`` counts those of the loop ``bodies``, which run ``m + 1`` more times than in
+    ``step``), for the page-fault term of the time model (NOTE [ page faults in the time model ])."""
+    counts: dict[tuple, list[int]] = {}
+    for e in step:
+        if e.sign > 0:
+            counts.setdefault((e.q, e.mono), [0, 0])[0] += 1
+    for unit in bodies:
+        for e in unit:
+            if e.sign > 0:
+                c = counts.setdefault((e.q, e.mono), [0, 0])
+                c[0] += 1
+                c[1] += 1
+    return [[q, "*".join(mono) or "1", a, b] for (q, mono), (a, b) in
+            sorted(counts.items(), key=lambda kv: (len(kv[0][1]), kv[0][1], kv[0][0]))]
 
 
 def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
@@ -65,7 +83,8 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
     classes = []
     for k in range(1, (BASE_K if looped else 1) + 1):
         baseline, step = step_of.setdefault(k, trace(k))
-        classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))]})
+        classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))],
+                        "allocations": _allocations(step)})
     if looped:
         for k in range(BASE_K, BASE_K + 4):
             if k not in step_of:
@@ -76,7 +95,8 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
         baseline = loop_baseline({k: step_of[k][0] for k in steps}, BASE_K)
         pieces = prune(pieces_of(baseline, structure.base, structure))
         classes.append({"k_min": BASE_K + 1, "loop_bodies": len(structure.insertions),
-                        "pieces": [_encode_piece(p) for p in pieces]})
+                        "pieces": [_encode_piece(p) for p in pieces],
+                        "allocations": _allocations(structure.base, [i.unit for i in structure.insertions])})
     return classes, traced
 
 
@@ -198,29 +218,115 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
 # sizes people train.  The site's Choose page evaluates the same formula (choose.js).
 
 
-def time_model(fam: Declaration, entry: Entry, points: list[dict]) -> dict:
+# NOTE [ page faults in the time model ]
+# glibc serves an allocation from its heap, or maps it afresh with ``mmap`` when it is at least the
+# mmap threshold.  The threshold starts at 128 KiB and rises to the size of each mapped block that is
+# freed, but never above 32 MiB (``DEFAULT_MMAP_THRESHOLD_MAX`` on a 64-bit host): after the first
+# steps every block under 32 MiB comes back from the heap, already resident, while every block of
+# 32 MiB or more is mapped again on every step, and the kernel page-faults and zeroes each of its
+# pages when the step first writes it (and unmaps them when it is freed).  That cost is the thread's
+# own CPU time (system time), so the relative time sees it.  It does not grow with the work ``W``: it
+# grows with the bytes of those blocks, and it falls on the baseline as often as on the technique.
+# The unchunked product at ``n = 16384, hidden = 512`` allocates 32 MiB intermediates, each chunk of a
+# chunked technique 2-8 MiB: at ``d = 64`` vmap_chunk measured 0.82x the baseline where the model
+# without this term said 1.04x.  So the time model counts, per step, the bytes ``M`` of allocations of
+# at least :data:`~memlab.advisor.model.MMAP_CEILING_BYTES` (from the symbolic trace: each
+# allocation's bytes are ``q * monomial`` of the sizes, each class lists them with their counts,
+# ``allocations``), for the technique and ``M_base`` for the baseline at the same sizes:
+#
+#     relative(W, k) = (r * W + c + (k - 1) * o + f * M) / (W + f * M_base)
+#
+# ``f``: the cost of a mapped byte in units of the baseline's cost per unit of work, one value per
+# family (:func:`fault_term`: a one-dimensional search, each entry's ``r, c, o`` by least squares at
+# each ``f``); 0 where no time point allocates such a block (nothing to fit it from).  With ``M =
+# M_base = 0`` the form is the one of NOTE [ advisor time model ].  On CUDA the term is 0 (the caching
+# allocator keeps its blocks): ``predict_time(..., device="cuda")`` leaves it out.  What it does not
+# count: heap memory returned to the kernel when more than the trim threshold (twice the mmap
+# threshold, at most 64 MiB) lies free at the top of the heap, which is faulted in again too.
+
+
+def time_model(fam: Declaration, entry: Entry, points: list[dict], per_byte: float = 0.0) -> dict:
     """The relative-step-time model of NOTE [ advisor time model ] from the measured ``points``
-    (each with ``work``, ``chunks``, ``relative_step_time``); ``kind`` ``work`` (fitted), ``constant``
-    (one size only: the median) or ``none``."""
+    (each with ``work``, ``chunks``, ``relative_step_time`` and, with ``per_byte``, ``mmap_bytes`` and
+    ``baseline_mmap_bytes``: NOTE [ page faults in the time model ]); ``kind`` ``work`` (fitted),
+    ``constant`` (one size only: the median) or ``none``."""
+    return _time_fit(fam, entry, points, per_byte)[0]
+
+
+def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: float) -> tuple[dict, float]:
+    """:func:`time_model` and the sum of its squared relative residuals (0 unless ``work``)."""
     import numpy as np
 
     note = ("relative_step_time (thread CPU time of the step over the family baseline's, one thread, median of "
-            ">= 3 interleaved steps) at the points listed, fitted as r + (c + (k - 1) * o) / W")
+            ">= 3 interleaved steps) at the points listed, fitted as r + (c + (k - 1) * o) / W"
+            + (", plus f * (bytes in blocks glibc maps afresh), the baseline's in the denominator" if per_byte else ""))
     pts = sorted(points, key=lambda p: (p["work"], p["chunks"]))
     out: dict[str, Any] = {"points": pts, "note": note, "work": fam.work}
     if not pts:
-        return {**out, "kind": "none"}
+        return {**out, "kind": "none"}, 0.0
     chunked = bool(entry.knobs) and len({p["chunks"] for p in pts}) > 1
     if len({p["work"] for p in pts}) < 2:
         rel = sorted(p["relative_step_time"] for p in pts)
-        return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}
-    rows = [[1.0, 1.0 / p["work"]] + ([(p["chunks"] - 1) / p["work"]] if chunked else []) for p in pts]
-    solution = np.linalg.lstsq(np.array(rows), np.array([p["relative_step_time"] for p in pts]), rcond=None)[0]
+        return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}, 0.0
+    den = [p["work"] + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
+    rows = [[p["work"] / d, 1.0 / d] + ([(p["chunks"] - 1) / d] if chunked else []) for p, d in zip(pts, den)]
+    target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
+    solution = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)[0]
     r, c = float(solution[0]), float(solution[1])
     o = float(solution[2]) if chunked else 0.0
-    fitted = [r + (c + (p["chunks"] - 1) * o) / p["work"] for p in pts]
+    fitted = [(r * p["work"] + c + (p["chunks"] - 1) * o + per_byte * p.get("mmap_bytes", 0)) / d
+              for p, d in zip(pts, den)]
     worst = max(abs(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts))
-    return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4)}
+    sq = sum(((f - p["relative_step_time"]) / p["relative_step_time"]) ** 2 for f, p in zip(fitted, pts))
+    return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4)}, sq
+
+
+def fault_term(fam: Declaration, entries: list[dict], *, say: Callable[[str], None] = lambda s: None) -> float:
+    """Fit the page-fault term of NOTE [ page faults in the time model ] over a family's fitted model
+    ``entries`` (each with ``classes``, ``time`` and ``baseline``), in place: each time point gets its
+    ``mmap_bytes`` and ``baseline_mmap_bytes``, each work-scaled time model its ``r, c, o`` refitted at
+    the family's ``f`` and a ``fault`` record (the baseline's allocations ride along, so a model entry
+    predicts alone).  Returns ``f`` (0 when the family has no modelled baseline or no time point
+    allocates a block glibc maps afresh)."""
+    import numpy as np
+
+    base = next((e for e in entries if e.get("baseline")), None)
+    if base is None:
+        return 0.0
+    timed = []
+    for e in entries:
+        t = e.get("time") or {}
+        pts = t.get("points") or []
+        for p in pts:
+            p["mmap_bytes"] = mmapped_bytes(e["classes"], *fam.loop_of(p["params"], chunked=bool(e["knobs"])))
+            p["baseline_mmap_bytes"] = mmapped_bytes(base["classes"], *fam.loop_of(p["params"], chunked=False))
+        if t.get("kind") == "work":
+            timed.append((e, fam.entry(e["label"])))
+    if not any(p["mmap_bytes"] or p["baseline_mmap_bytes"] for e, _ in timed for p in e["time"]["points"]):
+        best = 0.0
+    else:
+        def loss(f: float) -> float:
+            return sum(_time_fit(fam, d, e["time"]["points"], f)[1] for e, d in timed)
+
+        # a coarse log grid (0 first: a term that does not lower the error is not taken), then a finer one
+        grid = [0.0] + [float(x) for x in np.geomspace(1e-4, 1e3, 71)]
+        losses = [loss(f) for f in grid]
+        i = min(range(len(grid)), key=lambda j: (losses[j], j))
+        best = grid[i]
+        if best > 0:
+            lo, hi = grid[max(i - 1, 1)], grid[min(i + 1, len(grid) - 1)]
+            fine = [float(x) for x in np.geomspace(lo, hi, 41)]
+            best = min(fine + [best], key=loss)
+        say(f"  page-fault term: f = {best:.4g} (baseline work units per mapped byte); squared relative "
+            f"error {losses[0]:.4g} without it, {loss(best):.4g} with it")
+    baseline_classes = [{key: c[key] for key in ("k", "k_min", "allocations") if key in c} for c in base["classes"]]
+    for e, d in timed:
+        t = time_model(fam, d, e["time"]["points"], best)
+        if best:
+            t["fault"] = {"per_byte": best, "ceiling_bytes": MMAP_CEILING_BYTES, "baseline": baseline_classes,
+                          "note": "NOTE [ page faults in the time model ] in memlab/advisor/fit.py"}
+        e["time"] = t
+    return best
 
 
 def _cuda_margin_facts(families: dict) -> dict:
@@ -305,6 +411,7 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
     if not entries:
         raise IdentificationError(f"advisor model of family {fam.name!r}: no entry could be modelled; "
                                   f"{skipped[0]['label']}: {skipped[0]['reason']}")
+    fault_term(fam, entries, say=say)
     if skipped:  # the declaration states what was modelled
         fam = dataclasses.replace(fam, entries=tuple(e for e in fam.entries
                                                      if e.technique not in {x["technique"] for x in skipped}))

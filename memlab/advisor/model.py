@@ -68,7 +68,7 @@ from typing import Any, Mapping
 from .declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
-           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time"]
+           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "mmapped_bytes", "MMAP_CEILING_BYTES"]
 
 SCHEMA = 1
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "inputs", "saved_activations", "temporaries")
@@ -135,18 +135,60 @@ def predict(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any], p
 
 
 def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any],
-                 params: Mapping[str, int]) -> float | None:
+                 params: Mapping[str, int], device: str = "cpu") -> float | None:
     """Relative step time (technique step / family baseline step) of :func:`memlab.advisor.fit.time_model`:
-    ``a`` for a ``constant`` model, ``r + (c + (k - 1) * o) / W`` for a ``work`` model (NOTE [ advisor
-    time model ]); None without one."""
+    ``a`` for a ``constant`` model, ``r + (c + (k - 1) * o) / W`` for a ``work`` model, and with a
+    page-fault term (``time["fault"]``, on CPU only: NOTE [ page faults in the time model ] in
+    :mod:`memlab.advisor.fit`) ``(r * W + c + (k - 1) * o + f * M) / (W + f * M_base)``, ``M`` and
+    ``M_base`` the bytes the technique's and the baseline's steps allocate in blocks glibc maps afresh;
+    None without a model."""
     t = entry.get("time") or {}
     if t.get("kind") == "constant":
         return float(t["a"])
     if t.get("kind") != "work":
         return None
-    k, _ = as_declaration(family).loop_of(params, chunked=True) if entry.get("knobs") else (1, {})
+    decl = as_declaration(family)
+    k, _ = decl.loop_of(params, chunked=True) if entry.get("knobs") else (1, {})
     work = eval_poly({t["work"]: 1}, params)
-    return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work) if work > 0 else None
+    if work <= 0:
+        return None
+    fault = t.get("fault") or {}
+    per_byte = fault.get("per_byte") or 0.0
+    if device != "cpu" or not per_byte:
+        return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work)
+    ceiling = fault.get("ceiling_bytes", MMAP_CEILING_BYTES)
+    mine = mmapped_bytes(entry["classes"], *decl.loop_of(params, chunked=bool(entry.get("knobs"))), ceiling)
+    base = mmapped_bytes(fault["baseline"], *decl.loop_of(params, chunked=False), ceiling)
+    if mine is None or base is None:
+        return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work)
+    w = float(work)
+    return float((t["r"] * w + t["c"] + (k - 1) * t["o"] + per_byte * mine) / (w + per_byte * base))
+
+
+#: glibc's dynamic mmap threshold never rises above this (``DEFAULT_MMAP_THRESHOLD_MAX`` on a 64-bit
+#: host): an allocation of at least this many bytes is always its own ``mmap`` (NOTE [ page faults in
+#: the time model ] in :mod:`memlab.advisor.fit`)
+MMAP_CEILING_BYTES = 32 * 1024 * 1024
+
+
+def mmapped_bytes(classes: list[Mapping[str, Any]], k: int, values: Mapping[str, int],
+                  ceiling: int = MMAP_CEILING_BYTES) -> int | None:
+    """Bytes a step allocates in allocations of at least ``ceiling`` bytes each (every one a fresh
+    ``mmap`` under glibc: page-faulted in on every step), from the class of loop count ``k`` of a model
+    entry's ``classes`` (their ``allocations``: ``[q, monomial, a, b]``, ``a + b * m`` allocations of
+    ``q * monomial`` bytes); ``values``: the loop's variables (:meth:`Declaration.loop_of`).  None when
+    the class lists no allocations (a model fitted before they were recorded)."""
+    cls, extra = _class_for(list(classes), k)
+    allocations = cls.get("allocations")
+    if allocations is None:
+        return None
+    m = extra.get("m", 0)
+    total = 0
+    for q, mono, a, b in allocations:
+        size = eval_poly({mono: q}, values)
+        if size >= ceiling:
+            total += (a + b * m) * size
+    return total
 
 
 def models_path(optimizer: str, directory: Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """The advisor's relative-time column checked at held-out settings (``python -m memlab.advisor.time_check``).
 
 Each setting below is none of the points the time model was fitted on (NOTE [ advisor time model ] in
-:mod:`memlab.advisor.fit`: two sizes per family): larger steps, other chunk counts, other shapes.
+:mod:`memlab.advisor.fit`: three sizes per family): larger steps, other chunk counts, other shapes.
 Each is measured with memlab's default timed phase (one intra-op thread, thread CPU time against the
 family baseline, interleaved) and compared with :func:`memlab.advisor.model.predict_time` from the
 committed models; the table is written to ``data/models/time-check-<optimizer>.json``.  The goal is

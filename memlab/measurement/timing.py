@@ -47,7 +47,7 @@ from .devices import synchronize
 from .environment import load_average
 from .resident import glibc_default_heap
 from .step import make_step
-from .step_check import ReferenceAsTechnique, Shadow, StepLog, build_problem, checker_for
+from .step_check import Float64Arbiter, ReferenceAsTechnique, Shadow, StepLog, build_problem, checker_for
 
 __all__ = ["time_in_process", "family_baseline", "relative_step_time", "step_time_fields", "timed_verdict",
            "TIMING_THREADS", "STABLE_IQR_FRACTION", "RATIO_PRECISION", "MAX_TIMED_STEPS", "WALL_BUDGET_FACTOR"]
@@ -154,7 +154,11 @@ class _Problems:
         timed_against = baseline if baseline is not None else ReferenceAsTechnique(technique)
         self.baseline, _ = make_step(timed_against, build_problem(baseline or technique, device, dtype, seed, loss),
                                      mode, optimizer=optimizer, loss=loss, capture=self.baseline_log)
-        self.checker = checker_for(technique, dtype, "timed step")
+        # the start of the last step, for the float64 arbiter (NOTE [ drift arbitrated in float64 ])
+        self._start: list[torch.Tensor] | None = None
+        arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: self._start) \
+            if check else None
+        self.checker = checker_for(technique, dtype, "timed step", arbiter)
 
     def sync_shadow(self) -> None:
         """Before a technique step: the shadow's leaves take the technique's values (NOTE [ every step
@@ -166,8 +170,11 @@ class _Problems:
         """Step the shadow, compare the technique's last step with the shadow's, then drop both
         (nothing without a check: the log keeps nothing and there is no shadow)."""
         if self.shadow is not None:
+            if self.checker.arbiter is not None and not self.checker.structural_only:
+                self._start = [leaf.detach().clone() for leaf in self.shadow.problem.leaves()]
             self.shadow()
             self.checker.add(self.log.taken(), self.log.pop_last(), self.shadow.log.pop_last())
+            self._start = None
 
 
 def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cpu_clock: bool):

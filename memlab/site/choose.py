@@ -15,8 +15,8 @@ What ``choose.js`` repeats of the Python advisor, rule for rule (change both tog
 * a class per loop count (``k`` exact, else the first ``k_min <= k`` with ``m = k - k_min``), each
   piece's categories as integer polynomials (BigInt), the maximising piece (first on a tie);
 * chunk sizes tried when no knob is given (:meth:`memlab.advisor.loops.Chunks.knob_candidates`);
-* the relative time (:func:`memlab.advisor.model.predict_time`) in the same float operations and order,
-  rounded to 3 decimals as Python's ``round`` does (half to even on an exact tie);
+* the relative time (:func:`memlab.advisor.model.predict_time`, its page-fault term on CPU only:
+  :func:`memlab.advisor.model.mmapped_bytes`) in the same float operations and order, rounded to 3 decimals as Python's ``round`` does (half to even on an exact tie);
 * the CUDA need (:func:`memlab.advisor.advise.cuda_need`) from the shipped :data:`CUDA_MARGIN`;
 * the budget's units (:func:`memlab.advisor.advise.parse_budget`), the ranking (time, then need), the
   Pareto front, what cannot fit, and the extrapolation flags.
@@ -74,6 +74,19 @@ def _poly_ok(poly: Any, variables: set[str]) -> bool:
         for k, c in poly.items())
 
 
+def _allocations_ok(classes: Any, variables: set[str]) -> bool:
+    """Each class lists its ``allocations`` as ``[q, monomial, a, b]`` (NOTE [ page faults in the time model ])."""
+    return isinstance(classes, list) and bool(classes) and all(
+        isinstance(c, dict) and (_int(c.get("k")) or _int(c.get("k_min"))) and isinstance(c.get("allocations"), list)
+        and all(isinstance(x, list) and len(x) == 4 and _poly_ok({x[1]: x[0]}, variables) and _int(x[2]) and _int(x[3])
+                for x in c["allocations"]) for c in classes)
+
+
+def _fault_ok(fault: Any, classes: list, variables: set[str]) -> bool:
+    return isinstance(fault, dict) and _num(fault.get("per_byte")) and _int(fault.get("ceiling_bytes")) \
+        and _allocations_ok(fault.get("baseline"), variables) and _allocations_ok(classes, variables)
+
+
 def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[str]) -> str | None:
     """Why a model entry cannot be evaluated by the page (None when it can)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("technique"), str) or not isinstance(entry.get("label"), str):
@@ -97,6 +110,9 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     if isinstance(t, dict) and t.get("kind") == "work" and not (
             all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)):
         return f"{entry['label']}: a work-scaled time model without r, c, o, work"
+    if isinstance(t, dict) and t.get("kind") == "work" and t.get("fault") is not None and not _fault_ok(
+            t["fault"], classes, variables):
+        return f"{entry['label']}: a page-fault term without per_byte, ceiling_bytes, baseline and allocations"
     if isinstance(t, dict) and t.get("kind") == "constant" and not _num(t.get("a")):
         return f"{entry['label']}: a constant time model without a"
     for key in ("validated_range", "fitted_range"):
@@ -108,7 +124,9 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
 
 def _compact_entry(entry: dict) -> dict[str, Any]:
     t = entry.get("time") or {}
-    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work") if k in t} if t.get("kind") in ("constant", "work") else None
+    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "fault") if k in t} if t.get("kind") in ("constant", "work") else None
+    if time and "fault" in time:
+        time["fault"] = {k: time["fault"][k] for k in ("per_byte", "ceiling_bytes", "baseline")}
     return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
             "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
             "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,
@@ -201,6 +219,10 @@ def _time_text(t: dict | None) -> str:
     if t["kind"] == "constant":
         return f"{fmt_relative(t['a'])} at any size"
     per_chunk = f" + {t['o']:.3g} per further chunk" if t.get("o") else ""
+    fault = t.get("fault") or {}
+    if fault.get("per_byte"):
+        return (f"({t['r']:.3g} {t['work']} + {t['c']:.3g}{per_chunk} + {fault['per_byte']:.3g} M) / "
+                f"({t['work']} + {fault['per_byte']:.3g} M_base) on CPU, M: bytes in blocks of 32 MiB or more")
     return f"{fmt_relative(t['r'])} + ({t['c']:.3g}{per_chunk}) / {t['work']}"
 
 

@@ -166,7 +166,9 @@ class ChainedMatmulModel(AdvisorModel, family="chunking"):
         Entry("slice_accumulate", {"backward": "autograd"}, knobs=("chunk_size",)),
     )
     held_out = {"n": (2, 400), "d": (2, 48), "hidden": (2, 96)}
+    # the fourth size is where the baseline's 64 MiB blocks are mapped afresh every step and weigh most
+    # against its work (NOTE [ page faults in the time model ] in memlab.advisor.fit)
     time_sizes = ({"n": 2048, "d": 64, "hidden": 256}, {"n": 8192, "d": 128, "hidden": 512},
-                  {"n": 16384, "d": 256, "hidden": 512})
+                  {"n": 16384, "d": 256, "hidden": 512}, {"n": 16384, "d": 64, "hidden": 1024})
     work = "n*d*hidden"
     time_chunks = (1, 4, 16)

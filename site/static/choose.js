@@ -109,7 +109,21 @@ var memlabChoose = (function () {
     return {total: best.total, categories: out, k: lk.k};
   }
 
-  function predictTime(fam, entry, params) {
+  // memlab.advisor.model.mmapped_bytes: bytes in allocations of at least `ceiling` (BigInt), or null
+  function mmappedBytes(classes, k, values, ceiling) {
+    var found = classFor(classes, k);
+    if (!found.cls.allocations) { return null; }
+    var m = BigInt(found.extra.m === undefined ? 0 : found.extra.m), total = 0n;
+    found.cls.allocations.forEach(function (x) {
+      var poly = {};
+      poly[x[1]] = x[0];
+      var size = evalPoly(poly, values);
+      if (size >= ceiling) { total += (BigInt(x[2]) + BigInt(x[3]) * m) * size; }
+    });
+    return total;
+  }
+
+  function predictTime(fam, entry, params, device) {
     var t = entry.time;
     if (!t) { return null; }
     if (t.kind === "constant") { return Number(t.a); }
@@ -118,7 +132,16 @@ var memlabChoose = (function () {
     var work = {};
     work[t.work] = 1;
     var w = Number(evalPoly(work, params));
-    return w > 0 ? t.r + (t.c + (k - 1) * t.o) / w : null;
+    if (!(w > 0)) { return null; }
+    var f = t.fault ? t.fault.per_byte : 0;
+    if (device !== "cpu" || !f) { return t.r + (t.c + (k - 1) * t.o) / w; }
+    var ceiling = BigInt(t.fault.ceiling_bytes);
+    var mine = loopOf(fam.loop, params, entry.knobs.length > 0);
+    var base = loopOf(fam.loop, params, false);
+    var mt = mmappedBytes(entry.classes, mine.k, mine.values, ceiling);
+    var mb = mmappedBytes(t.fault.baseline, base.k, base.values, ceiling);
+    if (mt === null || mb === null) { return t.r + (t.c + (k - 1) * t.o) / w; }
+    return (t.r * w + t.c + (k - 1) * t.o + f * Number(mt)) / (w + f * Number(mb));
   }
 
   function knobCandidates(n, low, high) {   // memlab.advisor.loops.Chunks.knob_candidates
@@ -229,7 +252,7 @@ var memlabChoose = (function () {
         var p = Object.assign({}, sizes, knobs);
         var pred = predict(fam, entry, p);
         var need = device === "cpu" ? pred.total : cudaNeed(pred.total);
-        var t = predictTime(fam, entry, p);
+        var t = predictTime(fam, entry, p, device);
         candidates.push({technique: entry.technique, label: entry.label, peer: entry.peer, knobs: knobs,
                          total_peak_bytes: pred.total, peak_by_category_bytes: pred.categories, need_bytes: need,
                          headroom_bytes: budget - need, fits: need <= budget,
@@ -604,11 +627,11 @@ var memlabChoose = (function () {
             }), smallest: a.smallest ? row(a.smallest) : null, budget_bytes: a.budget_bytes.toString(), sizes: a.sizes};
   }
 
-  function predictOne(optimizer, family, label, params) {
+  function predictOne(optimizer, family, label, params, device) {
     var fam = APP.models[optimizer].families[family];
     var entry = fam.entries.filter(function (e) { return e.label === label; })[0];
     var p = predict(fam, entry, params);
-    var t = predictTime(fam, entry, params);
+    var t = predictTime(fam, entry, params, device || "cpu");
     return {total: p.total.toString(), k: p.k, time: t,
             categories: JSON.parse(JSON.stringify(p.categories, function (k, v) { return typeof v === "bigint" ? v.toString() : v; }))};
   }
