@@ -244,12 +244,22 @@ def per_layer_category(rows: dict[tuple[str, int], Any], category: str) -> int |
 
 # -- the reproduction -------------------------------------------------------------------------------
 
+# NOTE [ bfloat16 rows unchecked ]
+# The page's rows are measured in bfloat16 with ``check=False``: memlab's every-step check of the
+# bfloat16 transformer fails at this size even for the reference technique against itself
+# ("measured step 2: output differs from the reference by 1.8e+10 (allowed 2.25e+09)", while the
+# model's own bfloat16 loss stays at its first-step values over three SGD steps) -- a harness matter
+# reported with the page, not a wrong result.  The bytes do not depend on the values; the same
+# techniques pass the float64 check (tests/test_transformer.py) and the float32 rows with dropout
+# measure ok.
+
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure eager, selective and full recomputation at one and two layers, then :func:`report`."""
     import memlab
 
     c = configs(quick)
-    opts = {"iterations": 2, "repeats": 3, "time_budget": 1.0, "dtype": "bfloat16"}
+    # check=False: NOTE [ bfloat16 rows unchecked ]
+    opts = {"iterations": 1, "repeats": 2, "time_budget": 0.5, "dtype": "bfloat16", "check": False}
     ms = [memlab.measure(name, layers=layers, **c, **opts) for name in TECHNIQUES for layers in (1, 2)]
     kept = {name: kept_per_layer(name, c) for name in TECHNIQUES}
     return report(ms, quick, saved_tensors(c), kept)
@@ -347,7 +357,10 @@ def report(measurements: list, quick: bool, tensors: list[dict[str, Any]], kept:
         f"the formula's {round(big_paper / 2**30, 2)} GiB ({round(big_ours / big_paper, 3)}x): the 2-byte CPU dropout "
         "noise and the second copy of q are the bulk of it.",
         "Caveat: CPU, bfloat16 (CPU dropout keeps 2-byte noise where CUDA keeps a 1-byte mask); scaled from the paper's "
-        "size keeping as/h; no tensor or sequence parallelism (t = 1).",
+        "size keeping as/h; no tensor or sequence parallelism (t = 1). The bfloat16 rows are measured without the "
+        "reference check (check=False): memlab's every-step check of the bfloat16 transformer reports a mismatch at "
+        "step 2 even for eager_attention against itself (NOTE [ bfloat16 rows unchecked ]); the bytes do not depend "
+        "on the values, and the techniques pass the float64 check.",
     ])
     labels = ["attention (sbh)", "attention (s²)", "MLP", "LayerNorms"]
     ours = [11 * sbh + 3 * sbh, 6 * a * s * s * b + s * s + _SCALE_BYTES, 20 * sbh, 4 * sbh + 4 * s * b * stats_bytes]
