@@ -136,12 +136,12 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         + "; ".join(f"{b['name']} {b['text']}" for b in badges) + ".",
         (f"Eager / flash memory: {r.get(2048)}x at seq 2048 and {r.get(4096)}x at 4096 (the paper: 10x and 20x); "
          f"the ratio grows {doubling}x from 2K to 4K (the paper's 2x)." if doubling else ""),
-        (f"SDPA flash's peak is a·T + S with a = {slope:,.0f} bytes per token and S = {const:,.0f} bytes: S is the CPU "
+        (f"Flash's constant: its peak is a·T + S with a = {slope:,.0f} bytes per token and S = {const:,.0f} bytes: S is the CPU "
          f"kernel's backward block buffer, [threads, 2·256·512] float32 = {flash_buffer_bytes(seqs[-1]):,} bytes at "
          f"{THREADS} thread (NOTE [ flash block buffer ]), which does not grow with T; less that buffer the fitted "
          f"exponent is {ex['sdpa_flash (less the block buffer)']}." if slope is not None else ""),
         ("" if ok_flash else
-         "Flash's raw exponent is outside 1 ± 0.1 on this CPU build: the block buffer is a constant that bends the "
+         "On this CPU build: flash's raw exponent is outside 1 ± 0.1 on this CPU build: the block buffer is a constant that bends the "
          "log-log line (and steps up where the kernel changes block size below seq 768); on a GPU those blocks "
          "live in on-chip SRAM and are not allocated memory."),
         "Caveat: CPU, one layer rather than attention alone, head size 16 rather than 64 (so that the T² terms dominate "

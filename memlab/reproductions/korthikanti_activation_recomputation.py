@@ -343,17 +343,17 @@ def report(measurements: list, quick: bool, tensors: list[dict[str, Any]], kept:
     verdict = "reproduced" if exact else "reproduced with caveat"
     summary = " ".join([
         f"Claim: {CLAIM}",
-        f"memlab (bfloat16, dropout {DROPOUT}, s {s}, b {b}, h {h}, a {a}; as/h = {a * s // h} as in GPT-3 175B): "
-        f"a layer keeps {fmt(saved):,} bytes ({mib(saved, 3)} MiB) of saved activations, measured; the paper's "
+        f"Measured: in bfloat16 with dropout {DROPOUT} at s {s}, b {b}, h {h}, a {a} (as/h = {a * s // h}, as in GPT-3 "
+        f"175B), a layer keeps {fmt(saved):,} bytes ({mib(saved, 3)} MiB) of saved activations, measured; the paper's "
         f"sbh(34 + 5as/h) is {sum(paper.values()):,} bytes ({round((saved or 0) / sum(paper.values()), 3)}x).",
         "Every byte of the difference is a PyTorch tensor: " + "; ".join(f"{n} +{v:,}" for n, v, _ in diffs) + ".",
-        f"Paper + differences = {predicted:,} bytes = measured saved_activations per layer ({fmt(saved):,}) + "
+        f"To the byte: paper + differences = {predicted:,} bytes = measured saved_activations per layer ({fmt(saved):,}) + "
         f"measured temporaries per layer ({fmt(temps)}: the scale, which autograd saves without the saved-tensor "
         f"hooks) = one block's saved tensors summed ({walked:,}): " + ("equal to the byte." if exact else "NOT equal."),
         f"Recomputation: checkpoint_layer keeps {kept.get('checkpoint_layer'):,} bytes per layer (paper 2sbh = "
         f"{2 * sbh:,}); selective_checkpoint {kept.get('selective_checkpoint'):,} (paper's selective 34sbh = "
         f"{34 * sbh:,}; memlab's policy also recomputes LayerNorm, GELU and dropout).",
-        f"At the paper's GPT-3 175B size the same accounting gives {round(big_ours / 2**30, 2)} GiB per layer against "
+        f"At the paper's size: at GPT-3 175B's s, b, h, a the same accounting gives {round(big_ours / 2**30, 2)} GiB per layer against "
         f"the formula's {round(big_paper / 2**30, 2)} GiB ({round(big_ours / big_paper, 3)}x): the 2-byte CPU dropout "
         "noise and the second copy of q are the bulk of it.",
         "Caveat: CPU, bfloat16 (CPU dropout keeps 2-byte noise where CUDA keeps a 1-byte mask); scaled from the paper's "

@@ -164,12 +164,12 @@ def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) ->
     q1 = big[1]
     summary = " ".join([
         f"Claim: {CLAIM}",
-        "memlab's loss memory equals its exact model at every measured point, to the byte: " + ("yes" if exact else "NO")
+        "Exact model: memlab's loss memory equals its exact model at every measured point, to the byte: " + ("yes" if exact else "NO")
         + f" (plain 3·N·V·e + N·e, chunked c·V·e + c·D·e + 2·N·e; {len(rows)} points, N {min(r[0] for r in rows)} to "
           f"{max(r[0] for r in rows)}, V {min(r[1] for r in rows):,} to {max(r[1] for r in rows):,}).",
         "Loss ratio plain / chunked (chunk " + str(CHUNK) + "): " + "; ".join(f"N {r[0]}, V {r[1]:,}: {r[6]}x" for r in rows)
         + "; the whole step's activation peak: " + "; ".join(f"{r[9]}x" for r in rows) + ".",
-        f"At the paper's size the exact model predicts the plain loss at {gb(p['plain'])} GB (paper: 24 GB) and the "
+        f"At the paper's size: the exact model predicts the plain loss at {gb(p['plain'])} GB (paper: 24 GB) and the "
         f"head with its float32 weight gradient at {gb(p['plain'] + p['weight_grad'])} GB (paper: 28 GB); the chunked "
         f"loss at {round(big[CHUNK]['chunked'] / 1e6, 1)} MB with chunk {CHUNK} ({round(big[CHUNK]['plain'] / big[CHUNK]['chunked'])}x "
         f"less) and {round(q1['chunked'] / 1e6, 2)} MB with chunk 1 (paper's CCE: 1 MB; {round(q1['plain'] / q1['chunked']):,}x), "
