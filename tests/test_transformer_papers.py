@@ -77,3 +77,29 @@ def test_cut_your_losses_at_the_papers_size():
     big = cce.paper_scale(1)
     assert big["plain"] == 3 * 8192 * 256_000 * 4 + 8192 * 4  # 25.2 GB: the paper's "24 GB"
     assert big["chunked"] == 256_000 * 4 + 2304 * 4 + 2 * 8192 * 4  # 1.1 MB: the paper's "1 MB"
+
+
+class _Row:
+    """A stand-in for a Measurement with only what the page's report reads."""
+
+    def __init__(self, technique, seq, peak):
+        self.technique, self.params, self.status = technique, {"seq": seq}, "ok"
+        self.extra = {"activation_peak_bytes": peak}
+
+    def to_dict(self):
+        return {"technique": self.technique, "params": self.params}
+
+
+def test_flash_page_fits_the_peak_less_the_block_buffer():
+    """A peak a·T + S with S the kernel's buffer: the raw fit bends below 1, the net fit is exactly 1."""
+    _, seqs = dao.configs(False)
+    rows = []
+    for s in seqs:
+        rows += [_Row("eager_attention", s, 50 * s * s), _Row("chunked_attention", s, 3000 * s),
+                 _Row("sdpa_flash", s, 1000 * s + dao.flash_buffer_bytes(s))]
+    page = dao.report(rows)
+    by = {b["name"]: b for b in page["badges"]}
+    assert by["eager_attention"]["label"] == "O(n^2)" and by["chunked_attention"]["exponent"] == 1.0
+    assert by["sdpa_flash"]["exponent"] < 0.9 and by["sdpa_flash (less the block buffer)"]["exponent"] == 1.0
+    assert page["verdict"] == "reproduced with caveat" and page["badge_axis"] == "sequence length"
+    assert "S = 1,048,576 bytes" in page["summary"]
