@@ -103,3 +103,13 @@ def test_flash_page_fits_the_peak_less_the_block_buffer():
     assert by["sdpa_flash"]["exponent"] < 0.9 and by["sdpa_flash (less the block buffer)"]["exponent"] == 1.0
     assert page["verdict"] == "reproduced with caveat" and page["badge_axis"] == "sequence length"
     assert "S = 1,048,576 bytes" in page["summary"]
+
+
+def test_flash_page_exactly_linear_peak_needs_no_correction():
+    _, seqs = dao.configs(False)
+    rows = [_Row(n, s, f(s)) for s in seqs for n, f in (("eager_attention", lambda t: 50 * t * t),
+                                                          ("chunked_attention", lambda t: 3000 * t),
+                                                          ("sdpa_flash", lambda t: 5684 * t))]
+    page = dao.report(rows)
+    assert [b["name"] for b in page["badges"]] == ["eager_attention", "sdpa_flash", "chunked_attention"]
+    assert page["verdict"] == "reproduced" and "S = 0 bytes: exactly linear" in page["summary"]
