@@ -112,11 +112,15 @@ def _paper_table(page, t: Any, machine: str = "") -> dict[str, Any] | None:
 
 
 def reproduction_extras(page, data: Mapping[str, Any], machine: str = "") -> dict[str, Any]:
-    """``{"paper_tables": [...], "badges": [...]}`` for a seed page from its reproduction ``data``;
-    ``machine``: where the reproduction measured (a column of each table when given)."""
+    """``{"paper_tables": [...], "badges": [...], "badge_axis": str}`` for a seed page from its reproduction
+    ``data``; ``machine``: where the reproduction measured (a column of each table when given);
+    ``badge_axis`` names what the badges' exponent is against (``depth`` unless the data says, e.g.
+    ``sequence length``)."""
     tables = data.get("tables") if isinstance(data.get("tables"), list) else []
     made = [_paper_table(page, t, machine) for t in tables[:_MAX_TABLES]]
     raw = data.get("badges") if isinstance(data.get("badges"), list) else []
     badges = [{"name": str(b.get("name"))[:100], "label": str(b.get("label"))[:40], "text": str(b.get("text"))[:_MAX_TEXT]}
               for b in raw[:50] if isinstance(b, Mapping) and all(isinstance(b.get(k), str) for k in ("name", "label", "text"))]
-    return {"paper_tables": [t for t in made if t is not None], "badges": badges}
+    axis = data.get("badge_axis")
+    return {"paper_tables": [t for t in made if t is not None], "badges": badges,
+            "badge_axis": axis[:60] if isinstance(axis, str) and axis.strip() else "depth"}

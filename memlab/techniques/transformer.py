@@ -35,8 +35,11 @@ x3.16 from 512 to 1024 at heads 8, head size 2, batch 1) and is linear between t
 seq 128-1024 its exponent is 1.28 (eager 1.98, chunked 1.00 on the same points).  Past the last step
 (seq >= 768) a fixed block scratch (~2.1 MB at 2 threads) dominates and the increments are linear
 (~750-820 bytes per token there): fitted over seq 768, 1536, 3072 the exponent is 0.38.  So on this
-CPU build no seq span gives flash a fitted exponent of 1 ± 0.1; its memory is "linear plus a
-block-sized constant", not the O(T²) of math/eager.
+CPU build no seq span gives flash a fitted exponent of 1 ± 0.1 at this size; its memory is "linear plus
+a block-sized constant", not the O(T²) of math/eager.  The buffer shows only where flash's backward is
+the step's peak: at hidden 64 with head size 8 (the FlashAttention page, NOTE [ flash block buffer ] in
+memlab/reproductions/dao_flash_attention.py) the peak is elsewhere and exactly linear, exponent 1.00
+over seq 1024-4096.
 """
 from __future__ import annotations
 
