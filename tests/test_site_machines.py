@@ -78,7 +78,7 @@ def test_every_family_section_holds_one_machine_and_figures_of_that_machine_only
     ctx, _, _ = built
     runs = ctx["runs"]
     machines = set(runs["machine"])
-    assert {"AMD EPYC", "node-b · AMD EPYC", "NVIDIA H200", "gpu-node · NVIDIA H200 · GPU-11111111",
+    assert {"vm · AMD EPYC", "node-b · AMD EPYC", "NVIDIA H200", "gpu-node · NVIDIA H200 · GPU-11111111",
             "gpu-node · NVIDIA H200 · GPU-22222222"} <= machines
     expected = _expected(ctx)
     seen_machines = set()
@@ -171,7 +171,7 @@ def _tables(obj) -> list[dict]:
 
 def test_the_committed_data_alone_names_no_machine_in_headings(tmp_path):
     ctx = build_context(REPO / "results", REPO / "data")
-    assert set(ctx["runs"]["machine"]) == {"AMD EPYC", "NVIDIA H200"}  # no host recorded: the models
+    assert set(ctx["runs"]["machine"]) == {"vm · AMD EPYC", "NVIDIA H200"}  # the CPU rows name their host; the H200 did not
     for page in (p for p in ctx["pages"] if p["template"] == "family.html"):
         assert page["machines"] == []
         assert not any(" · on " in s["heading"] for s in page["sections"]), page["path"]
