@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .advisor.advise import AdviceError, cuda_need, error_bound, fmt_bytes, parse_budget
+from .advisor.advise import AdviceError, cuda_need, error_bound, fmt_bytes, format_categories, parse_budget
 from .advisor.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
 from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
@@ -284,8 +284,6 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:
     """The answers as text: one row per technique, its categories below it."""
-    from .advisor.advise import _cats
-
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     held = "".join(f", {k}={v}" for k, v in a["held"].items())
     lines = [f"memlab advise: {Path(a['model_file']).name} ({a['family']}), largest {a['vary']} in "
@@ -305,7 +303,7 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     for j, r in enumerate(rows):
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
         if j:
-            lines.append(" " * (widths[0] + 2) + _cats(a["answers"][j - 1]))
+            lines.append(" " * (widths[0] + 2) + format_categories(a["answers"][j - 1]))
     for c in a["cannot_fit"]:
         why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
         lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")

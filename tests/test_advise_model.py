@@ -130,3 +130,33 @@ def test_cli_errors_are_one_line_exit_2(model_file):
                              capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0, out.stderr
+
+
+def test_fit_skips_an_unidentified_entry_and_says_why(model_file, monkeypatch):
+    """fit_family(skip_unidentified=True): an entry whose trace is no monomial is listed in
+    ``not_modelled`` and left out of the declaration; with every entry so, or without the flag, it raises."""
+    from memlab.advisor import fit
+    from memlab.advisor.declaration import Declaration
+    from memlab.advisor.trace import IdentificationError
+
+    decl = model_declaration(model_file("adv_skip.py", TINY))
+    plain, bf16 = (e.technique for e in decl.entries)
+    said = []
+
+    def fake_fit_entry(fam, entry, optimizer, **kw):
+        if entry.technique == bf16:
+            raise IdentificationError("no monomial matches allocation sizes [25600, 33792]")
+        return {"technique": entry.technique, "label": entry.label, "classes": []}
+
+    monkeypatch.setattr(fit, "fit_entry", fake_fit_entry)
+    fam = fit.fit_family(decl, "sgd", say=said.append, skip_unidentified=True)
+    assert [e["technique"] for e in fam["entries"]] == [plain] and fam["entries"][0]["baseline"] is True
+    assert fam["not_modelled"] == [{"technique": bf16, "label": bf16,
+                                    "reason": "no monomial matches allocation sizes [25600, 33792]"}]
+    assert [e.technique for e in Declaration.from_json(fam["declaration"]).entries] == [plain]
+    assert any("not modelled" in s and bf16 in s for s in said)
+    with pytest.raises(IdentificationError, match="no monomial"):
+        fit.fit_family(decl, "sgd", say=said.append)
+    only_bf16 = Declaration(**{**decl.__dict__, "entries": decl.entries[1:]})
+    with pytest.raises(IdentificationError, match=r"no entry could be modelled; .*autocast_bf16: no monomial"):
+        fit.fit_family(only_bf16, "sgd", say=said.append, skip_unidentified=True)
