@@ -103,10 +103,11 @@ def test_largest_fitting_is_the_last_size_within_budget(budget):
 
 @pytest.mark.parametrize("name, blocks, count, block_type", [
     ("gpt2.py", "transformer.h", 2, "GPT2Block"),
+    ("gpt2_small.py", "transformer.h", 12, "GPT2Block"),
     ("resnet50.py", "layer1,layer2,layer3,layer4", 16, "Bottleneck"),
 ])
 def test_checkpoint_blocks_finds_the_real_models_blocks_without_being_told(name, blocks, count, block_type):
-    pytest.importorskip("transformers") if name == "gpt2.py" else None
+    pytest.importorskip("transformers") if name.startswith("gpt2") else None
     facts = load_model(EXAMPLES / name)({}).meta_blocks().facts()
     assert (facts["blocks"], facts["block_count"], facts["block_type"], facts["blocks_found_by"]) == \
         (blocks, count, block_type, "guess")
@@ -160,3 +161,54 @@ def test_fit_skips_an_unidentified_entry_and_says_why(model_file, monkeypatch):
     only_bf16 = Declaration(**{**decl.__dict__, "entries": decl.entries[1:]})
     with pytest.raises(IdentificationError, match=r"no entry could be modelled; .*autocast_bf16: no monomial"):
         fit.fit_family(only_bf16, "sgd", say=said.append, skip_unidentified=True)
+
+
+def test_cache_key_follows_the_fitting_sources_and_a_sibling_file_not_the_commit(model_file):
+    from memlab.model_advice import keyed_files
+
+    names = {p.relative_to(ROOT / "memlab").as_posix() for p in keyed_files()}
+    assert {"advisor/trace.py", "measurement/alloc_trace.py", "techniques/any_model.py",
+            "workloads/model_file.py", "model_advice.py"} <= names
+    assert not any(n.startswith(("site/", "sweep/", "reproductions/")) or n == "cli.py" for n in names)
+    base = model_file("adv_base.py", TINY)
+    child = model_file("adv_child.py", f'''
+import importlib.util
+_spec = importlib.util.spec_from_file_location("_adv_base", {str(base)!r})
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+build, batch = base.build, base.batch
+''')
+    decl = model_declaration(child)
+    first = cache_dir_for(child, decl, "sgd", Path("/c"))
+    base.write_text(TINY + "\n# the sibling edited\n")
+    assert cache_dir_for(child, decl, "sgd", Path("/c")) != first
+
+
+def test_an_allocation_that_is_a_polynomial_of_the_batch_is_solved_exactly_from_further_traces(monkeypatch):
+    """NOTE [ polynomial allocations ]: bfloat16 addmm's 9216 + 8192 * batch workspace is read from five
+    traces and checked; a size rounded up to a block is no polynomial and stays an error."""
+    from memlab.advisor import trace as T
+    from memlab.advisor.structure import pieces_of, split_baseline
+
+    def fake(workspace):
+        def raw_trace(name, params, optimizer="sgd"):
+            b = params["batch"]
+            return [(400, "parameters", "pre", "w"), (16 * b, "inputs", "pre", "x"),
+                    (workspace(b), "temporaries", "forward", "addmm"), (4 * b * b, "saved_activations", "forward", "mm"),
+                    (-workspace(b), "temporaries", "forward", "addmm")]
+        return raw_trace
+
+    points, further = [{"batch": 2}, {"batch": 3}], [{"batch": 4}, {"batch": 5}, {"batch": 7}]
+    monkeypatch.setattr(T, "raw_trace", fake(lambda b: 9216 + 8192 * b))
+    with pytest.raises(T.IdentificationError, match="no monomial matches allocation sizes"):
+        T.symbolic_trace("t", {}, points, ["batch"], dict)
+    events = T.symbolic_trace("t", {}, points, ["batch"], dict, max_quantum=1 << 40, extra_points=further)
+    assert events[2].poly() == {("batch",): 8192, (): 9216} and events[4].sign == -1
+    assert events[3].poly() == {("batch", "batch"): 4} and events[3].terms == ()
+    baseline, step = split_baseline(events)
+    peak = max(sum(sum(c * 10 ** len(m) for m, c in p.items()) for p in piece.values())
+               for piece in pieces_of(baseline, step))
+    assert peak == 400 + 160 + 9216 + 81920 + 400  # at batch 10: the workspace and the saved product live
+    monkeypatch.setattr(T, "raw_trace", fake(lambda b: 4096 * -(-b // 2)))  # rounded up to 2 samples
+    with pytest.raises(T.IdentificationError, match=r"no polynomial of degree <= 3 in \['batch'\] matches"):
+        T.symbolic_trace("t", {}, points, ["batch"], dict, max_quantum=1 << 40, extra_points=further)
