@@ -42,7 +42,7 @@ def declaration_of(family: str) -> Declaration:
 
 def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
     """The model classes of one entry and every traced point (for the fitted range)."""
-    from .trace import check_distinct, symbolic_trace
+    from .trace import check_distinct, monomial_library, symbolic_trace
 
     chunked = bool(entry.knobs)
     fixed = {**fam.workload_fixed, **entry.fixed}
@@ -58,8 +58,11 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
         pts = fam.trace_points(k, chunked, distinct)
         params = [fam.to_params(k, p, chunked) for p in pts]
         traced.extend(params)
+        # traced only when an allocation is no single monomial (NOTE [ polynomial allocations ])
+        further = fam.further_points(k, chunked, pts, len(monomial_library(variables, fam.max_degree)) - 1)
         events = symbolic_trace(entry.technique, fixed, pts, variables, lambda p: fam.to_params(k, p, chunked),
-                                optimizer, max_degree=fam.max_degree, max_quantum=fam.max_quantum)
+                                optimizer, max_degree=fam.max_degree, max_quantum=fam.max_quantum,
+                                extra_points=further)
         return split_baseline(events)
 
     classes = []
