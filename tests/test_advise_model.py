@@ -212,3 +212,21 @@ def test_an_allocation_that_is_a_polynomial_of_the_batch_is_solved_exactly_from_
     monkeypatch.setattr(T, "raw_trace", fake(lambda b: 4096 * -(-b // 2)))  # rounded up to 2 samples
     with pytest.raises(T.IdentificationError, match=r"no polynomial of degree <= 3 in \['batch'\] matches"):
         T.symbolic_trace("t", {}, points, ["batch"], dict, max_quantum=1 << 40, extra_points=further)
+
+
+def test_warm_up_allocations_that_are_no_polynomial_count_by_their_net(monkeypatch):
+    """A build/warm-up allocation whose size is no polynomial (a kernel picked by the size) freed before
+    the step drops out; the step's own events are read as before."""
+    from memlab.advisor import trace as T
+
+    odd = {2: 384, 3: 512, 4: 128, 5: 128, 7: 128}
+
+    def raw_trace(name, params, optimizer="sgd"):
+        b = params["batch"]
+        return [(400, "parameters", "pre", "w"), (odd[b], "temporaries", "pre", "?"), (-odd[b], "temporaries", "pre", "?"),
+                (16 * b, "saved_activations", "forward", "mm")]
+
+    monkeypatch.setattr(T, "raw_trace", raw_trace)
+    events = T.symbolic_trace("t", {}, [{"batch": 2}, {"batch": 3}], ["batch"], dict, max_quantum=1 << 40,
+                              extra_points=[{"batch": 4}, {"batch": 5}, {"batch": 7}])
+    assert [(e.phase, e.poly()) for e in events] == [("pre", {(): 400}), ("forward", {("batch",): 16})]

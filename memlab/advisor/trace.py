@@ -163,6 +163,10 @@ def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib,
 # event is solved exactly (rational arithmetic) as an integer polynomial over the library; the
 # solution must reproduce the event's bytes at every traced point, the check point included.  The
 # event then carries its further terms (``SymEvent.terms``) and sums into the pieces like any other.
+# Build and warm-up events (phase ``pre``) enter the models only through the live bytes when the step
+# starts: those that are no polynomial (bfloat16 oneDNN kernels picked by the batch's size in the
+# warm-up: 384, 512, 128, 128, 128 bytes at batch 2, 3, 5, 4, 7) are replaced by their net bytes per
+# category, solved the same way (usually zero: freed before the step).
 # Something that is no polynomial of the sizes (a size rounded up to a block, a min or a max) fails
 # that check and stays an IdentificationError: never a fit with a residual.
 
@@ -242,6 +246,8 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
             found.append(exc)
     failed = [i for i, f in enumerate(found) if isinstance(f, IdentificationError)]
     terms: dict[int, list] = {}
+    pre: list[int] = []
+    net_events: list[SymEvent] = []
     if failed:
         if not extra_points:
             raise found[failed[0]]
@@ -251,6 +257,23 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
             if not isinstance(f, IdentificationError) and any(
                     abs(t[i][0]) != f[0] * mono_value(f[1], p) for t, p in zip(everything, all_points)):
                 failed.append(i)
+        # build and warm-up events enter the models only through the live bytes when the step starts:
+        # those that are no polynomial (oneDNN's size-dependent kernels) are read by their net per category
+        pre = [i for i in failed if traces[0][i][2] == "pre"]
+        failed = [i for i in failed if i not in pre]
+        nets: dict[str, list[int]] = {}
+        for i in pre:
+            net = nets.setdefault(traces[0][i][1], [0] * len(everything))
+            for j, t in enumerate(everything):
+                net[j] += t[i][0]
+        for cat, net in sorted(nets.items()):
+            if any(net):
+                solved = _solve_poly(net, all_points, lib, max_quantum)
+                if solved is None:
+                    raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches the "
+                                              f"net {cat} bytes {net} of the build and warm-up at {all_points}")
+                net_events.append(SymEvent(1, solved[0][1], solved[0][0], cat, "pre", "(net of build and warm-up)",
+                                           tuple(solved[1:])))
         for i in failed:
             sizes = [abs(t[i][0]) for t in everything]
             solved = _solve_poly(sizes, all_points, lib, max_quantum)
@@ -262,6 +285,9 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
             found[i], terms[i] = (solved[0][1], solved[0][0]), solved[1:]
     out = []
     for i, evs in enumerate(zip(*traces)):
+        if i in pre:
+            out += net_events if i == pre[0] else []
+            continue
         q, mono = found[i]
         d0, cat, ph, op = evs[0]
         out.append(SymEvent(1 if d0 > 0 else -1, q, mono, cat, ph, op, tuple(terms.get(i, ()))))
