@@ -230,3 +230,20 @@ def test_warm_up_allocations_that_are_no_polynomial_count_by_their_net(monkeypat
     events = T.symbolic_trace("t", {}, [{"batch": 2}, {"batch": 3}], ["batch"], dict, max_quantum=1 << 40,
                               extra_points=[{"batch": 4}, {"batch": 5}, {"batch": 7}])
     assert [(e.phase, e.poly()) for e in events] == [("pre", {(): 400}), ("forward", {("batch",): 16})]
+
+
+def test_a_small_step_allocation_that_is_no_polynomial_is_read_as_its_largest_size(monkeypatch):
+    from memlab.advisor import trace as T
+
+    scratch = {2: 128, 3: 384, 4: 384, 5: 128, 7: 128}  # GPT-2's bfloat16 forward, by batch
+
+    def raw_trace(name, params, optimizer="sgd"):
+        b = params["batch"]
+        return [(400, "parameters", "pre", "w"), (scratch[b], "temporaries", "forward", "?"),
+                (-scratch[b], "temporaries", "forward", "?"), (16 * b, "saved_activations", "forward", "mm")]
+
+    monkeypatch.setattr(T, "raw_trace", raw_trace)
+    events = T.symbolic_trace("t", {}, [{"batch": 2}, {"batch": 3}], ["batch"], dict, max_quantum=1 << 40,
+                              extra_points=[{"batch": 4}, {"batch": 5}, {"batch": 7}])
+    assert [(e.poly(), e.bound) for e in events[1:3]] == [({(): 384}, 256), ({(): 384}, 256)]
+    assert events[3].poly() == {("batch",): 16} and events[3].bound == 0

@@ -68,7 +68,9 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
     classes = []
     for k in range(1, (BASE_K if looped else 1) + 1):
         baseline, step = step_of.setdefault(k, trace(k))
-        classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))]})
+        bounded = [{"op": e.op, "phase": e.phase, "bytes": e.q, "spread_bytes": e.bound} for e in step if e.bound]
+        classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))],
+                        **({"bounded": bounded} if bounded else {})})
     if looped:
         for k in range(BASE_K, BASE_K + 4):
             if k not in step_of:
