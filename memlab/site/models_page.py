@@ -107,6 +107,8 @@ def _budget_table(page: Page, fam: dict, decl, held: dict, colors: dict) -> tupl
             if gib == 24:
                 answers.append((entry, n))
         bound = error_bound(entry)
+        if not bound["measured_points"] and not bound["traced_points"]:
+            bound["text"] = "traced model, no held-out check in the fit (see the checks below)"
         row["error"] = bound["text"]
         rec["model_error"] = bound
         rows.append(row)
@@ -191,11 +193,12 @@ def model_page(doc: dict[str, Any], path: str, colors: dict[str, str]) -> dict[s
         "template": "model.html", "path": path, "title": f"Model: {stem}",
         "model_file": doc.get("model_file", ""), "family": name, "optimizer": doc.get("optimizer", "sgd"),
         "size": size, "held": ", ".join(f"{k}={v}" for k, v in held.items()),
-        "parameters": f"{params / 4:,.0f}" if params else "-", "parameter_bytes": fmt_mib(params),
+        "parameter_bytes": fmt_mib(params),
         "trace_values": ", ".join(map(str, decl.trace_values)), "measured_max": doc.get("measured_max"),
         "factors": ", ".join(f"{f}x" for f in doc.get("factors") or []), "worst": worst,
         "budgets_gib": list(GPU_BUDGETS_GIB), "budgets": budgets, "chart": chart, "categories": cats,
         "at": at, "checks": checks, "not_modelled": list(fam.get("not_modelled", [])),
+        "reduced": str(fam.get("reduced_fit") or ""),
         "fit_seconds": doc.get("fit_seconds"), "commit": str(doc.get("memlab_commit") or "")[:12],
     })
 
