@@ -358,7 +358,8 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     rows = [("#", "technique", a["vary"], need, "time", "model error")]
     for i, c in enumerate(a["answers"], 1):
         t = c["relative_step_time"]
-        rows.append((str(i), c["kind"], str(c["size"]), fmt_bytes(c["need_bytes"]),
+        size = f">= {c['size']}" if c["size"] >= MAX_SIZE else str(c["size"])  # the search stops at MAX_SIZE
+        rows.append((str(i), c["kind"], size, fmt_bytes(c["need_bytes"]),
                      "-" if t is None else f"~{t:.2f}x", c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     lines.append("")
@@ -371,6 +372,8 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
         lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")
     for c in a.get("not_modelled", []):
         lines.append(f"  {c['label']}: not modelled: {c['reason']}")
+    if any(c["size"] >= MAX_SIZE for c in a["answers"]):
+        lines += ["", f">= {MAX_SIZE}: the budget holds more than the largest {a['vary']} searched"]
     beyond = [c for c in a["answers"] if c["validated_max"] and c["size"] > c["validated_max"]]
     if beyond:
         lines += ["", f"{a['vary']} beyond the measured range (<= {beyond[0]['validated_max']}) is predicted by the "
