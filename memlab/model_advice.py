@@ -126,7 +126,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
 #: keeps a cached fit (NOTE [ model fit cache key ])
 KEYED_SOURCES = ("*.py", "measurement/*.py", "advisor/*.py", "functional/*.py", "techniques/any_model.py",
                  "workloads/model_file.py")
-_UNKEYED = ("cli.py", "__main__.py", "_version.py")
+_UNKEYED = ("cli.py", "__main__.py", "_version.py", "model_checks.py")
 
 # NOTE [ model fit cache key ]
 # A fit is reused when nothing it depends on has changed: the model file's bytes, the declaration,
