@@ -14,7 +14,8 @@ blocks).  A file overrides any of that by defining one ``AdvisorModel`` subclass
 
 The fit (:func:`memlab.advisor.fit.fit_family`: exact traces at tiny sizes, held-out traces and
 measurements) is cached per model file (:func:`cache_dir_for`: keyed by the file's bytes, the
-declaration, the optimizer and memlab's commit), so a second ``advise`` reads JSON and searches.
+declaration, the optimizer, memlab's fitting sources and the libraries' versions: NOTE [ model fit
+cache key ]), so a second ``advise`` reads JSON and searches.
 For each technique the answer is the largest value of the first varied size (``batch``) whose
 predicted need fits the budget (:func:`largest_fitting`), with its peak by category (bytes) and
 predicted relative step time.
@@ -31,13 +32,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .advisor.advise import AdviceError, cuda_need, error_bound, fmt_bytes, parse_budget
+from .advisor.advise import AdviceError, cuda_need, error_bound, fmt_bytes, format_categories, parse_budget
 from .advisor.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
 from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
 
 __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "largest_fitting", "advise_model",
-           "format_model_advice", "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
+           "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES", "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
 
 #: the values a model file's varied sizes are traced at (small: a real model's step at batch 43 is slow)
 TRACE_VALUES = (2, 3, 4, 5, 7)
@@ -119,16 +120,77 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
         raise AdviceError(str(exc)) from None
 
 
+#: the memlab sources a fit depends on (globs under memlab/): the measurement, the tracing and fitting,
+#: the model-file workload and its techniques, the pure operations they call, the interfaces.  The
+#: site, the sweeps, the reproductions, the CLI and the other families are left out: editing them
+#: keeps a cached fit (NOTE [ model fit cache key ])
+KEYED_SOURCES = ("*.py", "measurement/*.py", "advisor/*.py", "functional/*.py", "techniques/any_model.py",
+                 "workloads/model_file.py")
+_UNKEYED = ("cli.py", "__main__.py", "_version.py", "model_checks.py")
+
+# NOTE [ model fit cache key ]
+# A fit is reused when nothing it depends on has changed: the model file's bytes, the declaration,
+# the optimizer, the memlab sources of KEYED_SOURCES (their bytes, not the git commit: a commit
+# changes with every edit anywhere in the repository, and "+dirty" names no edit at all, so keying
+# on it refitted after every unrelated commit and reused a fit across uncommitted edits), Python's
+# and torch's versions, and the version of every library the model file's own names come from
+# (``from transformers import GPT2Config``: transformers' version).  What the file imports
+# indirectly, and the machine's CPU kernels (oneDNN picks by CPU), are not in the key: delete the
+# cache folder (``--models DIR``) after changing them.
+
+
+def keyed_files() -> list[Path]:
+    """The memlab source files a fit depends on (KEYED_SOURCES), sorted."""
+    root = Path(__file__).resolve().parent
+    return sorted({p for g in KEYED_SOURCES for p in root.glob(g) if p.name not in _UNKEYED})
+
+
+def source_key() -> str:
+    """sha256 (hex) of the memlab sources a fit depends on (:func:`keyed_files`, by path and bytes)."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in keyed_files():
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _library_versions(module) -> dict[str, str]:
+    """``{top-level package: version}`` of the libraries the model file's globals come from (not memlab,
+    not the standard library's unversioned modules), and ``{path: sha256}`` of a module it loaded by
+    path (a sibling model file: not in ``sys.modules``)."""
+    import types
+
+    out = {}
+    for value in vars(module).values() if module else ():
+        if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is not value \
+                and Path(getattr(value, "__file__", None) or "").is_file():
+            out[Path(value.__file__).name] = hashlib.sha256(Path(value.__file__).read_bytes()).hexdigest()
+            continue
+        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        top = name.split(".")[0] if isinstance(name, str) else None
+        version = getattr(sys.modules.get(top), "__version__", None) if top and top != "memlab" else None
+        if isinstance(version, str):
+            out[top] = version
+    return dict(sorted(out.items()))
+
+
 def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = None) -> Path:
     """Where the fitted models of ``model`` live: ``<root>/<stem>-<key>/``, ``key`` a hash of the file's
-    bytes, the declaration, the optimizer and memlab's commit (a change to any refits).  ``root``
-    defaults to ``$MEMLAB_CACHE``, else ``$XDG_CACHE_HOME/memlab/advise`` (``~/.cache/memlab/advise``)."""
-    from .measurement.environment import git_commit
+    bytes, the declaration, the optimizer, memlab's fitting sources and the libraries' versions (NOTE
+    [ model fit cache key ]; a change to any refits).  ``root`` defaults to ``$MEMLAB_CACHE``, else
+    ``$XDG_CACHE_HOME/memlab/advise`` (``~/.cache/memlab/advise``)."""
+    import platform
+
+    import torch
+
     from .own_model import load_model
 
-    mf = load_model(model).model_file
+    workload = load_model(model)
+    mf = workload.model_file
+    versions = {"python": platform.python_version(), "torch": torch.__version__,
+                **_library_versions(sys.modules.get(workload.__module__))}
     h = hashlib.sha256(Path(mf.path).read_bytes())
-    h.update(json.dumps([decl.to_json(), optimizer, git_commit()], sort_keys=True).encode())
+    h.update(json.dumps([decl.to_json(), optimizer, source_key(), versions], sort_keys=True).encode())
     if root is None:
         env = os.environ.get("MEMLAB_CACHE")
         root = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "advise"
@@ -284,8 +346,6 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:
     """The answers as text: one row per technique, its categories below it."""
-    from .advisor.advise import _cats
-
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     held = "".join(f", {k}={v}" for k, v in a["held"].items())
     lines = [f"memlab advise: {Path(a['model_file']).name} ({a['family']}), largest {a['vary']} in "
@@ -298,19 +358,22 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     rows = [("#", "technique", a["vary"], need, "time", "model error")]
     for i, c in enumerate(a["answers"], 1):
         t = c["relative_step_time"]
-        rows.append((str(i), c["kind"], str(c["size"]), fmt_bytes(c["need_bytes"]),
+        size = f">= {c['size']}" if c["size"] >= MAX_SIZE else str(c["size"])  # the search stops at MAX_SIZE
+        rows.append((str(i), c["kind"], size, fmt_bytes(c["need_bytes"]),
                      "-" if t is None else f"~{t:.2f}x", c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     lines.append("")
     for j, r in enumerate(rows):
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
         if j:
-            lines.append(" " * (widths[0] + 2) + _cats(a["answers"][j - 1]))
+            lines.append(" " * (widths[0] + 2) + format_categories(a["answers"][j - 1]))
     for c in a["cannot_fit"]:
         why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
         lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")
     for c in a.get("not_modelled", []):
         lines.append(f"  {c['label']}: not modelled: {c['reason']}")
+    if any(c["size"] >= MAX_SIZE for c in a["answers"]):
+        lines += ["", f">= {MAX_SIZE}: the budget holds more than the largest {a['vary']} searched"]
     beyond = [c for c in a["answers"] if c["validated_max"] and c["size"] > c["validated_max"]]
     if beyond:
         lines += ["", f"{a['vary']} beyond the measured range (<= {beyond[0]['validated_max']}) is predicted by the "

@@ -15,7 +15,7 @@ from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
 
 __all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
-           "fmt_bytes", "error_bound", "CUDA_MARGIN", "MAX_BUDGET_BYTES", "UNITS"]
+           "fmt_bytes", "format_categories", "error_bound", "CUDA_MARGIN", "MAX_BUDGET_BYTES", "UNITS"]
 
 GiB = 1024 * MiB
 #: the caching allocator's margin over the exact allocated peak when no CUDA model is fitted (NOTE in
@@ -232,7 +232,9 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     }
 
 
-def _cats(c: Mapping[str, Any]) -> str:
+def format_categories(c: Mapping[str, Any]) -> str:
+    """One answer's peak by category as one short line (``params 12.9 MiB  saved 7.2 GiB ...``; zero
+    categories left out), read from ``c["peak_by_category_bytes"]``."""
     short = {"parameters": "params", "gradients": "grads", "optimizer_state": "opt", "inputs": "inputs",
              "saved_activations": "saved", "temporaries": "temp"}
     return "  ".join(f"{short[k]} {fmt_bytes(c['peak_by_category_bytes'][k])}" for k in CATEGORIES
@@ -281,7 +283,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     for j, r in enumerate(rows):
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
         if j:
-            lines.append(" " * (widths[0] + 2) + _cats(shown[j - 1]))
+            lines.append(" " * (widths[0] + 2) + format_categories(shown[j - 1]))
     front = a["pareto"]
     if limit is not None and len(front) > limit:  # evenly spaced along the front, both ends kept
         front = [front[round(i * (len(front) - 1) / (limit - 1))] for i in range(limit)]

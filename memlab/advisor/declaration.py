@@ -193,6 +193,24 @@ class Declaration:
                 return pts
         raise RuntimeError(f"no distinct trace points for {self.name} k={k}")  # pragma: no cover
 
+    def further_points(self, k: int, chunked: bool, exclude: Sequence[Mapping[str, int]],
+                       count: int) -> list[dict[str, int]]:
+        """Up to ``count`` more distinct size points of class ``k``, none of them in ``exclude``, drawn
+        as :meth:`trace_points` draws (NOTE [ polynomial allocations ] in :mod:`memlab.advisor.trace`)."""
+        values = tuple(sorted(set(self.trace_values))) or PRIMES
+        need = max(4, self.loop.values_needed(self.sizes, k, chunked))
+        rng = random.Random(7000 + 1000 * k + need)
+        seen = {tuple(sorted(p.items())) for p in exclude}
+        out: list[dict[str, int]] = []
+        for _ in range(5000):
+            if len(out) >= count:
+                break
+            p = self.loop.trace_point(self.sizes, k, chunked, rng.sample(values, need))
+            if tuple(sorted(p.items())) not in seen:
+                seen.add(tuple(sorted(p.items())))
+                out.append(p)
+        return out
+
     def random_points(self, chunked: bool, count: int, seed: int, *, scale: int = 1) -> list[dict[str, int]]:
         """Held-out configurations (technique parameters) at random sizes, ``scale`` times the traced ones:
         each non-loop size drawn from its ``held_out`` range (default 1 to 32), then the loop's."""

@@ -60,7 +60,7 @@ def _allocations(step, bodies=()) -> list[list]:
 
 def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
     """The model classes of one entry and every traced point (for the fitted range)."""
-    from .trace import check_distinct, symbolic_trace
+    from .trace import check_distinct, monomial_library, symbolic_trace
 
     chunked = bool(entry.knobs)
     fixed = {**fam.workload_fixed, **entry.fixed}
@@ -76,15 +76,19 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
         pts = fam.trace_points(k, chunked, distinct)
         params = [fam.to_params(k, p, chunked) for p in pts]
         traced.extend(params)
+        # traced only when an allocation is no single monomial (NOTE [ polynomial allocations ])
+        further = fam.further_points(k, chunked, pts, len(monomial_library(variables, fam.max_degree)) - 1)
         events = symbolic_trace(entry.technique, fixed, pts, variables, lambda p: fam.to_params(k, p, chunked),
-                                optimizer, max_degree=fam.max_degree, max_quantum=fam.max_quantum)
+                                optimizer, max_degree=fam.max_degree, max_quantum=fam.max_quantum,
+                                extra_points=further)
         return split_baseline(events)
 
     classes = []
     for k in range(1, (BASE_K if looped else 1) + 1):
         baseline, step = step_of.setdefault(k, trace(k))
+        bounded = [{"op": e.op, "phase": e.phase, "bytes": e.q, "spread_bytes": e.bound} for e in step if e.bound]
         classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))],
-                        "allocations": _allocations(step)})
+                        "allocations": _allocations(step), **({"bounded": bounded} if bounded else {})})
     if looped:
         for k in range(BASE_K, BASE_K + 4):
             if k not in step_of:

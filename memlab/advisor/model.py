@@ -29,6 +29,8 @@ Instead the models are built from the exact allocation trace itself (:mod:`memla
 1. Trace the step at two size points of a class whose sizes are distinct primes; each event's bytes
    at the two points identify its ``q`` and monomial uniquely (an exact rational solve of one
    unknown per event; no rounding needed, and a failure to identify is an error, not a residual).
+   An allocation that is a sum (a workspace with a fixed part) is solved as an exact polynomial
+   from further traces: NOTE [ polynomial allocations ] in :mod:`memlab.advisor.trace`.
 2. For the loop classes, trace ``k = 3`` and ``k = 4``: the difference is the loop bodies (one more
    iteration of each loop); checked by reproducing the traces at ``k = 5`` and ``k = 6`` event for
    event.  Inside a run of loop bodies the live bytes grow linearly with the body's index, so the

@@ -50,7 +50,7 @@ def _cat_times(a: dict, var: str) -> dict:
 
 
 def _delta(e: SymEvent) -> dict:
-    return {e.category: {e.mono: e.sign * e.q}}
+    return {e.category: {m: e.sign * c for m, c in e.poly().items() if c}}
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ __all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "Ident
 #: times small counts); a declaration raises it where a fixed size multiplies its tensors
 #: (``AdvisorModel.max_quantum``)
 MAX_QUANTUM = 64
+#: a step allocation of at most this many bytes at every traced point that is no polynomial of the
+#: sizes (a oneDNN bfloat16 kernel's scratch, picked by the token count) is read as the largest size
+#: seen, an upper bound, with the spread recorded (``SymEvent.bound``)
+SMALL_BOUND_BYTES = 4096
 #: highest total degree of a monomial allocation by default (a [c, d, h] batched product is degree 3;
 #: ``AdvisorModel.max_degree``)
 MAX_DEGREE = 3
@@ -47,10 +51,23 @@ class SymEvent:
     category: str
     phase: str
     op: str
+    #: further ``(monomial, bytes per unit)`` terms of an allocation that is a polynomial of the sizes
+    #: (NOTE [ polynomial allocations ]); empty for a single ``q * monomial``
+    terms: tuple[tuple[tuple[str, ...], int], ...] = ()
+    #: bytes by which a small allocation that is no polynomial may be overstated: read as the largest
+    #: size seen (NOTE [ polynomial allocations ]); 0 for an exact reading
+    bound: int = 0
 
     @property
     def token(self) -> tuple:
-        return (self.sign, self.q, self.mono, self.category, self.phase, self.op)
+        return (self.sign, self.q, self.mono, self.category, self.phase, self.op, self.terms)
+
+    def poly(self) -> dict[tuple[str, ...], int]:
+        """The allocation's bytes as ``{monomial: bytes per unit}`` (unsigned)."""
+        out = {self.mono: self.q}
+        for mono, c in self.terms:
+            out[mono] = out.get(mono, 0) + c
+        return out
 
 
 def raw_trace(technique_name: str, params: Mapping[str, Any],
@@ -144,10 +161,67 @@ def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib,
     return found[0]
 
 
+# NOTE [ polynomial allocations ]
+# Nearly every allocation of a step is one tensor of ``q * monomial`` bytes, read from two traces.  A
+# few are sums: a kernel's workspace with a fixed part (bfloat16 ``addmm`` on the CPU allocates
+# 9216 + 8192 * batch bytes in tiny_gpt), a buffer padded by a constant.  When an event of the two
+# traces is no single monomial, the step is traced at further points (``extra_points``: as many as
+# the monomial library has members, minus one, so one point is left over as a check) and each such
+# event is solved exactly (rational arithmetic) as an integer polynomial over the library; the
+# solution must reproduce the event's bytes at every traced point, the check point included.  The
+# event then carries its further terms (``SymEvent.terms``) and sums into the pieces like any other.
+# Build and warm-up events (phase ``pre``) enter the models only through the live bytes when the step
+# starts: those that are no polynomial (bfloat16 oneDNN kernels picked by the batch's size in the
+# warm-up: 384, 512, 128, 128, 128 bytes at batch 2, 3, 5, 4, 7) are replaced by their net bytes per
+# category, solved the same way (usually zero: freed before the step).  A step allocation that is no
+# polynomial but small (at most SMALL_BOUND_BYTES at every traced point: GPT-2's bfloat16 forward
+# allocates 128 or 384 bytes of oneDNN scratch, 384 at batch 3 and 4, 128 at 2, 5 and 7) is read as the
+# largest size seen, an upper bound; the spread is recorded on the event (``bound``) and in the fitted
+# class (``bounded``), and the held-out checks measure what it costs.
+# Something that is no polynomial of the sizes (a size rounded up to a block, a min or a max) fails
+# that check and stays an IdentificationError: never a fit with a residual.
+
+
+def _solve_poly(sizes: Sequence[int], points: Sequence[Mapping[str, int]], lib,
+                max_quantum: int) -> list[tuple[tuple[str, ...], int]] | None:
+    """Integer coefficients ``[(monomial, c)]`` (non-zero) of ``lib`` reproducing ``sizes`` at every
+    point, with one point or more beyond the unknowns as a check; None when there is none."""
+    from fractions import Fraction
+
+    rows = [[Fraction(mono_value(m, p)) for m in lib] + [Fraction(s)] for p, s in zip(points, sizes)]
+    n = len(lib)
+    if len(rows) < n + 1:
+        return None
+    # Gauss-Jordan on a copy: pick n independent rows, the others must then agree
+    work = [r[:] for r in rows]
+    pivots, r0 = [], 0
+    for col in range(n):
+        pivot = next((i for i in range(r0, len(work)) if work[i][col] != 0), None)
+        if pivot is None:
+            return None  # the points do not tell this monomial apart
+        work[r0], work[pivot] = work[pivot], work[r0]
+        inv = 1 / work[r0][col]
+        work[r0] = [x * inv for x in work[r0]]
+        for i in range(len(work)):
+            if i != r0 and work[i][col] != 0:
+                f = work[i][col]
+                work[i] = [a - f * b for a, b in zip(work[i], work[r0])]
+        pivots.append(col)
+        r0 += 1
+    coef = [work[i][n] for i in range(n)]
+    if any(c.denominator != 1 or abs(c) > max_quantum for c in coef):
+        return None
+    if any(sum(int(c) * mono_value(m, p) for c, m in zip(coef, lib)) != s for p, s in zip(points, sizes)):
+        return None
+    return [(m, int(c)) for m, c in zip(lib, coef) if c != 0]
+
+
 def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequence[Mapping[str, int]],
                    variables: Sequence[str], to_params, optimizer: str = "sgd", *, max_degree: int = MAX_DEGREE,
-                   max_quantum: int = MAX_QUANTUM) -> list[SymEvent]:
-    """Trace ``technique_name`` at each size point and read every event as ``q * monomial``.
+                   max_quantum: int = MAX_QUANTUM,
+                   extra_points: Sequence[Mapping[str, int]] = ()) -> list[SymEvent]:
+    """Trace ``technique_name`` at each size point and read every event as ``q * monomial``, or as a
+    polynomial of the sizes where it is none (NOTE [ polynomial allocations ]).
 
     Args:
         fixed: parameters held constant (``x_requires_grad``...).
@@ -155,21 +229,81 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
         variables: the variables a monomial may use.
         to_params: maps a size point to the technique's parameters.
         max_degree, max_quantum: the largest monomial degree and bytes per unit an allocation may have.
+        extra_points: further points of the same class, traced only when an event is no single
+            monomial (``len(monomial_library) - 1`` of them solve and check a polynomial).
 
     Raises:
-        IdentificationError: the traces differ in structure or an allocation is not a monomial.
+        IdentificationError: the traces differ in structure or an allocation is not a monomial (nor,
+            with ``extra_points``, a polynomial of the sizes).
     """
-    traces = [raw_trace(technique_name, {**fixed, **to_params(p)}, optimizer) for p in points]
-    lengths = {len(t) for t in traces}
-    if len(lengths) != 1:
-        raise IdentificationError(f"{technique_name}: traces at {list(points)} have {sorted(lengths)} events")
+    def traced(pts, before=()):
+        traces = [*before, *(raw_trace(technique_name, {**fixed, **to_params(p)}, optimizer) for p in pts)]
+        pts = [*points[:len(before)], *pts]
+        lengths = {len(t) for t in traces}
+        if len(lengths) != 1:
+            raise IdentificationError(f"{technique_name}: traces at {list(pts)} have {sorted(lengths)} events")
+        for evs in zip(*traces):
+            if len({(d > 0, cat, ph, op) for d, cat, ph, op in evs}) != 1:
+                raise IdentificationError(f"{technique_name}: event differs between size points: {evs}")
+        return traces
+
+    traces = traced(points)
     lib = monomial_library(variables, max_degree)
-    out = []
+    found: list[tuple[int, tuple[str, ...]] | IdentificationError] = []
     for evs in zip(*traces):
-        shape = {(d > 0, cat, ph, op) for d, cat, ph, op in evs}
-        if len(shape) != 1:
-            raise IdentificationError(f"{technique_name}: event differs between size points: {evs}")
-        q, mono = _identify([d for d, *_ in evs], points, lib, max_quantum)
+        try:
+            found.append(_identify([d for d, *_ in evs], points, lib, max_quantum))
+        except IdentificationError as exc:
+            found.append(exc)
+    failed = [i for i, f in enumerate(found) if isinstance(f, IdentificationError)]
+    terms: dict[int, list] = {}
+    bounds: dict[int, int] = {}
+    pre: list[int] = []
+    net_events: list[SymEvent] = []
+    if failed:
+        if not extra_points:
+            raise found[failed[0]]
+        all_points = [*points, *extra_points]
+        everything = traced(extra_points, before=traces)  # the same structure at every point
+        for i, f in enumerate(found):  # a reading from two points that fails at the others is solved too
+            if not isinstance(f, IdentificationError) and any(
+                    abs(t[i][0]) != f[0] * mono_value(f[1], p) for t, p in zip(everything, all_points)):
+                failed.append(i)
+        # build and warm-up events enter the models only through the live bytes when the step starts:
+        # those that are no polynomial (oneDNN's size-dependent kernels) are read by their net per category
+        pre = [i for i in failed if traces[0][i][2] == "pre"]
+        failed = [i for i in failed if i not in pre]
+        nets: dict[str, list[int]] = {}
+        for i in pre:
+            net = nets.setdefault(traces[0][i][1], [0] * len(everything))
+            for j, t in enumerate(everything):
+                net[j] += t[i][0]
+        for cat, net in sorted(nets.items()):
+            if any(net):
+                solved = _solve_poly(net, all_points, lib, max_quantum)
+                if solved is None:
+                    raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches the "
+                                              f"net {cat} bytes {net} of the build and warm-up at {all_points}")
+                net_events.append(SymEvent(1, solved[0][1], solved[0][0], cat, "pre", "(net of build and warm-up)",
+                                           tuple(solved[1:])))
+        for i in failed:
+            sizes = [abs(t[i][0]) for t in everything]
+            solved = _solve_poly(sizes, all_points, lib, max_quantum)
+            if solved is None and max(sizes) <= SMALL_BOUND_BYTES:
+                found[i], bounds[i] = (max(sizes), ()), max(sizes) - min(sizes)
+                continue
+            if solved is None:
+                raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches "
+                                          f"allocation sizes {sizes} at {all_points} "
+                                          f"({traces[0][i][3]}, {traces[0][i][2]})")
+            solved.sort(key=lambda mc: (mc[1] <= 0, -len(mc[0]), mc[0]))  # a positive, highest-degree term first
+            found[i], terms[i] = (solved[0][1], solved[0][0]), solved[1:]
+    out = []
+    for i, evs in enumerate(zip(*traces)):
+        if i in pre:
+            out += net_events if i == pre[0] else []
+            continue
+        q, mono = found[i]
         d0, cat, ph, op = evs[0]
-        out.append(SymEvent(1 if d0 > 0 else -1, q, mono, cat, ph, op))
+        out.append(SymEvent(1 if d0 > 0 else -1, q, mono, cat, ph, op, tuple(terms.get(i, ())), bounds.get(i, 0)))
     return out

@@ -34,6 +34,7 @@ from .page import Page
 from .rows import measurement_table, not_ranked_groups, not_ranked_table
 from .tables import column
 from .gpu_seed import add_gpu_measured_to_seed_pages
+from .models_page import add_model_pages, model_check_files
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
 
 __all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
@@ -58,6 +59,7 @@ def input_files(results_dir: Path, data_dir: Path, extra_runs: Sequence[Path] = 
         files += R.list_input_files(data_dir / "timelines", ".json")
         files += R.list_input_files(data_dir / "reproductions", ".json")
         files += model_files(data_dir) + C.variant_files(data_dir) + C.gpu_check_files(data_dir)
+        files += model_check_files(data_dir)
     return files + [Path(p) for p in extra_runs]
 
 
@@ -527,6 +529,7 @@ def add_nav(ctx: Context) -> Context:
     nav = [("Overview", "index.html")]
     nav += [("Choose", "choose.html")] if any(p["path"] == "choose.html" for p in ctx["pages"]) else []
     nav += [(f"Family: {f}", p) for f, p in sorted(ctx["family_paths"].items())]
+    nav += sorted(ctx.get("model_paths", {}).items())
     nav += [("Timelines", "timelines.html"), ("History", "history.html")]
     nav += [(f"Seed: {s}", p) for s, p in sorted(ctx["seed_paths"].items())]
     nav += [("Methodology", "methodology.html")]
@@ -536,6 +539,7 @@ def add_nav(ctx: Context) -> Context:
 STEPS: tuple[Callable[[Context], Context], ...] = (
     load_inputs, add_colors, add_family_pages, add_seed_pages, C.add_cuda_to_seed_pages,
     add_gpu_measured_to_seed_pages, add_history_page, add_timelines_page, add_overview_page, add_choose_page,
+    add_model_pages,
     add_methodology_page, add_footer, add_nav,
 )
 

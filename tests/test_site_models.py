@@ -1,0 +1,63 @@
+"""The model pages (memlab.site.models_page): a model file's check document in, the largest batch per
+GPU, the peak by category and the checks beyond the measured batches out; bad files are left out
+with a problem line.  Torch-free: the document is written here by hand."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from memlab.advisor.advise import cuda_need
+from memlab.advisor.loops import NoLoop
+from memlab.site.models_page import GPU_BUDGETS_GIB, add_model_pages
+from memlab.site.render import render_site
+
+PER_SAMPLE, PARAMS = 1_000_000, 4000
+
+
+def _entry(kind: str, per_sample: int, baseline: bool = False) -> dict:
+    return {"technique": f"toy__{kind}", "label": f"toy__{kind}", "fixed": {}, "knobs": [], "baseline": baseline,
+            "recommendable": True, "classes": [{"k": 1, "pieces": [
+                {"parameters": {"1": PARAMS}, "saved_activations": {"batch": per_sample}}]}],
+            "held_out_measured": [], "held_out_traced": {"points": 12}, "max_abs_error_bytes": 0,
+            "max_rel_error": 0.0, "validated_range": {"batch": [1, 8]},
+            "time": {"kind": "work", "r": 1.0 if baseline else 1.3, "c": 0.0, "o": 0.0, "work": "batch"}}
+
+
+def _doc() -> dict:
+    decl = {"family": "model:toy", "workload": "model_toy", "sizes": ["batch"], "workload_fixed": {},
+            "entries": [{"technique": "toy__plain"}, {"technique": "toy__checkpoint_blocks"}],
+            "loop": NoLoop().to_json(), "time_sizes": [{"batch": 2}, {"batch": 6}], "work": "batch",
+            "held_out": {"batch": [1, 8]}, "max_quantum": 1 << 40, "trace_values": [2, 3, 4, 5, 7]}
+    fam = {"declaration": decl, "sizes": {"batch": {"default": 4, "low": 1, "high": 10**6, "doc": ""}},
+           "entries": [_entry("plain", PER_SAMPLE, True), _entry("checkpoint_blocks", PER_SAMPLE // 4)],
+           "not_modelled": [{"technique": "toy__autocast_bf16", "label": "toy__autocast_bf16", "reason": "no monomial"}]}
+    beyond = [{"technique": "toy__plain", "factor": 4, "params": {"batch": 32}, "status": "ok",
+               "predicted_total_peak_bytes": PARAMS + 32 * PER_SAMPLE, "measured_total_peak_bytes": PARAMS + 32 * PER_SAMPLE,
+               "error_bytes": 0, "rel_error": 0.0, "categories_exact": True, "measured_relative_step_time": 1.0,
+               "predicted_relative_step_time": 1.0}]
+    return {"schema": 1, "optimizer": "sgd", "model_file": "examples/toy.py", "families": {"model:toy": fam},
+            "beyond": beyond, "measured_max": 8, "factors": [4, 10], "fit_seconds": 1.0}
+
+
+def test_a_model_page_answers_per_gpu_and_renders(tmp_path):
+    data = tmp_path / "data"
+    (data / "model-files").mkdir(parents=True)
+    (data / "model-files" / "toy-sgd.json").write_text(json.dumps(_doc()))
+    (data / "model-files" / "bad-sgd.json").write_text(json.dumps({"schema": 1}))
+    ctx = add_model_pages({"data_dir": data, "pages": [], "problems": [], "colors": {}})
+    assert ctx["model_paths"] == {"Model: toy": "model-toy-sgd.html"}
+    assert ctx["problems"] == ["bad-sgd.json: no single fitted family; left out of the model pages"]
+    page = ctx["pages"][0]
+    by_kind = {r["technique"]: r for r in page["budgets"]["rows"]}
+    for gib in GPU_BUDGETS_GIB:
+        brute = (gib * 2**30 - 64 * 2**20) // PER_SAMPLE + 2
+        while cuda_need(PARAMS + brute * PER_SAMPLE) > gib * 2**30:
+            brute -= 1
+        assert by_kind["toy__plain"][f"b{gib}__sort"] == brute
+        assert by_kind["toy__checkpoint_blocks"][f"b{gib}__sort"] > 3.9 * brute
+    assert page["at"] == 80 and page["worst"] == "every prediction exact to the byte"
+    assert page["not_modelled"][0]["reason"] == "no monomial"
+    index = render_site({"pages": ctx["pages"], "nav": [], "footer": None}, tmp_path / "site")
+    html = (index.parent / "model-toy-sgd.html").read_text()
+    assert "Largest batch per GPU" in html and "toy__autocast_bf16" in html and "examples/toy.py" in html
+    assert (index.parent / "tables" / "model-toy-sgd--largest-batch-per-gpu.csv").is_file()
