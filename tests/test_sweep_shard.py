@@ -151,3 +151,26 @@ def test_cuda_jobs_need_one_gpu_each(jobs, gpus, match):
     with pytest.raises(ValueError, match=match):
         check_jobs(jobs, "cuda", gpus)
     check_jobs(len(gpus) or 1, "cuda", gpus)  # one per visible GPU is fine
+
+
+def test_a_technique_the_device_cannot_run_is_skipped_not_missing(sharded, tmp_path):
+    """A CPU sweep skips a CUDA-only technique without a row (offload_activations): merge counts its
+    points as skipped, not missing, and still names a point that is really missing."""
+    from memlab.sweep.merge import merge_shards
+
+    _, paths = sharded
+    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+    planned = [(r["technique"], r["params"]) for r in rows]
+    offload = [("offload_activations", {"seq": 32}), ("offload_activations", {"seq": 64})]
+    for r in rows:  # the plan as recorded grows by the two skipped points
+        r["extra"]["sweep_shard"]["planned"] += len(offload)
+    files = []
+    for i, p in enumerate(paths):
+        f = tmp_path / f"s{i}.jsonl"
+        f.write_text("".join(json.dumps(r) + "\n" for r in rows if r["extra"]["sweep_shard"]["index"] == i + 1))
+        files.append(f)
+    report = merge_shards(tmp_path / "m.jsonl", files, replan=lambda _: planned + offload)
+    assert report.complete and report.skipped_count == 2 and report.missing_count == 0, report.text("m")
+    lost = planned[0]
+    report = merge_shards(tmp_path / "m2.jsonl", files, replan=lambda _: planned + offload + [(lost[0], {"n": 999})])
+    assert not report.complete and report.missing_count == 1 and report.skipped_count == 2

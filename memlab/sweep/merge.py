@@ -38,6 +38,8 @@ class MergeReport:
     planned: int | None = None
     missing_points: list[str] = field(default_factory=list)
     missing_count: int = 0
+    #: planned points of techniques that cannot run on the sweep's device: skipped by the sweep, no row
+    skipped_count: int = 0
 
     @property
     def complete(self) -> bool:
@@ -54,6 +56,8 @@ class MergeReport:
                             "missing shard" + ("s " if len(self.missing_shards) > 1 else " ")
                             + ", ".join(f"{i}/{self.shard_count}" for i in self.missing_shards)))
             lines.append(f"missing points: {self.missing_count}" if self.missing_count else "missing points: none")
+            if self.skipped_count:
+                lines.append(f"skipped (technique not available on the sweep's device, no row): {self.skipped_count}")
             lines += [f"  {p}" for p in self.missing_points[:20]]
             if len(self.missing_points) > 20:
                 lines.append(f"  ... and {len(self.missing_points) - 20} more")
@@ -151,5 +155,20 @@ def _check_plan(merged: dict, report: MergeReport, replan) -> None:
         report.missing_points = [f"(could not rebuild the plan to name them: {exc})"]
         return
     have = {(row.get("technique"), json.dumps(row.get("params", {}), sort_keys=True)) for _, row, _ in merged.values()}
-    report.missing_points = [f"{t} {json.dumps(p, sort_keys=True)}" for t, p in planned
+    device = str((first.get("setting") or {}).get("device") or "cpu").split(":")[0]
+    runnable = [(t, p) for t, p in planned if _runs_on(t, device)]
+    report.skipped_count = len(planned) - len(runnable)  # a sweep skips these without a row
+    report.missing_points = [f"{t} {json.dumps(p, sort_keys=True)}" for t, p in runnable
                              if (t, json.dumps(p, sort_keys=True)) not in have]
+    report.missing_count = len(report.missing_points)
+
+
+def _runs_on(technique: str, device: str) -> bool:
+    """Whether ``technique`` can run on a ``device`` type (``cpu``, ``cuda``): a sweep skips, with no row,
+    the points of a technique that cannot (``offload_activations`` on the CPU)."""
+    from ..registry import get_technique
+
+    try:
+        return device in get_technique(technique).devices
+    except (KeyError, ValueError):
+        return True  # an unknown technique (a plug-in not loaded here) is counted as missing
