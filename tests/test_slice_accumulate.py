@@ -118,3 +118,40 @@ def test_backward_holds_one_chunk_not_one_x_sized_gradient_per_chunk():
     fixed = (n * d) * 2 * e + 2 * d * hidden * e  # y, grad_x, grad_w1, grad_w2
     for c in (600, 150, 7, 1):
         assert _traced_peak(step(c)) == fixed + min(c, n) * hidden * e
+
+
+def _chained_into(xc, params, out):
+    torch.mm(xc @ params[0], params[1], out=out)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 37])
+def test_chunk_forward_writes_in_place_same_values(chunk_size):
+    x, w1, w2, gy = _problem(out=8)
+    leaves = [x, w1, w2]
+    y = slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk_size, chunk_vjp=chained_matmul_chunk_vjp,
+                         chunk_forward=_chained_into)
+    ref = chained_matmul(x, w1, w2)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(y, leaves, gy), _grads(ref, leaves, gy)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    with torch.no_grad():
+        torch.testing.assert_close(slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk_size,
+                                                    chunk_forward=_chained_into), ref.detach())
+
+
+def test_chunk_forward_drops_the_per_chunk_output_from_the_forward_peak():
+    """Exact bytes (float32, no grad): the loop holds y, one chunk's hidden and (without chunk_forward)
+    the chunk's output before it is copied into y; with chunk_forward only the first chunk's output."""
+    n, d, hidden, c = 600, 16, 64, 50
+    g = torch.Generator().manual_seed(0)
+    x, w1, w2 = torch.randn(n, d, generator=g), torch.randn(d, hidden, generator=g), torch.randn(hidden, d, generator=g)
+
+    def run(**kw):
+        def step():
+            with torch.no_grad():
+                slice_accumulate(chained_matmul, x, w1, w2, chunk_size=c, **kw)
+        return step
+
+    e = 4
+    assert _traced_peak(run()) == (n * d + c * hidden + c * d) * e
+    assert _traced_peak(run(chunk_forward=_chained_into)) == (n * d + c * hidden) * e

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
-__all__ = ["slice_accumulate", "ChunkVJP", "chunk_bounds"]
+__all__ = ["slice_accumulate", "ChunkVJP", "ChunkForward", "chunk_bounds", "check_chunk_size"]
 
 #: ``chunk_vjp(x_chunk, grad_chunk, params, grad_x_chunk, grad_params) -> None``: writes the chunk's
 #: input gradient into ``grad_x_chunk`` (a [rows, ...] view of the preallocated ``grad_x``; None when
@@ -33,6 +33,11 @@ ChunkVJP = Callable[
     None,
 ]
 
+#: ``chunk_forward(x_chunk, params, out_chunk) -> None``: writes ``fn(x_chunk, *params)`` into
+#: ``out_chunk`` (rows ``[s, e)`` of the preallocated output) instead of returning a new tensor that
+#: the loop then copies.  Used for every chunk after the first (whose output gives the shape).
+ChunkForward = Callable[[torch.Tensor, Sequence[torch.Tensor], torch.Tensor], None]
+
 
 @dataclass(frozen=True)
 class _Spec:
@@ -41,6 +46,7 @@ class _Spec:
     fn: Callable[..., torch.Tensor]
     chunk_size: int
     chunk_vjp: Optional[ChunkVJP]
+    chunk_forward: Optional[ChunkForward] = None
 
 
 def chunk_bounds(n: int, chunk_size: int) -> Iterator[tuple[int, int]]:
@@ -52,6 +58,20 @@ def chunk_bounds(n: int, chunk_size: int) -> Iterator[tuple[int, int]]:
     """
     for s in range(0, n, chunk_size):
         yield s, min(s + chunk_size, n)
+
+
+def check_chunk_size(chunk_size: object) -> int:
+    """``chunk_size`` if it is an int >= 1 (rows per chunk).
+
+    Raises:
+        TypeError: not an int (a bool is not).
+        ValueError: below 1.
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"slice_accumulate: chunk_size must be an int >= 1, got {chunk_size!r}")
+    if chunk_size < 1:
+        raise ValueError(f"slice_accumulate: chunk_size={chunk_size} is not valid; expected an int >= 1")
+    return chunk_size
 
 
 def _checked_chunk(out: object, rows: int, s: int, e: int) -> torch.Tensor:
@@ -66,10 +86,14 @@ def _checked_chunk(out: object, rows: int, s: int, e: int) -> torch.Tensor:
 
 
 def _forward_loop(spec: _Spec, x: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The chunk loop without autograd: y [N, ...] preallocated from the first chunk's shape."""
+    """The chunk loop without autograd: y [N, ...] preallocated from the first chunk's shape; later
+    chunks are written in place by ``spec.chunk_forward`` when there is one."""
     n = x.shape[0]
     y: Optional[torch.Tensor] = None
     for s, e in chunk_bounds(n, spec.chunk_size):
+        if y is not None and spec.chunk_forward is not None:
+            spec.chunk_forward(x[s:e], params, y[s:e])
+            continue
         out = _checked_chunk(spec.fn(x[s:e], *params), e - s, s, e)
         if y is None:
             y = out.new_empty((n, *out.shape[1:]))
@@ -138,7 +162,8 @@ class _SliceAccumulate(torch.autograd.Function):
 
 
 def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor, chunk_size: int,
-                     chunk_vjp: Optional[ChunkVJP] = None) -> torch.Tensor:
+                     chunk_vjp: Optional[ChunkVJP] = None, chunk_forward: Optional[ChunkForward] = None
+                     ) -> torch.Tensor:
     """``torch.cat([fn(x[s:e], *params) for each row chunk])`` with a backward that never holds more
     than one chunk's graph and never allocates a full-size gradient per chunk.
 
@@ -160,6 +185,8 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
             chunk's input gradient in place and accumulates parameter gradients in place; the
             default recomputes ``fn`` with autograd and adds its gradients (one parameter-sized
             temporary per parameter per chunk).
+        chunk_forward: optional in-place form of ``fn`` (see :data:`ChunkForward`) that writes a
+            chunk's output straight into its rows of ``y`` (no per-chunk output and copy).
 
     Returns:
         y: [N, ...] equal to ``torch.cat([fn(x[s:e], *params) ...])``.
@@ -173,10 +200,7 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
         >>> y = slice_accumulate(f, x, w1, w2, chunk_size=2500)   # [10000, 256] -> [10000, 256]
         >>> y.backward(grad_y)   # x.grad, w1.grad, w2.grad; peak holds one [2500, 1024] hidden
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise TypeError(f"slice_accumulate: chunk_size must be an int >= 1, got {chunk_size!r}")
-    if chunk_size < 1:
-        raise ValueError(f"slice_accumulate: chunk_size={chunk_size} is not valid; expected an int >= 1")
+    check_chunk_size(chunk_size)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"slice_accumulate: x must be a Tensor, got {type(x).__name__}")
     if x.dim() < 1 or x.shape[0] < 1:
@@ -184,7 +208,7 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
     for i, p in enumerate(params):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"slice_accumulate: params[{i}] must be a Tensor, got {type(p).__name__}")
-    spec = _Spec(fn, chunk_size, chunk_vjp)
+    spec = _Spec(fn, chunk_size, chunk_vjp, chunk_forward)
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *params)):
         with torch.no_grad():
             return _forward_loop(spec, x, params)
