@@ -14,14 +14,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[site,test,bench,peers]"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[site,test,bench,peers,cluster]"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps memcnn==1.5.2
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
 install: $(VENV)/.installed
 
-## quick CPU sweep of every family (38 points, two at a time), then the site: 23 s on 2 idle cores after install
+## quick CPU sweep of every family (38 points, two at a time), then the site: the sweep 0.8 min at load ~2 on 2 cores
 demo: install
 	@mkdir -p $(OUT)
 	$(BIN)/memlab sweep --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
@@ -39,7 +39,7 @@ test-slow: install
 ## full sweeps (SGD over every family's grid, the resnet depth scan's two middle depths, Adam at each technique's
 ## defaults), timelines and reproductions committed under data/; an interrupted sweep continues with the same
 ## command plus --resume.  On 2 idle cores (4 Dec 2026): the SGD grid (213 points) 28.4 min, 34% of it in the
-## float64 reference checks at the measured size (python -m memlab.sweep_time data/sweeps/cpu.jsonl); the resnet
+## float64 reference checks at the measured size (python -m memlab.sweep.breakdown data/sweeps/cpu.jsonl); the resnet
 ## depths 23 s; Adam (26 points) 4.1 min.  Two jobs of one intra-op thread each, and the reproductions at one
 ## thread too: every CPU row at threads=1 (a convolution's exact CPU peak depends on the threads)
 SWEEP_FLAGS := --jobs 2 --iterations 2 --repeats 3 --time-budget 1
@@ -50,7 +50,9 @@ data: install
 	$(BIN)/memlab timelines --out-dir data/timelines
 	OMP_NUM_THREADS=1 $(BIN)/memlab reproduce --out data/reproductions
 
-## memory models for memlab advise (data/models/*.json): exact traces + held-out measurements, ~10 min on 2 cores
+## memory models for memlab advise (data/models/*.json) of every family that declares one (memlab.AdvisorModel):
+## exact traces + held-out measurements; chunking + reversible ~10 min on 2 cores, tensor_train's SGD
+## models alone took 12.7 min at load ~13 (not yet in data/models); `--family NAME` fits one and keeps the rest
 models: install
 	$(BIN)/memlab advise --fit
 

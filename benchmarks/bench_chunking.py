@@ -9,7 +9,7 @@ from . import common
 __all__ = ["ChainedMatmul", "TECHNIQUES"]
 
 TECHNIQUES = ["unchunked", "slice_loop", "vmap_chunk", "einsum_chunk", "checkpoint_chunk",
-              "slice_accumulate"]
+              "slice_accumulate", "checkpoint_split_chunk"]
 
 
 class ChainedMatmul(common.MemlabBenchmark):

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 __all__ = ["ResNetComplexity", "TECHNIQUES", "DEPTHS"]
 
-TECHNIQUES = ["resnet", "resnet_checkpoint_sqrt", "revnet"]
+TECHNIQUES = ["resnet", "resnet_checkpoint_sqrt", "revnet", "resnet_checkpoint_block", "revnet_nosave",
+              "revnet_autograd"]
 DEPTHS = (26, 98, 386)
 FIXED = {"block": "basic", "batch": 1, "width": 2, "image": 8}
 

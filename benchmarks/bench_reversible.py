@@ -5,9 +5,11 @@ additive coupling, MLP blocks.
 """
 from . import common
 
-__all__ = ["ResidualStack", "TECHNIQUES"]
+__all__ = ["ResidualStack", "ResidualStackPeers", "TECHNIQUES", "PEERS"]
 
 TECHNIQUES = ["residual", "checkpoint_block", "reversible", "reversible_nosave"]
+#: the third-party reversible stacks, beside memlab's reversible and the baseline, at one size
+PEERS = ["residual", "reversible", "memcnn", "revlib"]
 
 
 class ResidualStack(common.MemlabBenchmark):
@@ -20,5 +22,19 @@ class ResidualStack(common.MemlabBenchmark):
         ("technique", common.technique_list(TECHNIQUES, "residual_stack")),
         ("depth", [4, 16]),
         ("batch", [128, 512]),
+        ("device", common.DEVICES),
+    ])
+
+
+class ResidualStackPeers(common.MemlabBenchmark):
+    """MemCNN and RevLib beside memlab's reversible and residual stacks: 16 blocks on x [512, 256]."""
+
+    workload = "residual_stack"
+    workload_params = ("depth", "batch", "width", "hidden", "coupling", "block")
+    fixed = {"width": 128, "hidden": 256, "coupling": "additive", "block": "mlp"}
+    params, param_names = common.class_params([
+        ("technique", PEERS),
+        ("depth", [16]),
+        ("batch", [512]),
         ("device", common.DEVICES),
     ])

@@ -6,6 +6,8 @@ Public API::
     memlab.list_techniques(), memlab.get_technique(name), memlab.load_plugin(path)
     memlab.measure(name, *, device="cpu", dtype="float32", mode="train", **params) -> Measurement
     memlab.timeline(name, ...) -> Timeline
+    memlab.measure_model("my_model.py", "checkpoint_blocks", batch=4) -> Measurement  # your own model
+    memlab.load_model("my_model.py")  # check a model file; its workload class (family model:my_model)
     memlab.host_memory()  # context manager: what it allocates stays on the host when the step runs on CUDA
 
 # NOTE [ lazy top-level imports ]
@@ -26,11 +28,13 @@ _EXPORTS = {
     "Workload": ".workload", "Problem": ".workload", "get_workload": ".registry", "list_workloads": ".registry",
     "Param": ".params",
     "list_techniques": ".registry", "list_families": ".registry", "get_technique": ".registry",
-    "load_plugin": ".registry",
+    "load_plugin": ".registry", "list_advisors": ".registry", "get_advisor": ".registry",
+    "AdvisorModel": ".advisor.declaration",
     "measure": ".measurement", "timeline": ".measurement", "Measurement": ".measurement",
     "Timeline": ".measurement", "TimelineEvent": ".measurement",
     "Verification": ".measurement.verify", "verify_technique": ".measurement.verify",
     "host_memory": ".measurement.host_marks",
+    "measure_model": ".own_model", "load_model": ".own_model",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator
 
-from .measurement.reference_check import CheckOutcome, check_outcome, check_technique, first_line
+from .measurement.reference_check import CheckOutcome, check_outcome, check_technique, config_text, first_line
 from .registry import get_technique, list_techniques
 
 __all__ = ["check_technique", "check_outcome", "iter_checks", "check_all", "check_timeout", "CheckOutcome",
@@ -43,24 +43,39 @@ def check_timeout(value: Any, name: str = "timeout") -> float:
     return seconds
 
 
-def _check_isolated(name: str, mode: str, timeout: float) -> CheckOutcome:
+def _check_isolated(name: str, mode: str, timeout: float, as_swept: bool = False) -> CheckOutcome:
     """Check one technique in a child process (:func:`~memlab.measurement.runner.run_in_subprocess`)."""
     from .measurement.runner import WorkerFailed, run_in_subprocess
 
-    request = {"kind": "check", "technique": name, "mode": mode, "device": "cpu"}
+    request = {"kind": "check", "technique": name, "mode": mode, "device": "cpu", "as_swept": as_swept}
+    config = config_text(name, as_swept)
     try:
         return CheckOutcome.from_dict(run_in_subprocess(get_technique(name), request, timeout))
     except (WorkerFailed, ValueError) as exc:  # ValueError: a class the child cannot import (__main__)
         message = str(exc)
         return CheckOutcome(name, "ERROR", message=message[len(_RUNNER_PREFIX):]
-                            if message.startswith(_RUNNER_PREFIX) else message)
+                            if message.startswith(_RUNNER_PREFIX) else message, config=config)
     except (KeyError, TypeError) as exc:  # a result of another shape: not a check result
-        return CheckOutcome(name, "ERROR", message=f"unreadable check result: {first_line(exc)}")
+        return CheckOutcome(name, "ERROR", message=f"unreadable check result: {first_line(exc)}", config=config)
+
+
+# NOTE [ two check configurations ]
+# A technique's own ``check_params`` may move a workload parameter away from its default (memcnn checks
+# at x_requires_grad=False, where its known doubled input gradient does not show), while sweeps measure
+# the default.  A PASS at the one and a mismatch row at the other would be two verdicts for one
+# technique, so ``memlab check`` checks both: each line names its configuration
+# (:func:`~memlab.measurement.reference_check.config_text`), and a FAIL at either is a failure.
+def _configurations(name: str) -> list[bool]:
+    """``as_swept`` per check of ``name``: ``[False]``, or ``[False, True]`` when its check
+    configuration is not what a sweep measures (NOTE [ two check configurations ])."""
+    return [False, True] if get_technique(name).swept_overrides() else [False]
 
 
 def iter_checks(names: list[str] | None = None, *, mode: str = "train", isolate: bool = True,
                 timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[CheckOutcome]:
-    """Each technique's :class:`CheckOutcome` (every technique, or ``names``), as soon as it is known.
+    """Each technique's :class:`CheckOutcome` (every technique, or ``names``), as soon as it is known;
+    two for a technique whose check configuration is not what sweeps measure (NOTE [ two check
+    configurations ]).
 
     Args:
         names: registered technique names; None: every registered technique.
@@ -76,7 +91,8 @@ def iter_checks(names: list[str] | None = None, *, mode: str = "train", isolate:
     """
     seconds = check_timeout(timeout)  # here, not at the first next(): a bad value fails before any check
     chosen = list(names or list_techniques())
-    return (_check_isolated(name, mode, seconds) if isolate else check_outcome(name, mode=mode) for name in chosen)
+    return (_check_isolated(name, mode, seconds, as_swept) if isolate else check_outcome(name, mode=mode, as_swept=as_swept)
+            for name in chosen for as_swept in _configurations(name))
 
 
 def check_all(names: list[str] | None = None, *, mode: str = "train", isolate: bool = True,

@@ -61,6 +61,14 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"memlab: error: {message}; see {self.prog} --help\n")
 
 
+def _model_file(args, command: str) -> None:
+    """``--model FILE.py``: point ``args`` at the model file's family (:mod:`memlab.own_model`)."""
+    if getattr(args, "model", None):
+        from .own_model import apply_model_args
+
+        apply_model_args(args, command)
+
+
 def _load_plugins(args) -> None:
     if not args.plugin:  # the registry imports torch: commands that need no technique stay fast
         return
@@ -120,6 +128,9 @@ def _cmd_measure(args) -> int:
     from .record import fmt_mib
     from .registry import get_technique
 
+    _model_file(args, "measure")
+    if not args.name:
+        raise UsageError("memlab measure needs a technique name (or --model FILE.py)")
     cls = get_technique(args.name)
     params = _parse_params(cls, args.param or [])
     m = measure(cls, **_measure_kwargs(args), **params)
@@ -144,7 +155,7 @@ def _cmd_measure(args) -> int:
             *_verdict_rows(m),
         ]
         for k, v in sorted(m.extra.items()):
-            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in ("baseline", "twin"):
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in _NOT_SHOWN_EXTRA:
                 rows.append((k, fmt_mib(v) if k.endswith("_bytes") else str(v), ""))
         w = max(len(r[0]) for r in rows)
         for k, v, note in rows:
@@ -152,6 +163,17 @@ def _cmd_measure(args) -> int:
         print(f"  allocated: {m.memory_method.get('allocated', '')}")
         print(f"  {label}: {m.memory_method.get('reserved', '')}")
     return _measure_exit(m)
+
+
+def _harness_keys() -> frozenset[str]:
+    from .sweep.breakdown import PHASES
+
+    return frozenset(k for k, _ in PHASES) | {"predict_cuda_s"}
+
+
+#: ``Measurement.extra`` keys ``memlab measure`` leaves out of its human output (``--json`` keeps them):
+#: the harness's own phase seconds (:data:`memlab.sweep.breakdown.PHASES`) and bookkeeping.
+_NOT_SHOWN_EXTRA = _harness_keys() | {"baseline", "twin"}
 
 
 def _load_text(m) -> str:
@@ -218,7 +240,7 @@ def _stdout_to_devnull() -> None:
 
 def _sweep_eta(points, jobs: int):
     from .registry import get_technique
-    from .sweep_eta import Eta, size_of
+    from .sweep.eta import Eta, size_of
 
     def describe(point):
         cls = get_technique(point.technique)
@@ -235,7 +257,7 @@ class _Progress:
 
     def __init__(self, stream=None, points=None, jobs: int = 1):
         self.stream = stream if stream is not None else sys.stderr
-        # the ETA scales each remaining point by its size (memlab.sweep_eta); without the plan, the
+        # the ETA scales each remaining point by its size (memlab.sweep.eta); without the plan, the
         # mean time per finished point
         self.eta = _sweep_eta(points, jobs) if points else None
         try:
@@ -313,11 +335,12 @@ def _sigterm_as_interrupt():
 
 def _cmd_sweep(args) -> int:
     from .measurement import prepare
-    from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, open_sweep_output, plan_sweep, run_sweep,
-                        status_summary)
+    from .sweep import (SweepOutputBusy, SweepWriteFailed, format_table, not_ok_lines, open_sweep_output, plan_sweep,
+                        run_sweep, status_summary)
 
     from .sweep import parse_grid
 
+    _model_file(args, "sweep")
     try:
         points = plan_sweep(args.family, quick=args.quick, techniques=args.technique,
                             grid=parse_grid(args.grid or []), defaults=args.defaults)
@@ -329,10 +352,14 @@ def _cmd_sweep(args) -> int:
         raise UsageError("--resume needs --out FILE (the sweep to continue)")
     kw = _measure_kwargs(args)
     device, dtype, mode = kw.pop("device"), kw.pop("dtype"), kw.pop("mode")
+    row_extra = None
+    if args.shard:
+        points, row_extra = _shard_of(points, args, device, dtype, mode)
     prepare(points[0].technique, {}, device, dtype, mode)  # validate device/dtype/mode before starting
     from .sweep import check_jobs
 
     check_jobs(args.jobs, device)
+    _check_executor(args)
     try:
         out = open_sweep_output(args.out, append=args.append or args.resume, warn=_say) if args.out else None
     except SweepOutputBusy as exc:
@@ -345,7 +372,8 @@ def _cmd_sweep(args) -> int:
             points = _unmeasured(points, out, args)
         progress = _Progress(points=points, jobs=args.jobs)
         for m in run_sweep(points, out, device=device, dtype=dtype, mode=mode, progress=progress, warn=_say,
-                           jobs=args.jobs, **kw):
+                           jobs=args.jobs, row_extra=row_extra, executor=args.executor, ray_address=args.address,
+                           **kw):
             rows.append(m)
     except KeyboardInterrupt as exc:
         _say(f"\nmemlab: {'terminated' if isinstance(exc, Terminated) else 'interrupted'}; {len(rows)} finished "
@@ -359,20 +387,94 @@ def _cmd_sweep(args) -> int:
         if out is not None:
             out.close()
     if not points:
+        _say(f"memlab: nothing left to measure: every planned point already has an ok row in {args.out}"
+             if args.resume else "memlab: nothing measured")
         return 0
-    _print_or_drop(format_table(rows))
+    if rows:
+        _print_or_drop(format_table(rows))
     if rows and rows[0].device == "cpu":
         _print_or_drop("\nCPU: allocated = exact live-tensor bytes above the baseline (profiler allocation events); "
                        "resident = process VmHWM during one step minus VmRSS before it (no caching allocator on CPU).")
     if rows:
-        from .sweep_time import time_breakdown
+        from .sweep.breakdown import time_breakdown
 
         _print_or_drop("\n" + time_breakdown([m.to_dict() for m in rows], time.perf_counter() - started,
                                               args.jobs))
     if args.out:
         _print_or_drop(f"wrote {len(rows)} measurement(s) to {args.out}")
     _say("memlab: " + status_summary(rows, len(points)))
+    for line in not_ok_lines(rows):
+        _say("  " + line)
     return 0 if all(m.status == "ok" for m in rows) else 1
+
+
+def _check_executor(args) -> None:
+    """``--executor ray`` needs ray installed and ``--jobs 1``; ``--address`` needs ``--executor ray``."""
+    if args.executor == "ray":
+        from .sweep.ray_executor import ray_available
+
+        why = ray_available()
+        if why:
+            raise UsageError(why)
+        if args.jobs != 1:
+            raise UsageError(f"--jobs {args.jobs} with --executor ray: Ray runs as many points at once as the cluster "
+                             "has CPUs (--threads per point) or GPUs (one per point) for; leave --jobs at 1")
+    elif args.address:
+        raise UsageError(f"--address {args.address!r} needs --executor ray")
+
+
+def _plan_args(args) -> dict[str, Any]:
+    """The arguments that make a sweep's plan (recorded in a shard's rows so that a merge can rebuild it)."""
+    return {"family": args.family, "quick": bool(args.quick), "technique": args.technique, "grid": args.grid or [],
+            "defaults": bool(args.defaults), "plugins": [str(Path(p).resolve()) for p in args.plugin or []]}
+
+
+def _shard_of(points, args, device, dtype, mode):
+    """``--shard i/n``: this shard's points and the record each of its rows carries."""
+    from .sweep.shard import parse_shard, select_shard, shard_record, summarise
+
+    try:
+        index, count = parse_shard(args.shard)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    setting = {"device": device, "dtype": dtype, "mode": mode, "optimizer": args.optimizer, "loss": args.loss}
+    record = shard_record(index, count, points, setting, _plan_args(args))
+    summary = summarise(points, count)
+    mine = select_shard(points, index, count)
+    _say(f"memlab: shard {index}/{count}: {len(mine)} of {len(points)} points "
+         f"({100 * summary.shares[index - 1]:.1f}% of the plan's estimated work; plan {record['plan']})")
+    return mine, {"sweep_shard": record}
+
+
+def _replan(plan_args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(technique, resolved params)`` of the plan a shard records (for naming missing points)."""
+    import json as _json
+
+    from .registry import get_technique, load_plugin
+    from .sweep import parse_grid, plan_sweep
+
+    for path in plan_args.get("plugins") or []:
+        load_plugin(path)
+    points = plan_sweep(plan_args.get("family"), quick=plan_args.get("quick", False),
+                        techniques=plan_args.get("technique"), grid=parse_grid(plan_args.get("grid") or []),
+                        defaults=plan_args.get("defaults", False))
+    return [(p.technique, _json.loads(_json.dumps(get_technique(p.technique).resolve(p.params), default=list)))
+            for p in points]
+
+
+def _cmd_merge(args) -> int:
+    from .sweep.merge import MergeConflict, merge_shards
+
+    if Path(args.out).exists() and not args.force:
+        raise UsageError(f"{args.out} exists; give a new file, or --force to replace it")
+    try:
+        report = merge_shards(args.out, args.shards, replan=_replan)
+    except (MergeConflict, OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    print(report.text(args.out))
+    for line in report.problems:
+        _say(f"memlab: warning: {line}")
+    return 0 if report.complete else 1
 
 
 def _cmd_timeline(args) -> int:
@@ -424,15 +526,17 @@ def _cmd_check(args) -> int:
     from .checks import iter_checks
     from .registry import get_technique
 
+    _model_file(args, "check")
     for n in args.name or []:
         get_technique(n)
     outcomes = []
     for outcome in iter_checks(args.name or None, isolate=True, timeout=args.timeout):  # a child per technique
         print(outcome.line(), flush=True)
         outcomes.append(outcome)
-    bad = [o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")]
+    bad = list(dict.fromkeys(o.name for o in outcomes if o.verdict in ("FAIL", "ERROR")))
     if bad:
-        print(f"memlab: {len(bad)} of {len(outcomes)} techniques failed the reference check: {', '.join(bad)}",
+        checked = len({o.name for o in outcomes})
+        print(f"memlab: {len(bad)} of {checked} techniques failed the reference check: {', '.join(bad)}",
               file=sys.stderr)
     return 1 if bad else 0
 
@@ -468,7 +572,7 @@ def _cmd_bench_harness(args) -> int:
 
 
 def _cmd_compare(args) -> int:
-    from .sweep_compare import compare_sweeps
+    from .sweep.compare import compare_sweeps
 
     for path in (args.old, args.new):
         if not Path(path).is_file():
@@ -491,11 +595,18 @@ def _cmd_advise(args) -> int:
     from .advisor import AdviceError, advise, format_advice, format_verify, verify
 
     models_dir = Path(args.models) if args.models else None
+    if args.model:
+        return _advise_model(args, models_dir)
     if args.fit:
         from .advisor import fit_all
-        from .advisor.fit import OPTIMIZERS_FITTED
+        from .advisor.fit import OPTIMIZERS_FITTED, declaration_of
         from .advisor.model import MODELS_DIR
 
+        if args.family:
+            try:
+                declaration_of(args.family)
+            except ValueError as exc:  # a family that declares no advisor model: one line, exit 2
+                raise UsageError(str(exc)) from None
         optimizers = [args.optimizer] if args.optimizer else list(OPTIMIZERS_FITTED)
         for path in fit_all(models_dir or MODELS_DIR, optimizers, [args.family] if args.family else None,
                             say=_say):
@@ -521,6 +632,29 @@ def _cmd_advise(args) -> int:
     if checked is not None and checked["measured"] and not checked["fits_budget"]:
         return 1
     return 0
+
+
+def _advise_model(args, cache_root) -> int:
+    """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.model_advice)."""
+    from .advisor import format_verify, verify
+    from .model_advice import advise_model, format_model_advice
+    from .params import split_params
+
+    if args.fit or args.family:
+        raise UsageError("--model fits its own models (cached); leave out --fit and --family")
+    if not args.budget:
+        raise UsageError("memlab advise --model needs --budget (e.g. --budget 24GiB)")
+    a = advise_model(args.model, args.budget, vary=[v.strip() for v in args.vary.split(",")],
+                     params=split_params(args.param or []), optimizer=args.optimizer or "sgd", device=args.device,
+                     cache_root=cache_root, say=_say)
+    checked = verify(a) if args.verify else None
+    if args.json:
+        print(json.dumps({**a, "verify": checked}, indent=1, sort_keys=True))
+    else:
+        _print_or_drop(format_model_advice(a))
+        if checked is not None:
+            _print_or_drop("\n" + format_verify(checked))
+    return 1 if checked is not None and checked["measured"] and not checked["fits_budget"] else 0
 
 
 def _cmd_site(args) -> int:
@@ -585,6 +719,14 @@ def _parser() -> argparse.ArgumentParser:
                       help="a fresh Python process per measurement instead of a child forked from the warm "
                            "server (the default for CPU; CUDA always spawns)")
 
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--model", metavar="FILE.py", help="your own model: a file defining build() -> nn.Module, "
+                       "batch(size) -> tensors and optionally loss(output, batch); technique names are then "
+                       "plain, checkpoint_blocks, checkpoint_sqrt, selective_checkpoint, autocast_bf16, "
+                       "offload_activations (see README, 'Your own model')")
+    model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
+                       "nn.Sequential of repeated blocks (default: guessed)")
+
     p = _OneLineParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
                        parents=[common])
     sub = p.add_subparsers(dest="command", required=True)
@@ -593,13 +735,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_list)
 
-    s = sub.add_parser("measure", parents=[common, meas], help="measure one technique")
-    s.add_argument("name")
+    s = sub.add_parser("measure", parents=[common, meas, model], help="measure one technique")
+    s.add_argument("name", nargs="?", help="technique (with --model: plain if not given)")
     s.add_argument("--param", action="append", metavar="NAME=VALUE", help="workload/technique parameter (repeatable)")
     s.add_argument("--json", action="store_true", help="print one Measurement JSON object (bytes)")
     s.set_defaults(func=_cmd_measure)
 
-    s = sub.add_parser("sweep", parents=[common, meas], help="measure every technique of a family over its grid")
+    s = sub.add_parser("sweep", parents=[common, meas, model], help="measure every technique of a family over its grid")
     s.add_argument("--family")
     s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
@@ -615,7 +757,23 @@ def _parser() -> argparse.ArgumentParser:
                         "is given; memory figures are unchanged, times become N-way shared (default 1)")
     s.add_argument("--resume", action="store_true", help="skip points --out already holds with a finished status "
                    "(ok, mismatch, leak) at the same device, dtype, mode, optimizer and loss; append the rest")
+    s.add_argument("--shard", metavar="I/N", help="measure only shard I of N (1-based): a deterministic part of the "
+                   "plan balanced by the points' sizes, the same on every host; put the pieces together with "
+                   "memlab merge")
+    s.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: measure here (--jobs at once); ray: each point a Ray task on a cluster, rows written "
+                        "here (pip install 'memlab[cluster]')")
+    s.add_argument("--address", help="with --executor ray: the cluster to join (auto, or ray://HOST:PORT); default: "
+                                     "start a local Ray instance")
     s.set_defaults(func=_cmd_sweep)
+
+    s = sub.add_parser("merge", help="put the shard files of a sweep (or any sweep files) into one file: refuses two "
+                                      "different exact figures for one point, names missing shards and points "
+                                      "(exit 1 if any is missing)")
+    s.add_argument("out", metavar="OUT.jsonl")
+    s.add_argument("shards", metavar="SHARD.jsonl", nargs="+")
+    s.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    s.set_defaults(func=_cmd_merge)
 
     s = sub.add_parser("timeline", parents=[common, meas], help="allocated bytes over one step, event by event")
     s.add_argument("name")
@@ -630,7 +788,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", default="data/timelines")
     s.set_defaults(func=_cmd_timelines)
 
-    s = sub.add_parser("check", parents=[common], help="check techniques against their workload reference (float64, CPU)")
+    s = sub.add_parser("check", parents=[common, model], help="check techniques against their workload reference (float64, CPU)")
     s.add_argument("name", nargs="*")
     s.add_argument("--timeout", type=_timeout_seconds, default=300.0, metavar="SECONDS",
                    help="seconds each technique's check (its own child process) may take before it is killed "
@@ -652,7 +810,8 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("advise", parents=[common], help="which technique and knob setting fit a memory budget, "
                                                        "ranked by predicted relative step time (from data/models)")
-    s.add_argument("--family", help="technique family (modelled: chunking, reversible)")
+    s.add_argument("--family", help="technique family with an advisor model (memlab.AdvisorModel, declared beside "
+                                    "its workload); with --fit: fit only this family")
     s.add_argument("--budget", help="memory budget: 2GiB, 1.5GB, 512MiB or bytes")
     s.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="workload size or knob (repeatable); a knob given is held, else its settings are searched")
@@ -663,7 +822,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--verify", action="store_true", help="measure the first recommendation when it fits this "
                                                           "machine's available memory; exit 1 if it overflows the budget")
     s.add_argument("--fit", action="store_true", help="rebuild the models (traces + held-out measurements, minutes)")
-    s.add_argument("--models", metavar="DIR", help="models directory (default data/models)")
+    s.add_argument("--models", metavar="DIR", help="models directory (default data/models; with --model: the cache "
+                                                   "of fitted model files, default ~/.cache/memlab/advise)")
+    s.add_argument("--model", metavar="FILE.py", help="a model file (build/batch): fit its techniques' models (cached) "
+                                                      "and answer the largest --vary size each fits in --budget")
+    s.add_argument("--vary", default="batch", metavar="SIZES",
+                   help="with --model: the sizes the models vary, batch first (batch, or batch,seq); the answer "
+                        "searches the first")
     s.set_defaults(func=_cmd_advise)
 
     s = sub.add_parser("compare", help="compare the exact memory figures of two sweep files point by point "

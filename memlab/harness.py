@@ -25,16 +25,38 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 __all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "LOAD_POINTS", "quick_points",
-           "report"]
-
-#: one technique per family, each at the first configuration of its family's quick grid (`make demo`)
-QUICK_TECHNIQUES: tuple[str, ...] = ("slice_loop", "unchunked", "tt_factorized", "reversible")
+           "quick_techniques", "report"]
 
 
-def quick_points(names=QUICK_TECHNIQUES) -> list[tuple[str, dict[str, Any]]]:
-    """``(technique, params)`` at the first quick-grid configuration of each technique's family."""
+def quick_techniques() -> tuple[str, ...]:
+    """One technique per registered family, families sorted: the family's baseline (``baseline = True``,
+    the no-savings reference every family has), what ``make demo``'s overhead table measures.
+
+    A family without a baseline technique (a plug-in's may have none) is left out.
+
+    Raises:
+        ValueError: a family with more than one baseline technique (the message names them).
+    """
     import memlab
 
+    out = []
+    for family in memlab.list_families():
+        baselines = [n for n in memlab.list_techniques(family) if memlab.get_technique(n).baseline]
+        if not baselines:  # a plug-in family may have none: it is timed against its reference
+            continue
+        if len(baselines) != 1:
+            raise ValueError(f"family {family!r} has baseline techniques {baselines}; expected exactly one "
+                             "(set baseline = True on its no-savings technique)")
+        out.append(baselines[0])
+    return tuple(out)
+
+
+def quick_points(names=None) -> list[tuple[str, dict[str, Any]]]:
+    """``(technique, params)`` at the first quick-grid configuration of each technique's family
+    (default: :func:`quick_techniques`, one per family)."""
+    import memlab
+
+    names = quick_techniques() if names is None else names
     out = []
     for name in names:
         cls = memlab.get_technique(name)
@@ -150,11 +172,13 @@ def _busy_loops(count: int):
     return stop, workers
 
 
-def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, runs: int = 3, repeats: int = 15,
-                    threads: int | None = None, progress: Callable[[str], None] | None = None) -> list[LoadRow]:
+def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, runs: int = 3, repeats: int = 5,
+                    time_budget: float = 2.0, threads: int | None = None,
+                    progress: Callable[[str], None] | None = None) -> list[LoadRow]:
     """Measure each point ``runs`` times idle, then ``runs`` times under ``load_processes`` busy loops
     (default: three per core), each a child of the fork server with memlab's default settings
-    (``threads=None``: the timed phase at one thread, relative time in thread CPU time)."""
+    (``threads=None``: the timed phase at one thread, relative time in thread CPU time; ``repeats``
+    and ``time_budget`` as ``memlab measure``'s defaults: NOTE [ when to stop timing ])."""
     import memlab
 
     load_processes = 3 * (os.cpu_count() or 1) if load_processes is None else load_processes
@@ -163,7 +187,7 @@ def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, ru
     def one(condition: str) -> None:
         for run in range(1, runs + 1):
             for name, params in points:
-                m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=0,
+                m = memlab.measure(name, isolate="fork", iterations=1, repeats=repeats, time_budget=time_budget,
                                    threads=threads, **params)
                 if m.status != "ok":
                     raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
@@ -194,7 +218,7 @@ def load_table(load: list[LoadRow]) -> list[str]:
     """Per technique: the median relative time idle and loaded, their ratio, and the spread of the
     repeated runs in each condition (the issue's two 5% criteria), with the load averages."""
     conditions = list(dict.fromkeys(r.condition for r in load))
-    lines = ["technique     " + "".join(f"{c + ' (runs)':>34}" for c in conditions)
+    lines = ["technique     " + "  ".join(f"{c + ' (runs)':>38}" for c in conditions)
              + "  loaded/idle  wall loaded/idle"]
     for name in dict.fromkeys(r.technique for r in load):
         cells, medians, walls = [], [], []
@@ -207,7 +231,7 @@ def load_table(load: list[LoadRow]) -> list[str]:
             cells.append(f"{' '.join(f'{x:.3f}' for x in rel)} ±{100 * _spread(rel):.1f}% @{loads}")
         ratio = (f"{medians[-1] / medians[0]:.3f}" if len(medians) > 1 and medians[0] and medians[-1] else "-")
         wall = (f"{walls[-1] / walls[0]:.3f}" if len(walls) > 1 and walls[0] and walls[-1] else "-")
-        lines.append(f"{name:13} " + "".join(f"{c:>34}" for c in cells) + f"  {ratio:>11}  {wall:>16}")
+        lines.append(f"{name:13} " + "  ".join(f"{c:>38}" for c in cells) + f"  {ratio:>11}  {wall:>16}")
     return lines
 
 

@@ -19,17 +19,22 @@ import importlib.util
 import os
 import pkgutil
 import sys
+import threading
 from pathlib import Path
 
-__all__ = ["register_workload", "register_technique", "discover", "load_plugin", "loaded_plugins",
+__all__ = ["register_workload", "register_technique", "register_advisor", "get_advisor", "list_advisors", "discover", "load_plugin", "loaded_plugins",
            "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
 _WORKLOADS: dict[str, type] = {}
 _TECHNIQUES: dict[str, type] = {}
+_ADVISORS: dict[str, type] = {}  # family -> its AdvisorModel subclass
 #: the packages whose modules :func:`discover` imports, workloads first
 _BUILTIN_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
+_DISCOVERY_LOCK = threading.RLock()
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
+#: the module that registers a user's model file (``build``/``batch``) loaded as a plug-in
+_MODEL_FILES = f"{__package__}.own_model"
 
 
 def _same_definition(a: type, b: type) -> bool:
@@ -67,17 +72,57 @@ def register_technique(name: str, cls: type) -> None:
     _register(_TECHNIQUES, "technique", name, cls, "; choose another name")
 
 
+def register_advisor(family: str, cls: type) -> None:
+    """Register ``cls`` as the advisor model of ``family`` (called by ``AdvisorModel.__init_subclass__``).
+
+    Raises:
+        ValueError: another class declares the family's model; the message names it.
+    """
+    _register(_ADVISORS, "advisor model of family", family, cls, "; a family declares one")
+
+
+def list_advisors() -> list[str]:
+    """Sorted names of the families that declare an advisor model."""
+    discover()
+    return sorted(_ADVISORS)
+
+
+def get_advisor(family: str) -> type:
+    """The advisor model class (``memlab.advisor.declaration.AdvisorModel`` subclass) of ``family``.
+
+    Raises:
+        ValueError: the family declares none; the message says which do and how to declare one.
+    """
+    discover()
+    try:
+        return _ADVISORS[family]
+    except (KeyError, TypeError):
+        families = sorted({c.family() for c in _TECHNIQUES.values()})
+        what = "declares no advisor model" if family in families else "is not a known family"
+        raise ValueError(f"family {family!r} {what}; declared: {', '.join(sorted(_ADVISORS)) or '(none)'} "
+                         f"(declare one beside the workload: class M(memlab.AdvisorModel, family={family!r}))") from None
+
+
 def registered() -> dict[str, type]:
     """The techniques registered so far, by name (no discovery)."""
     return _TECHNIQUES
 
 
 def discover() -> None:
-    """Import every built-in technique module and the plug-ins named in ``MEMLAB_PLUGINS``."""
+    """Import every built-in technique module and the plug-ins named in ``MEMLAB_PLUGINS``.
+
+    Thread-safe: a parallel sweep's workers may be the first to look a technique up, at once; the
+    second used to find discovery "done" while the first was still importing, and an empty registry.
+    """
     global _DISCOVERED
-    if _DISCOVERED:
-        return
-    _DISCOVERED = True
+    with _DISCOVERY_LOCK:  # re-entrant: a module being imported may look a technique up
+        if _DISCOVERED:
+            return
+        _DISCOVERED = True
+        _import_all()
+
+
+def _import_all() -> None:
     for pkg in map(importlib.import_module, _BUILTIN_PACKAGES):
         for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
             if not info.name.startswith("_"):
@@ -91,7 +136,8 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
     """Import a user's Python file so the techniques it defines register themselves.
 
     Loading the same file twice is a no-op.  The file is imported under a private module name, so
-    its ``if __name__ == "__main__":`` block does not run.
+    its ``if __name__ == "__main__":`` block does not run.  A file that registers nothing and defines
+    ``build``/``batch`` is a model file: :mod:`memlab.own_model` registers its workload and techniques.
 
     Returns:
         names of the techniques the file registered (empty on a repeated load).
@@ -106,7 +152,7 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
         return []
     if not os.path.isfile(resolved):
         raise FileNotFoundError(f"plug-in file {str(path)!r} does not exist")
-    before = set(registered())
+    before, workloads_before = set(registered()), set(_WORKLOADS)
     mod_name = f"memlab_plugin_{len(_PLUGINS)}_{Path(resolved).stem}"
     spec = importlib.util.spec_from_file_location(mod_name, resolved)
     if spec is None or spec.loader is None:
@@ -115,11 +161,19 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
+        if set(registered()) == before and set(_WORKLOADS) == workloads_before and _is_model_file(module):
+            importlib.import_module(_MODEL_FILES).register_model_module(module, resolved)
     except Exception as exc:
         del sys.modules[mod_name]
         raise ImportError(f"plug-in {str(path)!r} failed to import: {exc}") from exc
     _PLUGINS[resolved] = mod_name
     return sorted(set(registered()) - before)
+
+
+def _is_model_file(module) -> bool:
+    """A file that registers nothing and defines ``build`` or ``batch``: a user's model file, whose
+    workload and techniques :data:`_MODEL_FILES` registers."""
+    return hasattr(module, "build") or hasattr(module, "batch")
 
 
 def loaded_plugins() -> list[str]:

@@ -172,9 +172,19 @@ class Technique:
         return self.problem_spec.samples_per_step()
 
     @classmethod
-    def for_check(cls) -> "Technique":
-        """An instance on the small configuration used by the automatic reference check."""
-        return cls(**{**cls.workload.check_params, **cls.check_params})
+    def swept_overrides(cls) -> dict[str, Any]:
+        """The workload parameters this technique's own ``check_params`` move away from the workload's
+        defaults, at those defaults: what a sweep measures and the check configuration does not
+        (memcnn: ``{"x_requires_grad": True}``); ``{}`` for most techniques."""
+        specs, small = cls.workload.params, cls.workload.check_params
+        return {k: small.get(k, specs[k].default) for k, v in cls.check_params.items()
+                if k in specs and k not in small and specs[k].default != v}
+
+    @classmethod
+    def for_check(cls, as_swept: bool = False) -> "Technique":
+        """An instance on the small configuration used by the automatic reference check; ``as_swept``:
+        with :meth:`swept_overrides` applied, the workload parameters a sweep publishes."""
+        return cls(**{**cls.workload.check_params, **cls.check_params, **(cls.swept_overrides() if as_swept else {})})
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())

@@ -12,7 +12,8 @@ import pytest
 
 import memlab
 from memlab.advisor import AdviceError, advise, load_models, parse_budget, predict
-from memlab.advisor.families import knob_candidates, random_points
+from memlab.advisor.declaration import Chunks
+from memlab.advisor.fit import declaration_of
 from memlab.advisor.model import MODELS_DIR, eval_poly
 from memlab.advisor.structure import infer_loops, pieces_of, prune, total_poly
 from memlab.advisor.trace import SymEvent
@@ -89,10 +90,10 @@ def test_fit_reproduces_new_held_out_measurements(optimizer, family, label, seed
     bound (0 bytes), total and every category."""
     models = load_models(optimizer)
     entry = _entry(models, family, label)
-    for p in random_points(family, bool(entry["knobs"]), 1, seed):
+    for p in declaration_of(family).random_points(bool(entry["knobs"]), 1, seed):
         m = _measure(entry, family, models, p, optimizer)
         assert m.status == "ok", m.error
-        pred = predict(family, entry, p)
+        pred = predict(models["families"][family], entry, p)
         assert abs(pred["total_peak_bytes"] - m.total_peak_bytes) <= entry["max_abs_error_bytes"], p
         assert pred["peak_by_category_bytes"] == {k: m.peak_by_category_bytes.get(k, 0)
                                                   for k in pred["peak_by_category_bytes"]}
@@ -144,7 +145,11 @@ def test_first_recommendation_measured_fits_the_budget(family, pairs, budget, op
 # -- the command ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv,match", [
-    (["--family", "tensor_train", "--budget", "1GiB"], "unknown family 'tensor_train'; modelled families: chunking"),
+    (["--family", "nosuch", "--budget", "1GiB"], "unknown family 'nosuch'; modelled families (sgd): chunking, reversible"),
+    (["--family", "nosuch", "--fit"], "family 'nosuch' is not a known family; declared: chunking"),
+    (["--family", "tensor_train", "--budget", "1GiB"], "family 'tensor_train' is declared but not fitted; modelled "
+                                                       "families (sgd): chunking, reversible (fit it: memlab advise "
+                                                       "--fit --family tensor_train)"),
     (["--family", "chunking", "--budget", "1GiB", "--param", "rank=4"], "family 'chunking' has no parameter 'rank'"),
     (["--family", "chunking", "--budget", "lots"], "--budget 'lots' is not a memory size"),
     (["--family", "chunking", "--budget", "1MiB", "--param", "n=400000"], "no modelled chunking technique fits 1.0 MiB"),
@@ -198,9 +203,19 @@ def test_budget_units_and_knob_candidates():
     assert parse_budget("512M") == 512 * 2**20 and parse_budget("1e6") == 10**6
     with pytest.raises(AdviceError, match="not a memory size"):
         parse_budget("2 potatoes")
-    cands = knob_candidates("chunking", {"n": 1000}, 1, 10_000_000)
+    cands = Chunks("n", "chunk_size").knob_candidates({"n": 1000}, 1, 10_000_000)
     assert cands[0] == 1 and cands[-1] == 1000 and len(cands) < 40
 
 
 def test_models_dir_is_beside_the_sweeps():
     assert MODELS_DIR.parent.name == "data" and (MODELS_DIR / "cpu-float32-sgd.json").is_file()
+
+
+def test_small_budgets_and_counts_read_right():
+    """``--budget 10KiB`` is not shown as "0.0 MiB"; one chunk and one setting are singular (issue 29)."""
+    from memlab.advisor.advise import _knobs, _plural, fmt_bytes
+
+    assert fmt_bytes(10 * 1024) == "10.0 KiB" and fmt_bytes(512) == "512 B" and fmt_bytes(3 * 2**20) == "3.0 MiB"
+    assert fmt_bytes(5 * 2**30) == "5.00 GiB"
+    assert _plural(1, "setting") == "1 setting" and _plural(3, "setting") == "3 settings"
+    assert _knobs({"knobs": {"chunk_size": 100}, "chunks": 1}) == "chunk_size=100 (1 chunk)"

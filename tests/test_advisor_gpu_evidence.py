@@ -26,7 +26,7 @@ def test_summary_counts_the_family_rows_and_the_excess_of_the_gpu_over_the_cpu_f
         _row("slice_loop", 999 * MiB, 1 * MiB),  # another family
         _row("checkpoint_block", None, None, status="error"),
     ])
-    [e] = gpu_evidence("reversible", tmp_path)
+    [e] = gpu_evidence(["residual", "checkpoint_block", "reversible", "reversible_nosave"], {"block": "mlp"}, tmp_path)
     assert (e["gpu"], e["configurations"], e["exact"], e["not_ok"]) == ("Test GPU", 2, 1, 1)
     assert e["min_excess"] == 0.0 and abs(e["max_excess"] - 0.03) < 1e-12
     [line] = format_gpu_evidence([e], 0.10)
@@ -39,7 +39,7 @@ def test_summary_counts_the_family_rows_and_the_excess_of_the_gpu_over_the_cpu_f
 def test_an_unreadable_table_is_named_and_the_others_still_count(tmp_path):
     (tmp_path / "bad.json").write_text("{torn")
     _table(tmp_path, "good.json", [_row("unchunked", 10 * MiB, 10 * MiB)])
-    bad, good = gpu_evidence("chunking", tmp_path)
+    bad, good = gpu_evidence(["unchunked", "slice_loop"], {"x_requires_grad": True}, tmp_path)
     assert bad["file"].endswith("bad.json") and "JSONDecodeError" in bad["problem"]
     assert good["configurations"] == 1 and good["exact"] == 1
     lines = format_gpu_evidence([bad, good], 0.10)

@@ -28,23 +28,38 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
     sys.path.insert(0, str(ROOT))
-MODULES = ["benchmarks.bench_chunking", "benchmarks.bench_tensor_train", "benchmarks.bench_reversible"]
+#: every benchmark module, found as asv finds them (``bench_*.py``), never listed by hand
+MODULES = sorted(f"benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("bench_*.py"))
 METRICS = ("track_peak_allocated", "track_peak_reserved", "track_predicted_cuda_reserved", "track_relative_step_time",
            "time_step")
+#: asv's benchmark prefixes (asv_runner.discovery)
+_PREFIXES = ("track_", "time_", "timeraw_", "peakmem_", "mem_")
+
+
+def _benchmark_classes() -> list[type]:
+    """Every class a bench module defines that asv runs: ``params``/``param_names`` and a benchmark method."""
+    out = []
+    for name in MODULES:
+        mod = importlib.import_module(name)
+        out += [c for _, c in inspect.getmembers(mod, inspect.isclass)
+                if c.__module__ == name and isinstance(getattr(c, "param_names", None), list)
+                and any(a.startswith(_PREFIXES) for a in dir(c))]
+    return out
 
 
 def _classes():
     from benchmarks.common import MemlabBenchmark
 
-    out = []
-    for name in MODULES:
-        mod = importlib.import_module(name)
-        out += [c for _, c in inspect.getmembers(mod, inspect.isclass)
-                if issubclass(c, MemlabBenchmark) and c is not MemlabBenchmark and c.__module__ == name]
-    return out
+    return [c for c in _benchmark_classes() if issubclass(c, MemlabBenchmark)]
 
 
 CLASSES = _classes()
+
+
+def _builtin_techniques() -> list[str]:
+    import memlab
+
+    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques.")]
 
 
 def _asv_conf() -> dict:
@@ -54,19 +69,33 @@ def _asv_conf() -> dict:
     return load_json(str(ROOT / "asv.conf.json"), js_comments=True)
 
 
+def test_every_builtin_technique_is_in_a_benchmarks_parameter_list():
+    """Each technique of memlab.techniques (peers included) is measured by some benchmark class, so
+    asv's history shows when any of them changes; and every benchmark names only known techniques."""
+    listed = {t for c in _benchmark_classes() if c.param_names[0] == "technique" for t in c.params[0]}
+    builtin = set(_builtin_techniques())
+    assert builtin - listed == set(), "techniques no benchmark measures"
+    assert listed - builtin == set(), "benchmarks name techniques memlab does not have"
+
+
 def test_every_family_has_a_benchmark_class():
-    assert sorted(c.__name__ for c in CLASSES) == ["ChainedMatmul", "ResidualStack", "TTLinear"]
+    import memlab
+
+    covered = {memlab.get_technique(t).family() for c in _benchmark_classes() if c.param_names[0] == "technique"
+               for t in c.params[0]}
+    assert covered == {memlab.get_technique(t).family() for t in _builtin_techniques()}
 
 
-def test_asv_discovers_exactly_the_workload_classes():
-    """asv walks every class in every module: the abstract base must not show up as a benchmark."""
+def test_asv_discovers_exactly_the_benchmark_classes():
+    """asv walks every class in every module: the abstract base must not show up as a benchmark, and
+    every benchmark class of every bench module must."""
     discovery = pytest.importorskip("asv_runner.discovery")
     names = sorted(b.name for b in discovery.disc_benchmarks(str(ROOT / "benchmarks")))
-    expected = sorted(f"{mod.split('.')[1]}.{cls}.{metric}" for mod, cls in [
-        ("benchmarks.bench_chunking", "ChainedMatmul"), ("benchmarks.bench_tensor_train", "TTLinear"),
-        ("benchmarks.bench_reversible", "ResidualStack")] for metric in METRICS)
-    expected += ["bench_resnet.ResNetComplexity.track_activation_exponent"]  # the complexity tracker (issue 18)
-    assert names == sorted(expected)
+    expected = sorted(f"{c.__module__.split('.')[1]}.{c.__name__}.{a}" for c in _benchmark_classes()
+                      for a in dir(c) if a.startswith(_PREFIXES) and callable(getattr(c, a)))
+    assert {f"{c.__name__}.{m}" for c in CLASSES for m in METRICS} <= {n.split(".", 1)[1] for n in expected}
+    assert "bench_resnet.ResNetComplexity.track_activation_exponent" in expected  # the complexity tracker (issue 18)
+    assert names == expected
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
@@ -405,8 +434,8 @@ def test_asv_quick_dry_run_of_one_combination(tmp_path):
     assert out.returncode == 0, text
     # the measured values, e.g. "8.24M" in asv's table (first column: chunk_size 2000 on this host's
     # first device, cpu); a failure prints "failed" instead
-    assert re.search(r"einsum_chunk\s+[\d.]+[kMG]", text), text
-    assert re.search(r"plugin_unchunked\s+[\d.]+[kMG]", text), text
+    assert re.search(r"einsum_chunk\s+(2000\s+)?[\d.]+[kMG]", text), text
+    assert re.search(r"plugin_unchunked\s+(2000\s+)?[\d.]+[kMG]", text), text
     assert "failed" not in text, text
     saved = [f for f in (tmp_path / "results").rglob("*.json") if f.name not in ("machine.json", "benchmarks.json")]
     assert not saved, saved

@@ -53,6 +53,8 @@ def test_measure_json_and_human_output(capsys):
                  "--iterations", "1", "--repeats", "1", "--in-process"]) == 0
     out = capsys.readouterr().out
     assert "MiB" in out and "VmHWM" in out
+    for internal in ("flop_step_s", "predict_cuda_s", "recorded_steps_s", "reference_check_s", "resident_step_s"):
+        assert internal not in out, internal  # the harness's own phase seconds: --json keeps them
 
 
 def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
@@ -64,6 +66,38 @@ def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
     text = capsys.readouterr()
     assert "peak alloc" in text.out and "/" in text.err  # table on stdout, progress on stderr
     assert f"time inside the {len(lines)} measurement(s)" in text.out and "reference checks" in text.out
+    # --resume with nothing left: a sentence, no table
+    assert main(["sweep", "--technique", "unchunked", "--quick", "--out", str(out), "--resume"]) == 0
+    text = capsys.readouterr()
+    assert text.out == "" and "nothing left to measure" in text.err, text
+
+
+def _rows(path, n=None):
+    from memlab.record import Measurement
+
+    return [Measurement.from_dict(json.loads(line)) for line in path.read_text().splitlines()[:n]]
+
+
+def test_sweep_table_is_grouped_by_family_and_the_summary_names_each_row_that_is_not_ok():
+    import dataclasses
+    from pathlib import Path
+
+    from memlab.sweep import format_table, not_ok_lines
+
+    repo = Path(__file__).resolve().parents[1]
+    chunking = _rows(repo / "tests" / "data" / "demo-chunking.jsonl")
+    others = [m for m in _rows(repo / "data" / "sweeps" / "cpu-adam.jsonl") if m.family != "chunking"][:4]
+    bad = dataclasses.replace(chunking[0], status="mismatch", error="output differs by up to 1.0\nsecond line")
+    rows = [bad, *others, *chunking[1:]]  # interleaved, as they finish
+    table = format_table(rows).splitlines()
+    families = [line[3:] for line in table if line.startswith("-- ")]
+    assert families == sorted(set(families)) and len(families) == len({m.family for m in rows})
+    at = table[0].index("status")
+    status = [line[at:].split()[0] for line in table[1:] if not line.startswith("-- ")]
+    assert "mismatch" in status and not any(s.startswith("mismatch:") for s in status)  # no reason cut mid-text
+    lines = not_ok_lines(rows)
+    assert lines == [f"mismatch {bad.technique} " + " ".join(f"{k}={v}" for k, v in sorted(bad.params.items()))
+                     + ": output differs by up to 1.0"]
 
 
 def test_list_json(capsys):

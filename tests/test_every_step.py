@@ -109,3 +109,17 @@ def test_a_timeline_names_blocks_by_their_order_not_their_address():
     allocs = [e.address for e in a.events if e.delta_bytes > 0]
     assert allocs == list(range(1, len(allocs) + 1))
     assert all(e.address in allocs or e.address == 0 for e in a.events if e.delta_bytes < 0)
+
+
+def test_an_overflowed_reference_records_no_error_number():
+    """A reference that overflowed where the technique did too has an infinite error: the row keeps
+    None (JSON has no infinity, and the results reader refuses a non-finite figure), not inf."""
+    import math
+
+    from memlab.measurement.step_check import StepComparison, StepChecker
+
+    checker = StepChecker.__new__(StepChecker)
+    checker.steps, checker.d0, checker.worst, checker.reason = 2, 1e-7, math.inf, None
+    assert StepChecker.result(checker) == StepComparison(2, 1e-7, None, None)
+    checker.worst = 3e-6
+    assert StepChecker.result(checker).max_error == 3e-6

@@ -18,7 +18,9 @@ EXACT = ("status", "matches_reference", "peak_allocated_bytes", "peak_allocated_
 
 
 def _builtin_names():
-    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques")]
+    """Built-in techniques that run on the CPU (offload_activations is CUDA only)."""
+    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques")
+            and "cpu" in (getattr(memlab.get_technique(n), "devices", None) or ("cpu",))]
 
 
 def _one_per_family():

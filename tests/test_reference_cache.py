@@ -11,6 +11,7 @@ import torch
 
 import memlab
 from memlab import sweep as sweep_module
+from memlab.sweep import run as sweep_run
 from memlab.measurement.reference_cache import ReferenceCache
 from memlab.measurement.verify import verify_technique
 from memlab.registry import get_technique
@@ -90,7 +91,7 @@ def test_a_sweep_shares_references_and_removes_its_folder(tmp_path, monkeypatch)
         made.append(tempfile.mkdtemp(dir=tmp_path, **kw))
         return made[-1]
 
-    monkeypatch.setattr(sweep_module, "tempfile", SimpleNamespace(mkdtemp=mkdtemp))
+    monkeypatch.setattr(sweep_run, "tempfile", SimpleNamespace(mkdtemp=mkdtemp))
     points = [sweep_module.SweepPoint("unchunked", SIZE), sweep_module.SweepPoint("slice_loop", {**SIZE, "chunk_size": 100})]
     rows = list(sweep_module.run_sweep(points, None, iterations=1, repeats=1, time_budget=0))
     assert [r.status for r in rows] == ["ok", "ok"]

@@ -337,6 +337,59 @@ def test_a_cross_of_workload_sweeps_gives_one_section_per_swept_parameter(tmp_pa
     assert [(swept, config) for config, swept, _ in one] == [("chunk_size", {})]
 
 
+def _demo_like_chunking() -> list[dict]:
+    """The committed sweep's shape (chunk sizes at x_requires_grad=True, two at False, the baseline at
+    both) plus a demo run's rows at d=128 (one chunk size) and a plug-in with a knob of its own."""
+    big, small = {"n": 10000, "d": 256}, {"n": 2000, "d": 128}
+    recs = []
+    for xg, sizes in ((True, (100, 250, 1000, 2500)), (False, (100, 2500))):
+        recs.append(measurement("unchunked", "chunking", {**big, "x_requires_grad": xg}, 40 * MiB, baseline=True))
+        recs += [measurement(t, "chunking", {**big, "x_requires_grad": xg, "chunk_size": c}, (c // 100 + 1) * MiB)
+                 for t in ("slice_loop", "vmap_chunk") for c in sizes]
+    recs.append(measurement("unchunked", "chunking", {**small, "x_requires_grad": True}, 9 * MiB, baseline=True))
+    recs += [measurement(t, "chunking", {**small, "x_requires_grad": True, "chunk_size": 200}, 5 * MiB)
+             for t in ("slice_loop", "vmap_chunk")]
+    recs += [measurement("half_and_half", "chunking", {**big, "x_requires_grad": True, "split": s}, s * MiB)
+             for s in (2, 4, 8)]
+    return recs
+
+
+def test_a_section_is_drawn_against_what_varies_within_its_series(tmp_path):
+    """Issue 29: the demo's d=128 rows beside the committed sweep made x_requires_grad the x-axis
+    (constant within every chunk size's series); now chunk_size, one section per x_requires_grad,
+    the d=128 rows a section of their own, and a plug-in's own knob (split) an axis of its own with
+    the baseline as its flat reference; no chunk_size section holds the plug-in."""
+    sections = A.sweep_sections(_runs(tmp_path, _demo_like_chunking()))
+    summary = [(swept, config, sorted(set(g["technique"]))) for config, swept, g in sections]
+    assert summary == [
+        ("chunk_size", {"d": 256, "n": 10000, "x_requires_grad": False}, ["slice_loop", "unchunked", "vmap_chunk"]),
+        ("chunk_size", {"d": 256, "n": 10000, "x_requires_grad": True}, ["slice_loop", "unchunked", "vmap_chunk"]),
+        ("split", {"d": 256, "n": 10000, "x_requires_grad": True}, ["half_and_half", "unchunked"]),
+        (None, {"d": 128, "n": 2000, "x_requires_grad": True}, ["slice_loop", "unchunked", "vmap_chunk"]),
+    ]
+    for config, swept, group in sections:  # the x-axis varies within at least one series
+        if swept:
+            assert A._on_lines(A.ranked(group), swept), (swept, config)
+    assert A.split_by(_runs(tmp_path, _demo_like_chunking()), "chunk_size") == ["d", "n", "x_requires_grad"]
+
+
+def test_the_family_page_says_what_a_section_is_split_by(tmp_path):
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "c.jsonl", _demo_like_chunking())
+    ctx = build_context(tmp_path / "results", tmp_path / "data")
+    (page,) = [p for p in ctx["pages"] if p.get("family") == "chunking"]
+    first = page["sections"][0]
+    assert first["swept"] == "chunk_size" and first["split_by"] == ["d", "n", "x_requires_grad"]
+    assert [c["title"] for c in first["charts"]][0] == "Peak allocated vs chunk_size"
+    plug = next(s for s in page["sections"] if s["swept"] == "split")
+    fig = json.loads(plug["charts"][0]["figure"])
+    drawn = {t["name"]: (t["x"], t["line"]["dash"]) for t in fig["data"] if t.get("meta", {}).get("technique")
+             and "floor" not in t["name"]}
+    assert drawn["half_and_half"] == ([2, 4, 8], "solid")  # a technique, drawn by its knob; not a flat line
+    assert drawn["unchunked"][1] == "dashdot"  # the baseline: one measurement across the range
+
+
 def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
     """Issue 12 on the site: median ± IQR in tables, the relative step time as a column and the
     charted figure, quartiles as error bars, points under load ringed; schema-1 rows show '-'."""
@@ -550,7 +603,7 @@ def test_a_group_outside_the_workload_sweeps_still_sweeps_its_knob(tmp_path):
     recs = [measurement("plain", "plug", {"n": n, "d": d}, n * MiB) for n, d in ((1, 1), (2, 1), (2, 2))]
     recs += [measurement("chunky", "plug", {"n": 3, "d": 3, "chunk_size": c}, c * MiB) for c in (1, 2, 4)]
     sections = A.sweep_sections(_runs(tmp_path, recs))
-    assert (sections[-1][0], sections[-1][1]) == ({"d": 3, "n": 3}, "chunk_size")
+    assert ({"d": 3, "n": 3}, "chunk_size") in [(config, swept) for config, swept, _ in sections]
 
 
 def test_every_point_lies_inside_its_axis_range(tmp_path):
@@ -685,3 +738,61 @@ def test_a_section_that_mixes_thread_counts_says_so(tmp_path):
     assert note not in (tmp_path / "same" / "out" / "family-chunking.html").read_text()
     mixed = (tmp_path / "mixed" / "out" / "family-chunking.html").read_text()
     assert "These rows were measured at 1 and 2 " + note in mixed
+
+
+def test_a_chart_promises_only_the_series_it_draws(tmp_path):
+    """Issue 29: the cuda:0 bars promised grey reserved bars that were all 0; captions named peers and
+    dotted floors on charts without them; one-point Pareto fronts were listed and drew nothing."""
+    recs = [measurement(t, "chunking", {"n": 2000, "d": 256}, p * MiB, reserved=0, device="cuda:0")
+            for t, p in (("unchunked", 20), ("slice_loop", 12))]
+    rows = _runs(tmp_path, recs)
+    fig = F.memory_by_technique(rows, A.line_variants(rows, None), {})
+    assert [t["name"] for t in fig["data"]] == ["peak allocated"] and not F.draws_second_bars(rows)
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "cuda.jsonl", recs)
+    page = next(p for p in build_context(tmp_path / "results", tmp_path / "data")["pages"] if p.get("family"))
+    caption = page["sections"][0]["charts"][0]["caption"]
+    assert "grey bars" not in caption and "0 in every row" in caption
+    # a line chart without peers or floors does not name them
+    page = build_context(*make_inputs(tmp_path / "in"))["pages"][1]
+    first = page["sections"][0]["charts"][0]
+    assert "peers" in first["caption"]  # the fixtures' vmap_chunks is a peer
+    no_peer = _runs(tmp_path, [r for r in chunking_records() if not r["peer"]])
+    from memlab.site.context import _line_caption
+
+    fig = F.memory_vs_param(no_peer, A.line_variants(no_peer, "chunk_size"), "chunk_size", "peak_allocated_bytes", "MiB", {},
+                            floor_column="analytic_floor_bytes")
+    assert "peers" not in _line_caption(fig, "floor") and "dotted: floor" in _line_caption(fig, "floor")
+    # one point per configuration: no front drawn (nor listed)
+    one = _runs(tmp_path, [measurement("t", "f", {"n": n}, n * MiB) for n in (1, 2)])
+    fronts = [(str(n), one.index[[p["n"] == n for p in one["params"]]]) for n in (1, 2)]
+    fig = F.throughput_vs_peak(one, A.line_variants(one, None), {}, fronts)
+    assert not [t for t in fig["data"] if t["name"].startswith("Pareto")]
+
+
+def test_a_bar_chart_of_a_reproduction_is_linear_even_when_its_spec_asks_for_log():
+    spec = {"type": "bar", "x": ["dense", "tt"], "series": {"train": [15.6, 900.0]}, "x_label": "", "y_label": "MiB",
+            "log_y": True}
+    assert F.seed_figure(spec, {})["layout"]["yaxis"].get("type") != "log"
+    line = {**spec, "type": "line", "x": [1, 10], "log_x": True}
+    assert F.seed_figure(line, {})["layout"]["yaxis"]["type"] == "log"
+
+
+def test_the_index_groups_rows_failing_the_same_way_with_their_count(tmp_path):
+    """Issue 29: 13 near-identical memcnn rows (its known input-gradient defect at every size) were two
+    screens of the index; now one row with its count; the family page still lists every row."""
+    recs = [measurement("residual", "reversible", {"depth": d}, d * MiB, workload="stack", baseline=True) for d in (4, 8, 16)]
+    recs += [{**measurement("memcnn", "reversible", {"depth": d}, d * MiB, workload="stack", peer=True),
+              "status": "mismatch", "matches_reference": False, "error": f"grad:x differs from the reference by up to {d}.5"}
+             for d in (4, 8, 16)]
+    data = tmp_path / "data" / "sweeps"
+    data.mkdir(parents=True)
+    write_jsonl(data / "rev.jsonl", recs)
+    ctx = build_context(tmp_path / "results", tmp_path / "data")
+    index = ctx["pages"][0]
+    (row,) = index["not_ranked"]["rows"]
+    assert (row["technique"], row["status"], row["count"]) == ("memcnn", "mismatch", "3")
+    assert "(and 2 more)" in row["params"] and index["n_bad"] == 3
+    family = next(p for p in ctx["pages"] if p.get("family") == "reversible")
+    assert len(family["not_ranked"]["rows"]) == 3

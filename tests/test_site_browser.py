@@ -152,6 +152,67 @@ _SORT_JS = """((ti, ci) => {
 })"""
 
 
+# Tables clipped at the page's width (``width`` set by the caller): a table wider than the container it
+# sits in, unless that container scrolls it and says so (site.js marks it ``scrolls``); a scrolling
+# frame that itself runs past the page; a page that scrolls sideways.  A list of problems.
+_OVERFLOW_JS = """(() => {
+  const vw = document.documentElement.clientWidth;
+  const out = [];
+  document.querySelectorAll('table').forEach((t, i) => {
+    if (!t.getClientRects().length) return;
+    let frame = t.parentElement;
+    while (frame && frame !== document.body && !['auto', 'scroll'].includes(getComputedStyle(frame).overflowX)) frame = frame.parentElement;
+    const id = (t.closest('[id]') || {id: 'table ' + i}).id;
+    if (frame && frame !== document.body) {
+      const box = frame.getBoundingClientRect();
+      if (box.right > vw + 1) out.push(id + ': its frame ends at ' + Math.round(box.right) + ' px, past the page (' + vw + ' px)');
+      else if (frame.scrollWidth > frame.clientWidth + 1 && !frame.classList.contains('scrolls'))
+        out.push(id + ': scrolls inside its frame without saying so');
+    } else if (t.getBoundingClientRect().right > t.parentElement.getBoundingClientRect().right + 1) {
+      out.push(id + ': overflows its container (' + Math.round(t.getBoundingClientRect().right) + ' > ' +
+               Math.round(t.parentElement.getBoundingClientRect().right) + ' px)');
+    }
+  });
+  if (document.documentElement.scrollWidth > vw + 1) out.push('the page scrolls sideways (' + document.documentElement.scrollWidth + ' > ' + vw + ' px)');
+  return JSON.stringify(out);
+})()"""
+
+# A chart that promises what it does not draw: a legend entry with no point (and no drawn trace in its
+# legend group); a caption naming grey bars, a dotted series, peers (dashed), a Pareto front or ringed
+# points with no such trace drawn.  A list of problems.
+_PROMISES_JS = """(() => {
+  const out = [];
+  const pts = t => ((t.orientation === 'h' ? t.x : t.y) || []).filter(v => v !== null && v !== undefined && Number.isFinite(+v)).length;
+  document.querySelectorAll('figure.chart-box').forEach(fig => {
+    const d = fig.querySelector('div.chart');
+    const data = (d && d.data) || [];
+    const cap = (fig.querySelector('figcaption') || {textContent: ''}).textContent;
+    const shown = data.filter(t => t.showlegend !== false && t.name);
+    if (((d.layout || {}).showlegend !== false) && shown.length > 1) shown.forEach(t => {
+      if (!pts(t) && !data.some(o => o !== t && o.legendgroup && o.legendgroup === t.legendgroup && pts(o)))
+        out.push(fig.id + ': the legend names ' + JSON.stringify(t.name) + ', which has no point');
+    });
+    const has = pred => data.some(t => pts(t) && pred(t));
+    const grey = t => t.type === 'bar' && typeof (t.marker || {}).color === 'string' && /^rgba\\(120, ?120, ?120/.test(t.marker.color)
+                      && (t.y || []).some(v => +v > 0);
+    const checks = [[/grey bars/, grey, 'grey bars'],
+                    [/\\bdotted:/, t => (t.line || {}).dash === 'dot', 'a dotted series'],
+                    [/dashed with open markers/, t => (t.line || {}).dash === 'dash', 'a dashed (peer) series'],
+                    [/^(?!No Pareto).*Pareto front/, t => /^Pareto front/.test(t.name || '') && pts(t) >= 2, 'a Pareto front'],
+                    [/Ringed points/, t => /^under load/.test(t.name || ''), 'ringed points']];
+    checks.forEach(([re, pred, what]) => { if (re.test(cap) && !has(pred)) out.push(fig.id + ': the caption promises ' + what + ', none is drawn'); });
+  });
+  return JSON.stringify(out);
+})()"""
+
+
+def _at_width(b: "Chromium", session: str, width: int) -> None:
+    """Lay the page out ``width`` px wide (the resize runs the page's own handlers)."""
+    b.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": 900, "deviceScaleFactor": 1,
+                                                  "mobile": False}, session=session)
+    time.sleep(0.3)
+
+
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name)
@@ -287,9 +348,12 @@ def served(tmp_path):
         s.server_close()
 
 
-def _visit(b: Chromium, url: str) -> tuple[dict, list[str], str]:
+def _visit(b: Chromium, url: str, width: int | None = None) -> tuple[dict, list[str], str]:
+    """Load ``url`` in a new tab (laid out ``width`` px wide when given) and wait for its charts."""
     target = b.send("Target.createTarget", {"url": "about:blank"})["targetId"]
     session = b.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    if width:
+        _at_width(b, session, width)
     for method in ("Page.enable", "Runtime.enable", "Log.enable"):
         b.send(method, session=session)
     b.send("Page.navigate", {"url": url}, session=session)
@@ -496,12 +560,15 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
     long_legend = [{"type": "scatter", "name": f"series {i}", "x": [1, 2], "y": [i, i + 1]} for i in range(30)]
     figure = {"data": [{"type": "bar", "name": "ResNet", "x": ["a", "b"], "y": [1, 2], "marker": {"color": "#1f77b4"}},
                        {"type": "scatter", "name": "slice_loop", "x": ["a", "b"], "y": [2, 1], "meta": {"technique": "slice_loop"},
-                        "line": {"color": "#d62728"}}],
+                        "line": {"color": "#d62728"}},
+                       {"type": "scatter", "name": "no-points", "x": [None], "y": [None]}],
               "layout": {"title": {"text": "a long title that runs all the way under the toolbar " * 3, "x": 1, "xanchor": "right"},
                          "width": 900, "margin": {"t": 20}}}
     (tmp_path / "bad.html").write_text(
         "<!DOCTYPE html><html><head><link rel='icon' href='data:,'><script src='plotly.min.js'></script></head><body>"
-        "<div class='chart' id='c'></div><div class='chart' id='l'></div>"
+        "<figure class='chart-box' id='c-box'><div class='chart' id='c'></div><figcaption>Coloured bars; grey bars: peak resident.</figcaption></figure>"
+        "<div class='chart' id='l'></div>"
+        "<div style='width:200px' id='wide'><table><tr><td style='white-space:nowrap'>" + "a very wide cell " * 20 + "</td></tr></table></div>"
         "<div class='table-box' id='t'><a href='rows.csv' download>CSV</a> <a href='rows.json' download>JSON</a>"
         "<table class='rows sortable'><thead><tr><th>technique</th><th data-type='num'>peak</th></tr></thead><tbody>"
         + "".join(f"<tr><td><span class='swatch' data-technique='einsum_chunk[opt_einsum=false]' style='background:#444444'>"
@@ -520,8 +587,60 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
     assert any("swatch for 'einsum_chunk[opt_einsum=false]'" in p for p in problems), problems
     assert seen["charts"][0]["under"], "a title under the toolbar was not seen"
     assert seen["charts"][1]["scrolls"] and not seen["charts"][0]["scrolls"], "a scrolling legend was not seen"
+    promises = _evaluate(browser, session, _PROMISES_JS)
+    assert any("promises grey bars" in p for p in promises) and any("'no-points'" in p or '"no-points"' in p for p in promises), promises
+    overflow = _evaluate(browser, session, _OVERFLOW_JS)
+    assert any("wide: overflows its container" in p for p in overflow), overflow
     with pytest.raises(AssertionError):
         _check_sorting(browser, session)  # no site.js: a click does not sort
     with pytest.raises(AssertionError):
         _check_downloads(_fetch(served(tmp_path)), "bad.html", seen["tables"])  # the downloads hold no rows
     _close(browser, session)
+
+
+def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_path):
+    """Issue 29, as a newcomer builds it: the committed data plus a demo sweep's chunking rows
+    (``tests/data/demo-chunking.jsonl``: ``memlab sweep --quick``) plus the README's plug-in sweep
+    (``tests/data/plugin-half_and_half.jsonl``: ``--grid split=2,4,8``).  Chunking is drawn by
+    chunk_size and the plug-in by split (as a technique: solid, in its own colour, not grey); every
+    built-in technique has the same colour, in the build and as drawn, with and without the
+    plug-in; at 1024 and 1400 px no table overflows its container or scrolls without saying so, and
+    no chart's legend or caption names a series it does not draw."""
+    demo, plug = REPO / "tests" / "data" / "demo-chunking.jsonl", REPO / "tests" / "data" / "plugin-half_and_half.jsonl"
+    sites = {}
+    for name, extra in (("without", [demo]), ("with", [demo, plug])):
+        ctx = build_context(REPO / "results", REPO / "data", extra_runs=extra)
+        render_site(ctx, tmp_path / name, SITE_ROOT)
+        sites[name] = (ctx["colors"], served(tmp_path / name))
+    (before, url_before), (after, url) = sites["without"], sites["with"]
+    assert all(after[t] == c for t, c in before.items()), {t: (c, after[t]) for t, c in before.items() if after[t] != c}
+    assert after["half_and_half"] not in (F.BASELINE_COLOR,) and after["half_and_half"] in F.PALETTE
+    drawn = {}
+    for key, address in (("without", url_before), ("with", url)):
+        state, errors, session = _visit(browser, address("family-chunking.html"))
+        assert errors == []
+        seen = _evaluate(browser, session, _INSPECT_JS)
+        drawn[key] = {t: _drawn(seen["colors"], t) for t in seen["colors"]}
+        if key == "with":
+            xs = [c["x"] for c in seen["charts"]]
+            assert "chunk_size" in xs and "split" in xs and "x_requires_grad" not in xs, xs
+            plug_fig = _evaluate(browser, session, """JSON.stringify([...document.querySelectorAll('div.chart')]
+                .filter(d => ((d.layout.xaxis || {}).title || {}).text === 'split').map(d => d.data
+                .filter(t => (t.meta || {}).technique === 'half_and_half' && !/floor/.test(t.name))
+                .map(t => [t.x, t.line.dash, t.line.color]))[0])""")
+            assert plug_fig and all(x == [2, 4, 8] and dash == "solid" and color == after["half_and_half"]
+                                    for x, dash, color in plug_fig), plug_fig
+        _close(browser, session)
+    for tech, colors in drawn["without"].items():
+        if tech in before and colors:
+            assert drawn["with"].get(tech) == colors == {before[tech]}, (tech, colors, drawn["with"].get(tech))
+    problems = []
+    for page in sorted(p.name for p in (tmp_path / "with").glob("*.html")):
+        for width in (1024, 1400):
+            state, errors, session = _visit(browser, url(page), width)
+            assert errors == [], f"{page}: {errors}"
+            problems += [f"{page} at {width} px: {p}" for p in _evaluate(browser, session, _OVERFLOW_JS)]
+            if width == 1400:
+                problems += [f"{page}: {p}" for p in _evaluate(browser, session, _PROMISES_JS)]
+            _close(browser, session)
+    assert problems == [], "\n".join(problems)

@@ -23,7 +23,7 @@ from memlab.advisor import AdviceError, advise, load_models, predict, predict_ti
 from memlab.advisor.advise import fmt_bytes
 from memlab.results import ResultsWarning
 from memlab.site import build_site
-from memlab.site.choose import LOOPS, compact_models
+from memlab.site.choose import compact_models
 from memlab.site.text import fmt_mib
 from test_site_browser import REPO, _close, _evaluate, _visit, browser, served  # noqa: F401 (fixtures)
 
@@ -125,19 +125,22 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     assert not (tmp_path / "a" / "choose.html").exists()
     good = json.loads((MODELS / "cpu-float32-sgd.json").read_text())
     good["families"]["chunking"]["entries"][1]["classes"][0]["pieces"][0]["gradients"] = {"d*bogus": 4}
-    good["families"]["nope"] = good["families"]["reversible"]
+    good["families"]["nope"] = {k: v for k, v in good["families"]["reversible"].items() if k != "declaration"}
+    good["families"]["alias"] = good["families"]["reversible"]  # another family's declaration
     (data / "models" / "cpu-float32-sgd.json").write_text(json.dumps(good))
     (data / "models" / "cpu-float32-adam.json").write_text("[1, 2")
     with pytest.warns(ResultsWarning) as caught:
         build_site(results, data, tmp_path / "b")
     lines = " | ".join(str(w.message) for w in caught)
-    assert "family 'nope' has no loop rule" in lines and "slice_loop: a class whose pieces" in lines
+    assert "family 'nope': a model family without an advisor declaration" in lines
+    assert "family 'alias': its advisor declaration is family 'reversible'" in lines
+    assert "slice_loop: a class whose pieces" in lines
     assert "cpu-float32-adam.json" in lines
     compact, _ = compact_models(good, "x")
     assert [e["label"] for e in compact["families"]["chunking"]["entries"]].count("slice_loop") == 0
-    assert set(compact["families"]) == set(LOOPS)
+    assert set(compact["families"]) == {"chunking", "reversible"}
     methodology = (tmp_path / "b" / "methodology.html").read_text()
-    assert "no loop rule" in methodology
+    assert "without an advisor declaration" in methodology
 
 
 def test_browser_evaluation_agrees_with_python_to_the_byte(browser, served, site):  # noqa: F811
@@ -157,11 +160,11 @@ def test_browser_evaluation_agrees_with_python_to_the_byte(browser, served, site
                                     + json.dumps(opt) + ", " + json.dumps(family) + ", " + json.dumps(entry["label"])
                                     + ", p)))")
                     for p, js in zip(points, got):
-                        py = predict(family, entry, p)
+                        py = predict(fam, entry, p)
                         assert js["total"] == str(py["total_peak_bytes"]), (opt, entry["label"], p)
                         assert js["categories"] == {k: str(v) for k, v in py["peak_by_category_bytes"].items()}
                         assert js["k"] == py["k"]
-                        assert js["time"] == predict_time(family, entry, p), (opt, entry["label"], p)
+                        assert js["time"] == predict_time(fam, entry, p), (opt, entry["label"], p)
                         checked += 1
         assert checked >= 500
         assert all(int(c["total_peak_bytes"]) > 2 ** 53 for c in _python(QUERIES[-1], models_dir)["fits"])

@@ -84,3 +84,46 @@ def test_bench_harness_report_tables_each_technique_idle_and_loaded():
     line = next(ln for ln in text.splitlines() if ln.startswith("slice_loop"))
     assert "1.000 1.020 1.010 ±2.0% @0.5/0.5/0.5" in line and "1.030 1.040 1.030 ±1.0% @6.2/6.2/6.2" in line
     assert line.split()[-2:] == ["1.020", "2.000"]     # loaded/idle of the medians: relative, then wall
+
+
+def test_timing_stops_only_once_the_median_ratio_is_precise():
+    """NOTE [ when to stop timing ]: stable technique steps are not enough; the per-round ratios must
+    pin their median to RATIO_PRECISION (0.93 IQR / sqrt(n) of the ratios)."""
+    from memlab.measurement.timing import RATIO_PRECISION, _settled
+
+    steady = [(1.0, 1.0)] * 9
+    ref_steady = [(1.0, 1.0)] * 10
+    assert _settled(steady, ref_steady, cpu_clock=True)
+    # the baseline's steps cycle 1.0 / 1.1 / 1.2: the technique is stable, its 9 ratios (IQR ~7%) are not
+    ref_drift = [(1.0, 1.0 + 0.1 * (i % 3)) for i in range(10)]  # neighbour means 1.05, 1.15, 1.1 ...
+    assert not _settled(steady, ref_drift, cpu_clock=True)
+    assert 0.93 * 0.07 / 9 ** 0.5 > RATIO_PRECISION and 0.93 * 0.07 / 199 ** 0.5 < RATIO_PRECISION
+    many = [(1.0, 1.0)] * 199
+    assert _settled(many, [(1.0, 1.0 + 0.1 * (i % 3)) for i in range(200)], cpu_clock=True)
+    # the clock matters: wall times noisy (IQR 40% of the median), CPU times steady
+    noisy_wall = [(1.0 + 0.4 * (i % 2), 1.0) for i in range(9)]
+    assert _settled(noisy_wall, ref_steady, cpu_clock=True)
+    assert not _settled(noisy_wall, ref_steady, cpu_clock=False)
+
+
+def test_the_time_budget_is_spent_on_the_figures_clock(monkeypatch):
+    """Under load a step's wall time stretches but its CPU time does not: the budget counts CPU time,
+    so a loaded machine gets as many rounds as an idle one (NOTE [ when to stop timing ])."""
+    from types import SimpleNamespace
+
+    from memlab.measurement import timing
+
+    calls = {"n": 0}
+
+    def fake_timed(fn, device, log=None):  # every step: 1 s of wall, 10-13 ms of CPU
+        calls["n"] += 1
+        return 1.0, (0.013 if fn == "step" and calls["n"] % 4 == 0 else 0.010)
+
+    monkeypatch.setattr(timing, "_timed", fake_timed)
+    problems = SimpleNamespace(step="step", baseline="baseline", log=None, baseline_log=None,
+                               sync_shadow=lambda: None, check_last=lambda: None)
+    times, ref = timing._interleave(problems, None, 5, 0.5, cpu_clock=True)
+    spent = sum(c for _, c in times) + sum(c for _, c in ref)
+    assert 0.5 <= spent < 0.5 + 0.03  # stopped by the CPU-time budget, one round past it at most
+    assert len(times) > 5  # a wall-clock budget (1 s per step) would have stopped at the fewest rounds
+    assert len(ref) == len(times) + 1

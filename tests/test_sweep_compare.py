@@ -2,7 +2,7 @@
 import json
 
 from memlab.cli import main
-from memlab.sweep_compare import compare_sweeps
+from memlab.sweep.compare import compare_sweeps
 
 
 def _row(technique="t", peak=100, **extra):

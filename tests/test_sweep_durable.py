@@ -15,7 +15,7 @@ import pytest
 
 import memlab
 import memlab.atomic
-import memlab.sweep
+import memlab.sweep.run
 from memlab.atomic import append_line_durable
 from memlab.cli import main
 from memlab.record import Measurement
@@ -48,7 +48,7 @@ def fake(monkeypatch):
 
     f = Fake()
     f.statuses, f.calls = {}, []
-    monkeypatch.setattr(memlab.sweep, "measure", f)
+    monkeypatch.setattr(memlab.sweep.run, "measure", f)
     return f
 
 

@@ -1,10 +1,10 @@
-"""The sweep's ETA scales each remaining point by its size (memlab.sweep_eta)."""
+"""The sweep's ETA scales each remaining point by its size (memlab.sweep.eta)."""
 import math
 from types import SimpleNamespace
 
 import pytest
 
-from memlab.sweep_eta import Eta, _power_law, size_of
+from memlab.sweep.eta import Eta, _power_law, size_of
 
 
 def _point(technique, **params):

@@ -51,7 +51,7 @@ def test_parallel_sweep_writes_every_row(tmp_path):
 
 
 @pytest.mark.parametrize("jobs,device,match", [(0, "cpu", "jobs=0 is not valid"), (65, "cpu", "1 to 64"),
-                                               (True, "cpu", "jobs=True"), (2, "cuda", "needs device 'cpu'")])
+                                               (True, "cpu", "jobs=True"), (2, "cuda:1", "needs device .cpu.")])
 def test_bad_jobs_names_the_value(jobs, device, match):
     with pytest.raises(ValueError, match=match):
         check_jobs(jobs, device)

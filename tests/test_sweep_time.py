@@ -1,9 +1,9 @@
-"""Where a sweep's time went (memlab.sweep_time): phase sums, shares and the file reader."""
+"""Where a sweep's time went (memlab.sweep.breakdown): phase sums, shares and the file reader."""
 import json
 
 import pytest
 
-from memlab.sweep_time import main, phase_seconds, time_breakdown
+from memlab.sweep.breakdown import main, phase_seconds, time_breakdown
 
 
 def _row(check=2.0, recorded=1.0, steps=(0.5, 0.25, 0.25), reference=0.2, resident=0.4, flop=0.3):

@@ -196,14 +196,6 @@ def test_workload_params_raise_clear_errors():
         memlab.get_technique("dense")(in_modes=(10, 100), out_modes=(10, 10, 10))
 
 
-def test_sweep_grids_are_valid_for_every_technique():
-    for quick in (True, False):
-        for cfg in TTLinear.sweep_grid(quick):
-            for name in memlab.list_techniques("tensor_train"):
-                cls = memlab.get_technique(name)
-                cls(**{k: v for k, v in cfg.items() if k in cls.all_params()})
-
-
 # -- exact memory --------------------------------------------------------------------------------
 SMALL = dict(rank=3, in_modes=(4, 5, 3), out_modes=(3, 4, 5))  # 60 -> 60, cores (1,4,3,3)(3,5,4,3)(3,3,5,1)
 SMALL_SHAPE = TTShape.create(SMALL["in_modes"], SMALL["out_modes"], SMALL["rank"])

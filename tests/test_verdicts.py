@@ -53,17 +53,36 @@ def test_check_prints_one_line_per_technique_and_checks_them_all(hostile, capsys
     lines = out.strip().splitlines()
     assert rc == 1
     assert "Traceback" not in out + err and "second line" not in out + err
+    swept = [line for line in lines if "[as swept: " in line]
+    lines = [line for line in lines if line not in swept]
     assert len(lines) == len(EXPECTED)
     for line, (name, (verdict, fragment)) in zip(lines, EXPECTED.items()):
-        assert line.startswith(f"{verdict:<5} {name}: "), line
+        assert line.startswith(f"{verdict:<5} {name}"), line
         assert fragment in line, line
     assert "tolerance rtol=1e-09 atol=1e-09" in lines[0]
-    assert "7 of 9 techniques failed" in err
+    # hostile_frees_input checks at x_requires_grad=False; sweeps measure True, where it fails
+    assert [line.split(": float")[0] for line in swept] == ["FAIL  hostile_frees_input [as swept: x_requires_grad=True]"]
+    assert "8 of 9 techniques failed" in err
 
 
 def test_check_of_correct_techniques_exits_zero(hostile, capsys):
-    assert main(["check", "hostile_leak", "hostile_frees_input", "slice_loop"]) == 0
-    assert capsys.readouterr().out.count("PASS") == 3
+    assert main(["check", "hostile_leak", "slice_loop"]) == 0
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+def test_check_checks_both_configurations_when_sweeps_measure_another(hostile, capsys):
+    """Issue 29 (NOTE [ two check configurations ]): a technique whose own check_params move a workload
+    parameter from its default (memcnn, hostile_frees_input: x_requires_grad=False) is also checked as
+    sweeps measure it; each line names its configuration, and a FAIL at either fails the command."""
+    from memlab.registry import get_technique
+
+    assert get_technique("hostile_frees_input").swept_overrides() == {"x_requires_grad": True}
+    assert get_technique("slice_loop").swept_overrides() == {} and get_technique("hostile_nan").swept_overrides() == {}
+    assert main(["check", "hostile_frees_input"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in out] == ["PASS  hostile_frees_input [check configuration",
+                                                   "FAIL  hostile_frees_input [as swept"]
+    assert "x_requires_grad=False]" in out[0] and "x_requires_grad=True]" in out[1] and "grad:x" in out[1]
 
 
 @pytest.mark.parametrize("name", [n for n, (v, _) in EXPECTED.items() if v == "FAIL"])

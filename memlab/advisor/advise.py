@@ -10,12 +10,12 @@ from typing import Any, Mapping, Sequence
 
 from ..params import Param, split_params
 from ..units import MiB
-from .families import knob_candidates
+from .declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
 
 __all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
-           "fmt_bytes", "CUDA_MARGIN", "MAX_BUDGET_BYTES"]
+           "fmt_bytes", "error_bound", "CUDA_MARGIN", "MAX_BUDGET_BYTES", "UNITS"]
 
 GiB = 1024 * MiB
 #: the caching allocator's margin over the exact allocated peak when no CUDA model is fitted (NOTE in
@@ -27,7 +27,7 @@ class AdviceError(ValueError):
     """Bad input or a budget nothing meets: one line for the user (exit status 2)."""
 
 
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 10**6, "mib": MiB,
+UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": MiB, "mb": 10**6, "mib": MiB,
           "g": GiB, "gb": 10**9, "gib": GiB, "t": 1024 * GiB, "tb": 10**12, "tib": 1024 * GiB}
 
 
@@ -44,10 +44,10 @@ def parse_budget(text: str) -> int:
     """
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
-    if not m or unit not in _UNITS:
+    if not m or unit not in UNITS:
         raise AdviceError(f"--budget {text!r} is not a memory size; expected 1 byte to 1 YiB, written e.g. "
                           f"2GiB, 1.5GB, 512MiB or bytes")
-    value = float(m.group(1)) * _UNITS[unit]  # inf for 1e400: refused below, never int()ed
+    value = float(m.group(1)) * UNITS[unit]  # inf for 1e400: refused below, never int()ed
     if not 1 <= value <= MAX_BUDGET_BYTES:
         raise AdviceError(f"--budget {text!r} is out of range: expected 1 byte to 1 YiB ({MAX_BUDGET_BYTES} bytes)")
     return int(value)
@@ -60,7 +60,9 @@ def fmt_bytes(n: float | None) -> str:
     n = abs(n)
     if n >= GiB:
         return f"{sign}{n / GiB:.2f} GiB"
-    return f"{sign}{n / MiB:.1f} MiB"
+    if n >= MiB:
+        return f"{sign}{n / MiB:.1f} MiB"
+    return f"{sign}{n / 1024:.1f} KiB" if n >= 1024 else f"{sign}{n:.0f} B"  # --budget 10KiB is not "0.0 MiB"
 
 
 def cuda_need(total: int) -> int:
@@ -101,7 +103,24 @@ def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> 
     return out, notes
 
 
-def _error_bound(entry: Mapping[str, Any]) -> dict[str, Any]:
+def _not_modelled(family: str, fitted: list[str], optimizer: str) -> str:
+    """One line for a family the model file lacks: not a family, declares no model, or not fitted.
+
+    Only this error path reads the registry (and so imports the families' modules, torch with them).
+    """
+    from ..registry import list_advisors, list_families
+
+    where = f"modelled families ({optimizer}): {', '.join(fitted) or 'none'}"
+    if family not in list_families():
+        return f"unknown family {family!r}; {where}"
+    if family not in list_advisors():
+        return (f"family {family!r} declares no advisor model; {where} (declare one beside its workload: "
+                f"class M(memlab.AdvisorModel, family={family!r}))")
+    return f"family {family!r} is declared but not fitted; {where} (fit it: memlab advise --fit --family {family})"
+
+
+def error_bound(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The model error of one entry as its held-out checks found it: bytes, fraction and a text."""
     measured = [r for r in entry.get("held_out_measured", []) if r.get("status") == "ok"]
     traced = entry.get("held_out_traced", {})
     worst = entry.get("max_abs_error_bytes")
@@ -145,10 +164,15 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         raise AdviceError(str(exc)) from None
     fams = models["families"]
     if family not in fams:
-        raise AdviceError(f"unknown family {family!r}; modelled families: {', '.join(sorted(fams))}")
+        raise AdviceError(_not_modelled(family, sorted(fams), optimizer))
     fam = fams[family]
+    decl = as_declaration(fam)
     chosen, notes = _parse_params(fam, family, params)
     sizes = {s: chosen[s] for s in fam["sizes"]}
+    try:
+        decl.loop.check(sizes)
+    except ValueError as exc:
+        raise AdviceError(f"--param {exc}") from None
     candidates = []
     for entry in fam["entries"]:
         settings: list[dict[str, int]] = [{}]
@@ -157,19 +181,19 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
                 settings = [{knob: chosen[knob]}]
             else:
                 spec = fam["knobs"][knob]
-                settings = [{knob: c} for c in knob_candidates(family, sizes, int(spec["low"]), int(spec["high"]))]
+                settings = [{knob: c} for c in decl.knob_candidates(sizes, int(spec["low"]), int(spec["high"]))]
         for knobs in settings:
             p = {**sizes, **knobs}
-            pred = predict(family, entry, p)
+            pred = predict(decl, entry, p)
             need = pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])
-            t = predict_time(family, entry, p)
+            t = predict_time(decl, entry, p)
             candidates.append({
                 "technique": entry["technique"], "label": entry["label"], "fixed": entry["fixed"], "knobs": knobs,
                 "params": {**entry["fixed"], **p}, "total_peak_bytes": pred["total_peak_bytes"],
                 "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need,
                 "headroom_bytes": budget_bytes - need, "fits": need <= budget_bytes,
                 "relative_step_time": None if t is None else round(t, 3), "chunks": pred["k"],
-                "recommendable": entry.get("recommendable", False), "error_bound": _error_bound(entry),
+                "recommendable": entry.get("recommendable", False), "error_bound": error_bound(entry),
             })
     usable = [c for c in candidates if c["recommendable"]]
     fits = sorted((c for c in usable if c["fits"]),
@@ -200,7 +224,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "dtype": models.get("dtype"), "fits": fits, "pareto": pareto, "cannot_fit": cannot, "notes": notes,
         "extrapolation": _extrapolation(fam, sizes),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
-        "gpu_evidence": gpu_evidence(family, gpu_check_dir) if device == "cuda" else None,
+        "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
         "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
                      "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at two sizes per family "
                      "(W: the step's work, k: chunks; memlab.advisor.fit.time_model)",
@@ -214,8 +238,13 @@ def _cats(c: Mapping[str, Any]) -> str:
                      if c["peak_by_category_bytes"].get(k))
 
 
+def _plural(n: Any, word: str) -> str:
+    """``'1 chunk'``, ``'3 chunks'``."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _knobs(c: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in c["knobs"].items()) + (f" ({c['chunks']} chunks)" if c["knobs"] else "")
+    return " ".join(f"{k}={v}" for k, v in c["knobs"].items()) + (f" ({_plural(c['chunks'], 'chunk')})" if c["knobs"] else "")
 
 
 def _time(c: Mapping[str, Any]) -> str:
@@ -240,7 +269,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
                      f"fitted reserved model); the CUDA context is not included")
         lines += format_gpu_evidence(a.get("gpu_evidence") or [], m["fraction"])
     shown = a["fits"] if limit is None else a["fits"][:limit]
-    lines += ["", f"Fits ({len(a['fits'])} settings, ranked by predicted relative step time"
+    lines += ["", f"Fits ({_plural(len(a['fits']), 'setting')}, ranked by predicted relative step time"
               + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
     rows = [("#", "technique", "setting", need, "headroom", "time", "model error")]
     for i, c in enumerate(shown, 1):
@@ -255,7 +284,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     front = a["pareto"]
     if limit is not None and len(front) > limit:  # evenly spaced along the front, both ends kept
         front = [front[round(i * (len(front) - 1) / (limit - 1))] for i in range(limit)]
-    lines += ["", f"Pareto front ({need} vs relative time, {len(a['pareto'])} settings"
+    lines += ["", f"Pareto front ({need} vs relative time, {_plural(len(a['pareto']), 'setting')}"
               + (f", {len(front)} shown" if len(front) < len(a["pareto"]) else "") + "; * fits):"]
     for c in front:
         lines.append(f"  {'*' if c['fits'] else ' '} {fmt_bytes(c['need_bytes']):>11}  {_time(c):>7}  "

@@ -7,18 +7,18 @@ objects out of the collector's way); the held-out checks are ordinary isolated
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .families import (BASE_K, FAMILIES, Entry, Family, class_variables, fitted_range, get_family, random_points,
-                       to_params, trace_points)
+from .declaration import BASE_K, Declaration, Entry, fitted_range
 from .model import CATEGORIES, SCHEMA, encode_poly, eval_poly, models_path, predict
 from .structure import infer_loops, loop_baseline, pieces_of, prune, split_baseline
 
-__all__ = ["fit_all", "fit_entry", "OPTIMIZERS_FITTED"]
+__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED"]
 
 OPTIMIZERS_FITTED = ("sgd", "adam")
 #: raw-trace held-out points per model (exact replays at random sizes and loop counts)
@@ -29,23 +29,37 @@ def _encode_piece(piece: dict) -> dict:
     return {c: encode_poly(p) for c, p in sorted(piece.items()) if p}
 
 
-def _classes(fam: Family, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
+def declaration_of(family: str) -> Declaration:
+    """The registered declaration of ``family`` (imports the families' modules: torch).
+
+    Raises:
+        ValueError: the family declares no advisor model (one line naming the declared ones).
+    """
+    from ..registry import get_advisor
+
+    return get_advisor(family).declaration()
+
+
+def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
     """The model classes of one entry and every traced point (for the fitted range)."""
     from .trace import check_distinct, symbolic_trace
 
     chunked = bool(entry.knobs)
     fixed = {**fam.workload_fixed, **entry.fixed}
-    looped = chunked or fam.name == "reversible"
+    looped = fam.loop.looped(chunked)
     traced: list[dict] = []
     step_of: dict[int, tuple] = {}
 
+    def distinct(points, variables) -> bool:
+        return check_distinct(points, variables, max_degree=fam.max_degree)
+
     def trace(k: int):
-        variables = class_variables(fam.name, k, chunked)
-        pts = trace_points(fam.name, k, chunked, check_distinct)
-        params = [to_params(fam.name, k, p, chunked) for p in pts]
+        variables = fam.class_variables(k, chunked)
+        pts = fam.trace_points(k, chunked, distinct)
+        params = [fam.to_params(k, p, chunked) for p in pts]
         traced.extend(params)
-        events = symbolic_trace(entry.technique, fixed, pts, variables,
-                                lambda p: to_params(fam.name, k, p, chunked), optimizer)
+        events = symbolic_trace(entry.technique, fixed, pts, variables, lambda p: fam.to_params(k, p, chunked),
+                                optimizer, max_degree=fam.max_degree, max_quantum=fam.max_quantum)
         return split_baseline(events)
 
     classes = []
@@ -66,13 +80,13 @@ def _classes(fam: Family, entry: Entry, optimizer: str) -> tuple[list[dict], lis
     return classes, traced
 
 
-def _traced_check(fam: Family, entry: Entry, optimizer: str, model: dict, seed: int) -> dict:
+def _traced_check(fam: Declaration, entry: Entry, optimizer: str, model: dict, seed: int) -> dict:
     """Predicted vs exactly replayed peaks (total and categories) at random held-out configurations."""
     from .trace import raw_trace
 
     chunked = bool(entry.knobs)
     worst, worst_at, cats_ok = -1, None, True
-    pts = random_points(fam.name, chunked, TRACED_HELD_OUT, seed)
+    pts = fam.random_points(chunked, TRACED_HELD_OUT, seed)
     for p in pts:
         params = {**fam.workload_fixed, **entry.fixed, **p}
         events = raw_trace(entry.technique, params, optimizer)
@@ -84,7 +98,7 @@ def _traced_check(fam: Family, entry: Entry, optimizer: str, model: dict, seed: 
             live[cat] = live.get(cat, 0) + delta
             if phase != "pre" and sum(live.values()) > best[0]:
                 best = (sum(live.values()), dict(live))
-        pred = predict(fam.name, model, p)
+        pred = predict(fam, model, p)
         err = abs(pred["total_peak_bytes"] - best[0])
         cats_ok &= all(pred["peak_by_category_bytes"][c] == best[1].get(c, 0) for c in CATEGORIES)
         if err > worst:
@@ -93,16 +107,17 @@ def _traced_check(fam: Family, entry: Entry, optimizer: str, model: dict, seed: 
             "worst_at": worst_at}
 
 
-def _measured_points(fam: Family, entry: Entry, optimizer: str, seed: int) -> list[tuple[dict, str]]:
+def _measured_points(fam: Declaration, entry: Entry, optimizer: str, seed: int) -> list[tuple[dict, str]]:
     """Held-out configurations measured with memlab.measure: small random ones, and the time points
     (each of the family's time sizes, at each chunk count for a chunked entry; SGD: all chunk counts,
     other optimizers the first and last)."""
     chunked = bool(entry.knobs)
-    out = [(p, "small") for p in random_points(fam.name, chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
+    out = [(p, "small") for p in fam.random_points(chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
+    rows, knob = (fam.loop.loop_sizes() or (None,))[0], fam.loop.knob
     for size in fam.time_sizes:
         if chunked:
             chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
-            out += [({**size, "chunk_size": -(-size["n"] // k)}, "time") for k in chunks]
+            out += [({**size, knob: -(-size[rows] // k)}, "time") for k in chunks]
         else:
             out.append((dict(size), "time"))
     return out
@@ -112,7 +127,7 @@ def _beyond(params: dict, fitted: dict) -> float:
     return max((params[s] / hi for s, (_lo, hi) in fitted.items() if s in params and hi), default=1.0)
 
 
-def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable | None = None,
+def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Callable | None = None,
               say: Callable[[str], None] = lambda s: None, seed: int = 0) -> dict:
     """One entry's model: classes, fitted range, held-out checks (traced and measured), time model."""
     import memlab
@@ -134,7 +149,7 @@ def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable
         if m.status != "ok":
             rows.append({"params": p, "status": m.status, "error": m.error})
             continue
-        pred = predict(fam.name, model, p)
+        pred = predict(fam, model, p)
         err = pred["total_peak_bytes"] - m.total_peak_bytes
         cuda = m.predicted_cuda or {}
         rows.append({
@@ -147,7 +162,7 @@ def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable
             "relative_step_time": m.relative_step_time,
         })
         if kind == "time" and m.relative_step_time is not None:
-            k = -(-p["n"] // min(p["chunk_size"], p["n"])) if "chunk_size" in p else 1
+            k = fam.loop_of(p, chunked=True)[0] if entry.knobs else 1
             time_points.append({"params": p, "chunks": k, "work": eval_poly({fam.work: 1}, p),
                                 "relative_step_time": round(m.relative_step_time, 4),
                                 "relative_to": m.relative_to, "step_time_s": m.step_time_s,
@@ -183,7 +198,7 @@ def fit_entry(fam: Family, entry: Entry, optimizer: str, *, measure_fn: Callable
 # sizes people train.  The site's Choose page evaluates the same formula (choose.js).
 
 
-def time_model(fam: Family, entry: Entry, points: list[dict]) -> dict:
+def time_model(fam: Declaration, entry: Entry, points: list[dict]) -> dict:
     """The relative-step-time model of NOTE [ advisor time model ] from the measured ``points``
     (each with ``work``, ``chunks``, ``relative_step_time``); ``kind`` ``work`` (fitted), ``constant``
     (one size only: the median) or ``none``."""
@@ -221,59 +236,117 @@ def _cuda_margin_facts(families: dict) -> dict:
 
 def fit_all(out_dir: Path, optimizers=OPTIMIZERS_FITTED, families=None, *, say: Callable[[str], None] = print,
             measure_fn: Callable | None = None) -> list[Path]:
-    """Fit every modelled entry for each optimizer; write one JSON file per optimizer; return the paths."""
+    """Fit every declared family (or ``families``, names) for each optimizer; write one JSON file per
+    optimizer; return the paths.  Fitting some families keeps the other families of an existing file
+    (of this schema) as they are.
+
+    Raises:
+        ValueError: a family that declares no advisor model (before anything is traced).
+    """
+    from ..registry import list_advisors
     from .trace import raw_trace
 
     import torch
 
+    declarations = [declaration_of(name) for name in (families or list_advisors())]
     # Traces run in this process on one intra-op thread: on a loaded machine every small op of a
     # multi-threaded step can wait for a time slice (10x slower traces); tensors this small never run
     # in parallel, and the held-out measurements (the fork server's default threads) check that the
     # bytes are the same.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    raw_trace("unchunked", {"n": 3, "d": 2, "hidden": 2})  # import and initialise everything once, then
-    gc.collect()                                           # keep torch's objects out of the collector
+    first = declarations[0]
+    point = first.trace_points(1, False, lambda pts, v: True)[0]
+    raw_trace(first.entries[0].technique, {**first.workload_fixed, **first.to_params(1, point, False)})
+    gc.collect()  # import and initialise everything once, then keep torch's objects out of the collector
     gc.freeze()
     try:
-        return _fit_all(out_dir, optimizers, families, say, measure_fn)
+        return _fit_all(out_dir, optimizers, declarations, say, measure_fn)
     finally:
         gc.unfreeze()
         torch.set_num_threads(threads)
 
 
-def _fit_all(out_dir, optimizers, families, say, measure_fn) -> list[Path]:
-    from ..measurement.environment import git_commit
+def _spec(p) -> dict[str, Any]:
+    return {"default": p.default, "low": p.low, "high": p.high, "doc": p.doc}
+
+
+def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] = print,
+               measure_fn: Callable | None = None, skip_unidentified: bool = False) -> dict[str, Any]:
+    """One family's part of a model file: its declaration, the specs of its sizes and knobs (from the
+    registered techniques' parameters) and every entry's fitted model.
+
+    Raises:
+        ValueError: an entry names a technique that is not registered or not of the family.
+        IdentificationError: an allocation that is no ``q * monomial`` of the sizes; with
+            ``skip_unidentified`` only when every entry has one (the others are listed in
+            ``not_modelled``: ``[{technique, label, reason}]``, and left out of the declaration).
+    """
     from ..registry import get_technique
+    from .trace import IdentificationError
+
+    for e in fam.entries:
+        if get_technique(e.technique).family() != fam.name:
+            raise ValueError(f"advisor model of family {fam.name!r}: entry {e.label!r} is technique "
+                             f"{e.technique!r} of family {get_technique(e.technique).family()!r}")
+    entries, skipped = [], []
+    for i, entry in enumerate(fam.entries):
+        try:
+            model = fit_entry(fam, entry, optimizer, measure_fn=measure_fn, say=say, seed=i)
+        except IdentificationError as exc:
+            if not skip_unidentified:
+                raise
+            say(f"  {entry.label} ({optimizer}): not modelled: {exc}")
+            skipped.append({"technique": entry.technique, "label": entry.label, "reason": str(exc)})
+            continue
+        cls = get_technique(entry.technique)
+        model.update(baseline=cls.baseline, peer=cls.peer)
+        entries.append(model)
+    if not entries:
+        raise IdentificationError(f"advisor model of family {fam.name!r}: no entry could be modelled; "
+                                  f"{skipped[0]['label']}: {skipped[0]['reason']}")
+    if skipped:  # the declaration states what was modelled
+        fam = dataclasses.replace(fam, entries=tuple(e for e in fam.entries
+                                                     if e.technique not in {x["technique"] for x in skipped}))
+    specs = get_technique(fam.entries[0].technique).all_params()
+    knob_specs = {k: _spec(get_technique(e.technique).all_params()[k]) for e in fam.entries for k in e.knobs}
+    return {
+        "workload": fam.workload,
+        "sizes": {s: _spec(specs[s]) for s in fam.sizes},
+        "knobs": knob_specs,
+        "workload_fixed": dict(fam.workload_fixed),
+        "variables": fam.variable_docs({s: specs[s].doc for s in fam.sizes}),
+        "declaration": fam.to_json(),
+        "entries": entries,
+        **({"not_modelled": skipped} if skipped else {}),
+    }
+
+
+def _kept_families(path: Path) -> dict[str, Any]:
+    """The families of an existing model file of this schema (refitted ones are replaced), else none;
+    each keeps the commit it was fitted at (``memlab_commit``: the file's, for a family fitted before
+    families carried their own)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not (isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("families"), dict)):
+        return {}
+    return {name: {"memlab_commit": data.get("memlab_commit"), **fam} for name, fam in data["families"].items()}
+
+
+def _fit_all(out_dir, optimizers, declarations: list[Declaration], say, measure_fn) -> list[Path]:
+    from ..atomic import write_text_atomic
+    from ..measurement.environment import git_commit
 
     paths = []
     started = time.perf_counter()
     for optimizer in optimizers:
-        fams = {}
-        for name in families or FAMILIES:
-            fam = get_family(name)
-            say(f"memlab: fitting {name} ({optimizer})")
-            entries = []
-            for i, entry in enumerate(fam.entries):
-                model = fit_entry(fam, entry, optimizer, measure_fn=measure_fn, say=say, seed=i)
-                cls = get_technique(entry.technique)
-                model.update(baseline=cls.baseline, peer=cls.peer)
-                entries.append(model)
-            specs = get_technique(fam.entries[0].technique).all_params()
-            knob_specs = {}
-            for e in fam.entries:
-                for kname in e.knobs:
-                    p = get_technique(e.technique).all_params()[kname]
-                    knob_specs[kname] = {"default": p.default, "low": p.low, "high": p.high, "doc": p.doc}
-            fams[name] = {
-                "workload": fam.workload,
-                "sizes": {s: {"default": specs[s].default, "low": specs[s].low, "high": specs[s].high,
-                              "doc": specs[s].doc} for s in fam.sizes},
-                "knobs": knob_specs,
-                "workload_fixed": dict(fam.workload_fixed),
-                "variables": _VARIABLES[name],
-                "entries": entries,
-            }
+        path = models_path(optimizer, out_dir)
+        fams = _kept_families(path)
+        for fam in declarations:
+            say(f"memlab: fitting {fam.name} ({optimizer})")
+            fams[fam.name] = {**fit_family(fam, optimizer, say=say, measure_fn=measure_fn), "memlab_commit": git_commit()}
         doc = {
             "schema": SCHEMA, "kind": "memlab memory models (NOTE [ advisor models ] in memlab/advisor/model.py)",
             "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
@@ -281,27 +354,8 @@ def _fit_all(out_dir, optimizers, families, say, measure_fn) -> list[Path]:
             "cuda_margin_facts": _cuda_margin_facts(fams),
             "fit_seconds": round(time.perf_counter() - started, 1),
         }
-        path = models_path(optimizer, out_dir)
         path.parent.mkdir(parents=True, exist_ok=True)
-        from ..atomic import write_text_atomic
-
         write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
         say(f"memlab: wrote {path} ({time.perf_counter() - started:.0f} s so far)")
         paths.append(path)
     return paths
-
-
-_VARIABLES = {
-    "chunking": {
-        "chunk": "rows per chunk: min(chunk_size, n); n for unchunked",
-        "k": "chunks: ceil(n / chunk); selects the class (k = 1, 2, 3 exact; k >= 4 general)",
-        "last": "rows of the last chunk: n - (k - 1) * chunk",
-        "m": "k - 4 in the general class (k_min = 4)",
-        "n": "rows of x", "d": "features of x and y", "hidden": "width of x @ w1",
-    },
-    "reversible": {
-        "k": "depth; selects the class (k = 1, 2, 3 exact; k >= 4 general)",
-        "m": "depth - 4 in the general class (k_min = 4)",
-        "batch": "samples per step", "width": "channels per half", "hidden": "hidden width of F and G",
-    },
-}

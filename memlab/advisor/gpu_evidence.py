@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..record import is_number
-from .families import get_family
 
 __all__ = ["GPU_CHECK_DIR", "gpu_evidence", "format_gpu_evidence"]
 
@@ -35,17 +34,18 @@ def _in_family(row: Mapping[str, Any], techniques: set[str], fixed: Mapping[str,
             and all(params.get(k, v) == v for k, v in fixed.items()))
 
 
-def gpu_evidence(family: str, directory: str | Path | None = None) -> list[dict[str, Any]]:
+def gpu_evidence(techniques: Iterable[str], fixed: Mapping[str, Any],
+                 directory: str | Path | None = None) -> list[dict[str, Any]]:
     """One summary per GPU-check table under ``directory`` (default ``data/gpu-check``) that measured
-    techniques of ``family`` (at the family's fixed workload settings, e.g. MLP blocks).
+    the modelled ``techniques`` of a family at its ``fixed`` workload settings (e.g. MLP blocks): its
+    declaration's entries and ``workload_fixed``.
 
     Each: ``file``, ``gpu``, ``torch``, ``configurations`` (rows with status ok and both figures),
     ``exact`` (rows where the two are equal to the byte), ``min_excess`` / ``max_excess`` (the
     measured GPU figure over the CPU figure, as a fraction of the CPU figure: 0.026 = 2.6% more on
     the GPU), ``not_ok`` (rows of the family that did not measure); or ``file`` and ``problem``.
     """
-    fam = get_family(family)
-    techniques = {e.technique for e in fam.entries}
+    techniques = set(techniques)
     folder = Path(directory) if directory is not None else GPU_CHECK_DIR
     out: list[dict[str, Any]] = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
@@ -57,7 +57,7 @@ def gpu_evidence(family: str, directory: str | Path | None = None) -> list[dict[
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             out.append({"file": str(path), "problem": f"{type(exc).__name__}: {exc}"[:200]})
             continue
-        mine = [r for r in rows if isinstance(r, dict) and _in_family(r, techniques, fam.workload_fixed)]
+        mine = [r for r in rows if isinstance(r, dict) and _in_family(r, techniques, fixed)]
         if not mine:
             continue
         pairs = [(r["measured_allocated_bytes"], r["cpu_peak_allocated_bytes"]) for r in mine

@@ -9,10 +9,12 @@ exact bytes), the total peak of a training step is
 a maximum of a few polynomials with integer coefficients (bytes), one per moment of the step at which
 the live bytes can peak; each ``P_j`` is split the same way into the six memory categories, so the
 categories at the peak are those of the maximising piece (the first one on a tie, as the
-measurement reports the first moment its peak is reached).  The variables depend on the family
-(:mod:`memlab.advisor.families`): a loop count ``k`` (chunks of the chunking family, blocks of the
-reversible stack) selects a class: ``k = 1, 2, 3`` have their own pieces; every ``k >= 4`` shares
-one set of pieces in which the loop enters through ``m = k - 4 >= 0``.
+measurement reports the first moment its peak is reached).  The variables depend on the family's
+advisor declaration (:class:`memlab.advisor.declaration.AdvisorModel`, beside its workload, and
+written into each model file): a loop count ``k`` (its ``loop``: chunks of a size, or a size that
+counts blocks) selects a class: ``k = 1, 2, 3`` have their own pieces; every ``k >= 4`` shares one
+set of pieces in which the loop enters through ``m = k - 4 >= 0``; a family without a loop has one
+class.
 
 Why this form, and why it is exact.  Every allocation of a step is one tensor whose bytes are
 ``q * monomial`` of the sizes (``4 * chunk * hidden`` for a chunk's hidden activation, ``4 * d * n``
@@ -34,7 +36,8 @@ Instead the models are built from the exact allocation trace itself (:mod:`memla
 3. Sum the events into the live bytes after each event (pieces), drop duplicates and pieces that
    another dominates coefficient-wise (every variable is >= 0).
 
-Per family (variables of the pieces; the monomials that occur, times 4 bytes for float32):
+Two families as examples (variables of the pieces; the monomials that occur, times 4 bytes for
+float32); each model file lists every fitted family with its declaration and variables:
 
 * chunking: ``n, d, hidden`` and, for a chunked technique, ``chunk = min(chunk_size, n)``,
   ``last = n - (k - 1) * chunk`` (the last chunk may be shorter), ``k = ceil(n / chunk)`` and
@@ -62,7 +65,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from .families import get_family, loop_of
+from .declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
            "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time"]
@@ -109,10 +112,15 @@ def _class_for(classes: list[dict], k: int) -> tuple[dict, dict[str, int]]:
     return c, {"m": k - c["k_min"]}
 
 
-def predict(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) -> Prediction:
+def predict(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any], params: Mapping[str, int]) -> Prediction:
     """Predicted total peak and categories (bytes) of ``entry`` (a model entry of the JSON) at ``params``
-    (sizes and knobs, technique parameter names)."""
-    k, values = loop_of(family, params, chunked=bool(entry.get("knobs")))
+    (sizes and knobs, technique parameter names).
+
+    Args:
+        family: the family's :class:`~memlab.advisor.declaration.Declaration`, or its part of a model
+            file (``models["families"][name]``, which carries the declaration).
+    """
+    k, values = as_declaration(family).loop_of(params, chunked=bool(entry.get("knobs")))
     cls, extra = _class_for(entry["classes"], k)
     values = {**values, **extra}
     best = None
@@ -126,7 +134,8 @@ def predict(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) ->
                       k=k, model_class=cls.get("k", f">={cls.get('k_min')}"))
 
 
-def predict_time(family: str, entry: Mapping[str, Any], params: Mapping[str, int]) -> float | None:
+def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any],
+                 params: Mapping[str, int]) -> float | None:
     """Relative step time (technique step / family baseline step) of :func:`memlab.advisor.fit.time_model`:
     ``a`` for a ``constant`` model, ``r + (c + (k - 1) * o) / W`` for a ``work`` model (NOTE [ advisor
     time model ]); None without one."""
@@ -135,7 +144,7 @@ def predict_time(family: str, entry: Mapping[str, Any], params: Mapping[str, int
         return float(t["a"])
     if t.get("kind") != "work":
         return None
-    k, _ = loop_of(family, params, chunked=True) if entry.get("knobs") else (1, {})
+    k, _ = as_declaration(family).loop_of(params, chunked=True) if entry.get("knobs") else (1, {})
     work = eval_poly({t["work"]: 1}, params)
     return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work) if work > 0 else None
 
@@ -148,7 +157,8 @@ def load_models(optimizer: str, directory: Path | None = None) -> dict[str, Any]
     """The committed models for ``optimizer``.
 
     Raises:
-        ValueError: no models for that optimizer, or a file of another schema.
+        ValueError: no models for that optimizer, a file of another schema, or a family without its
+        advisor declaration (a file fitted before declarations: ``python -m memlab.advisor.migrate``).
     """
     path = models_path(optimizer, directory)
     if not path.is_file():
@@ -159,7 +169,12 @@ def load_models(optimizer: str, directory: Path | None = None) -> dict[str, Any]
     if data.get("schema") != SCHEMA:
         raise ValueError(f"{path} has schema {data.get('schema')!r}; this memlab reads schema {SCHEMA} "
                          f"(regenerate with memlab advise --fit)")
-    for fam in data["families"]:
-        get_family(fam)
+    for name, fam in data["families"].items():
+        try:
+            decl = as_declaration(fam)
+        except ValueError as exc:
+            raise ValueError(f"{path}: family {name!r}: {exc}") from None
+        if decl.name != name:
+            raise ValueError(f"{path}: family {name!r} carries family {decl.name!r}'s advisor declaration")
     return data
 

@@ -57,7 +57,7 @@ def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, m
     rows = []
     for family, label, params in HELD_OUT:
         fam, entry = _entry(models, family, label)
-        predicted = predict_time(family, entry, params)
+        predicted = predict_time(fam, entry, params)
         m = measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
                        optimizer=optimizer, **{**fam["workload_fixed"], **entry["fixed"], **params})
         measured = m.relative_step_time

@@ -18,9 +18,12 @@ from typing import Any, Mapping, Sequence
 
 __all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "IdentificationError"]
 
-#: bytes per monomial unit an allocation may have (bool mask 1 ... complex128 16, times small counts)
-_QUANTA = tuple(range(1, 65))
-#: highest total degree of a monomial allocation (a [c, d, h] batched product is degree 3)
+#: the largest bytes per monomial unit an allocation may have by default (bool mask 1 ... complex128 16,
+#: times small counts); a declaration raises it where a fixed size multiplies its tensors
+#: (``AdvisorModel.max_quantum``)
+MAX_QUANTUM = 64
+#: highest total degree of a monomial allocation by default (a [c, d, h] batched product is degree 3;
+#: ``AdvisorModel.max_degree``)
 MAX_DEGREE = 3
 
 
@@ -109,10 +112,11 @@ def mono_value(mono: Sequence[str], values: Mapping[str, int]) -> int:
     return math.prod(values[v] for v in mono)
 
 
-def check_distinct(points: Sequence[Mapping[str, int]], variables: Sequence[str]) -> bool:
+def check_distinct(points: Sequence[Mapping[str, int]], variables: Sequence[str], *,
+                   max_degree: int = MAX_DEGREE) -> bool:
     """True when no two monomials have proportional value vectors over ``points`` (so an allocation's
     ``q * monomial`` reading is unique) and every non-constant monomial changes between the points."""
-    lib = monomial_library(variables)
+    lib = monomial_library(variables, max_degree)
     vecs = [tuple(mono_value(m, p) for p in points) for m in lib]
     for a, b in itertools.combinations(range(len(lib)), 2):
         va, vb = vecs[a], vecs[b]
@@ -121,7 +125,8 @@ def check_distinct(points: Sequence[Mapping[str, int]], variables: Sequence[str]
     return True
 
 
-def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib) -> tuple[int, tuple[str, ...]]:
+def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib,
+              max_quantum: int = MAX_QUANTUM) -> tuple[int, tuple[str, ...]]:
     size = [abs(d) for d in deltas]
     if len(set(size)) == 1:
         return size[0], ()
@@ -131,7 +136,7 @@ def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib) -
         if size[0] % vals[0]:
             continue
         q = size[0] // vals[0]
-        if q in _QUANTA and all(q * v == s for v, s in zip(vals, size)):
+        if 1 <= q <= max_quantum and all(q * v == s for v, s in zip(vals, size)):
             found.append((q, mono))
     if len(found) != 1:
         what = "no" if not found else f"{len(found)}"
@@ -140,7 +145,8 @@ def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib) -
 
 
 def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequence[Mapping[str, int]],
-                   variables: Sequence[str], to_params, optimizer: str = "sgd") -> list[SymEvent]:
+                   variables: Sequence[str], to_params, optimizer: str = "sgd", *, max_degree: int = MAX_DEGREE,
+                   max_quantum: int = MAX_QUANTUM) -> list[SymEvent]:
     """Trace ``technique_name`` at each size point and read every event as ``q * monomial``.
 
     Args:
@@ -148,6 +154,7 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
         points: size points ``{variable: value}`` of one structure class (two or more).
         variables: the variables a monomial may use.
         to_params: maps a size point to the technique's parameters.
+        max_degree, max_quantum: the largest monomial degree and bytes per unit an allocation may have.
 
     Raises:
         IdentificationError: the traces differ in structure or an allocation is not a monomial.
@@ -156,13 +163,13 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
     lengths = {len(t) for t in traces}
     if len(lengths) != 1:
         raise IdentificationError(f"{technique_name}: traces at {list(points)} have {sorted(lengths)} events")
-    lib = monomial_library(variables)
+    lib = monomial_library(variables, max_degree)
     out = []
     for evs in zip(*traces):
         shape = {(d > 0, cat, ph, op) for d, cat, ph, op in evs}
         if len(shape) != 1:
             raise IdentificationError(f"{technique_name}: event differs between size points: {evs}")
-        q, mono = _identify([d for d, *_ in evs], points, lib)
+        q, mono = _identify([d for d, *_ in evs], points, lib, max_quantum)
         d0, cat, ph, op = evs[0]
         out.append(SymEvent(1 if d0 > 0 else -1, q, mono, cat, ph, op))
     return out

@@ -76,7 +76,8 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
             spawned process for CUDA; ``"spawn"``: always a fresh process; ``"fork"``: always the
             server; ``False``: in this process (when the caller already is one, as asv is).
         timeout: seconds before an isolated run is abandoned (status ``error``).
-        time_budget: seconds of timing after which sampling stops, once ``repeats`` steps are taken.
+        time_budget: seconds of timing (on the relative time's clock: thread CPU time at one thread) after which
+            sampling stops, once ``repeats`` steps are taken (NOTE [ when to stop timing ]).
         plugins: plug-in files to load first.
         optimizer: the training step's optimizer: ``sgd`` (default), ``sgd_momentum``, ``adam`` or
             ``adamw`` (its state is the ``optimizer_state`` category); a technique may supply its own.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["parse_device", "parse_dtype", "DTYPES"]
+__all__ = ["parse_device", "parse_dtype", "DTYPES", "device_label", "synchronize"]
 
 DTYPES = {
     "float32": torch.float32,
@@ -43,3 +43,9 @@ def parse_dtype(text: str) -> torch.dtype:
 
 def device_label(dev: torch.device) -> str:
     return "cpu" if dev.type == "cpu" else f"cuda:{dev.index or 0}"
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work (CUDA); a no-op on CPU, whose operations run synchronously."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

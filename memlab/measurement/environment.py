@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -68,14 +69,22 @@ def environment(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu": _cpu_name(),
+        # which host measured the row: shards and Ray tasks run on many (the site keeps them apart)
+        "host": socket.gethostname() or None,
         "memlab": __version__,
         "git_commit": git_commit(),
         # the memory phase's heap setting (NOTE [ CPU resident high-water mark ]); the timed phase's is
         # ``timing_heap``, added by the timed phase
         "malloc_mmap_threshold": MMAP_THRESHOLD if threshold_fixed() else None,
         "gpu": None,
+        # the GPU a sweep worker was pinned to (NOTE [ one GPU per worker ] in memlab.sweep.run), or the
+        # user's own setting; None when unset
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
         env["gpu"] = torch.cuda.get_device_name(device)
+        env["gpu_uuid"] = str(getattr(props, "uuid", "")) or None
+        env["gpu_index"] = device.index if device.index is not None else torch.cuda.current_device()
         env["cuda"] = torch.version.cuda
     return env

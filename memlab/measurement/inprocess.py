@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -13,11 +12,11 @@ import torch
 from ..technique import Technique, described
 from . import alloc_trace, resident
 from .categories import Probe, baseline_categories, categorise, refuses_saved_hooks
-from .devices import device_label
+from .devices import device_label, synchronize
 from .environment import environment, load_average
 from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
-from .step_check import Shadow, StepLog, checker_for, compare_logs
+from .step_check import Shadow, StepLog, build_problem, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
 from .cuda_prediction import predict_cuda
@@ -159,11 +158,6 @@ def check_threads(threads: int | None) -> None:
                          "for the process's own setting")
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _verify(technique, device, dtype, mode, seed, cache=None) -> tuple[Any, Any, dict[str, Any]]:
     """The float64 check (at the measured size, or the check size if that does not fit) and, for
     another measured dtype, the same check in that dtype (drift).  See NOTE [ verdicts ]."""
@@ -262,12 +256,10 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
     recorder = alloc_trace.AllocationRecorder(device) if cpu else contextlib.nullcontext()
     log = StepLog(snapshots=True)
     with recorder:
-        problem = technique.build(device, dtype, seed)
-        if loss != "given":
-            problem.grad_output = None  # the loss computes the upstream gradient inside the step
+        problem = build_problem(technique, device, dtype, seed, loss)
         step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=log)
         step()  # warm-up: lazy initialisation, optimizer state
-        _sync(device)
+        synchronize(device)
         gc.collect()
         if cpu:
             known = baseline_categories(problem.model, problem.inputs, problem.grad_output, opt)
@@ -294,7 +286,7 @@ def _check_steps(technique, device, dtype, mode, seed, optimizer, loss, log: Ste
     allocations come after the traced window and are freed before the next figure is taken."""
     shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss)
     shadow.follow(log)
-    _sync(device)
+    synchronize(device)
     result = compare_logs(log, shadow.log, checker_for(technique, dtype, "measured step"))
     del shadow
     gc.collect()
@@ -375,7 +367,7 @@ def _resident_step(step, device, notes) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats(device)
         reserved0 = torch.cuda.memory_reserved(device)
         step()
-        _sync(device)
+        synchronize(device)
         return {"peak_reserved_bytes": torch.cuda.max_memory_reserved(device) - reserved0,
                 "reserved_baseline_bytes": reserved0}
     if not resident.reset_high_water():
@@ -400,7 +392,7 @@ def _counted_steps(step, device, iterations) -> tuple[list[int], list[int]]:
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
         step()
-        _sync(device)
+        synchronize(device)
         peaks.append(torch.cuda.max_memory_allocated(device) - before)
         after.append(torch.cuda.memory_allocated(device) - start)
     return peaks, after
@@ -426,7 +418,7 @@ def timeline_in_process(technique: Technique, device: torch.device, dtype: torch
         problem = technique.build(device, dtype, seed)
         step, optimizer = make_step(technique, problem, mode)
         step()
-        _sync(device)
+        synchronize(device)
         gc.collect()
         recorder.iterations(step, 1)
     baseline = tensors_bytes(baseline_objects(problem, optimizer))

@@ -11,7 +11,7 @@ from ..registry import get_technique
 from ..technique import TechniqueUnavailable
 from .verify import Verification, verify_technique
 
-__all__ = ["CheckOutcome", "check_technique", "check_outcome", "first_line"]
+__all__ = ["CheckOutcome", "check_technique", "check_outcome", "config_text", "first_line"]
 
 
 @dataclass(frozen=True)
@@ -24,15 +24,17 @@ class CheckOutcome:
     verdict: str
     verification: Verification | None = None
     message: str = ""
+    #: which configuration was checked, when the technique has two (:func:`config_text`); else ``""``
+    config: str = ""
 
     def line(self) -> str:
         """One line for the terminal, never a traceback."""
         detail = self.verification.line() if self.verification is not None else self.message
-        return f"{self.verdict:<5} {self.name}: {detail}"
+        return f"{self.verdict:<5} {self.name}{f' [{self.config}]' if self.config else ''}: {detail}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (errors as floats; see :meth:`from_dict`)."""
-        return {"name": self.name, "verdict": self.verdict, "message": self.message,
+        return {"name": self.name, "verdict": self.verdict, "message": self.message, "config": self.config,
                 "verification": None if self.verification is None else asdict(self.verification)}
 
     @classmethod
@@ -40,12 +42,27 @@ class CheckOutcome:
         """The outcome :meth:`to_dict` wrote (e.g. in the isolated child)."""
         v = d.get("verification")
         verification = None if v is None else Verification(**{**v, "not_compared": tuple(v.get("not_compared", ()))})
-        return cls(d["name"], d["verdict"], verification, d.get("message", ""))
+        return cls(d["name"], d["verdict"], verification, d.get("message", ""), d.get("config", ""))
 
 
-def check_technique(name: str, *, dtype: torch.dtype = torch.float64, mode: str = "train") -> Verification:
-    """Verify one technique on its check configuration (CPU).  Exceptions of the technique propagate."""
-    technique = get_technique(name).for_check()
+def config_text(name: str, as_swept: bool) -> str:
+    """``''`` for a technique checked as it is swept; else which of its two configurations
+    (NOTE [ two check configurations ]): ``'check configuration: x_requires_grad=False'`` or
+    ``'as swept: x_requires_grad=True'``."""
+    cls = get_technique(name)
+    swept = cls.swept_overrides()
+    if not swept:
+        return ""
+    shown = swept if as_swept else {k: cls.check_params[k] for k in swept}
+    return ("as swept: " if as_swept else "check configuration: ") + ", ".join(f"{k}={v}" for k, v in sorted(shown.items()))
+
+
+def check_technique(name: str, *, dtype: torch.dtype = torch.float64, mode: str = "train",
+                    as_swept: bool = False) -> Verification:
+    """Verify one technique on its check configuration (CPU; ``as_swept``: with the workload parameters a
+    sweep publishes, :meth:`~memlab.technique.Technique.swept_overrides`).  Exceptions of the technique
+    propagate."""
+    technique = get_technique(name).for_check(as_swept)
     technique.check_available(torch.device("cpu"))
     return verify_technique(technique, torch.device("cpu"), dtype, mode=mode)
 
@@ -56,13 +73,14 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
-def check_outcome(name: str, *, mode: str = "train") -> CheckOutcome:
-    """Check one technique in this process; an exception of the technique becomes ``ERROR``
-    (``SystemExit`` and ``KeyboardInterrupt`` are not caught)."""
+def check_outcome(name: str, *, mode: str = "train", as_swept: bool = False) -> CheckOutcome:
+    """Check one technique in this process (``as_swept``: see :func:`check_technique`); an exception of
+    the technique becomes ``ERROR`` (``SystemExit`` and ``KeyboardInterrupt`` are not caught)."""
+    config = config_text(name, as_swept)
     try:
-        v = check_technique(name, mode=mode)
+        v = check_technique(name, mode=mode, as_swept=as_swept)
     except TechniqueUnavailable as exc:
-        return CheckOutcome(name, "SKIP", message=f"unavailable: {exc}")
+        return CheckOutcome(name, "SKIP", message=f"unavailable: {exc}", config=config)
     except Exception as exc:  # noqa: BLE001 - a plug-in may raise anything; report it in one line
-        return CheckOutcome(name, "ERROR", message=first_line(exc))
-    return CheckOutcome(name, "PASS" if v.ok else "FAIL", v)
+        return CheckOutcome(name, "ERROR", message=first_line(exc), config=config)
+    return CheckOutcome(name, "PASS" if v.ok else "FAIL", v, config=config)

@@ -164,9 +164,20 @@ def _absolute_paths(value: str) -> list[str]:
     return [os.path.abspath(p) for p in value.split(os.pathsep) if p.strip()]
 
 
+_pins = threading.local()
+
+
+def pin_gpu(entry: str | None) -> None:
+    """Children this thread starts from now on see only GPU ``entry`` (a ``CUDA_VISIBLE_DEVICES``
+    entry; None: the process's own setting).  NOTE [ one GPU per worker ] in memlab.sweep.run."""
+    _pins.gpu = entry
+
+
 def _child_env(technique: type[Technique]) -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MALLOC_MMAP_THRESHOLD_", None)  # NOTE [ timing without the resident setting ]
+    if getattr(_pins, "gpu", None) is not None:
+        env["CUDA_VISIBLE_DEVICES"] = _pins.gpu
     env[PARENT_ENV] = str(os.getpid())  # the child dies with this process (forkserver.die_with_parent)
     plugins = _absolute_paths(env.get("MEMLAB_PLUGINS", ""))
     plugins += [p for p in loaded_plugins() if p not in plugins]

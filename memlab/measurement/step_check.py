@@ -54,6 +54,8 @@ buffers, state shared between instances) then shows as a parameter mismatch nami
 """
 from __future__ import annotations
 
+import math
+
 import ctypes
 import time
 from dataclasses import dataclass
@@ -204,14 +206,15 @@ class StepComparison:
         steps: how many steps were compared.
         first_step_error: the first step's relative drift ``d0`` (largest error over the tensor's
             largest reference magnitude), in the measured dtype.
-        max_error: the largest absolute error over all steps.
+        max_error: the largest absolute error over all steps; None when it is not finite (the
+            reference itself overflowed where the technique did too).
         reason: None when every step passed; else one line naming the step (counted from 1, the
             first step the technique took) and the tensor.
     """
 
     steps: int
     first_step_error: float
-    max_error: float
+    max_error: float | None
     reason: str | None = None
 
     @property
@@ -288,7 +291,10 @@ class StepChecker:
             self.reason = f"{self.what} {k}: {reason} (first step's relative drift {self.d0 or 0.0:.3g})"
 
     def result(self) -> StepComparison:
-        return StepComparison(self.steps, self.d0 or 0.0, self.worst, self.reason)
+        # a reference that itself overflowed (float32 SGD diverging) gives an infinite error: no number
+        # to record (JSON has none for it), so None; the verdict is the reason's business
+        worst = self.worst if math.isfinite(self.worst) else None
+        return StepComparison(self.steps, self.d0 or 0.0, worst, self.reason)
 
 
 def checker_for(technique, dtype: torch.dtype, what: str) -> StepChecker:

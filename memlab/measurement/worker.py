@@ -62,7 +62,7 @@ def run_check(req: dict) -> dict:
     the runner reports (``exited with code 0 before writing a result``)."""
     from .reference_check import check_outcome
 
-    return check_outcome(req["technique"], mode=req.get("mode", "train")).to_dict()
+    return check_outcome(req["technique"], mode=req.get("mode", "train"), as_swept=req.get("as_swept", False)).to_dict()
 
 
 if __name__ == "__main__":

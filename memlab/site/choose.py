@@ -9,18 +9,20 @@ compares the bytes (``tests/test_site_choose.py``).
 
 # NOTE [ the Choose page agrees with memlab advise ]
 What ``choose.js`` repeats of the Python advisor, rule for rule (change both together):
-* the loop of a family (:func:`memlab.advisor.families.loop_of`): stated here per family in
-  :data:`LOOPS` and shipped with the models, so the script holds no family names;
+* the loop of a family (:meth:`memlab.advisor.loops.Loop.loop_of`): read from the family's
+  advisor declaration in the model file (:meth:`~memlab.advisor.loops.Loop.page_rule`) and
+  shipped with the models, so neither this module nor the script holds a family name;
 * a class per loop count (``k`` exact, else the first ``k_min <= k`` with ``m = k - k_min``), each
   piece's categories as integer polynomials (BigInt), the maximising piece (first on a tie);
-* chunk sizes tried when no knob is given (:func:`memlab.advisor.families.knob_candidates`);
+* chunk sizes tried when no knob is given (:meth:`memlab.advisor.loops.Chunks.knob_candidates`);
 * the relative time (:func:`memlab.advisor.model.predict_time`) in the same float operations and order,
   rounded to 3 decimals as Python's ``round`` does (half to even on an exact tie);
 * the CUDA need (:func:`memlab.advisor.advise.cuda_need`) from the shipped :data:`CUDA_MARGIN`;
 * the budget's units (:func:`memlab.advisor.advise.parse_budget`), the ranking (time, then need), the
   Pareto front, what cannot fit, and the extrapolation flags.
-A family without a loop rule here, or a model entry of an unexpected shape, is left out of the page
-with a problem line (methodology page), never evaluated wrongly.
+A family without a valid declaration (or of a loop kind the script does not know), or a model entry of
+an unexpected shape, is left out of the page with a problem line (methodology page), never evaluated
+wrongly.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import results as R
-from ..advisor.advise import CUDA_MARGIN, _UNITS, _error_bound
+from ..advisor.advise import CUDA_MARGIN, UNITS, error_bound
+from ..advisor.declaration import as_declaration
 from ..advisor.gpu_evidence import format_gpu_evidence, gpu_evidence
 from ..advisor.model import CATEGORIES, SCHEMA
 from ..record import is_number as _num
@@ -41,18 +44,12 @@ from .page import Page
 from .tables import column
 from .text import fmt_relative
 
-__all__ = ["LOOPS", "load_models", "compact_models", "add_choose_page", "model_files"]
+__all__ = ["PAGE_LOOP_KINDS", "loop_rule", "load_models", "compact_models", "add_choose_page", "model_files"]
 
-#: How each modelled family's loop count and variables follow from the parameters
-#: (:func:`memlab.advisor.families.loop_of`): ``chunks`` (k = ceil(rows / min(knob, rows)), variables
-#: the sizes plus ``chunk`` and ``last``) or ``count`` (k = a size, variables the other sizes); ``order``
-#: is how the form lists the sizes.
-LOOPS: dict[str, dict[str, Any]] = {
-    "chunking": {"kind": "chunks", "rows": "n", "knob": "chunk_size", "sizes": ["n", "d", "hidden"],
-                 "order": ["n", "d", "hidden"]},
-    "reversible": {"kind": "count", "count": "depth", "sizes": ["batch", "width", "hidden"],
-                   "order": ["depth", "batch", "width", "hidden"]},
-}
+#: the loop kinds ``choose.js`` evaluates (``loopOf``): ``none`` (k = 1, variables the sizes),
+#: ``chunks`` (k = ceil(rows / min(knob, rows)), variables the sizes plus ``chunk`` and ``last``) and
+#: ``count`` (k = (size - offset) / per, variables the other sizes)
+PAGE_LOOP_KINDS = ("none", "chunks", "count")
 _MONOMIAL = re.compile(r"^(1|[a-z_]+(\*[a-z_]+)*)$")
 _TIME_KEYS = ("r", "c", "o")
 
@@ -116,7 +113,21 @@ def _compact_entry(entry: dict) -> dict[str, Any]:
             "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
             "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,
             "validated_range": entry.get("validated_range", {}), "fitted_range": entry.get("fitted_range", {}),
-            "error": _error_bound(entry)["text"]}
+            "error": error_bound(entry)["text"]}
+
+
+def loop_rule(name: str, family: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """``(the page's loop rule, None)`` from a model file's family ``name`` (its advisor declaration),
+    or ``(None, why not)``; ``order`` in the rule is how the form lists the sizes."""
+    try:
+        decl = as_declaration(family)
+    except ValueError as exc:
+        return None, str(exc)
+    if decl.name != name:
+        return None, f"its advisor declaration is family {decl.name!r}'s"
+    if decl.loop.kind not in PAGE_LOOP_KINDS:
+        return None, f"loop kind {decl.loop.kind!r} is not one the page evaluates ({', '.join(PAGE_LOOP_KINDS)})"
+    return decl.loop.page_rule(decl.sizes), None
 
 
 def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[str]]:
@@ -127,10 +138,9 @@ def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[st
         return None, [f"{name}: no optimizer named; left out of the Choose page"]
     problems, families = [], {}
     for fam, f in sorted(data["families"].items()):
-        loop = LOOPS.get(fam)
+        loop, why = loop_rule(fam, f)
         if loop is None:
-            problems.append(f"{name}: family {fam!r} has no loop rule in memlab.site.choose.LOOPS; left out of the "
-                            "Choose page")
+            problems.append(f"{name}: family {fam!r}: {why}; left out of the Choose page")
             continue
         sizes, knobs = f.get("sizes") if isinstance(f, dict) else None, f.get("knobs") if isinstance(f, dict) else None
         if not (isinstance(sizes, dict) and isinstance(knobs, dict) and all(map(_spec_ok, sizes.values()))
@@ -230,14 +240,19 @@ def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
         page.anchor(fixed)  # ids the template and the script write
     techniques = sorted({e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]})
     app = {"models": models, "default_optimizer": "sgd" if "sgd" in models else next(iter(models)),
-           "units": {k: v for k, v in _UNITS.items()}, "cuda_margin": CUDA_MARGIN,
+           "units": {k: v for k, v in UNITS.items()}, "cuda_margin": CUDA_MARGIN,
            "categories": list(CATEGORIES), "category_names": CATEGORY_NAMES,
            "category_colors": {c: CATEGORY_COLORS.get(c, "#444444") for c in CATEGORIES},
            "colors": {t: color_of(ctx.get("colors", {}), t) for t in techniques}}
     shipped = [{"file": m["file"], "optimizer": o} for o, m in models.items()]
     families = sorted({f for m in models.values() for f in m["families"]})
     gpu_dir = Path(ctx["data_dir"]) / "gpu-check"
-    evidence = {f: format_gpu_evidence(gpu_evidence(f, gpu_dir), CUDA_MARGIN["fraction"]) for f in families}
+    evidence = {}
+    for f in families:
+        found = [m["families"][f] for m in models.values() if f in m["families"]]
+        techniques = sorted({e["technique"] for fam in found for e in fam["entries"]})
+        evidence[f] = format_gpu_evidence(gpu_evidence(techniques, found[0]["workload_fixed"], gpu_dir),
+                                          CUDA_MARGIN["fraction"])
     page.files.update(files)
     return {**ctx, "pages": ctx["pages"] + [page.done({
         "template": "choose.html", "path": "choose.html", "title": "Choose a technique for your step",

@@ -20,8 +20,9 @@ from .tables import clean, column, sort_value
 
 __all__ = ["family_badges", "reproduction_extras", "DEPTH_PARAMS"]
 
-#: parameters read as a depth, in order of preference
-DEPTH_PARAMS = ("depth", "length")
+#: parameters read as a depth, in order of preference (``seq``: the transformer family's sequence
+#: length, whose exponent separates O(T²) attention from O(T))
+DEPTH_PARAMS = ("depth", "length", "seq")
 #: fewest depths, and smallest max/min depth ratio, for a badge
 MIN_DEPTHS, MIN_SPAN = 3, 4.0
 _MAX_TABLES, _MAX_ROWS, _MAX_COLS, _MAX_TEXT = 8, 200, 16, 400

@@ -15,6 +15,7 @@ problem line instead of stopping the site (:func:`_guarded`).
 from __future__ import annotations
 
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -30,7 +31,7 @@ from .complexity import family_badges, reproduction_extras
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
 from .page import Page
-from .rows import machine_of, measurement_table, not_ranked_table
+from .rows import machine_of, measurement_table, not_ranked_groups, not_ranked_table
 from .tables import column
 from .gpu_seed import add_gpu_measured_to_seed_pages
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
@@ -97,48 +98,29 @@ def load_inputs(ctx: Context) -> Context:
 
 
 def add_colors(ctx: Context) -> Context:
-    """One colour per technique for every page (:func:`memlab.site.figures.technique_colors`): per
-    family its baseline, its swept techniques by name, its peers, then the family's techniques that
-    only a reproduction or the Choose page's models name (after the swept ones, so theirs never
-    change and no two of one family share a colour); last, techniques seen only in timelines."""
-    runs = ctx["runs"]
+    """One colour per technique for every page, a function of its name alone
+    (:mod:`memlab.site.colors`): every technique the build names (sweeps, reproductions, timelines,
+    the Choose page's models) gets the colour it has in every other build."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the readers' problems are reported where each page is built
         models = load_models(ctx["data_dir"])[0]
-        seed_rows = [s["measurements"] for s in ctx["seeds"] if len(s["measurements"])]
-        seeds = pd.concat(seed_rows, ignore_index=True) if seed_rows else pd.DataFrame()
-        seed_bases = R.family_baselines(seeds) if len(seeds) else {}
-    modelled: dict[str, list[dict]] = {}
-    for m in models.values():
-        for fam, f in m["families"].items():
-            modelled.setdefault(fam, []).extend(f["entries"])
-    families = {f for frame in (runs, seeds) if len(frame) for f in frame["family"]} | set(modelled)
-    groups = []
-    for family in sorted(families):
-        rows = runs[runs["family"] == family] if len(runs) else None
-        more = seeds[seeds["family"] == family] if len(seeds) else None
-        base = ctx["baselines"].get(family) or seed_bases.get(family) or next(
-            (e["technique"] for e in modelled.get(family, []) if e["baseline"]), None)
-        peers = {e["technique"] for e in modelled.get(family, []) if e["peer"]}
-        for frame in (f for f in (rows, more) if f is not None):
-            peers |= set(frame.loc[frame["peer"].eq(True), "technique"])
-        order = lambda t: (t != base, t in peers, t)  # noqa: E731
-        swept = sorted(set(rows["technique"]) if rows is not None else set(), key=order)
-        others = (set(more["technique"]) if more is not None else set()) | {e["technique"] for e in modelled.get(family, [])}
-        groups.append((base, swept + sorted(others - set(swept), key=order)))
-    others = {tl["technique"] for tl in ctx["timelines"]}
+    names = set(ctx["runs"]["technique"]) if len(ctx["runs"]) else set()
     for s in ctx["seeds"]:
-        others |= {t["technique"] for t in s["timelines"]}
-    groups.append((None, sorted(others)))
-    return {**ctx, "colors": F.technique_colors(groups)}
+        names |= set(s["measurements"]["technique"]) if len(s["measurements"]) else set()
+        names |= {t["technique"] for t in s["timelines"]}
+    names |= {tl["technique"] for tl in ctx["timelines"]}
+    names |= {e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]}
+    return {**ctx, "colors": F.technique_colors(names)}
 
 
-def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, ...], dict[str, Any], str | None, pd.DataFrame]]:
-    """``(setting, workload config, swept parameter, rows)`` per comparable group of a family."""
+def _sections(rows: pd.DataFrame) -> list[tuple[tuple[str, ...], dict[str, Any], str | None, pd.DataFrame, list[str]]]:
+    """``(setting, workload config, swept parameter, rows, split by)`` per comparable group of a family
+    (NOTE [ a section's x-axis ] in :mod:`memlab.site.ranking`)."""
     out = []
     for setting in A.settings(rows):
-        out += [(setting, config, swept, group)
-                for config, swept, group in A.sweep_sections(A.in_setting(rows, setting))]
+        same = A.in_setting(rows, setting)
+        out += [(setting, config, swept, group, [k for k in A.split_by(same, swept) if k in config])
+                for config, swept, group in A.sweep_sections(same)]
     return out
 
 
@@ -156,6 +138,19 @@ def _note_marks(page: Page, notes: list[dict[str, str]]) -> tuple[list[dict], di
     return [{**n, **marks[n["technique"]]} for n in notes], marks
 
 
+def _line_caption(fig: dict, floor: str) -> str:
+    """What a line chart's styles mean, for the styles it draws only: solid (measured), dotted
+    (``floor``: an expectation), dashed with open markers (peers), dash-dotted (one measurement
+    without the swept parameter, drawn across the range)."""
+    traces = fig["data"]
+    dashes = {(t.get("line") or {}).get("dash") for t in traces if any(y is not None for y in t.get("y", []))}
+    parts = ["Solid: measured"]
+    parts += [f"dotted: {floor}"] if "dot" in dashes else []
+    parts += ["dashed with open markers: peers"] if "dash" in dashes else []
+    parts += ["dash-dotted: one measurement without this parameter (a baseline), drawn across the range"] if "dashdot" in dashes else []
+    return "; ".join(parts) + "."
+
+
 def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None:
     """Stacked bars of each technique's lowest-peak row by memory category, when every ranked row has them."""
     ok = A.ranked(rows)
@@ -171,8 +166,10 @@ def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None
 
 
 def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dict, swept: str | None,
-                     colors: dict[str, str], marks: dict[str, dict], baseline: str | None) -> dict:
-    heading = A.setting_text(setting) + (f" · {A.param_text(config)}" if config else "")
+                     colors: dict[str, str], marks: dict[str, dict], baseline: str | None,
+                     split: Sequence[str] = (), by_in_heading: bool = False) -> dict:
+    heading = (A.setting_text(setting) + (f" · {A.param_text(config)}" if config else "")
+               + (f" · by {swept}" if swept and by_in_heading else ""))
     anchor = page.anchor(heading)
     variants = A.line_variants(rows, swept)
     devices = set(rows["device"])
@@ -185,24 +182,26 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
 
     if len(ok):
         if swept:
-            chart(F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
-                                    floor_column="analytic_floor_bytes"),
-                  f"Peak allocated vs {swept}",
-                  "Solid: measured; dotted: the technique's analytic floor; dashed with open markers: peers; one "
-                  "colour per technique, its configurations told apart by marker (hover for which).")
+            fig = F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
+                                    floor_column="analytic_floor_bytes")
+            chart(fig, f"Peak allocated vs {swept}", _line_caption(fig, "the technique's analytic floor")
+                  + " One colour per technique, its configurations told apart by marker (hover for which).")
             if ok["activation_peak_bytes"].notna().any():
-                chart(F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
-                                        floor_column="expected_activation_bytes", floor_name="expected"),
-                      f"Activation peak vs {swept}",
+                fig = F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
+                                        floor_column="expected_activation_bytes", floor_name="expected")
+                chart(fig, f"Activation peak vs {swept}",
                       "Activation memory: bytes live above the baseline minus the parameter gradients accumulated so "
                       "far, at its highest during the step (the step peak above is dominated by parameter gradients "
-                      "here). Solid: measured; dotted: the analytic expectation the technique states.")
+                      "here). " + _line_caption(fig, "the analytic expectation the technique states"))
             if ok["peak_reserved_bytes"].notna().any():
                 chart(F.memory_vs_param(rows, variants, swept, "peak_reserved_bytes", f"peak {second} (MiB)", colors),
                       f"Peak {second} vs {swept}")
         else:
             chart(F.memory_by_technique(rows, variants, colors), "Peak memory per configuration",
-                  f"Coloured bars: peak allocated (one colour per technique, peers hatched); grey bars: peak {second}.")
+                  "Coloured bars: peak allocated (one colour per technique, peers hatched); "
+                  + (f"grey bars: peak {second}." if F.draws_second_bars(rows) else
+                     f"no peak {second} bars: it is 0 in every row (the memory the step needed was already "
+                     "reserved before it, from the warm-up step; the tables give each row's figure)."))
         timed = ok[ok["step_time_s"].notna()]
         if len(timed):
             relative = bool(timed["relative_step_time"].notna().all())
@@ -217,9 +216,12 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
                   f"Step time vs {swept}" if swept else "Step time per configuration", caption)
         if ok["samples_per_s"].notna().any():
             fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
-            chart(F.throughput_vs_peak(rows, variants, colors, fronts), "Throughput vs peak allocated",
-                  "The grey step line is the Pareto front: no other point has less memory and more throughput"
-                  + (" (one per workload configuration, told apart by dash)." if len(fronts) > 1 else ".")
+            fig = F.throughput_vs_peak(rows, variants, colors, fronts)
+            drawn = sum(1 for t in fig["data"] if str(t.get("name", "")).startswith("Pareto front"))
+            chart(fig, "Throughput vs peak allocated",
+                  ("The grey step line is the Pareto front: no other point has less memory and more throughput"
+                   + (f" ({drawn} fronts, one per workload configuration with two or more points, told apart by dash)."
+                      if drawn > 1 else ".") if drawn else "No Pareto front: no workload configuration has two points.")
                   + " Error bars: throughput at the quartiles of the timed steps."
                   + (" Ringed points were measured under load." if ok["under_load"].any() else ""))
         cats = _category_chart(page, rows, heading)
@@ -234,7 +236,7 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
             "table": measurement_table(page, f"{heading} measurements", order, skip=fixed, notes=marks,
                                        baseline=baseline),
             "environments": env_caption(rows), "n_not_ranked": len(rows) - len(ok), "second": second,
-            "fixed": A.param_text(fixed), "mixed_threads": mixed_threads(rows)}
+            "fixed": A.param_text(fixed), "mixed_threads": mixed_threads(rows), "split_by": list(split)}
 
 
 def mixed_threads(rows: pd.DataFrame) -> list[int]:
@@ -258,9 +260,12 @@ def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
     notes, marks = _note_marks(page, footnotes(rows))
     bad = A.not_ranked(rows)
     not_ranked = not_ranked_table(page, "not ranked rows", rows) if len(bad) else None
+    parts = _sections(rows)
+    shared = Counter((s, A.param_text(config)) for s, config, *_ in parts)
     sections = [_guarded(ctx, f"family {family!r}, {A.setting_text(s)} {A.param_text(config)}".rstrip(),
-                         lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline))
-                for s, config, swept, group in _sections(rows)]
+                         lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline,
+                                                  split, shared[(s, A.param_text(config))] > 1))
+                for s, config, swept, group, split in parts]
     return page.done({"template": "family.html", "path": path, "title": f"Family: {family}", "family": family,
                       "baseline": baseline, "sections": [s for s in sections if s is not None],
                       "not_ranked": not_ranked, "n_bad": len(bad), "notes": notes,
@@ -302,7 +307,7 @@ def add_overview_page(ctx: Context) -> Context:
             entries.append({**entry, "path": ctx["family_paths"][family]})
     seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"] if s["seed"] in ctx["seed_paths"]]
-    not_ranked = not_ranked_table(page, "not ranked rows", runs, with_family=True) if len(A.not_ranked(runs)) else None
+    not_ranked = not_ranked_groups(page, "not ranked rows", runs) if len(A.not_ranked(runs)) else None
     index = page.done({"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
                        "seeds": seeds, "problems": ctx["problems"], "n_runs": len(runs), "not_ranked": not_ranked,
                        "n_bad": len(A.not_ranked(runs)) if len(runs) else 0,

@@ -9,9 +9,10 @@ Only ranked rows are drawn (:func:`memlab.site.ranking.ranked`).  Memory is show
 (bytes / 2**20), throughput in samples/s, time in ms (or relative to the reference step).
 
 # NOTE [ one visual language ]
-* A technique has one colour everywhere (:func:`technique_colors`, assigned once per build from a
-  stable order: per family the baseline grey, then its techniques by name, peers last); peers are
-  dashed with open markers and "(peer)" in the legend, or hatched bars.
+* A technique has one colour everywhere, a function of its name alone (:mod:`memlab.site.colors`:
+  fixed for memlab's own, the baselines grey; a stable hash of the name for a plug-in's), so a
+  plug-in never moves another's colour; peers are dashed with open markers and "(peer)" in the
+  legend, or hatched bars.
 * Legends list techniques: a technique's several configurations in one chart (``opt_einsum=True``
   and ``False``) share its colour and legend entry and differ by marker symbol; the configuration
   is in the hover text and the tables.
@@ -30,22 +31,17 @@ import pandas as pd
 
 from ..record import UNDER_LOAD_FACTOR
 from ..units import MiB
+from .colors import BASELINE_COLOR, PALETTE, technique_color
 from .ranking import pareto_front, ranked, sort_key
 
 __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
-           "throughput_vs_peak", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
+           "throughput_vs_peak", "draws_second_bars", "SECOND_BAR_COLOR", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
            "seed_figure"]
 
-#: The no-savings baseline of a family, on every chart.
-BASELINE_COLOR = "#7f7f7f"
-#: Technique colours in assignment order (no grey: that is the baseline's).
-_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-           "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd", "#e6550d")
-#: The technique colours, public: a chart draws no trace in one of these (or the baseline's grey) that
-#: is not that technique's (the browser test checks every chart of every page).
-PALETTE = _COLORS
+#: Technique colours (:mod:`memlab.site.colors`): a function of the name alone.
+_COLORS = PALETTE
 #: A series that is no technique (an analytic floor, a prediction beside the measured bars): near black.
 NEUTRAL_COLOR = "#222222"
 _OTHER = "#444444"
@@ -114,30 +110,16 @@ def to_json(fig: dict) -> str:
 
 
 # -- colours and styles ----------------------------------------------------------------------------
-def technique_colors(groups: Iterable[tuple[str | None, Sequence[str]]]) -> dict[str, str]:
-    """One colour per technique (see NOTE [ one visual language ]).
+def technique_colors(names: Iterable[str]) -> dict[str, str]:
+    """One colour per technique, a function of its name (:func:`memlab.site.colors.technique_color`)."""
+    from .colors import technique_colors as by_name
 
-    ``groups``: ``(baseline or None, techniques in their stable order)`` per family, then any other
-    techniques (timelines, reproductions) as a last group.  The baseline is grey; the others take
-    the palette in order, starting again in each group (a page or chart shows one family); a
-    technique keeps the colour of the first group naming it.
-    """
-    colors: dict[str, str] = {}
-    for baseline, names in groups:
-        i = 0
-        for name in names:
-            if name in colors:
-                continue
-            if name == baseline:
-                colors[name] = BASELINE_COLOR
-            else:
-                colors[name] = _COLORS[i % len(_COLORS)]
-                i += 1
-    return colors
+    return by_name(names)
 
 
 def color_of(colors: dict[str, str], technique: str) -> str:
-    return colors.get(technique, _OTHER)
+    """``technique``'s colour: the build's, else its own by name (never a stand-in grey)."""
+    return colors.get(technique) or technique_color(technique)
 
 
 def _style(color: str, peer: bool, variant: int = 0) -> dict[str, Any]:
@@ -429,9 +411,22 @@ def _peer_pattern(peers: list[bool]) -> dict[str, Any]:
     return {"shape": ["/" if p else "" for p in peers], "fgcolor": "rgba(255,255,255,0.7)", "solidity": 0.3}
 
 
+#: The grey of the second bar per configuration (peak reserved / resident).
+SECOND_BAR_COLOR = "rgba(120,120,120,0.45)"
+
+
+def draws_second_bars(rows: pd.DataFrame) -> bool:
+    """Whether :func:`memory_by_technique` draws the grey peak reserved/resident bars: some ranked row's
+    figure is above 0 (on CUDA every row of a quick sweep held 0: the caching allocator kept the
+    warm-up step's segments, so reserved memory did not grow during the measured step)."""
+    values = [_num(v) for v in ranked(rows)["peak_reserved_bytes"]]
+    return any(v for v in values if v is not None)
+
+
 def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str]) -> dict:
     """Bars of peak allocated (coloured by technique, peers hatched) beside grey bars of peak
-    reserved/resident, per configuration (nothing is swept)."""
+    reserved/resident, per configuration (nothing is swept); no grey bars when every row's is 0
+    (:func:`draws_second_bars`)."""
     ok = _sorted_rows(ranked(rows), variants)
     names = _bar_names(ok, variants)
     second = "peak resident" if set(ok["device"]) == {"cpu"} else "peak reserved/resident"
@@ -440,9 +435,10 @@ def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[st
          "marker": {"color": [color_of(colors, t) for t in ok["technique"]], "pattern": _peer_pattern(list(ok["peer"]))},
          "meta": {"techniques": [esc(t) for t in ok["technique"]]},
          "hoverinfo": "text", "hovertext": [_hover(r) for r in ok.itertuples()], "showlegend": False},
-        {"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
-         "marker": {"color": "rgba(120,120,120,0.45)"}, "showlegend": False, "hoverinfo": "x+y+name"},
     ]
+    if draws_second_bars(rows):
+        data.append({"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
+                     "marker": {"color": SECOND_BAR_COLOR}, "showlegend": False, "hoverinfo": "x+y+name"})
     return {"data": data, "layout": _layout(_axis("technique", kind="category"), _axis("memory (MiB)"),
                                             barmode="group")}
 
@@ -492,7 +488,7 @@ def throughput_vs_peak(rows: pd.DataFrame, variants: pd.Series, colors: dict[str
         part = ok[ok.index.isin(index)]
         points = [(float(m), float(t)) for m, t in zip(part["peak_allocated_bytes"], part["samples_per_s"])]
         front = pareto_front(points)
-        if front:
+        if len(front) >= 2:  # a one-point front is a line of no length: plotly draws nothing
             fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
                            "x": [mib(points[j][0]) for j in front], "y": [points[j][1] for j in front],
                            "line": {"color": "rgba(0,0,0,0.4)", "width": 3, "shape": "hv",
@@ -819,7 +815,9 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
     if xaxis.get("type") == "log" and 2 <= len(nums) <= 8 and all(n is not None and n > 0 for n in nums):
         # a handful of measured sizes: label those (depth 4 and 16), not the 1-2-5 ticks between them
         xaxis.update(tickmode="array", tickvals=sorted(set(nums)), ticktext=[_tick(n) for n in sorted(set(nums))])
-    yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") else "linear")
+    # bars are read by their length, so a bar chart's y-axis is linear whatever the spec asks (on a log
+    # axis the dense layer's 15.6 MiB was a sliver beside the TT layer's); lines keep a log axis
+    yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") and not bar else "linear")
     extra: dict[str, Any] = {"barmode": "group"} if bar else {}
     if per_bar and len(spec["series"]) > 1:  # the legend names the series by hatching; colours are the bars' techniques
         extra["legend"] = {"title": {"text": "hatching:"}}

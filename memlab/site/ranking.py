@@ -18,7 +18,7 @@ import pandas as pd
 from ..record import is_number as _num
 
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
-           "in_setting", "swept_param", "config_groups", "sweep_sections", "line_labels", "line_variants",
+           "in_setting", "swept_param", "config_groups", "sweep_sections", "split_by", "line_labels", "line_variants",
            "pareto_front", "comparable", "savings", "param_text", "sort_key",
            "ACTIVATION_CATEGORIES", "memory_measure", "activation_bytes", "configurations", "compare", "fastest_within",
            "speed_measure"]
@@ -123,37 +123,89 @@ def config_groups(rows: pd.DataFrame, swept: str | None) -> list[tuple[dict[str,
 
 
 def sweep_sections(rows: pd.DataFrame) -> list[tuple[dict[str, Any], str | None, pd.DataFrame]]:
-    """Split one setting's rows into ``(fixed config, swept parameter or None, rows)`` sections.
+    """Split one setting's rows into ``(fixed config, x-axis parameter or None, rows)`` sections.
 
-    When at most one workload parameter (one every row has) varies, this is
-    :func:`swept_param` plus :func:`config_groups`: one sweep per configuration.
-
-    When several do, the rows usually form a *cross* (depth swept at one batch, batch swept at
-    one depth) or a grid; choosing one swept parameter would leave single points.  Instead every
-    varying workload parameter ``k`` gets a section per combination of the other varying
-    parameters under which ``k`` takes two or more values (among ok rows); a row may appear in
-    several (the centre of a cross).  Rows in no such sweep are grouped by their values of the
-    varying parameters; such a group still sweeps a technique's own knob (``chunk_size``) when its
-    ranked rows vary one (:func:`swept_param`), else nothing.  Sections are ordered: workload sweeps by
-    parameter name, then the other groups by configuration.
+    NOTE [ a section's x-axis ]: a section is drawn against a parameter that varies *within* its
+    series (a series: one technique at fixed values of every other parameter), never against one
+    that is constant within each series.  Candidates are every varying parameter, a workload's
+    (``depth``) or a technique's own knob (``chunk_size``, a plug-in's ``split``).  Greedily, the
+    candidate putting the most ranked rows of no section yet on lines of two or more points wins,
+    if it puts two or more there (a baseline measured at one more size does not make that size an axis);
+    its sections split the rows by the other workload parameters that vary (:func:`split_by` names
+    them), so a cross (depth swept at one batch, batch at one depth) gives a sweep of each, the
+    centre row in both.  A knob's section holds the rows that have the knob plus the rows of
+    techniques with no knob at all (the baseline: one measurement, drawn flat); a technique with a
+    knob of its own is drawn in that knob's section, never flat across another's.  Rows on no
+    line are grouped by their workload configuration, with no x-axis.  Order: workload sweeps by
+    parameter name, then knob sweeps, then the rest, each by configuration.
     """
     if not len(rows):
         return [({}, None, rows)]
-    varying = _varying_common(rows)
-    if len(varying) <= 1:
-        ok = ranked(rows)
-        swept = swept_param(ok) if len(ok) else None
-        return [(config, swept, group) for config, group in config_groups(rows, swept)]
-    sections, covered = [], set()
-    for k in varying:
-        for config, group in _split(rows, [o for o in varying if o != k]):
-            if len({_key(p[k]) for p in ranked(group)["params"]}) >= 2:
-                sections.append((config, k, group))
-                covered.update(group.index)
-    rest = rows.loc[[i for i in rows.index if i not in covered]]
-    others = [(config, swept_param(ranked(group)) if len(ranked(group)) else None, group)
-              for config, group in _split(rest, varying)] if len(rest) else []
+    shared = _varying_common(rows)
+    common = set.intersection(*(set(p) for p in rows["params"]))
+    knobless = _knobless_techniques(rows, common)
+    distinct = {k: len(v) for k, v in _values(ranked(rows)).items() if len(v) > 1}
+    candidates = sorted(distinct)
+    sections: list[tuple[dict[str, Any], str, pd.DataFrame]] = []
+    placed: set = set()
+    while candidates:
+        k, found = _best_axis(rows, candidates, distinct, shared, knobless, placed)
+        if not found:
+            break
+        sections += [(config, k, members) for config, k, members, _ in found]
+        placed.update(i for *_, members, _ in found for i in members.index)
+        candidates.remove(k)
+    sections.sort(key=lambda s: (s[1] not in shared, s[1], [sort_key(s[0][k]) for k in sorted(s[0])]))
+    rest = rows.loc[[i for i in rows.index if i not in placed]]
+    others = [(config, None, group) for config, group in _split(rest, shared)] if len(rest) else []
     return sections + others
+
+
+def _best_axis(rows: pd.DataFrame, candidates: list[str], distinct: dict[str, int], shared: list[str],
+               knobless: set[str], placed: set) -> tuple[str, list[tuple]]:
+    """The candidate putting the most ranked rows not ``placed`` yet on lines (ties: more distinct
+    values, then the name), with its sections (:func:`_axis_sections`); no sections when it puts
+    fewer than two there."""
+    def gain(k: str) -> tuple[int, list[tuple]]:
+        found = _axis_sections(rows, k, shared, knobless)
+        return len(set().union(*(lined for *_, lined in found)) - placed), found
+
+    scored = [(k, *gain(k)) for k in candidates]
+    k, n, found = max(scored, key=lambda s: (s[1], distinct[s[0]]))  # the first (by name) of equals
+    return k, found if n >= 2 else []
+
+
+def _knobless_techniques(rows: pd.DataFrame, common: set[str]) -> set[str]:
+    """Techniques whose rows have no parameter of their own (only those every row has): baselines."""
+    with_knob = {t for t, p in zip(rows["technique"], rows["params"]) if set(p) - common}
+    return set(rows["technique"]) - with_knob
+
+
+def _axis_sections(rows: pd.DataFrame, k: str, shared: list[str], knobless: set[str]) -> list[tuple]:
+    """``(config, k, members, lined row index)`` per group of ``rows`` (split by the varying workload
+    parameters other than ``k``) in which ``k`` varies within a series of ranked rows."""
+    out = []
+    for config, group in _split(rows, [o for o in shared if o != k]):
+        members = group[[k in p or t in knobless for t, p in zip(group["technique"], group["params"])]]
+        lined = _on_lines(ranked(members), k)
+        if lined:
+            out.append((config, k, members, lined))
+    return out
+
+
+def _on_lines(ok: pd.DataFrame, k: str) -> set:
+    """The rows of ``ok`` on a series (technique + every parameter but ``k``) with two or more values of ``k``."""
+    series: dict[str, list] = {}
+    for idx, t, p in zip(ok.index, ok["technique"], ok["params"]):
+        if k in p:
+            series.setdefault(_key([t, {n: v for n, v in p.items() if n != k}]), []).append((idx, _key(p[k])))
+    return {i for pts in series.values() if len({v for _, v in pts}) > 1 for i, _ in pts}
+
+
+def split_by(rows: pd.DataFrame, swept: str | None) -> list[str]:
+    """The workload parameters that vary across ``rows`` (one setting), other than ``swept``: what
+    :func:`sweep_sections` split them by (each section fixes them)."""
+    return _varying_common(rows, exclude={swept}) if len(rows) else []
 
 
 def line_labels(rows: pd.DataFrame, swept: str | None) -> pd.Series:

@@ -7,6 +7,7 @@ figure (bytes, seconds, ratio); the download holds the raw figures of the same r
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pandas as pd
@@ -16,7 +17,7 @@ from .page import Page
 from .tables import column, sort_value
 from .text import fmt_check, fmt_load, fmt_mib, fmt_rate, fmt_relative, fmt_step
 
-__all__ = ["measurement_table", "not_ranked_table", "run_identity", "machine_of", "several_runs", "setting_of"]
+__all__ = ["measurement_table", "not_ranked_table", "not_ranked_groups", "run_identity", "machine_of", "several_runs", "setting_of"]
 
 
 def _text(v: Any) -> str:
@@ -169,3 +170,37 @@ def not_ranked_table(page: Page, name: str, rows: pd.DataFrame, with_family: boo
               "error": "", "reason": _text(r.reason), "per_step": _per_step(r), "run": _run_text(r),
               "matches": fmt_check(r.check)} for r in order]
     return page.table(name, cols, cells, [_record(r) for r in order])
+
+
+def _reason_kind(reason: Any) -> str:
+    """A reason with its numbers blanked: rows failing the same way (a peer's known defect at every
+    size) share it."""
+    return re.sub(r"[-+]?\d[\d.,]*(e[-+]?\d+)?", "#", _text(reason))
+
+
+def not_ranked_groups(page: Page, name: str, rows: pd.DataFrame) -> dict[str, Any]:
+    """The rows that are never ranked, one table row per family, technique, status and kind of reason
+    (:func:`_reason_kind`) with its count: a peer's known defect is one row, not one per size.  The
+    reason, parameters and check shown are the first row's; the family page lists every row."""
+    bad = A.not_ranked(rows)
+    order = sorted(bad.itertuples(), key=lambda r: (r.family, r.technique, setting_of(r), A.sort_key(r.params_key),
+                                                   r.run, r.line))
+    groups: dict[tuple, list] = {}
+    for r in order:
+        groups.setdefault((r.family, r.technique, r.status_shown, _reason_kind(r.reason)), []).append(r)
+    cols = [column("family", "family"), column("technique", "technique", kind="tech"),
+            column("status", "status", kind="status"), column("count", "rows", num=True),
+            column("settings", "settings"), column("params", "parameters (first row)"),
+            column("reason", "reason (first row)"), column("matches", "matches reference (first row)", kind="check")]
+    cells, records = [], []
+    for (family, tech, status, _), group in groups.items():
+        first = group[0]
+        settings = sorted({A.setting_text(setting_of(r)) for r in group})
+        cells.append({"family": family, "technique": tech, "peer": bool(first.peer), "is_baseline": False, "note": None,
+                      "status": status, "error": "", "per_step": _per_step(first), "count": str(len(group)),
+                      "count__sort": len(group), "settings": "; ".join(settings),
+                      "params": A.param_text(first.params) + (f" (and {len(group) - 1} more)" if len(group) > 1 else ""),
+                      "reason": _text(first.reason), "matches": fmt_check(first.check)})
+        records.append({**_record(first), "rows": len(group), "settings": settings,
+                        "params_of_every_row": [r.params for r in group]})
+    return page.table(name, cols, cells, records)

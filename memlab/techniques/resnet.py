@@ -30,21 +30,16 @@ and the reproduction pages read: non-reentrant checkpointing hides its saved inp
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
+from ..functional.blocks import sqrt_segments
 from ..technique import Technique
 from ..workloads.resnet import ResNet
 
 __all__ = ["PlainResNet", "CheckpointBlockResNet", "CheckpointSqrtResNet", "RevNet", "RevNetNoSave",
            "RevNetAutograd", "sqrt_segments"]
-
-
-def sqrt_segments(blocks: int) -> int:
-    """Segments of the sqrt(n) technique: ``round(sqrt(blocks))``, at least 1."""
-    return max(1, round(math.sqrt(blocks)))
 
 
 class _Net(Technique):

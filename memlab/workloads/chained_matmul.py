@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ..advisor.declaration import AdvisorModel, Chunks, Entry
 from ..params import Param
 from ..record import MODES
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["ChainedMatmul", "MatmulWeights", "AnalyticFloor", "analytic_floor"]
+__all__ = ["ChainedMatmul", "ChainedMatmulModel", "MatmulWeights", "AnalyticFloor", "analytic_floor"]
 
 
 class MatmulWeights(torch.nn.Module):
@@ -142,3 +143,30 @@ def analytic_floor(config, chunk_size: int | None, element_size: int) -> Analyti
     }
     infer = {"output y [n, d]": n * d * e, "one chunk hidden [c, hidden]": c * hd * e}
     return AnalyticFloor(sum(train.values()), sum(infer.values()), train, infer, c)
+
+
+class ChainedMatmulModel(AdvisorModel, family="chunking"):
+    """The chunking family's advisor model (NOTE [ advisor models ] in :mod:`memlab.advisor.model`).
+
+    Sizes ``n, d, hidden``, knob ``chunk_size``: ``chunk = min(chunk_size, n)`` rows per chunk,
+    ``k = ceil(n / chunk)`` chunks, ``last = n - (k - 1) * chunk`` rows in the last one.
+    """
+
+    workload = ChainedMatmul
+    sizes = ("n", "d", "hidden")
+    workload_fixed = {"x_requires_grad": True}
+    loop = Chunks(rows="n", knob="chunk_size")
+    entries = (
+        Entry("unchunked"),
+        Entry("slice_loop", knobs=("chunk_size",)),
+        Entry("vmap_chunk", knobs=("chunk_size",)),
+        Entry("checkpoint_chunk", knobs=("chunk_size",)),
+        Entry("einsum_chunk", {"opt_einsum": False}, knobs=("chunk_size",)),
+        Entry("slice_accumulate", {"backward": "manual"}, knobs=("chunk_size",)),
+        Entry("slice_accumulate", {"backward": "autograd"}, knobs=("chunk_size",)),
+    )
+    held_out = {"n": (2, 400), "d": (2, 48), "hidden": (2, 96)}
+    time_sizes = ({"n": 2048, "d": 64, "hidden": 256}, {"n": 8192, "d": 128, "hidden": 512},
+                  {"n": 16384, "d": 256, "hidden": 512})
+    work = "n*d*hidden"
+    time_chunks = (1, 4, 16)

@@ -17,12 +17,13 @@ import math
 import torch
 from torch import nn
 
+from ..advisor.declaration import AdvisorModel, Count, Entry
 from ..functional.reversible import Coupling, residual_stack
 from ..params import Param
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["ResidualStack", "CouplingStack", "BLOCKS", "activation_bytes_per_block"]
+__all__ = ["ResidualStack", "ResidualStackModel", "CouplingStack", "BLOCKS", "activation_bytes_per_block"]
 
 BLOCKS = ("mlp", "conv")
 
@@ -132,3 +133,19 @@ class ResidualStack(Workload, name="residual_stack", family="reversible"):
     def reference(self, problem):
         m = problem.model
         return residual_stack(problem.inputs["x"], list(m.f), list(m.g), coupling=self.config["coupling"])
+
+
+class ResidualStackModel(AdvisorModel, family="reversible"):
+    """The reversible family's advisor model (MLP blocks, additive coupling): sizes
+    ``depth, batch, width, hidden``; ``k = depth`` (NOTE [ advisor models ] in :mod:`memlab.advisor.model`)."""
+
+    workload = ResidualStack
+    sizes = ("depth", "batch", "width", "hidden")
+    workload_fixed = {"coupling": "additive", "block": "mlp", "x_requires_grad": True}
+    loop = Count("depth")
+    entries = (Entry("residual"), Entry("checkpoint_block"), Entry("reversible"), Entry("reversible_nosave"))
+    held_out = {"batch": (1, 64), "width": (1, 40), "hidden": (1, 80)}
+    time_sizes = ({"depth": 8, "batch": 128, "width": 64, "hidden": 128},
+                  {"depth": 16, "batch": 256, "width": 128, "hidden": 256},
+                  {"depth": 16, "batch": 256, "width": 256, "hidden": 1024})
+    work = "depth*batch*width*hidden"

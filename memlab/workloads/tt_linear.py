@@ -19,12 +19,13 @@ import string
 import torch
 import torch.nn.functional as F
 
+from ..advisor.declaration import AdvisorModel, Chunks, Entry
 from ..functional.tt import TTShape
 from ..params import Param
 from ..workload import Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["TTLinear", "einsum_reconstruct"]
+__all__ = ["TTLinear", "TTLinearModel", "einsum_reconstruct"]
 
 _MODES = dict(low=1, high=4096, min_len=1, max_len=8)
 
@@ -92,3 +93,25 @@ class TTLinear(Workload, name="tt_linear", family="tensor_train"):
         if isinstance(model, torch.nn.Linear):
             return F.linear(x, model.weight, model.bias)
         return F.linear(x, einsum_reconstruct(model.cores).t())
+
+
+class TTLinearModel(AdvisorModel, family="tensor_train"):
+    """The tensor_train family's advisor model at fixed modes (8, 8, 8) -> (8, 8, 8) (512 -> 512, three
+    cores): sizes ``batch, rank``; ``tt_chunked``'s knob ``chunk_size`` splits the batch (``Chunks``).
+
+    The modes are held fixed (a mode tuple of any length is no monomial of a fixed set of sizes), so
+    every tensor's bytes are ``q * monomial(batch, rank, chunk, last)`` with ``q`` up to 4 * 512 * 8
+    (``max_quantum``).  Ranks stay at or below 64, where no boundary rank is clamped to the modes.
+    """
+
+    workload = TTLinear
+    sizes = ("batch", "rank")
+    workload_fixed = {"in_modes": (8, 8, 8), "out_modes": (8, 8, 8)}
+    loop = Chunks(rows="batch", knob="chunk_size")
+    entries = (Entry("dense"), Entry("tt_factorized"), Entry("tt_reconstructed"),
+               Entry("tt_chunked", knobs=("chunk_size",)))
+    held_out = {"batch": (2, 400), "rank": (1, 40)}
+    time_sizes = ({"batch": 256, "rank": 4}, {"batch": 1024, "rank": 8})
+    work = "batch*rank"
+    time_chunks = (1, 4, 16)
+    max_quantum = 1 << 15

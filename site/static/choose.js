@@ -43,7 +43,7 @@ var memlabChoose = (function () {
 
   function cmpBig(a, b) { return a < b ? -1 : (a > b ? 1 : 0); }
 
-  // -- the models (memlab.advisor.model, memlab.advisor.families) -------------------------------------
+  // -- the models (memlab.advisor.model, the loops of memlab.advisor.loops) ---------------------------
   function evalPoly(poly, values) {
     var total = 0n;
     Object.keys(poly).forEach(function (key) {
@@ -71,7 +71,16 @@ var memlabChoose = (function () {
       values.last = n - (k - 1) * chunk;
       return {k: k, values: values};
     }
-    return {k: params[loop.count], values: values};
+    if (loop.kind === "count") {               // size = per * k + offset (per 1, offset 0 unless stated)
+      var per = loop.per === undefined ? 1 : loop.per, offset = loop.offset === undefined ? 0 : loop.offset;
+      var v = params[loop.count] - offset;
+      if (v % per !== 0 || v < per) {
+        throw new Error(loop.count + "=" + params[loop.count] + " is not " + per + "k+" + offset + " (k >= 1)");
+      }
+      return {k: v / per, values: values};
+    }
+    if (loop.kind === "none") { return {k: 1, values: values}; }
+    throw new Error("loop kind " + loop.kind + " is not one this page evaluates");
   }
 
   function classFor(classes, k) {
@@ -112,7 +121,7 @@ var memlabChoose = (function () {
     return w > 0 ? t.r + (t.c + (k - 1) * t.o) / w : null;
   }
 
-  function knobCandidates(n, low, high) {   // memlab.advisor.families.knob_candidates
+  function knobCandidates(n, low, high) {   // memlab.advisor.loops.Chunks.knob_candidates
     var counts = new Set(), c = 1.0;
     while (c <= n) {
       counts.add(Math.trunc(c));

@@ -66,6 +66,7 @@ function showPanel(id) {
   var select = document.querySelector('select.config-select[data-group="' + group + '"]');
   if (select) { select.value = id; }
   panel.querySelectorAll("div.chart[data-drawn]").forEach(function (div) { Plotly.Plots.resize(div); });
+  markScrollingTables();
   return true;
 }
 
@@ -88,8 +89,24 @@ function setUpPanels() {
   followHash();
 }
 
+// A table wider than its frame scrolls inside it: mark the frame (the CSS shades its edge and says so).
+function markScrollingTables() {
+  document.querySelectorAll("div.table-box").forEach(function (box) {
+    box.classList.toggle("scrolls", box.scrollWidth > box.clientWidth + 1);
+  });
+}
+
 document.addEventListener("DOMContentLoaded", function () {
   setUpTables();
   setUpPanels();
   drawCharts();
+  markScrollingTables();
+  window.addEventListener("resize", markScrollingTables);
+  // tables a page's script builds later (the Choose page's answers) are marked once drawn
+  var pending = false;
+  new MutationObserver(function () {
+    if (pending) { return; }
+    pending = true;
+    requestAnimationFrame(function () { pending = false; markScrollingTables(); });
+  }).observe(document.body, {childList: true, subtree: true});
 });

@@ -4,7 +4,7 @@ A measurement records how long its phases took (``extra``: ``reference_check_s``
 ``recorded_steps_s``, ``resident_step_s``, ``flop_step_s``) beside its timed steps
 (``step_times_s``, and the plain reference steps interleaved with them: one more than the technique
 steps, recorded as their median ``reference_step_time_s``, so their sum here is that median times
-their count).  ``memlab sweep`` prints the sum at its end; ``python -m memlab.sweep_time FILE.jsonl``
+their count).  ``memlab sweep`` prints the sum at its end; ``python -m memlab.sweep.breakdown FILE.jsonl``
 prints it for a sweep file.  It tells a user which knob would shorten a long sweep: ``--repeats`` and
 ``--time-budget`` act on the timed steps, ``--iterations`` on the recorded ones, and the reference
 checks (float64 at the measured size, NOTE [ verdicts ]) depend only on the grid.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Mapping
 
-from .sweep_compare import read_rows
+from .compare import read_rows
 
 __all__ = ["PHASES", "phase_seconds", "time_breakdown", "main"]
 
@@ -68,10 +68,10 @@ def time_breakdown(rows: list[Mapping[str, Any]], wall_s: float | None = None, j
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m memlab.sweep_time FILE.jsonl [FILE ...]``: the breakdown of each file."""
+    """``python -m memlab.sweep.breakdown FILE.jsonl [FILE ...]``: the breakdown of each file."""
     paths = sys.argv[1:] if argv is None else argv
     if not paths:
-        print("usage: python -m memlab.sweep_time FILE.jsonl [FILE ...]", file=sys.stderr)
+        print("usage: python -m memlab.sweep.breakdown FILE.jsonl [FILE ...]", file=sys.stderr)
         return 2
     status = 0
     for name in paths:

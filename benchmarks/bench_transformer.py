@@ -1,0 +1,67 @@
+"""Transformer family (workload ``transformer``): one training step per technique, and the seq exponent.
+
+``Transformer``: technique x seq x device, the five memory and time figures of
+:class:`common.MemlabBenchmark` for a small decoder-only LM (2 layers, hidden 64, 4 heads, vocab 2048,
+batch 2: a step of well under a second on one core at seq 256).  ``TransformerComplexity``: the fitted
+log-log exponent of the exact activation peak against ``seq`` (:func:`memlab.complexity.fit_exponent`)
+at seq 128, 256, 512 with heads 8 of size 2, so that the T² terms dominate the eager step: ~2 for
+``eager_attention`` and ``sdpa_math``, ~1 for ``chunked_attention``; ``sdpa_flash`` (this CPU build's
+flash kernel) sizes its backward scratch by seq blocks, so its exponent is not a clean 1 (NOTE [ SDPA on
+this CPU build ] in memlab/techniques/transformer.py).  A complexity regression (a path that
+starts materialising the [T, T] scores) moves the exponent by ~1, which a single-seq figure can hide.
+"""
+from __future__ import annotations
+
+from . import common
+
+__all__ = ["Transformer", "TransformerComplexity", "TECHNIQUES", "COMPLEXITY_TECHNIQUES", "SEQS"]
+
+TECHNIQUES = ["eager_attention", "sdpa", "chunked_attention", "checkpoint_layer", "selective_checkpoint",
+              "chunked_lm_loss", "autocast_bf16", "offload_activations"]
+COMPLEXITY_TECHNIQUES = ["eager_attention", "sdpa_math", "sdpa_flash", "chunked_attention"]
+SEQS = (128, 256, 512)
+COMPLEXITY_FIXED = {"layers": 1, "batch": 1, "hidden": 16, "heads": 8, "vocab": 16}
+
+
+class Transformer(common.MemlabBenchmark):
+    """One training step of a 2-layer decoder-only LM on tokens [2, seq], vocab 2048."""
+
+    workload = "transformer"
+    workload_params = ("layers", "seq", "batch", "hidden", "heads", "vocab")
+    fixed = {"layers": 2, "batch": 2, "hidden": 64, "heads": 4, "vocab": 2048, "block": 32, "chunk": 128}
+    params, param_names = common.class_params([
+        ("technique", common.technique_list(TECHNIQUES, "transformer")),
+        ("seq", [64, 256]),
+        ("device", common.DEVICES),
+    ])
+
+
+class TransformerComplexity:
+    """Log-log exponent of the activation peak against seq, per technique (CPU, exact bytes)."""
+
+    params = [COMPLEXITY_TECHNIQUES, ["cpu"]]
+    param_names = ["technique", "device"]
+    timeout = 600
+    version = "1"
+
+    def setup(self, technique, device):
+        import memlab
+
+        if technique not in memlab.list_techniques():
+            raise NotImplementedError(f"technique {technique!r} is not in this memlab version")
+        self.technique, self.device = technique, device
+
+    def track_seq_exponent(self, technique, device):
+        import memlab
+        from memlab.complexity import fit_exponent
+
+        peaks = []
+        for seq in SEQS:
+            m = memlab.measure(technique, device=device, isolate=False, iterations=1, repeats=1, time_budget=0,
+                               check=False, seq=seq, **COMPLEXITY_FIXED)
+            if m.status != "ok":
+                raise RuntimeError(f"{technique} seq={seq}: {m.status} ({m.error})")
+            peaks.append(m.extra["activation_peak_bytes"])
+        return round(fit_exponent(SEQS, peaks).exponent, 3)
+
+    track_seq_exponent.unit = "exponent"

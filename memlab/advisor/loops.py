@@ -1,0 +1,268 @@
+"""The loop kinds of an advisor declaration: how a family's loop count ``k`` and the variables of its
+model pieces follow from the parameters (NOTE [ advisor models ] in :mod:`memlab.advisor.model`).
+
+Each kind is a small object carrying its own rules (loop count, variables, traced and held-out
+points, knob candidates, the Choose page's rule), as a coupling carries its forward and inverse;
+:meth:`Loop.from_json` reads one back from a model file.  Torch-free.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+__all__ = ["Loop", "NoLoop", "Chunks", "Count"]
+
+
+# -- loops ----------------------------------------------------------------------------------------
+
+class Loop:
+    """How a family's loop count ``k`` and the variables of its pieces follow from the parameters.
+
+    ``k`` selects the model class (``k = 1 .. BASE_K`` exact, larger ``k`` the general class with
+    ``m = k - BASE_K - 1``).  Subclasses register their ``kind`` (the name stored in model files).
+    """
+
+    kind: ClassVar[str] = ""
+    _KINDS: ClassVar[dict[str, type["Loop"]]] = {}
+    #: the technique parameter whose candidates the advisor searches (None: no knob)
+    knob: str | None = None
+
+    def __init_subclass__(cls, kind: str | None = None, **kw):
+        super().__init_subclass__(**kw)
+        if kind:
+            cls.kind = kind
+            Loop._KINDS[kind] = cls
+
+    # -- what each kind states ----------------------------------------------------------------
+    def loop_sizes(self) -> tuple[str, ...]:
+        """The sizes the loop count is read from (they are not piece variables in a looped class)."""
+        return ()
+
+    def looped(self, chunked: bool) -> bool:
+        """Whether the configuration has loop classes beyond ``k = 1``."""
+        return False
+
+    def loop_of(self, params: Mapping[str, int], sizes: Sequence[str], chunked: bool) -> tuple[int, dict[str, int]]:
+        """``(k, variables)``: the loop count and the values the pieces are written in."""
+        return 1, {s: int(params[s]) for s in sizes}
+
+    def class_variables(self, sizes: Sequence[str], k: int, chunked: bool) -> tuple[str, ...]:
+        """The variables a class's monomials may use."""
+        return tuple(sizes)
+
+    def trace_point(self, sizes: Sequence[str], k: int, chunked: bool, vals: Sequence[int]) -> dict[str, int]:
+        """A traced point of class ``k`` from distinct primes ``vals``: the non-loop sizes in declared
+        order take the first values, the loop's variables the next."""
+        return dict(zip(sizes, vals))
+
+    def values_needed(self, sizes: Sequence[str], k: int, chunked: bool) -> int:
+        return len(sizes)
+
+    def to_params(self, sizes: Sequence[str], k: int, point: Mapping[str, int], chunked: bool) -> dict[str, int]:
+        """Technique parameters of a traced point of class ``k``."""
+        return {s: point[s] for s in sizes}
+
+    def held_out(self, rng: random.Random, draw_others: Callable[[], dict[str, int]],
+                 ranges: Mapping[str, tuple[int, int]], chunked: bool, scale: int) -> dict[str, int]:
+        """One held-out configuration: the non-loop sizes (``draw_others()`` draws them from ``rng``)
+        plus the loop's parameters, drawn from the same ``rng`` in the loop's own order."""
+        return draw_others()
+
+    def knob_candidates(self, params: Mapping[str, int], low: int, high: int) -> list[int]:
+        """Knob values the advisor tries when none is given (empty: no knob)."""
+        return []
+
+    def check(self, params: Mapping[str, int]) -> None:
+        """Raise ValueError (naming the value and the valid ones) for parameters the loop cannot read."""
+
+    def variable_docs(self) -> dict[str, str]:
+        """What each loop variable means (written into the model file beside the sizes' docs)."""
+        return {}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind}
+
+    def page_rule(self, sizes: Sequence[str]) -> dict[str, Any]:
+        """The loop rule the Choose page's script evaluates (``loopOf`` in ``choose.js``)."""
+        return {"kind": self.kind, "sizes": [s for s in sizes if s not in self.loop_sizes()], "order": list(sizes)}
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> "Loop":
+        """The loop a model file states; ValueError naming the kinds known."""
+        kind = data.get("kind") if isinstance(data, Mapping) else None
+        if kind not in Loop._KINDS:
+            raise ValueError(f"loop kind {kind!r} is not known; known: {', '.join(sorted(Loop._KINDS))}")
+        args = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items() if k != "kind"}
+        return Loop._KINDS[kind](**args)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.to_json() == self.to_json()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.to_json().items())))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.to_json().items() if k != "kind")
+        return f"{type(self).__name__}({args})"
+
+
+class NoLoop(Loop, kind="none"):
+    """No loop: one class (``k = 1``) whose variables are the sizes."""
+
+
+class Chunks(Loop, kind="chunks"):
+    """``rows`` split in chunks of ``knob`` rows: ``chunk = min(knob, rows)`` (``rows`` without the
+    knob), ``k = ceil(rows / chunk)``, ``last = rows - (k - 1) * chunk`` rows in the last chunk.
+
+    Args:
+        rows: the size that is chunked (e.g. ``"n"``).
+        knob: the technique parameter giving rows per chunk (e.g. ``"chunk_size"``).
+        counts: loop counts a held-out point draws from (plus one in ``[4, k_max]``).
+        k_max: the largest held-out loop count.
+        chunk: range of the held-out chunk (rows, times the scale).
+    """
+
+    def __init__(self, rows: str, knob: str, counts: tuple[int, ...] = (1, 2, 3, 4, 5, 7, 11), k_max: int = 40,
+                 chunk: tuple[int, int] = (2, 40)):
+        self.rows, self.knob, self.counts, self.k_max, self.chunk = rows, knob, tuple(counts), int(k_max), tuple(chunk)
+
+    def loop_sizes(self):
+        return (self.rows,)
+
+    def looped(self, chunked):
+        return chunked
+
+    def loop_of(self, params, sizes, chunked):
+        n = int(params[self.rows])
+        chunk = min(int(params[self.knob]), n) if chunked else n
+        k = -(-n // chunk)
+        return k, {**{s: int(params[s]) for s in sizes}, "chunk": chunk, "last": n - (k - 1) * chunk}
+
+    def class_variables(self, sizes, k, chunked):
+        if k == 1 or not chunked:
+            return tuple(sizes)
+        return (*sizes, "chunk", "last")
+
+    def values_needed(self, sizes, k, chunked):
+        return len(sizes) + (0 if (k == 1 or not chunked) else 1)
+
+    def trace_point(self, sizes, k, chunked, vals):
+        others = [s for s in sizes if s != self.rows]
+        point = dict(zip(others, vals))
+        c = vals[len(others)]
+        if k == 1 or not chunked:
+            return {self.rows: c, **point}
+        last = vals[len(others) + 1]
+        last = min(last, c - 1) if last >= c else last
+        return {self.rows: (k - 1) * c + last, **point, "chunk": c, "last": last}
+
+    def to_params(self, sizes, k, point, chunked):
+        out = {s: point[s] for s in sizes}
+        if chunked:
+            out[self.knob] = point.get("chunk", point[self.rows])
+        return out
+
+    def held_out(self, rng, draw_others, ranges, chunked, scale):
+        others = draw_others()
+        if not chunked:
+            lo, hi = ranges.get(self.rows, (2, 400))
+            return {**others, self.rows: rng.randint(lo, hi) * scale}
+        k = rng.choice([*self.counts, rng.randint(4, self.k_max)])
+        c = rng.randint(*self.chunk) * scale
+        last = rng.randint(1, c)
+        return {**others, self.rows: (k - 1) * c + last, self.knob: c}
+
+    def knob_candidates(self, params, low, high):
+        """The smallest chunk giving each of a log-spaced set of chunk counts (1, 2, 3, 4, 6, 8, 12,
+        16 ... up to ``rows``), within ``[low, high]``."""
+        n = int(params[self.rows])
+        counts, c = set(), 1.0
+        while c <= n:
+            counts.add(int(c))
+            counts.add(int(round(c * 1.5)))
+            c *= 2
+        counts.add(n)
+        return sorted({max(low, min(high, -(-n // k))) for k in counts if 1 <= k <= n})
+
+    def variable_docs(self):
+        r = self.rows
+        return {"chunk": f"rows per chunk: min({self.knob}, {r}); {r} for unchunked",
+                "k": f"chunks: ceil({r} / chunk); selects the class (k = 1, 2, 3 exact; k >= 4 general)",
+                "last": f"rows of the last chunk: {r} - (k - 1) * chunk",
+                "m": "k - 4 in the general class (k_min = 4)"}
+
+    def to_json(self):
+        return {"kind": self.kind, "rows": self.rows, "knob": self.knob, "counts": list(self.counts),
+                "k_max": self.k_max, "chunk": list(self.chunk)}
+
+    def page_rule(self, sizes):
+        return {"kind": self.kind, "rows": self.rows, "knob": self.knob, "sizes": list(sizes), "order": list(sizes)}
+
+
+class Count(Loop, kind="count"):
+    """A size counts the loop: ``size = per * k + offset`` (``depth`` blocks: ``per = 1``; a 6n+2
+    ResNet: ``per = 6``, ``offset = 2``).  The variables are the other sizes.
+
+    Args:
+        size: the size parameter that counts the loop.
+        per, offset: ``size = per * k + offset``; a size not of that form is refused by :meth:`check`.
+        counts: loop counts a held-out point draws from (plus one in ``[4, k_max]``).
+        k_max: the largest held-out loop count.
+    """
+
+    def __init__(self, size: str, per: int = 1, offset: int = 0, counts: tuple[int, ...] = (1, 2, 3, 4, 5),
+                 k_max: int = 12):
+        if int(per) < 1:
+            raise ValueError(f"Count(per={per!r}) must be an integer >= 1")
+        self.size, self.per, self.offset, self.counts, self.k_max = size, int(per), int(offset), tuple(counts), int(k_max)
+
+    def loop_sizes(self):
+        return (self.size,)
+
+    def looped(self, chunked):
+        return True
+
+    def check(self, params):
+        v = int(params[self.size])
+        if (v - self.offset) % self.per or v < self.per + self.offset:
+            lo = max(1, (v - self.offset) // self.per)
+            raise ValueError(f"{self.size}={v} is not {self.per}k+{self.offset} (k >= 1); nearest valid: "
+                             f"{', '.join(str(self.per * k + self.offset) for k in (lo, lo + 1))}")
+
+    def loop_of(self, params, sizes, chunked):
+        self.check(params)
+        k = (int(params[self.size]) - self.offset) // self.per
+        return k, {s: int(params[s]) for s in sizes if s != self.size}
+
+    def class_variables(self, sizes, k, chunked):
+        return tuple(s for s in sizes if s != self.size)
+
+    def values_needed(self, sizes, k, chunked):
+        return len(sizes) - 1
+
+    def trace_point(self, sizes, k, chunked, vals):
+        return dict(zip(self.class_variables(sizes, k, chunked), vals))
+
+    def to_params(self, sizes, k, point, chunked):
+        return {self.size: self.per * k + self.offset, **{s: point[s] for s in sizes if s != self.size}}
+
+    def held_out(self, rng, draw_others, ranges, chunked, scale):
+        k = rng.choice([*self.counts, rng.randint(4, self.k_max)])
+        return {self.size: self.per * k + self.offset, **draw_others()}
+
+    def variable_docs(self):
+        plain = (self.per, self.offset) == (1, 0)
+        k = self.size if plain else f"({self.size} - {self.offset}) / {self.per}"
+        return {"k": f"{k}; selects the class (k = 1, 2, 3 exact; k >= 4 general)",
+                "m": f"{self.size if plain else 'k'} - 4 in the general class (k_min = 4)"}
+
+    def to_json(self):
+        return {"kind": self.kind, "size": self.size, "per": self.per, "offset": self.offset,
+                "counts": list(self.counts), "k_max": self.k_max}
+
+    def page_rule(self, sizes):
+        rule = {"kind": self.kind, "count": self.size, "sizes": [s for s in sizes if s != self.size],
+                "order": list(sizes)}
+        if (self.per, self.offset) != (1, 0):
+            rule.update(per=self.per, offset=self.offset)
+        return rule

@@ -1,0 +1,180 @@
+"""Your own model: a model file measured, checked and swept like a built-in family.
+
+::
+
+    memlab measure --model my_model.py --param batch=4                # plain autograd
+    memlab measure checkpoint_blocks --model my_model.py --param batch=4
+    memlab check --model my_model.py
+    memlab sweep --model my_model.py --grid batch=1,2,4 --out rows.jsonl
+    memlab.measure_model("my_model.py", "checkpoint_blocks", batch=4)  # -> Measurement
+
+A model file (:mod:`memlab.workloads.model_file`) registers, when loaded, a workload and one
+technique of each kind (:mod:`memlab.techniques.any_model`); loading goes through
+:func:`memlab.registry.load_plugin`, so every measuring child loads it again by path, as it does
+any plug-in.  :func:`load_model` also checks the file once (build, batch sizes, loss) and turns
+every problem into one :class:`~memlab.workloads.model_file.ModelFileError` line.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from .workloads.model_file import ModelFileError
+
+__all__ = ["load_model", "measure_model", "technique_name", "model_techniques", "register_model_module",
+           "ModelFileError", "apply_model_args"]
+
+
+def register_model_module(module, path: str) -> None:
+    """Register the workload and techniques of an imported model file (called by
+    :func:`memlab.registry.load_plugin` for a file that defines ``build``/``batch`` and registers no
+    technique).  Checks only what needs no call: :func:`load_model` checks the rest."""
+    from .registry import list_workloads, get_workload
+    from .techniques.any_model import techniques_for
+    from .workloads.model_file import ModelWorkload, read_model_module, workload_for
+
+    mf = read_model_module(module, path)
+    for name in list_workloads():
+        other = get_workload(name)
+        if issubclass(other, ModelWorkload) and other is not ModelWorkload and other.model_file.stem == mf.stem:
+            raise ModelFileError(f"model file {path} has the name of {other.model_file.path}, loaded before "
+                                 f"(family {mf.family}); rename one of them")
+    techniques_for(workload_for(mf, module.__name__))
+
+
+def _workload_of(path: str):
+    from .registry import get_workload, list_workloads
+    from .workloads.model_file import ModelWorkload
+
+    for name in list_workloads():
+        cls = get_workload(name)
+        if issubclass(cls, ModelWorkload) and cls is not ModelWorkload and cls.model_file.path == path:
+            return cls
+    return None
+
+
+def load_model(model: str | os.PathLike | Callable):
+    """Load and check a model file; returns its workload class (``.family``: ``model:<stem>``).
+
+    ``model``: the file's path, or its ``build`` function (the file it is defined in).  Loading a
+    file twice checks it once.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ModelFileError: the file raises on import, lacks ``build``/``batch``, or fails
+            :func:`~memlab.workloads.model_file.check_model_file`; one line naming the file.
+    """
+    from .registry import load_plugin
+    from .workloads.model_file import check_model_file
+
+    path = _path_of(model)
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {str(model)!r} does not exist")
+    resolved = str(path.resolve())
+    if _workload_of(resolved) is None:
+        try:
+            load_plugin(resolved)
+        except ImportError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ModelFileError):
+                raise cause from None
+            what = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+            raise ModelFileError(f"model file {path.name} failed to import: {what}".splitlines()[0]) from None
+    workload = _workload_of(resolved)
+    if workload is None:
+        raise ModelFileError(f"model file {path.name} defines neither build() nor batch(), or registers "
+                             f"techniques of its own (a plug-in: use --plugin); a model file defines build() -> "
+                             f"torch.nn.Module and batch(size) -> tensors")
+    if not workload.__dict__.get("_checked"):
+        check_model_file(workload.model_file)
+        workload._checked = True
+    return workload
+
+
+def _path_of(model) -> Path:
+    if callable(model) and not isinstance(model, (str, os.PathLike)):
+        try:
+            source = inspect.getsourcefile(model)
+        except TypeError:
+            source = None
+        if not source:
+            raise ModelFileError(f"{getattr(model, '__name__', model)!r} is not defined in a file; a measuring "
+                                 f"child imports the model file again, so pass its path")
+        return Path(source)
+    return Path(model)
+
+
+def model_techniques(model) -> dict[str, str]:
+    """``{kind: registered technique name}`` of a model file (``{"plain": "my_model__plain", ...}``)."""
+    from .registry import list_techniques, get_technique
+    from .techniques.any_model import KINDS
+
+    workload = load_model(model)
+    found = {get_technique(n).kind: n for n in list_techniques(workload.family)}
+    return {kind: found[kind] for kind in KINDS if kind in found}
+
+
+def technique_name(model, kind: str) -> str:
+    """The registered name of technique ``kind`` of a model file; ValueError listing the kinds."""
+    names = model_techniques(model)
+    if kind in names.values():
+        return kind
+    if kind not in names:
+        raise ValueError(f"unknown technique {kind!r} for a model file; available: {', '.join(names)}")
+    return names[kind]
+
+
+def measure_model(model, technique: str = "plain", **kwargs: Any):
+    """Measure technique ``technique`` (a kind: ``plain``, ``checkpoint_blocks``...) on a model file.
+
+    ``kwargs``: :func:`memlab.measure`'s settings (``device``, ``dtype``, ``optimizer``...) and the
+    workload's parameters (``batch=4``, ``blocks="transformer.h"``, a ``batch()`` size such as
+    ``seq=64``).  ``loss`` must stay ``given``: the step's loss is the file's.
+
+    Returns:
+        a :class:`~memlab.record.Measurement` (family ``model:<stem>``), like :func:`memlab.measure`.
+
+    Example:
+        >>> m = memlab.measure_model("examples/tiny_gpt.py", "checkpoint_blocks", batch=4)  # doctest: +SKIP
+        >>> m.extra["block_count"], m.peak_allocated_bytes                                 # blocks, bytes
+    """
+    from .measurement import measure
+
+    _loss_is_the_files(kwargs.get("loss", "given"))
+    return measure(technique_name(model, technique), **kwargs)
+
+
+def _loss_is_the_files(loss: str) -> None:
+    if loss != "given":
+        raise ValueError(f"loss={loss!r} does not apply to a model file: its step minimises the file's "
+                         f"loss(output, batch) (or the mean squared output); leave loss='given'")
+
+
+def apply_model_args(args, command: str) -> None:
+    """``--model FILE`` on the command line: load and check the file, then point ``args`` at its
+    family, so ``memlab measure|check|sweep`` run unchanged.  ``measure``'s name and ``sweep``'s
+    ``--technique`` are kinds (``checkpoint_blocks``); ``--blocks`` becomes ``blocks=`` in
+    ``--param`` (measure) or ``--grid`` (sweep)."""
+    workload = load_model(args.model)
+    names = model_techniques(args.model)
+    blocks = getattr(args, "blocks", None)
+    if command == "measure":
+        _loss_is_the_files(args.loss)
+        args.name = technique_name(args.model, args.name or "plain")
+        args.param = (args.param or []) + ([f"blocks={blocks}"] if blocks else [])
+    elif command == "sweep":
+        _loss_is_the_files(args.loss)
+        if args.family and args.family != workload.family:
+            raise ValueError(f"--model sweeps family {workload.family}; leave out --family {args.family}")
+        args.family = workload.family
+        args.technique = [technique_name(args.model, k) for k in args.technique] if args.technique else None
+        args.grid = (args.grid or []) + ([f"blocks={blocks}"] if blocks else [])
+    elif command == "check":
+        if blocks:
+            raise ValueError("--blocks does not apply to memlab check, which checks each technique at batch=2 "
+                             "with the guessed blocks; give --blocks to memlab measure or sweep")
+        args.name = [technique_name(args.model, k) for k in args.name] if args.name else list(names.values())
+    else:
+        raise ValueError(f"--model does not apply to memlab {command}")

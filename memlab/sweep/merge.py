@@ -1,0 +1,155 @@
+"""``memlab merge OUT SHARD...``: the rows of a sharded sweep (or of any sweep files) in one file.
+
+Rows are copied as they were written (the raw JSON line, so every host fact and figure stays as
+measured).  A point present in two files must have the same exact figures
+(:data:`memlab.sweep.compare.EXACT_FIELDS`) in both: then it is kept once, else nothing is written
+and the conflict is named.  Within one file a point measured twice keeps its last row (what
+``--resume`` leaves).  When the rows carry ``extra["sweep_shard"]`` (``memlab sweep --shard``), the
+merge also checks that every file belongs to the same plan and names the shards and points missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..atomic import write_text_atomic
+from .compare import EXACT_FIELDS, point_key
+
+__all__ = ["MergeConflict", "MergeReport", "merge_shards"]
+
+
+class MergeConflict(ValueError):
+    """Two files hold different exact figures for one point, or shards of different plans."""
+
+
+@dataclass
+class MergeReport:
+    """What :func:`merge_shards` did: rows written, duplicates kept once, unreadable lines, missing
+    shards and points (named when the plan could be rebuilt)."""
+    rows: int = 0
+    files: int = 0
+    duplicates: int = 0
+    problems: list[str] = field(default_factory=list)
+    shard_count: int | None = None
+    missing_shards: list[int] = field(default_factory=list)
+    planned: int | None = None
+    missing_points: list[str] = field(default_factory=list)
+    missing_count: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing_shards and not self.missing_count and not self.problems
+
+    def text(self, out: str) -> str:
+        lines = [f"merged {self.rows} row{'s' if self.rows != 1 else ''} from {self.files} "
+                 f"file{'s' if self.files != 1 else ''} into {out}"
+                 + (f" ({self.duplicates} point{'s' if self.duplicates != 1 else ''} found in two files with "
+                    f"identical exact figures, kept once)" if self.duplicates else "")]
+        if self.shard_count is not None:
+            lines.append(f"plan: {self.planned} points in {self.shard_count} shards; "
+                         + ("every shard present" if not self.missing_shards else
+                            "missing shard" + ("s " if len(self.missing_shards) > 1 else " ")
+                            + ", ".join(f"{i}/{self.shard_count}" for i in self.missing_shards)))
+            lines.append(f"missing points: {self.missing_count}" if self.missing_count else "missing points: none")
+            lines += [f"  {p}" for p in self.missing_points[:20]]
+            if len(self.missing_points) > 20:
+                lines.append(f"  ... and {len(self.missing_points) - 20} more")
+        lines += [f"unreadable: {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+def _rows(path: Path, problems: list[str]) -> dict[tuple, tuple[str, dict[str, Any]]]:
+    """``{point key: (raw line, row)}`` of one file, the last row of a point winning."""
+    out: dict[tuple, tuple[str, dict[str, Any]]] = {}
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                text = raw.decode("utf-8").rstrip("\n")
+                row = json.loads(text)
+            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+                problems.append(f"{path}:{number}: not a JSON row ({type(exc).__name__})")
+                continue
+            if not isinstance(row, dict) or "technique" not in row:
+                problems.append(f"{path}:{number}: not a memlab row")
+                continue
+            out[point_key(row)] = (text, row)
+    return out
+
+
+def _conflict(key: tuple, a: dict, b: dict) -> str | None:
+    for name in EXACT_FIELDS:
+        if name in a and name in b and a[name] != b[name]:
+            return f"{name} {a[name]!r} vs {b[name]!r}"
+    return None
+
+
+def merge_shards(out: str | os.PathLike, shards: list[str | os.PathLike], *,
+                 replan: Callable[[dict[str, Any]], list[tuple[str, dict[str, Any]]]] | None = None) -> MergeReport:
+    """Union the rows of ``shards`` into ``out`` (written atomically; nothing is written on a conflict).
+
+    ``replan(plan_args)`` rebuilds the plan's ``(technique, params)`` list so that missing points can
+    be named; without it (or when it fails) they are counted from the shards' records.
+    Raises :class:`MergeConflict` (two exact figures for one point, or shards of different plans),
+    FileNotFoundError / IsADirectoryError for an unusable input, ValueError when ``out`` is an input.
+    """
+    paths = [Path(p) for p in shards]
+    if not paths:
+        raise ValueError("memlab merge needs at least one shard file")
+    if any(Path(out).resolve() == p.resolve() for p in paths if p.exists()):
+        raise ValueError(f"{out}: the output is also one of the inputs; write the merge to a new file")
+    report = MergeReport(files=len(paths))
+    merged: dict[tuple, tuple[str, dict[str, Any], Path]] = {}
+    for path in paths:
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: is a directory, not a sweep file")
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such sweep file")
+        for key, (text, row) in _rows(path, report.problems).items():
+            if key in merged:
+                why = _conflict(key, merged[key][1], row)
+                if why:
+                    raise MergeConflict(f"{key[0]} {key[1]} ({key[2]}, {key[3]}, {key[4]}): {why} "
+                                        f"in {merged[key][2]} and {path}; refusing to merge")
+                report.duplicates += 1
+                continue
+            merged[key] = (text, row, path)
+    _check_plan(merged, report, replan)
+    write_text_atomic(Path(out), "".join(text + "\n" for text, _, _ in merged.values()))
+    report.rows = len(merged)
+    return report
+
+
+def _check_plan(merged: dict, report: MergeReport, replan) -> None:
+    records = {}
+    for _, row, path in merged.values():
+        rec = (row.get("extra") or {}).get("sweep_shard")
+        if isinstance(rec, dict):
+            records.setdefault(rec.get("plan"), []).append((rec, path))
+    if not records:
+        return
+    if len(records) > 1:
+        files = {plan: sorted({str(p) for _, p in recs}) for plan, recs in records.items()}
+        raise MergeConflict("the files are shards of different sweeps (plans "
+                            + "; ".join(f"{plan}: {', '.join(fs)}" for plan, fs in files.items())
+                            + "); merge the shards of one plan")
+    (plan, recs), = records.items()
+    first = recs[0][0]
+    report.shard_count, report.planned = int(first["count"]), int(first["planned"])
+    seen = {int(r["index"]) for r, _ in recs}
+    report.missing_shards = [i for i in range(1, report.shard_count + 1) if i not in seen]
+    report.missing_count = max(0, report.planned - len(merged))
+    if replan is None or not report.missing_count:
+        return
+    try:
+        planned = replan(first["plan_args"])
+    except Exception as exc:  # noqa: BLE001 - naming the points is a courtesy; the count stands
+        report.missing_points = [f"(could not rebuild the plan to name them: {exc})"]
+        return
+    have = {(row.get("technique"), json.dumps(row.get("params", {}), sort_keys=True)) for _, row, _ in merged.values()}
+    report.missing_points = [f"{t} {json.dumps(p, sort_keys=True)}" for t, p in planned
+                             if (t, json.dumps(p, sort_keys=True)) not in have]

@@ -1,0 +1,99 @@
+"""``memlab sweep --executor ray``: each point a Ray task, measured on a worker, its row written by the driver.
+
+NOTE [ Ray executor ]
+~~~~~~~~~~~~~~~~~~~~~
+The driver (the ``memlab sweep`` process) plans the sweep, sends every point as a task and writes
+each row as it comes back, through the same durable output as a local sweep (lock, one write and
+fsync per row, ``--resume`` unchanged): a worker never touches the file.  A task runs memlab's
+isolated measurement on its worker (a child of a fork server there, as locally), so the figures are
+the worker host's, and the row's ``environment`` says which host and GPU that was.  Resources: one
+GPU per task on CUDA (``num_gpus=1``: Ray sets the task's ``CUDA_VISIBLE_DEVICES``), ``threads``
+CPUs per task on the CPU (default 1).  A task whose worker process dies (killed, OOM-killed, node
+lost) is retried once by Ray (``max_retries=1``); if the retry dies too, the point is recorded as an
+``error`` row naming the failure, so nothing is lost and nothing is written twice.  An exception
+inside the measurement is not a death: memlab already turns it into an ``error``/``oom`` row.
+Plug-ins loaded in the driver are loaded by each task from the same path (it must exist on the
+workers).  ``ray`` is an optional dependency: ``pip install "memlab[cluster]"``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Iterator
+
+__all__ = ["RAY_RETRIES", "ray_available", "run_on_ray"]
+
+#: how many times Ray re-runs a point whose worker died, before memlab records it as an error
+RAY_RETRIES = 1
+
+
+def ray_available() -> str | None:
+    """None when ``ray`` imports, else why not (one line, for the CLI and the tests' skip reason)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as exc:
+        return f"the Ray executor needs ray (pip install 'memlab[cluster]'): {exc}"
+    return None
+
+
+def _measure_task(technique: str, params: dict[str, Any], measure_kw: dict[str, Any], plugins: list[str]) -> str:
+    """Runs on a Ray worker: the isolated measurement of one point, as a Measurement JSON line."""
+    from memlab.measurement import measure
+    from memlab.registry import load_plugin, loaded_plugins
+
+    for path in plugins:
+        if path not in loaded_plugins():
+            load_plugin(path)
+    return measure(technique, **measure_kw, **params).to_json()
+
+
+def _error_row(point, measure_kw: dict[str, Any], exc: BaseException):
+    """The ``error`` row of a point whose task failed twice (worker deaths)."""
+    from ..measurement.devices import parse_device
+    from ..measurement.inprocess import skeleton
+    from ..registry import get_technique
+
+    technique = get_technique(point.technique)(**point.params)
+    row = skeleton(technique, str(parse_device(measure_kw.get("device", "cpu"))), measure_kw.get("dtype", "float32"),
+                   measure_kw.get("mode", "train"), optimizer=measure_kw.get("optimizer", "sgd"),
+                   loss=measure_kw.get("loss", "given"))
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return dataclasses.replace(
+        row, status="error",
+        error=(f"the Ray task died {RAY_RETRIES + 1} times ({type(exc).__name__}: {first[:300]}); "
+               f"Ray retried it {RAY_RETRIES} time{'s' if RAY_RETRIES != 1 else ''}"))
+
+
+def run_on_ray(points: list, measure_kw: dict[str, Any], *,
+               address: str | None = None) -> Iterator[tuple[Any, Any, float]]:
+    """Yield ``(point, Measurement, seconds)`` as Ray finishes the points (NOTE [ Ray executor ]).
+
+    Connects to ``address`` (a running cluster: ``auto`` or ``ray://host:port``), or uses the Ray
+    instance this process already started, or starts a local one.
+    """
+    import ray
+
+    from ..record import Measurement
+    from ..registry import loaded_plugins
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    gpu = str(measure_kw.get("device", "cpu")).startswith("cuda")
+    cpus = measure_kw.get("threads") or 1
+    task = ray.remote(num_cpus=cpus, num_gpus=1 if gpu else 0, max_retries=RAY_RETRIES,
+                      retry_exceptions=False)(_measure_task)
+    plugins = list(loaded_plugins())
+    last = time.perf_counter()
+    pending = {task.remote(p.technique, p.params, measure_kw, plugins): p for p in points}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        ref = ready[0]
+        point = pending.pop(ref)
+        try:
+            row = Measurement.from_json(ray.get(ref))
+        except (ray.exceptions.WorkerCrashedError, ray.exceptions.RayTaskError, ray.exceptions.NodeDiedError,
+                ray.exceptions.RayError) as exc:
+            row = _error_row(point, measure_kw, exc)
+        now = time.perf_counter()
+        yield point, row, now - last  # seconds since the previous point finished (for the ETA)
+        last = now

@@ -1,0 +1,173 @@
+"""Techniques that apply to any model: the family of each user's model file.
+
+Each model file (:mod:`memlab.workloads.model_file`) gets its own copy of every technique here,
+registered as ``<stem>__<kind>`` in family ``model:<stem>`` (:func:`techniques_for`); the kinds:
+
+* ``plain``: plain autograd, the baseline: every activation of every block saved for backward.
+* ``checkpoint_blocks``: ``torch.utils.checkpoint`` (``use_reentrant=False``) around each repeated
+  block (:func:`memlab.functional.blocks.find_blocks`, or ``blocks=`` / ``--blocks``): a block keeps
+  its inputs, the rest is recomputed in backward one block at a time; one extra forward of the blocks.
+* ``checkpoint_sqrt``: ``checkpoint_sequential`` over each container's blocks in ``round(sqrt(n))``
+  segments (Chen et al. 2016): segment boundaries kept, one segment rebuilt at a time (the last runs
+  plainly); for blocks chained tensor -> tensor.
+* ``selective_checkpoint``: ``checkpoint_each`` with ``create_selective_checkpoint_contexts``, the
+  policy saving matmul outputs (``mm``, ``bmm``, ``addmm``, ``baddbmm``) and recomputing the rest.
+* ``autocast_bf16``: the forward and loss under ``torch.autocast(dtype=torch.bfloat16)``: matmuls and
+  convolutions compute, and save for backward, in bfloat16.  Autocast leaves float64 alone, so the
+  float64 reference check runs this technique unautocast (its bfloat16 error shows as the measured
+  dtype's drift).
+* ``offload_activations``: ``torch.autograd.graph.save_on_cpu(pin_memory=True)``: every tensor saved
+  for backward goes to host memory; CUDA only.
+
+A technique that needs blocks refuses (:class:`~memlab.TechniqueUnavailable`) a model where none are
+found, saying how to name them.  Every measurement records what was found in ``extra``
+(``blocks``, ``block_count``, ``block_type``, ``blocks_found_by``, ``segments``...).  The measured
+activation peak (``extra["activation_peak_bytes"]``) is the figure to compare: non-reentrant
+checkpointing keeps a block's inputs as temporaries rather than saved activations (as in the
+resnet family, NOTE [ memory categories ]).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar
+
+import torch
+
+from ..errors import TechniqueUnavailable
+from ..functional.blocks import MATMUL_OPS, checkpoint_each, checkpoint_sqrt, matmul_saving_context, sqrt_segments
+from ..technique import Technique
+from ..workloads.model_file import ModelWorkload
+
+__all__ = ["AnyModelTechnique", "techniques_for", "KINDS", "BASELINE_KIND"]
+
+
+class AnyModelTechnique(Technique):
+    """Base of the techniques of a model file; ``kind`` names the technique within the family."""
+
+    workload = ModelWorkload
+    kind: ClassVar[str] = ""
+    needs_blocks: ClassVar[bool] = False
+    reports_activation_peak = True
+    path: ClassVar[str] = ""
+
+    def check_available(self, device: torch.device) -> None:
+        super().check_available(device)
+        if self.needs_blocks and self.problem_spec.meta_blocks() is None:
+            raise TechniqueUnavailable(
+                f"technique {self.name!r} does not apply to {self.family()}: the model has no nn.ModuleList or "
+                f"nn.Sequential of two or more same-type blocks; name the list of blocks with --blocks path.to.list "
+                f"(--param blocks=path.to.list)")
+
+    def forward(self, problem):
+        with self.applied(problem):
+            return self.problem_spec.run(problem)
+
+    def applied(self, problem):
+        """The context the step's forward and loss run in."""
+        return contextlib.nullcontext()
+
+    def describe(self, problem, mode="train") -> dict[str, Any]:
+        blocks = self.problem_spec.blocks(problem)
+        facts = {"model_file": self.problem_spec.model_file.path, "model_technique": self.kind, "path": self.path}
+        return {**facts, **(blocks.facts() if blocks is not None else {"block_count": 0})}
+
+    @classmethod
+    def source_file(cls) -> str | None:
+        """The model file: the measuring child imports it (as a plug-in) to find this technique."""
+        return cls.workload.model_file.path if cls.workload is not ModelWorkload else super().source_file()
+
+
+class Plain(AnyModelTechnique):
+    """Plain autograd: the baseline; every block's activations saved for backward."""
+
+    kind = "plain"
+    baseline = True
+    path = "plain autograd"
+
+
+class CheckpointBlocks(AnyModelTechnique):
+    """``torch.utils.checkpoint`` (non-reentrant) around each repeated block; keeps block inputs."""
+
+    kind = "checkpoint_blocks"
+    needs_blocks = True
+    path = "torch.utils.checkpoint per block, use_reentrant=False"
+
+    def applied(self, problem):
+        return checkpoint_each(self.problem_spec.blocks(problem))
+
+
+class CheckpointSqrt(AnyModelTechnique):
+    """``checkpoint_sequential`` over each container of blocks in round(sqrt(n)) segments."""
+
+    kind = "checkpoint_sqrt"
+    needs_blocks = True
+    path = "torch.utils.checkpoint.checkpoint_sequential, segments=round(sqrt(blocks)) per container, " \
+           "use_reentrant=False"
+
+    def applied(self, problem):
+        return checkpoint_sqrt(problem.model, self.problem_spec.blocks(problem))
+
+    def describe(self, problem, mode="train"):
+        facts = super().describe(problem, mode)
+        blocks = self.problem_spec.blocks(problem)
+        return {**facts, "segments": [sqrt_segments(len(m)) for m in blocks.modules]} if blocks else facts
+
+
+class SelectiveCheckpoint(AnyModelTechnique):
+    """Selective activation checkpointing per block: matmul outputs saved, everything else recomputed."""
+
+    kind = "selective_checkpoint"
+    needs_blocks = True
+    path = "torch.utils.checkpoint per block, use_reentrant=False, context_fn=create_selective_checkpoint_contexts"
+
+    def applied(self, problem):
+        return checkpoint_each(self.problem_spec.blocks(problem), context_fn=matmul_saving_context)
+
+    def describe(self, problem, mode="train"):
+        return {**super().describe(problem, mode), "policy_saves": sorted(str(op) for op in MATMUL_OPS)}
+
+
+class AutocastBf16(AnyModelTechnique):
+    """Forward and loss under ``torch.autocast(dtype=bfloat16)``: matmuls save bfloat16 activations."""
+
+    kind = "autocast_bf16"
+    path = "torch.autocast(device_type, dtype=torch.bfloat16) around forward and loss"
+
+    def applied(self, problem):
+        device = problem.grad_output.device.type
+        return torch.autocast(device, dtype=torch.bfloat16)
+
+    def describe(self, problem, mode="train"):
+        dtype = problem.grad_output.dtype
+        return {**super().describe(problem, mode), "autocast_active": dtype == torch.float32 or dtype == torch.float16}
+
+
+class OffloadActivations(AnyModelTechnique):
+    """``torch.autograd.graph.save_on_cpu(pin_memory=True)``: tensors saved for backward live on the host."""
+
+    kind = "offload_activations"
+    devices = ("cuda",)
+    path = "torch.autograd.graph.save_on_cpu(pin_memory=True) around forward and loss"
+
+    def applied(self, problem):
+        return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+
+#: the technique templates by kind, in the order ``memlab list`` shows them
+KINDS: dict[str, type[AnyModelTechnique]] = {c.kind: c for c in (
+    Plain, CheckpointBlocks, CheckpointSqrt, SelectiveCheckpoint, AutocastBf16, OffloadActivations)}
+BASELINE_KIND = "plain"
+
+
+def techniques_for(workload: type[ModelWorkload]) -> dict[str, type[AnyModelTechnique]]:
+    """Register every kind for ``workload`` (a model file's): ``{kind: class}``, named ``<stem>__<kind>``,
+    each non-baseline's twin the file's ``plain``."""
+    stem = workload.model_file.stem
+    baseline = f"{stem}__{BASELINE_KIND}"
+    out = {}
+    for kind, template in KINDS.items():
+        namespace = {"workload": workload, "__module__": workload.__module__,
+                     "__qualname__": f"{template.__name__}_{stem}", "__doc__": template.__doc__,
+                     "twin": None if template.baseline else baseline}
+        out[kind] = type(f"{template.__name__}_{stem}", (template,), namespace, name=f"{stem}__{kind}")
+    return out

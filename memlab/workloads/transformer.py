@@ -1,0 +1,216 @@
+"""A decoder-only transformer language model: the workload of the transformer family.
+
+Input ``tokens`` [B, T] (int64 ids in [0, V)), output the per-token cross-entropy [B, T] against
+``targets`` [B, T]; the upstream gradient is a seeded positive weight per token summing to about 1
+(a mean loss with per-token weights).  The model (GPT-2's layout, pre-LayerNorm):
+
+    h = dropout(E[tokens] + P[:T])                                   # [B, T, D], D = hidden
+    layers x:  h = h + dropout(W_o · attention(W_qkv · LN1(h)))      # H = heads, d = D / H
+               h = h + dropout(W_2 · gelu(W_1 · LN2(h)))             # W_1: D -> 4D, W_2: 4D -> D
+    loss = cross_entropy(LN_f(h) · W_headᵀ, targets)                  # untied head [V, D], no bias
+
+with causal multi-head attention.  A technique chooses *how* (a :class:`Path`): the attention
+kernel, the per-block wrapper (checkpointing) and the loss; the reference is the plain eager
+model (:data:`EAGER`).
+
+# NOTE [ dropout and the reference check ]
+Dropout makes the output a random function of the seed.  Every forward with ``dropout > 0``
+re-seeds the global RNG to :attr:`TransformerLM.dropout_seed` inside ``torch.random.fork_rng`` (the
+caller's RNG stream is left as it was), so the reference and a technique that draws the same masks
+in the same order (eager attention; checkpointing, whose recomputation restores the RNG state; the
+chunked loss, which has no dropout) give the same output, in the float64 check and at every
+measured step.  ``fork_rng`` saves the RNG state as a small CPU tensor (5,056 bytes on CPU) inside
+the step.  Attention kernels that draw their attention-dropout mask differently (SDPA's own
+dropout, a per-block draw) cannot be compared with the reference at ``dropout > 0``: those
+techniques refuse it (``TechniqueUnavailable``) and are measured at ``dropout = 0``.  At
+``dropout = 0`` (the default, and every sweep grid) no RNG is touched.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..functional.attention import eager_attention
+from ..functional.lm_loss import plain_lm_loss
+from ..params import Param
+from ..workload import DEFAULT_TOLERANCES, Problem, Workload
+from .seeding import seeded_randn
+
+__all__ = ["Transformer", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block"]
+
+#: ``attention(q, k, v, dropout_p) -> out``: q, k, v and out [B, H, T, d]
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
+#: ``loss(h, weight, targets) -> loss``: h [N, D], weight [V, D], targets [N] -> [N]
+Loss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# NOTE [ heads-first copy ]
+# The qkv projection gives [B, T, 3, H, d]; attention wants [B, H, T, d].  As a permuted view, what the
+# attention's batched matmuls keep depends on the batch size: for B > 1 ``matmul`` cannot fold
+# [B, H] of the view into one batch dimension and copies q and k (and v) for itself, for B = 1 it
+# keeps views of the whole [B, T, 3D] projection.  One explicit copy to a contiguous [3, B, H, T, d]
+# makes q, k, v contiguous views of one tensor for every B, so what each technique keeps has one
+# formula (:mod:`memlab.techniques.transformer_bytes`); the copy is what FlashAttention-style
+# kernels expect anyway.
+
+
+class Block(nn.Module):
+    """One pre-LayerNorm block: causal multi-head attention, then a 4x MLP with GELU (tanh-free)."""
+
+    def __init__(self, hidden: int, heads: int, dropout: float, device=None, dtype=None):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.heads, self.dropout = heads, dropout
+        self.ln1 = nn.LayerNorm(hidden, **kw)
+        self.qkv = nn.Linear(hidden, 3 * hidden, **kw)
+        self.proj = nn.Linear(hidden, hidden, **kw)
+        self.ln2 = nn.LayerNorm(hidden, **kw)
+        self.fc1 = nn.Linear(hidden, 4 * hidden, **kw)
+        self.fc2 = nn.Linear(4 * hidden, hidden, **kw)
+
+    def forward(self, h: torch.Tensor, attention: Attention) -> torch.Tensor:
+        """[B, T, D] -> [B, T, D]."""
+        b, t, dim = h.shape
+        # heads-first and contiguous, [3, B, H, T, d], in one copy (NOTE [ heads-first copy ])
+        qkv = self.qkv(self.ln1(h)).view(b, t, 3, self.heads, dim // self.heads).permute(2, 0, 3, 1, 4).contiguous()
+        o = attention(qkv[0], qkv[1], qkv[2], self.dropout)  # [B, H, T, d] each
+        o = o.transpose(1, 2).reshape(b, t, dim)
+        h = h + self._drop(self.proj(o))
+        return h + self._drop(self.fc2(F.gelu(self.fc1(self.ln2(h)))))
+
+    def _drop(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(x, self.dropout, training=True) if self.dropout > 0 else x
+
+
+def plain_block(block: Block, h: torch.Tensor, attention: Attention) -> torch.Tensor:
+    """Run ``block`` with plain autograd."""
+    return block(h, attention)
+
+
+@dataclass(frozen=True)
+class Path:
+    """How a forward computes the model: the attention kernel, the per-block runner and the loss.
+
+    ``run_block(block, h, attention) -> h`` wraps each block (plain, checkpointed...).
+    """
+
+    attention: Attention = eager_attention
+    run_block: Callable[[Block, torch.Tensor, Attention], torch.Tensor] = plain_block
+    loss: Loss = plain_lm_loss
+
+
+#: the reference: eager attention, plain autograd, the plain loss
+EAGER = Path()
+
+
+class TransformerLM(nn.Module):
+    """Embeddings ``tok`` [V, D] and ``pos`` [T, D], ``blocks``, final ``ln_f`` and untied ``head`` [V, D]."""
+
+    def __init__(self, c: dict, device=None, dtype=None, dropout_seed: int = 0):
+        super().__init__()
+        kw = {"device": device, "dtype": dtype}
+        self.dropout, self.dropout_seed = c["dropout"], dropout_seed
+        self.tok = nn.Embedding(c["vocab"], c["hidden"], **kw)
+        self.pos = nn.Parameter(torch.zeros(c["seq"], c["hidden"], **kw))
+        self.blocks = nn.ModuleList(Block(c["hidden"], c["heads"], c["dropout"], **kw) for _ in range(c["layers"]))
+        self.ln_f = nn.LayerNorm(c["hidden"], **kw)
+        self.head = nn.Linear(c["hidden"], c["vocab"], bias=False, **kw)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor, path: Path = EAGER) -> torch.Tensor:
+        """tokens, targets [B, T] int64 -> per-token loss [B, T] (NOTE [ dropout and the reference check ])."""
+        if self.dropout == 0:
+            return self._forward(tokens, targets, path)
+        devices = [tokens.device] if tokens.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, device_type=tokens.device.type):
+            torch.manual_seed(self.dropout_seed)
+            return self._forward(tokens, targets, path)
+
+    def _forward(self, tokens, targets, path: Path) -> torch.Tensor:
+        b, t = tokens.shape
+        h = self.tok(tokens) + self.pos[:t]
+        if self.dropout > 0:
+            h = F.dropout(h, self.dropout, training=True)
+        for block in self.blocks:
+            h = path.run_block(block, h, path.attention)
+        h = self.ln_f(h)
+        return path.loss(h.view(b * t, -1), self.head.weight, targets.view(-1)).view(b, t)
+
+
+def _seed_(model: TransformerLM, gen: torch.Generator, layers: int, device, dtype) -> None:
+    """Every parameter from ``gen`` in module order: embeddings N(0, 1) and 0.1·N for positions;
+    linear weights N / sqrt(fan_in), biases 0.1·N, the residual branches' last layers (``proj``,
+    ``fc2``) times 1/sqrt(2·layers); LayerNorm scale 1 + 0.1·N, shift 0.1·N."""
+    def rand(*shape, scale=1.0):
+        return seeded_randn(gen, *shape, device=device, dtype=dtype, scale=scale)
+
+    last = {id(b.proj) for b in model.blocks} | {id(b.fc2) for b in model.blocks}
+    with torch.no_grad():
+        model.tok.weight.copy_(rand(*model.tok.weight.shape))
+        model.pos.copy_(rand(*model.pos.shape, scale=0.1))
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                s = m.weight.shape[1] ** -0.5 * (1 / math.sqrt(2 * layers) if id(m) in last else 1.0)
+                m.weight.copy_(rand(*m.weight.shape, scale=s))
+                if m.bias is not None:
+                    m.bias.copy_(rand(m.bias.numel(), scale=0.1))
+            elif isinstance(m, nn.LayerNorm):
+                m.weight.copy_(1 + rand(m.weight.numel(), scale=0.1))
+                m.bias.copy_(rand(m.bias.numel(), scale=0.1))
+
+
+class Transformer(Workload, name="transformer", family="transformer"):
+    """A decoder-only transformer LM: tokens [B, T] -> per-token cross-entropy [B, T]."""
+
+    params = {
+        "layers": Param(2, low=1, high=4096, doc="transformer blocks"),
+        "seq": Param(64, low=1, high=1_048_576, doc="tokens per sequence (T)"),
+        "batch": Param(2, low=1, high=1_000_000, doc="sequences per step (B)"),
+        "hidden": Param(64, low=1, high=65_536, doc="model width (D); divisible by heads"),
+        "heads": Param(4, low=1, high=4096, doc="attention heads (H); head size D / H"),
+        "vocab": Param(512, low=2, high=1_048_576, doc="vocabulary size (V): embedding and LM-head rows"),
+        "dropout": Param(0.0, low=0.0, high=0.95, doc="dropout probability (embeddings, attention, residual branches)"),
+    }
+    samples_param = "batch"
+    check_params = {"layers": 2, "seq": 12, "batch": 2, "hidden": 16, "heads": 2, "vocab": 37}
+    # float64: the SDPA flash backend and the blocked/chunked Functions sum in other orders than
+    # the eager reference (~1e-15 relative); 1e-10 leaves room for the softmax's exp.
+    tolerances = {**DEFAULT_TOLERANCES, "float64": (1e-10, 1e-10)}
+
+    def validate(self) -> None:
+        c = self.config
+        if c["hidden"] % c["heads"]:
+            lo = c["hidden"] // c["heads"] * c["heads"]
+            near = [d for d in (lo, lo + c["heads"]) if d >= 1]
+            raise ValueError(f"hidden={c['hidden']} is not divisible by heads={c['heads']} (head size hidden/heads "
+                             f"must be whole); valid hidden near it: {', '.join(map(str, near))}")
+
+    @classmethod
+    def sweep_grid(cls, quick):
+        tiny = {"layers": 2, "batch": 2, "hidden": 32, "heads": 4, "vocab": 256}
+        if quick:
+            return [{**tiny, "seq": s} for s in (32, 64)]
+        grid = [{**tiny, "seq": s} for s in (64, 128, 256, 512)]
+        grid += [{**tiny, "seq": 128, "batch": b} for b in (1, 4)]
+        grid += [{**tiny, "seq": 128, "layers": n} for n in (1, 4)]
+        grid += [{**tiny, "seq": 128, "vocab": v} for v in (2048, 8192)]
+        return grid
+
+    def build(self, device, dtype, seed) -> Problem:
+        c = self.config
+        gen = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(c["vocab"], (c["batch"], c["seq"]), generator=gen).to(device)
+        targets = torch.randint(c["vocab"], (c["batch"], c["seq"]), generator=gen).to(device)
+        n = c["batch"] * c["seq"]
+        weights = seeded_randn(gen, c["batch"], c["seq"], device=device, dtype=torch.float64).abs_()
+        grad_out = (weights / n).to(dtype)
+        model = TransformerLM(c, device, dtype, dropout_seed=seed)
+        _seed_(model, gen, c["layers"], device, dtype)
+        return Problem(model=model, inputs={"tokens": tokens, "targets": targets}, grad_output=grad_out)
+
+    def reference(self, problem):
+        return problem.model(problem.inputs["tokens"], problem.inputs["targets"], EAGER)
