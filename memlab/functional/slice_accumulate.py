@@ -14,6 +14,18 @@ enabled, writes that chunk's input gradient straight into rows ``[s, e)`` of ONE
 ``grad_x`` and adds the chunk's parameter gradients into one accumulator per parameter.  Live memory
 in backward is therefore: the output, ``grad_x``, the parameter accumulators and one chunk's
 recomputed graph (its intermediates, its gradients and the chunk's parameter-gradient temporaries).
+
+# NOTE [ chunk scratch ]
+At small chunks (n/100) the per-chunk cost that is not FLOPs shows: a fresh [chunk, hidden] tensor
+per product is a ``malloc`` above glibc's mmap threshold (160 KB at c=40, hidden=1024: fresh pages,
+faulted in and zeroed by the kernel, then unmapped), a chunk output that is copied into ``y``, and the
+Python loop around them.  A ``scratch`` function lets the hand-written per-chunk forward and backward
+write their chunk-sized temporaries into ONE workspace allocated once per loop (``torch.mm(...,
+out=scratch[:rows])``) instead: the same bytes at the peak (the workspace is the one [chunk, ...]
+tensor that was live at a time), no allocation per chunk.  The forward loop allocates its workspace
+after ``y`` (from the first chunk, computed by ``fn`` itself) and frees it at the loop's end; the
+backward allocates its own after ``grad_x`` and the parameter accumulators and frees it before
+returning, so nothing is kept between the two.
 """
 from __future__ import annotations
 
@@ -22,12 +34,13 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
-__all__ = ["slice_accumulate", "ChunkVJP", "ChunkForward", "chunk_bounds", "check_chunk_size"]
+__all__ = ["slice_accumulate", "ChunkVJP", "ChunkForward", "ChunkScratch", "chunk_bounds", "check_chunk_size"]
 
 #: ``chunk_vjp(x_chunk, grad_chunk, params, grad_x_chunk, grad_params) -> None``: writes the chunk's
 #: input gradient into ``grad_x_chunk`` (a [rows, ...] view of the preallocated ``grad_x``; None when
 #: ``x`` needs no gradient) and ADDS each parameter's gradient into ``grad_params[i]`` (None where
-#: that parameter needs no gradient).  Called with grad mode disabled.
+#: that parameter needs no gradient).  Called with grad mode disabled.  With a ``scratch`` function
+#: (:data:`ChunkScratch`) it is also given the workspace as keyword ``scratch``.
 ChunkVJP = Callable[
     [torch.Tensor, torch.Tensor, Sequence[torch.Tensor], Optional[torch.Tensor], Sequence[Optional[torch.Tensor]]],
     None,
@@ -35,8 +48,15 @@ ChunkVJP = Callable[
 
 #: ``chunk_forward(x_chunk, params, out_chunk) -> None``: writes ``fn(x_chunk, *params)`` into
 #: ``out_chunk`` (rows ``[s, e)`` of the preallocated output) instead of returning a new tensor that
-#: the loop then copies.  Used for every chunk after the first (whose output gives the shape).
+#: the loop then copies.  Used for every chunk after the first (whose output gives the shape).  With a
+#: ``scratch`` function it is also given the workspace as keyword ``scratch``.
 ChunkForward = Callable[[torch.Tensor, Sequence[torch.Tensor], torch.Tensor], None]
+
+#: ``scratch(rows, x, params) -> workspace``: the temporaries ``chunk_forward`` and ``chunk_vjp`` reuse for
+#: every chunk of one loop, for chunks of at most ``rows`` rows (a tensor, or a tuple of them; the
+#: callbacks slice what a shorter last chunk needs).  Called once per loop (forward, backward); see
+#: NOTE [ chunk scratch ].
+ChunkScratch = Callable[[int, torch.Tensor, Sequence[torch.Tensor]], object]
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,13 @@ class _Spec:
     chunk_size: int
     chunk_vjp: Optional[ChunkVJP]
     chunk_forward: Optional[ChunkForward] = None
+    scratch: Optional[ChunkScratch] = None
+
+    def workspace(self, x: torch.Tensor, params: Sequence[torch.Tensor]) -> dict:
+        """The keyword arguments the callbacks get: ``{"scratch": workspace}`` or none (NOTE [ chunk scratch ])."""
+        if self.scratch is None:
+            return {}
+        return {"scratch": self.scratch(min(self.chunk_size, x.shape[0]), x, params)}
 
 
 def chunk_bounds(n: int, chunk_size: int) -> Iterator[tuple[int, int]]:
@@ -90,9 +117,12 @@ def _forward_loop(spec: _Spec, x: torch.Tensor, params: Sequence[torch.Tensor]) 
     chunks are written in place by ``spec.chunk_forward`` when there is one."""
     n = x.shape[0]
     y: Optional[torch.Tensor] = None
+    work: Optional[dict] = None
     for s, e in chunk_bounds(n, spec.chunk_size):
         if y is not None and spec.chunk_forward is not None:
-            spec.chunk_forward(x[s:e], params, y[s:e])
+            if work is None:  # after y and the first chunk's output: NOTE [ chunk scratch ]
+                work = spec.workspace(x, params)
+            spec.chunk_forward(x[s:e], params, y[s:e], **work)
             continue
         out = _checked_chunk(spec.fn(x[s:e], *params), e - s, s, e)
         if y is None:
@@ -155,15 +185,19 @@ class _SliceAccumulate(torch.autograd.Function):
         need_p = ctx.needs_input_grad[2:]
         grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if need_x else None
         grad_params = [torch.zeros_like(p) if need else None for p, need in zip(params, need_p)]
-        vjp = spec.chunk_vjp or _autograd_chunk_vjp(spec.fn)
+        if spec.chunk_vjp is None:
+            vjp, work = _autograd_chunk_vjp(spec.fn), {}
+        else:
+            vjp, work = spec.chunk_vjp, spec.workspace(x, params)
         for s, e in chunk_bounds(x.shape[0], spec.chunk_size):
-            vjp(x[s:e], grad_y[s:e], params, None if grad_x is None else grad_x[s:e], grad_params)
+            vjp(x[s:e], grad_y[s:e], params, None if grad_x is None else grad_x[s:e], grad_params, **work)
+        del work
         return (None, grad_x, *grad_params)
 
 
 def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor, chunk_size: int,
-                     chunk_vjp: Optional[ChunkVJP] = None, chunk_forward: Optional[ChunkForward] = None
-                     ) -> torch.Tensor:
+                     chunk_vjp: Optional[ChunkVJP] = None, chunk_forward: Optional[ChunkForward] = None,
+                     scratch: Optional[ChunkScratch] = None) -> torch.Tensor:
     """``torch.cat([fn(x[s:e], *params) for each row chunk])`` with a backward that never holds more
     than one chunk's graph and never allocates a full-size gradient per chunk.
 
@@ -187,6 +221,9 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
             temporary per parameter per chunk).
         chunk_forward: optional in-place form of ``fn`` (see :data:`ChunkForward`) that writes a
             chunk's output straight into its rows of ``y`` (no per-chunk output and copy).
+        scratch: optional workspace builder (see :data:`ChunkScratch`) for ``chunk_forward`` and
+            ``chunk_vjp``: their chunk-sized temporaries in one tensor per loop instead of one
+            allocation per chunk (NOTE [ chunk scratch ]); the default recomputation ignores it.
 
     Returns:
         y: [N, ...] equal to ``torch.cat([fn(x[s:e], *params) ...])``.
@@ -208,7 +245,9 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
     for i, p in enumerate(params):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"slice_accumulate: params[{i}] must be a Tensor, got {type(p).__name__}")
-    spec = _Spec(fn, chunk_size, chunk_vjp, chunk_forward)
+    if scratch is not None and not callable(scratch):
+        raise TypeError(f"slice_accumulate: scratch must be callable (rows, x, params) -> workspace, got {scratch!r}")
+    spec = _Spec(fn, chunk_size, chunk_vjp, chunk_forward, scratch)
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *params)):
         with torch.no_grad():
             return _forward_loop(spec, x, params)
