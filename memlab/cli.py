@@ -560,6 +560,11 @@ def _cmd_bench_harness(args) -> int:
     if args.load_processes is not None and not 1 <= args.load_processes <= 64:
         raise UsageError(f"--load-processes {args.load_processes} is not valid: expected 1 to 64")
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if args.limits:  # relative time beside the FLOP ratio per technique (memlab/limits.py), nothing else
+        from .limits import limits_table, measure_limits
+
+        print(limits_table(measure_limits(progress=say)))
+        return 0
     over = overhead(progress=say)
     load = [] if args.no_load else load_robustness(load_processes=args.load_processes, progress=say)
     print(report(over, load))
@@ -838,6 +843,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--no-load", action="store_true", help="skip the load experiment")
     s.add_argument("--load-processes", type=int, default=None,
                    help="busy loops for the load experiment (default: three per core)")
+    s.add_argument("--limits", action="store_true",
+                   help="instead: each technique's relative step time beside its FLOP ratio (its time limit)")
     s.set_defaults(func=_cmd_bench_harness)
     return p
 

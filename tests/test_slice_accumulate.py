@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memlab.functional.chained_matmul import chained_matmul, chained_matmul_chunk_vjp
+from memlab.functional.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_into,
+                                              chained_matmul_scratch)
 from memlab.functional.slice_accumulate import slice_accumulate
 from memlab.measurement.alloc_trace import iteration_stats, trace_allocations
 
@@ -118,3 +119,108 @@ def test_backward_holds_one_chunk_not_one_x_sized_gradient_per_chunk():
     fixed = (n * d) * 2 * e + 2 * d * hidden * e  # y, grad_x, grad_w1, grad_w2
     for c in (600, 150, 7, 1):
         assert _traced_peak(step(c)) == fixed + min(c, n) * hidden * e
+
+
+def _chained_into(xc, params, out):
+    torch.mm(xc @ params[0], params[1], out=out)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 37])
+def test_chunk_forward_writes_in_place_same_values(chunk_size):
+    x, w1, w2, gy = _problem(out=8)
+    leaves = [x, w1, w2]
+    y = slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk_size, chunk_vjp=chained_matmul_chunk_vjp,
+                         chunk_forward=_chained_into)
+    ref = chained_matmul(x, w1, w2)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(y, leaves, gy), _grads(ref, leaves, gy)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    with torch.no_grad():
+        torch.testing.assert_close(slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk_size,
+                                                    chunk_forward=_chained_into), ref.detach())
+
+
+def test_chunk_forward_drops_the_per_chunk_output_from_the_forward_peak():
+    """Exact bytes (float32, no grad): the loop holds y, one chunk's hidden and (without chunk_forward)
+    the chunk's output before it is copied into y; with chunk_forward only the first chunk's output."""
+    n, d, hidden, c = 600, 16, 64, 50
+    g = torch.Generator().manual_seed(0)
+    x, w1, w2 = torch.randn(n, d, generator=g), torch.randn(d, hidden, generator=g), torch.randn(hidden, d, generator=g)
+
+    def run(**kw):
+        def step():
+            with torch.no_grad():
+                slice_accumulate(chained_matmul, x, w1, w2, chunk_size=c, **kw)
+        return step
+
+    e = 4
+    assert _traced_peak(run()) == (n * d + c * hidden + c * d) * e
+    assert _traced_peak(run(chunk_forward=_chained_into)) == (n * d + c * hidden) * e
+
+
+def _chain_step(c, n=600, d=16, hidden=64, **kw):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g).requires_grad_()
+    w1 = torch.randn(d, hidden, generator=g).requires_grad_()
+    w2 = torch.randn(hidden, d, generator=g).requires_grad_()
+    gy = torch.randn(n, d, generator=g)
+
+    def run():
+        y = slice_accumulate(chained_matmul, x, w1, w2, chunk_size=c, chunk_vjp=chained_matmul_chunk_vjp, **kw)
+        y.backward(gy)
+        del y
+        x.grad = w1.grad = w2.grad = None
+    return run
+
+
+SCRATCH = dict(chunk_forward=chained_matmul_into, scratch=chained_matmul_scratch)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 5, 37, 100])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_scratch_same_values(chunk_size, x_grad):
+    x, w1, w2, gy = _problem(out=8, x_grad=x_grad)
+    leaves = [t for t in (x, w1, w2) if t.requires_grad]
+    y = slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk_size, chunk_vjp=chained_matmul_chunk_vjp,
+                         **SCRATCH)
+    ref = chained_matmul(x, w1, w2)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(y, leaves, gy), _grads(ref, leaves, gy)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_scratch_keeps_the_training_peak_and_allocates_nothing_per_chunk():
+    """NOTE [ chunk scratch ], exact bytes (float32): the peak is the same as without the workspace
+    (output, grad_x, both weight gradients and ONE [chunk, hidden] tensor), and the step allocates a
+    fixed number of tensors whatever the number of chunks: the first chunk's hidden and output
+    (computed by ``fn``), y, the forward's workspace (only with a second chunk), grad_x, two weight
+    gradients and the backward's workspace: 8 (7 for a single chunk)."""
+    n, d, hidden, e = 600, 16, 64, 4
+    fixed = (n * d) * 2 * e + 2 * d * hidden * e
+    counts = {}
+    for c in (600, 150, 7, 1):
+        events, windows = trace_allocations(_chain_step(c, **SCRATCH), torch.device("cpu"), 1)
+        assert iteration_stats(events, windows).peaks[0] == fixed + min(c, n) * hidden * e
+        assert _traced_peak(_chain_step(c)) == fixed + min(c, n) * hidden * e
+        counts[c] = sum(1 for ev in events if ev.delta_bytes > 0)
+    assert counts == {600: 7, 150: 8, 7: 8, 1: 8}
+
+
+def test_scratch_forward_peak_is_output_and_one_hidden():
+    """Exact bytes (float32, no grad): with the in-place forward and its workspace the loop holds y
+    and one [chunk, hidden] tensor (the chunk output that the copy needed is gone)."""
+    n, d, hidden, c = 600, 16, 64, 50
+    g = torch.Generator().manual_seed(0)
+    x, w1, w2 = torch.randn(n, d, generator=g), torch.randn(d, hidden, generator=g), torch.randn(hidden, d, generator=g)
+
+    def step():
+        with torch.no_grad():
+            slice_accumulate(chained_matmul, x, w1, w2, chunk_size=c, **SCRATCH)
+
+    assert _traced_peak(step) == (n * d + c * hidden) * 4
+
+
+def test_scratch_must_be_callable():
+    x, w1, w2, _ = _problem()
+    with pytest.raises(TypeError, match="slice_accumulate: scratch must be callable"):
+        slice_accumulate(chained_matmul, x, w1, w2, chunk_size=4, scratch=3)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import memlab
-from memlab.functional.tt import TTShape, tt_contract, tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd
+from memlab.functional.tt import (BLOCKS_FIRST_FIRST, TTShape, plan_block_rows, plan_contraction, tt_contract,
+                                  tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd)
 from memlab.layers import TensorTrainLinear, TTPath
 from memlab.measurement.verify import verify_technique
 from memlab.workloads.tt_linear import TTLinear, einsum_reconstruct
@@ -208,18 +209,26 @@ def _peak(name, mode="train", **kw):
 
 
 def test_factorized_activations_equal_formula():
-    """Live bytes at the end of the forward: exactly B * sum_i |T_i| * 4 (B d^3 (2r+1) for equal modes)."""
+    """Live bytes at the end of the forward: exactly the plan's blocks, intermediates and output
+    (the first-block-first plan [1], [2, 3] here: 53,520 B), below the one-core-at-a-time
+    contraction's B * sum_i |T_i| * 4 (77,568 B, NOTE [ TT factorized activations ])."""
     b = 64
     tl = memlab.timeline("tt_factorized", isolate=False, batch=b, **SMALL)
     end_of_forward = [e.live_bytes for e in tl.events if e.phase == "forward"][-1]
-    assert end_of_forward == SMALL_SHAPE.factorized_activation_elements(b) * E == 77568
+    plan = plan_contraction(SMALL_SHAPE, b, True)
+    assert (plan.kind, plan.sizes) == (BLOCKS_FIRST_FIRST, (1, 2))
+    assert end_of_forward == (plan.block_elements() + plan.activation_elements(b)) * E == 53520
+    assert end_of_forward < SMALL_SHAPE.factorized_activation_elements(b) * E == 77568
 
 
 def test_inference_peaks_equal_formulas():
     b = 64
     fact = _peak("tt_factorized", "infer", batch=b)
-    assert fact.peak_allocated_bytes == SMALL_SHAPE.factorized_inference_elements(b) * E
+    plan = plan_contraction(SMALL_SHAPE, b, False)
+    assert fact.peak_allocated_bytes == plan.inference_elements(b, plan_block_rows(plan, E)) * E == 53520
+    assert fact.peak_allocated_bytes < SMALL_SHAPE.factorized_inference_elements(b) * E == 69120
     assert fact.extra["analytic_floor_bytes_by_mode"]["infer"] == fact.peak_allocated_bytes
+    assert fact.extra["contraction"]["kind"] == plan.kind and fact.extra["contraction"]["mode"] == "infer"
     assert _peak("dense", "infer", batch=b).peak_allocated_bytes == b * 60 * E
 
 

@@ -14,6 +14,27 @@ enabled, writes that chunk's input gradient straight into rows ``[s, e)`` of ONE
 ``grad_x`` and adds the chunk's parameter gradients into one accumulator per parameter.  Live memory
 in backward is therefore: the output, ``grad_x``, the parameter accumulators and one chunk's
 recomputed graph (its intermediates, its gradients and the chunk's parameter-gradient temporaries).
+
+# NOTE [ chunk scratch ]
+At small chunks (n/100) the per-chunk cost that is not FLOPs shows: a fresh [chunk, hidden] tensor
+per product (160 KB at c=40, hidden=1024: above glibc's initial 128 KiB mmap threshold), a chunk
+output that is copied into ``y``, and the Python loop around them.  A ``scratch`` function lets the
+hand-written per-chunk forward and backward write their chunk-sized temporaries into ONE workspace
+allocated once per loop (``torch.mm(..., out=scratch[:rows])``) instead: the same bytes at the peak
+(the workspace is the one [chunk, ...] tensor that was live at a time), no allocation per chunk.
+The forward loop allocates its workspace after ``y`` (from the first chunk, computed by ``fn``
+itself) and frees it at the loop's end; the backward allocates its own after ``grad_x`` and the
+parameter accumulators and frees it before returning, so nothing is kept between the two.
+
+Measured (issue 32; n=4000, d=256, hidden=1024, c=40, one thread, in-process, interleaved, load
+13-14 on 2 cores): the workspace and in-place forward gain 1-2% of the step, the backward's order
+(:func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp`) 2-3% more; memlab's own
+timing (``memlab bench-harness --limits``' point, forked, 9 interleaved rounds) at load 2-3 could
+not tell the two apart: relative time 1.220-1.229 with the workspace, 1.189-1.246 without (limit
+7/6 = 1.167, gap 1.02-1.07 either way).  What remains is in
+the products themselves: a torch profile puts 95% of the step in ``mm``/``addmm_`` and ~5% in the
+loop, and the chunked products of 40 rows run ~5% slower than the unchunked ones (presumably: each call packs
+and streams a 1 MiB weight or accumulator for 40 rows, from L3: this CPU's L2 is 1 MiB per core).
 """
 from __future__ import annotations
 
@@ -22,16 +43,29 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 
-__all__ = ["slice_accumulate", "ChunkVJP", "chunk_bounds"]
+__all__ = ["slice_accumulate", "ChunkVJP", "ChunkForward", "ChunkScratch", "chunk_bounds", "check_chunk_size"]
 
 #: ``chunk_vjp(x_chunk, grad_chunk, params, grad_x_chunk, grad_params) -> None``: writes the chunk's
 #: input gradient into ``grad_x_chunk`` (a [rows, ...] view of the preallocated ``grad_x``; None when
 #: ``x`` needs no gradient) and ADDS each parameter's gradient into ``grad_params[i]`` (None where
-#: that parameter needs no gradient).  Called with grad mode disabled.
+#: that parameter needs no gradient).  Called with grad mode disabled.  With a ``scratch`` function
+#: (:data:`ChunkScratch`) it is also given the workspace as keyword ``scratch``.
 ChunkVJP = Callable[
     [torch.Tensor, torch.Tensor, Sequence[torch.Tensor], Optional[torch.Tensor], Sequence[Optional[torch.Tensor]]],
     None,
 ]
+
+#: ``chunk_forward(x_chunk, params, out_chunk) -> None``: writes ``fn(x_chunk, *params)`` into
+#: ``out_chunk`` (rows ``[s, e)`` of the preallocated output) instead of returning a new tensor that
+#: the loop then copies.  Used for every chunk after the first (whose output gives the shape).  With a
+#: ``scratch`` function it is also given the workspace as keyword ``scratch``.
+ChunkForward = Callable[[torch.Tensor, Sequence[torch.Tensor], torch.Tensor], None]
+
+#: ``scratch(rows, x, params) -> workspace``: the temporaries ``chunk_forward`` and ``chunk_vjp`` reuse for
+#: every chunk of one loop, for chunks of at most ``rows`` rows (a tensor, or a tuple of them; the
+#: callbacks slice what a shorter last chunk needs).  Called once per loop (forward, backward); see
+#: NOTE [ chunk scratch ].
+ChunkScratch = Callable[[int, torch.Tensor, Sequence[torch.Tensor]], object]
 
 
 @dataclass(frozen=True)
@@ -41,6 +75,14 @@ class _Spec:
     fn: Callable[..., torch.Tensor]
     chunk_size: int
     chunk_vjp: Optional[ChunkVJP]
+    chunk_forward: Optional[ChunkForward] = None
+    scratch: Optional[ChunkScratch] = None
+
+    def workspace(self, x: torch.Tensor, params: Sequence[torch.Tensor]) -> dict:
+        """The keyword arguments the callbacks get: ``{"scratch": workspace}`` or none (NOTE [ chunk scratch ])."""
+        if self.scratch is None:
+            return {}
+        return {"scratch": self.scratch(min(self.chunk_size, x.shape[0]), x, params)}
 
 
 def chunk_bounds(n: int, chunk_size: int) -> Iterator[tuple[int, int]]:
@@ -52,6 +94,20 @@ def chunk_bounds(n: int, chunk_size: int) -> Iterator[tuple[int, int]]:
     """
     for s in range(0, n, chunk_size):
         yield s, min(s + chunk_size, n)
+
+
+def check_chunk_size(chunk_size: object) -> int:
+    """``chunk_size`` if it is an int >= 1 (rows per chunk).
+
+    Raises:
+        TypeError: not an int (a bool is not).
+        ValueError: below 1.
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
+        raise TypeError(f"slice_accumulate: chunk_size must be an int >= 1, got {chunk_size!r}")
+    if chunk_size < 1:
+        raise ValueError(f"slice_accumulate: chunk_size={chunk_size} is not valid; expected an int >= 1")
+    return chunk_size
 
 
 def _checked_chunk(out: object, rows: int, s: int, e: int) -> torch.Tensor:
@@ -66,10 +122,17 @@ def _checked_chunk(out: object, rows: int, s: int, e: int) -> torch.Tensor:
 
 
 def _forward_loop(spec: _Spec, x: torch.Tensor, params: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The chunk loop without autograd: y [N, ...] preallocated from the first chunk's shape."""
+    """The chunk loop without autograd: y [N, ...] preallocated from the first chunk's shape; later
+    chunks are written in place by ``spec.chunk_forward`` when there is one."""
     n = x.shape[0]
     y: Optional[torch.Tensor] = None
+    work: Optional[dict] = None
     for s, e in chunk_bounds(n, spec.chunk_size):
+        if y is not None and spec.chunk_forward is not None:
+            if work is None:  # after y and the first chunk's output: NOTE [ chunk scratch ]
+                work = spec.workspace(x, params)
+            spec.chunk_forward(x[s:e], params, y[s:e], **work)
+            continue
         out = _checked_chunk(spec.fn(x[s:e], *params), e - s, s, e)
         if y is None:
             y = out.new_empty((n, *out.shape[1:]))
@@ -131,14 +194,19 @@ class _SliceAccumulate(torch.autograd.Function):
         need_p = ctx.needs_input_grad[2:]
         grad_x = torch.empty_like(x, memory_format=torch.contiguous_format) if need_x else None
         grad_params = [torch.zeros_like(p) if need else None for p, need in zip(params, need_p)]
-        vjp = spec.chunk_vjp or _autograd_chunk_vjp(spec.fn)
+        if spec.chunk_vjp is None:
+            vjp, work = _autograd_chunk_vjp(spec.fn), {}
+        else:
+            vjp, work = spec.chunk_vjp, spec.workspace(x, params)
         for s, e in chunk_bounds(x.shape[0], spec.chunk_size):
-            vjp(x[s:e], grad_y[s:e], params, None if grad_x is None else grad_x[s:e], grad_params)
+            vjp(x[s:e], grad_y[s:e], params, None if grad_x is None else grad_x[s:e], grad_params, **work)
+        del work
         return (None, grad_x, *grad_params)
 
 
 def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: torch.Tensor, chunk_size: int,
-                     chunk_vjp: Optional[ChunkVJP] = None) -> torch.Tensor:
+                     chunk_vjp: Optional[ChunkVJP] = None, chunk_forward: Optional[ChunkForward] = None,
+                     scratch: Optional[ChunkScratch] = None) -> torch.Tensor:
     """``torch.cat([fn(x[s:e], *params) for each row chunk])`` with a backward that never holds more
     than one chunk's graph and never allocates a full-size gradient per chunk.
 
@@ -160,6 +228,11 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
             chunk's input gradient in place and accumulates parameter gradients in place; the
             default recomputes ``fn`` with autograd and adds its gradients (one parameter-sized
             temporary per parameter per chunk).
+        chunk_forward: optional in-place form of ``fn`` (see :data:`ChunkForward`) that writes a
+            chunk's output straight into its rows of ``y`` (no per-chunk output and copy).
+        scratch: optional workspace builder (see :data:`ChunkScratch`) for ``chunk_forward`` and
+            ``chunk_vjp``: their chunk-sized temporaries in one tensor per loop instead of one
+            allocation per chunk (NOTE [ chunk scratch ]); the default recomputation ignores it.
 
     Returns:
         y: [N, ...] equal to ``torch.cat([fn(x[s:e], *params) ...])``.
@@ -173,10 +246,7 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
         >>> y = slice_accumulate(f, x, w1, w2, chunk_size=2500)   # [10000, 256] -> [10000, 256]
         >>> y.backward(grad_y)   # x.grad, w1.grad, w2.grad; peak holds one [2500, 1024] hidden
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise TypeError(f"slice_accumulate: chunk_size must be an int >= 1, got {chunk_size!r}")
-    if chunk_size < 1:
-        raise ValueError(f"slice_accumulate: chunk_size={chunk_size} is not valid; expected an int >= 1")
+    check_chunk_size(chunk_size)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"slice_accumulate: x must be a Tensor, got {type(x).__name__}")
     if x.dim() < 1 or x.shape[0] < 1:
@@ -184,7 +254,9 @@ def slice_accumulate(fn: Callable[..., torch.Tensor], x: torch.Tensor, *params: 
     for i, p in enumerate(params):
         if not isinstance(p, torch.Tensor):
             raise TypeError(f"slice_accumulate: params[{i}] must be a Tensor, got {type(p).__name__}")
-    spec = _Spec(fn, chunk_size, chunk_vjp)
+    if scratch is not None and not callable(scratch):
+        raise TypeError(f"slice_accumulate: scratch must be callable (rows, x, params) -> workspace, got {scratch!r}")
+    spec = _Spec(fn, chunk_size, chunk_vjp, chunk_forward, scratch)
     if not torch.is_grad_enabled() or not any(t.requires_grad for t in (x, *params)):
         with torch.no_grad():
             return _forward_loop(spec, x, params)

@@ -16,7 +16,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..functional.tt import TTShape, tt_contract, tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd
+from ..functional.tt import (TTPlan, TTShape, plan_contraction, tt_contract, tt_contract_chunked,
+                             tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd)
 
 __all__ = ["TensorTrainLinear", "TTPath"]
 
@@ -24,26 +25,19 @@ __all__ = ["TensorTrainLinear", "TTPath"]
 class TTPath(str, enum.Enum):
     """How :class:`TensorTrainLinear` computes ``x @ W``.
 
-    FACTORIZED: contract ``x`` with one core at a time; keeps ``B d^3 (2r+1)`` activation elements
-        for three equal cores (see NOTE [ TT factorized activations ]).
+    FACTORIZED: contract ``x`` with the cores block by block, the blocks (groups of consecutive
+        cores) chosen per shape and batch by a cost model within the memory of the one-core-at-a-time
+        contraction (NOTE [ TT contraction plans ]; the plan of the last forward is ``last_plan``).
     RECONSTRUCTED: build the dense-size weight from the cores, then one matmul; at most one
         weight-sized tensor live (see NOTE [ TT reconstructed backward ]).
     CHUNKED: the factorized contraction over row chunks of ``x`` with a recompute-per-chunk
-        backward (``slice_accumulate``); keeps one chunk's intermediates at a time.
+        backward (``slice_accumulate``, planned for the chunk's rows); keeps one chunk's
+        intermediates at a time.
     """
 
     FACTORIZED = "factorized"
     RECONSTRUCTED = "reconstructed"
     CHUNKED = "chunked"
-
-
-def _tt_chunked(x: torch.Tensor, cores: Sequence[torch.Tensor], chunk_size: int) -> torch.Tensor:
-    from ..functional.slice_accumulate import slice_accumulate
-
-    def per_chunk(xc: torch.Tensor, *cs: torch.Tensor) -> torch.Tensor:
-        return tt_contract(xc, cs)
-
-    return slice_accumulate(per_chunk, x, *cores, chunk_size=chunk_size)
 
 
 class TensorTrainLinear(nn.Module):
@@ -84,6 +78,7 @@ class TensorTrainLinear(nn.Module):
         self.path = path
         self.chunk_size = chunk_size
         self.last_path: TTPath | None = None
+        self.last_plan: TTPlan | None = None
         k = shape.n_cores
         std = (1.0 / (shape.in_features * max(1, math.prod(shape.ranks[1:-1])))) ** (1.0 / (2 * k))
         for i, s in enumerate(shape.core_shapes):
@@ -174,17 +169,21 @@ class TensorTrainLinear(nn.Module):
             )
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        path = self.path
+        path, cores, plan = self.path, self.cores, None
+        grad = torch.is_grad_enabled() and (x2.requires_grad or any(c.requires_grad for c in cores))
         if path is TTPath.FACTORIZED:
-            y = tt_contract(x2, self.cores)
+            plan = plan_contraction(self.tt_shape, max(1, x2.shape[0]), grad)
+            y = tt_contract(x2, cores, plan)
         elif path is TTPath.RECONSTRUCTED:
-            y = tt_linear_reconstructed(x2, self.cores)
+            y = tt_linear_reconstructed(x2, cores)
         elif path is TTPath.CHUNKED:
             if self.chunk_size is None:
                 raise ValueError("path='chunked' needs chunk_size (rows per chunk, an int >= 1); got None")
-            y = _tt_chunked(x2, self.cores, self.chunk_size)
+            plan = plan_contraction(self.tt_shape, max(1, min(self.chunk_size, x2.shape[0])), grad, recompute=True)
+            y = tt_contract_chunked(x2, cores, self.chunk_size, plan)
         else:  # pragma: no cover - the enum is closed
             raise ValueError(f"unknown path {path!r}")
+        self.last_plan = plan
         self.last_path = path
         if self.bias is not None:
             y = y + self.bias

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 import torch
 
-from ..functional.chained_matmul import chained_matmul, chained_matmul_chunk_vjp
+from ..functional.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_into,
+                                        chained_matmul_scratch)
 from ..functional.slice_accumulate import chunk_bounds as _bounds
 from ..functional.slice_accumulate import slice_accumulate
 from ..params import Param
@@ -187,9 +188,11 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
     recompute and write the chunk's x-gradient into one preallocated ``grad_x``, adding grad_w1 /
     grad_w2 into one accumulator each.  ``backward="manual"`` (default) uses
     :func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp` (one [chunk, hidden] tensor at
-    a time, gradients written in place); ``backward="autograd"`` is the generic path any per-row
-    function gets (recompute under autograd: hidden and its gradient together, plus per-chunk
-    weight-gradient temporaries).
+    a time, gradients written in place) and writes each chunk's output straight into ``y``, the
+    hidden of every chunk going into one [chunk, hidden] workspace per loop (NOTE [ chunk scratch ]:
+    no allocation per chunk); ``backward="autograd"`` is the generic path any per-row function gets
+    (recompute under autograd: hidden and its gradient together, plus per-chunk weight-gradient
+    temporaries; each chunk's output copied into ``y``).
     """
 
     params = {
@@ -201,8 +204,11 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
 
     def _compute(self, x, w1, w2):
         kind: SliceAccumulateBackward = self.config["backward"]
-        vjp = chained_matmul_chunk_vjp if kind == "manual" else None
-        return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"], chunk_vjp=vjp)
+        if kind == "autograd":
+            return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"])
+        return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"],
+                                chunk_vjp=chained_matmul_chunk_vjp, chunk_forward=chained_matmul_into,
+                                scratch=chained_matmul_scratch)
 
     def describe(self, problem, mode="train"):
         return {**super().describe(problem, mode), "backward_path": self.config["backward"]}

@@ -6,8 +6,11 @@ transformer batch sizes; building the full weight first (the report's "naive" fi
 dense layer; running the factorized contraction over batch chunks with a recomputing backward keeps
 only one chunk's intermediates.
 
-``describe`` records the path that ran and the analytic sizes in bytes (see
-:meth:`~memlab.functional.tt.TTShape.factorized_activation_elements`).
+The factorized and chunked paths contract by a plan chosen per shape and rows by a cost model,
+within the one-core-at-a-time contraction's memory (NOTE [ TT contraction plans ] in
+:mod:`memlab.functional.tt`).  ``describe`` records the path that ran, the plan (``contraction``:
+its blocks, products, FLOPs and every candidate's score) and the analytic sizes in bytes (the
+report's formulas, :meth:`~memlab.functional.tt.TTShape.factorized_activation_elements`).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ..functional.tt import TTShape, tt_reconstruct
+from ..functional.tt import SEQUENTIAL, TTShape, plan_block_rows, plan_contraction, plan_report, tt_reconstruct
 from ..layers.tt_linear import TTPath
 from ..params import Param
 from ..technique import Technique
@@ -55,20 +58,27 @@ def analytic_bytes(shape: TTShape, batch: int, element_size: int, chunk_size: in
 
 
 def floor_bytes(kind: str, shape: TTShape, batch: int, element_size: int,
-                chunk_size: int | None = None) -> dict[str, int]:
+                chunk_size: int | None = None, planned: bool = False) -> dict[str, int]:
     """What a path must hold above the baseline, per mode, in bytes (``analytic_floor_bytes_by_mode``).
 
     ``dense``: train = output + grad_x + grad_W (``B (in + out) + in out``), infer = output.
     ``factorized``: train = the activations the forward keeps (``B d^3 (2r+1)``; backward needs
-    more), infer = ``factorized_inference_elements`` (exact for :func:`tt_contract`).
+    more), infer = ``factorized_inference_elements`` (exact for the one-core-at-a-time contraction).
     ``reconstructed``: train = dense's (one weight-sized tensor at a time), infer = output + weight.
     ``chunked``: train = output + grad_x + core-gradient accumulators + one chunk's activations,
     infer = output + one chunk's inference peak.
+
+    With ``planned`` the factorized and chunked figures are those of the plan
+    :func:`~memlab.functional.tt.plan_contraction` picks for the mode (the rows of a chunk, or of a
+    cache block of :func:`~memlab.functional.tt.plan_block_rows`, whichever is fewer): see
+    :func:`_planned_floor`.
     """
     e, b, c = element_size, batch, min(chunk_size or batch, batch)
     io = b * (shape.in_features + shape.out_features)
     out = b * shape.out_features
-    if kind == "dense" or kind == "reconstructed":
+    if kind in ("factorized", "chunked") and planned:
+        train, infer = _planned_floor(kind, shape, b, c, e)
+    elif kind == "dense" or kind == "reconstructed":
         train = io + shape.dense_param_count()
         infer = out + (shape.dense_param_count() if kind == "reconstructed" else 0)
     elif kind == "factorized":
@@ -79,6 +89,36 @@ def floor_bytes(kind: str, shape: TTShape, batch: int, element_size: int,
     else:
         raise ValueError(f"kind={kind!r} is not valid; valid: dense, factorized, reconstructed, chunked")
     return {"train": train * e, "infer": infer * e}
+
+
+def _planned_floor(kind: str, shape: TTShape, batch: int, chunk: int, element_size: int) -> tuple[int, int]:
+    """``(train, infer)`` elements of :func:`floor_bytes` for the planned factorized or chunked path.
+
+    factorized: train = the blocks and what the forward keeps (intermediates, output), infer =
+    :meth:`~memlab.functional.tt.TTPlan.inference_elements` (exact).  chunked: train = output +
+    grad_x + core gradients + the blocks and their gradient accumulators + one row block's
+    intermediates; infer = output + the blocks + one row block's intermediates.  A sequential plan
+    gives the one-core-at-a-time figures.
+    """
+    rows = batch if kind == "factorized" else chunk
+    recompute = kind == "chunked"
+    train_plan, infer_plan = plan_contraction(shape, rows, True, recompute), plan_contraction(shape, rows, False)
+    if kind == "factorized":
+        return (train_plan.block_elements() + train_plan.activation_elements(batch),
+                infer_plan.inference_elements(batch, plan_block_rows(infer_plan, element_size)))
+    io, out = batch * (shape.in_features + shape.out_features), batch * shape.out_features
+    if train_plan.kind == SEQUENTIAL:
+        train = io + shape.param_count() + shape.factorized_activation_elements(chunk)
+    else:
+        block = min(chunk, plan_block_rows(train_plan, element_size))
+        train = (io + shape.param_count() + 2 * train_plan.block_elements()
+                 + sum(train_plan.intermediate_elements(block)))
+    if infer_plan.kind == SEQUENTIAL:
+        infer = out + shape.factorized_inference_elements(chunk)
+    else:
+        block = min(chunk, plan_block_rows(infer_plan, element_size))
+        infer = out + infer_plan.block_elements() + max(infer_plan.intermediate_elements(block), default=0)
+    return train, infer
 
 
 class _TTTechnique(Technique):
@@ -101,14 +141,30 @@ class _TTTechnique(Technique):
         if ran is not None and ran is not self.path:  # pragma: no cover - the layer never switches
             raise RuntimeError(f"technique {self.name!r} asked for path {self.path.value} but {ran.value} ran")
         e = layer.cores[0].element_size()
-        return {
+        shape, b, chunk = self.problem_spec.tt_shape, self.config["batch"], self.config.get("chunk_size")
+        out = {
             "path": None if ran is None else ran.value,
             "ranks": list(layer.tt_shape.ranks),
-            "compression": self.problem_spec.tt_shape.compression(),
-            "analytic": analytic_bytes(self.problem_spec.tt_shape, self.config["batch"], e, self.config.get("chunk_size")),
-            "analytic_floor_bytes_by_mode": floor_bytes(self.path.value, self.problem_spec.tt_shape,
-                                                        self.config["batch"], e, self.config.get("chunk_size")),
+            "compression": shape.compression(),
+            "analytic": analytic_bytes(shape, b, e, chunk),
+            "analytic_floor_bytes_by_mode": floor_bytes(self.path.value, shape, b, e, chunk, planned=True),
         }
+        if self.path is not TTPath.RECONSTRUCTED:
+            out["contraction"] = self._contraction(layer, b if chunk is None else min(chunk, b), mode, e)
+        return out
+
+    def _contraction(self, layer, rows: int, mode: str, element_size: int) -> dict[str, Any]:
+        """``extra["contraction"]``: the plan of this mode at ``rows`` rows (:func:`plan_report`),
+        checked against the plan the layer ran, with the rows of its cache blocks."""
+        recompute = self.path is TTPath.CHUNKED
+        plan = plan_contraction(layer.tt_shape, rows, mode == "train", recompute)
+        if layer.last_plan is not None and layer.last_plan != plan:  # pragma: no cover - same function, same inputs
+            raise RuntimeError(f"technique {self.name!r}: the layer ran {layer.last_plan} but describe planned {plan}")
+        report = plan_report(layer.tt_shape, rows, mode == "train", recompute)
+        device = layer.cores[0].device.type
+        cache_rows = plan_block_rows(plan, element_size, device)
+        report["block_rows"] = rows if plan.kind == SEQUENTIAL else min(rows, cache_rows)
+        return report
 
 
 class Dense(Technique, name="dense"):
@@ -137,7 +193,8 @@ class Dense(Technique, name="dense"):
 
 
 class TTFactorized(_TTTechnique, name="tt_factorized"):
-    """Contract x with one core at a time (plain autograd); keeps B d^3 (2r+1) activation elements."""
+    """Contract x with the cores by the planned blocks (NOTE [ TT contraction plans ]); keeps the
+    plan's intermediates, at most the one-core-at-a-time contraction's B d^3 (2r+1) elements."""
 
     workload = TTLinear
     path = TTPath.FACTORIZED
@@ -151,7 +208,8 @@ class TTReconstructed(_TTTechnique, name="tt_reconstructed"):
 
 
 class TTChunked(_TTTechnique, name="tt_chunked"):
-    """The factorized contraction over row chunks (slice_accumulate): one chunk's intermediates live."""
+    """The planned contraction over row chunks (slice_accumulate, planned for a chunk's rows): one
+    chunk's (or one cache block's) intermediates live."""
 
     workload = TTLinear
     path = TTPath.CHUNKED

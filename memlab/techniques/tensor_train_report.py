@@ -11,8 +11,9 @@ what the user ran, beside memlab's leaner :class:`~memlab.techniques.tensor_trai
 # NOTE [ TT report einsum backward ]
 Measured on the pinned torch (CPU, exact allocation trace).  Forward: for three equal cores (modes
 ``d``, rank ``r``) the einsums' ``bmm`` save ``x`` as a view and the two contiguous ``B d^3 r``
-intermediates, as ``tt_factorized`` does, plus a permuted copy of every core (``einsum`` makes the
-core operand contiguous in its own order; ``tt_factorized`` uses views).  The difference that
+intermediates, as the one-core-at-a-time contraction does (``TTPlan.sequential``: what
+``tt_factorized`` ran before issue 32), plus a permuted copy of every core (``einsum`` makes the
+core operand contiguous in its own order; the sequential contraction uses views).  The difference that
 matters comes from the layout of the output: the layer returns the *transpose* view ``[B, M]`` of
 the last einsum's ``[M, B]`` result, so the contiguous upstream gradient ``[B, M]`` reaches the
 last einsum's backward as a transposed view and is copied (``B d^3`` elements) into the ``bmm``'s
@@ -20,10 +21,14 @@ layout.  That copy is live at the step's peak, the first backward node (core 1's
 with the two saved intermediates, the output, and the ``B d^3 r`` gradient of the data::
 
     report peak   = B d^3 (3r + 2) + d^2 (r^2 + 2r) + d^2 r      elements
-    factorized    = B d^3 (3r + 1) + d^2 r^2 + d^2 r             (tt_factorized's peak, in its backward)
+    sequential    = B d^3 (3r + 1) + d^2 r^2 + d^2 r             (its peak, in its backward)
     difference    = B d^3 + 2 d^2 r                              (:func:`extra_backward_bytes`)
 
-i.e. 4,102,400 bytes at d = 10, r = 8, B = 1024, float32 (106,531,200 against 102,428,800).  The
+i.e. 4,102,400 bytes at d = 10, r = 8, B = 1024, float32 (106,531,200 against 102,428,800, the
+figure ``tt_factorized`` had in the sweeps before issue 32).  ``tt_factorized`` now contracts by a
+block plan (NOTE [ TT contraction plans ] in :mod:`memlab.functional.tt`) and holds less still: its
+peak is :meth:`~memlab.functional.tt.TTPlan.training_elements`, derived for a small case in
+``tests/test_seed_forms.py::test_report_form_peak_is_exact``.  The
 issue that asked for this form (issue 17, part 5) expected ``B d^3 (r + 1)`` more (139,296,000
 bytes); on this torch the reporter's einsum chain does not hold an extra ``B d^3 r`` copy at the
 peak: each inner output gradient comes back from ``contiguous()`` already in the ``bmm``'s layout.
@@ -48,7 +53,8 @@ REPORT_EINSUM_EQUATION = "aijb,rjb->ira"
 
 
 def extra_backward_bytes(shape: TTShape, batch: int, element_size: int) -> int:
-    """Bytes the report's einsum form holds at its training peak beyond ``tt_factorized``'s.
+    """Bytes the report's einsum form holds at its training peak beyond the one-core-at-a-time
+    contraction's (``TTPlan.sequential``, ``tt_factorized`` before issue 32).
 
     The copy of the transposed upstream gradient (``B * out`` elements) and the permuted copies of
     the first and last cores (``2 d^2 r`` for three equal cores): ``(B d^3 + 2 d^2 r) *
