@@ -228,7 +228,7 @@ def test_offload_refuses_cpu_clearly():
 # -- parameters and errors --------------------------------------------------------------------------
 
 def test_hidden_not_divisible_by_heads_names_the_fix():
-    with pytest.raises(ValueError, match=r"hidden=66 is not divisible by heads=4 .*valid hidden near it: 64, 68"):
+    with pytest.raises(ValueError, match=r"hidden=66 is not divisible by heads=4 .*nearest valid: 64, 68"):
         Transformer({**Transformer.resolve({}), "hidden": 66})
     with pytest.raises(ValueError, match="hidden=66 is not divisible by heads=4"):
         _tech("eager_attention", hidden=66, heads=4)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+from ..params import check_steps
+
 __all__ = ["Loop", "NoLoop", "Chunks", "Count"]
 
 
@@ -223,11 +225,8 @@ class Count(Loop, kind="count"):
         return True
 
     def check(self, params):
-        v = int(params[self.size])
-        if (v - self.offset) % self.per or v < self.per + self.offset:
-            lo = max(1, (v - self.offset) // self.per)
-            raise ValueError(f"{self.size}={v} is not {self.per}k+{self.offset} (k >= 1); nearest valid: "
-                             f"{', '.join(str(self.per * k + self.offset) for k in (lo, lo + 1))}")
+        check_steps(self.size, int(params[self.size]), self.per, self.offset,
+                    rule=f"is not {self.per}k+{self.offset} (k >= 1)")
 
     def loop_of(self, params, sizes, chunked):
         self.check(params)

@@ -37,7 +37,7 @@ from torch import nn
 
 from ..functional.attention import eager_attention
 from ..functional.lm_loss import plain_lm_loss
-from ..params import Param
+from ..params import Param, check_steps
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
@@ -183,11 +183,8 @@ class Transformer(Workload, name="transformer", family="transformer"):
 
     def validate(self) -> None:
         c = self.config
-        if c["hidden"] % c["heads"]:
-            lo = c["hidden"] // c["heads"] * c["heads"]
-            near = [d for d in (lo, lo + c["heads"]) if d >= 1]
-            raise ValueError(f"hidden={c['hidden']} is not divisible by heads={c['heads']} (head size hidden/heads "
-                             f"must be whole); valid hidden near it: {', '.join(map(str, near))}")
+        check_steps("hidden", c["hidden"], c["heads"],
+                    rule=f"is not divisible by heads={c['heads']} (head size hidden/heads must be whole)")
 
     @classmethod
     def sweep_grid(cls, quick):
