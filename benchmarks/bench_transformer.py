@@ -36,32 +36,8 @@ class Transformer(common.MemlabBenchmark):
     ])
 
 
-class TransformerComplexity:
+class TransformerComplexity(common.ComplexityBenchmark):
     """Log-log exponent of the activation peak against seq, per technique (CPU, exact bytes)."""
 
-    params = [COMPLEXITY_TECHNIQUES, ["cpu"]]
-    param_names = ["technique", "device"]
-    timeout = 600
-    version = "1"
-
-    def setup(self, technique, device):
-        import memlab
-
-        if technique not in memlab.list_techniques():
-            raise NotImplementedError(f"technique {technique!r} is not in this memlab version")
-        self.technique, self.device = technique, device
-
-    def track_seq_exponent(self, technique, device):
-        import memlab
-        from memlab.complexity import fit_exponent
-
-        peaks = []
-        for seq in SEQS:
-            m = memlab.measure(technique, device=device, isolate=False, iterations=1, repeats=1, time_budget=0,
-                               check=False, seq=seq, **COMPLEXITY_FIXED)
-            if m.status != "ok":
-                raise RuntimeError(f"{technique} seq={seq}: {m.status} ({m.error})")
-            peaks.append(m.extra["activation_peak_bytes"])
-        return round(fit_exponent(SEQS, peaks).exponent, 3)
-
-    track_seq_exponent.unit = "exponent"
+    techniques, size, sizes, fixed = COMPLEXITY_TECHNIQUES, "seq", SEQS, COMPLEXITY_FIXED
+    metric = "track_seq_exponent"
