@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import memlab
-from memlab.advisor.declaration import Chunks, Count, Declaration, Entry, Loop, NoLoop
+from memlab.advisor.declaration import BASE_K, Chunks, ChunksOf, Count, Declaration, Entry, Loop, NoLoop
 from memlab.advisor.fit import declaration_of, fit_family
 from memlab.advisor.migrate import migrate_dir, mismatch
 from memlab.advisor.model import MODELS_DIR, load_models
@@ -100,8 +100,46 @@ def test_chunks_and_no_loop():
     assert chunks.knob_candidates({"n": 1000}, 1, 10_000_000)[0] == 1
     assert NoLoop().loop_of({"a": 3, "b": 4}, ("a", "b"), False) == (1, {"a": 3, "b": 4})
     assert NoLoop().knob_candidates({"a": 3}, 1, 9) == [] and not NoLoop().looped(True)
-    with pytest.raises(ValueError, match=r"loop kind 'spiral' is not known; known: chunks, count, none"):
+    with pytest.raises(ValueError, match=r"loop kind 'spiral' is not known; known: chunks, chunks_of, count, none, "
+                                         r"product_chunks"):
         Loop.from_json({"kind": "spiral"})
+
+
+def test_chunks_of_gives_each_knob_its_own_rows():
+    """The transformer's two knobs: ``block`` splits seq, ``chunk`` the batch * seq tokens."""
+    loop, sizes = ChunksOf({"block": "seq", "chunk": "batch*seq"}), ("seq", "batch", "vocab")
+    p = {"seq": 10, "batch": 3, "vocab": 7}
+    assert loop.knobs() == ("block", "chunk") and loop.looped(True) and not loop.looped(False)
+    assert loop.loop_of({**p, "block": 4}, sizes, True) == (3, {**p, "chunk": 4, "last": 2})
+    assert loop.loop_of({**p, "chunk": 8}, sizes, True) == (4, {**p, "chunk": 8, "last": 6})  # 30 tokens: 8 8 8 6
+    assert loop.loop_of(p, sizes, False) == (1, p)
+    with pytest.raises(ValueError, match=r"a chunked configuration gives one of the knobs block, chunk"):
+        loop.loop_of(p, sizes, True)
+    assert loop.for_knobs(()) == NoLoop() and loop.for_knobs(("block",)) == Chunks("seq", "block")
+    tokens = loop.for_knobs(("chunk",))
+    assert tokens.kind == "product_chunks" and tokens.loop_sizes() == ()
+    assert tokens.knob_for_count({"seq": 10, "batch": 3}, 4) == 8
+    assert tokens.knob_candidates({"seq": 10, "batch": 3}, 1, 100)[-1] == 30
+    for lp in (loop, tokens):
+        assert Loop.from_json(json.loads(json.dumps(lp.to_json()))) == lp
+    for k in range(2, BASE_K + 4):  # a traced point of class k has exactly k chunks of the tokens
+        point = tokens.trace_point(sizes, k, True, (11, 7, 5, 13))
+        assert tokens.loop_of(tokens.to_params(sizes, k, point, True), sizes, True) == (k, point)
+    assert tokens.trace_point(sizes, 6, True, (5, 5, 2, 3)) is None  # 25 tokens: no chunk gives 6 chunks
+
+
+def test_the_transformer_fits_each_entry_with_its_knobs_loop():
+    d = declaration_of("transformer")
+    assert d.sizes == ("seq", "batch", "vocab") and d.workload_fixed["layers"] == 2
+    for entry in d.entries:
+        one = d.for_entry(entry)
+        assert one.loop == d.loop.for_knobs(entry.knobs) and one.entries == (entry,)
+        chunked = bool(entry.knobs)
+        for k in range(1, (BASE_K + 4) if chunked else 2):
+            for point in one.trace_points(k, chunked, lambda pts, v: True):
+                assert one.loop_of(one.to_params(k, point, chunked), chunked)[0] == k, (entry.label, k, point)
+    with pytest.raises(ValueError, match=r"has knobs \['rows'\]; the 'chunks_of' loop supports \['chunk'\]"):
+        dataclasses.replace(d, entries=(*d.entries, Entry("eager_attention", {"hidden": 32}, knobs=("rows",))))
 
 
 def test_predict_reads_the_declaration_from_the_model_file():
