@@ -15,7 +15,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[site,test,bench,peers,cluster]"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps memcnn==1.5.2
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps memcnn==1.5.2 torchtune==0.6.1 cut-cross-entropy==25.1.1
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 

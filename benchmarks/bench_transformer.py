@@ -17,7 +17,9 @@ from . import common
 __all__ = ["Transformer", "TransformerComplexity", "TECHNIQUES", "COMPLEXITY_TECHNIQUES", "SEQS"]
 
 TECHNIQUES = ["eager_attention", "sdpa", "chunked_attention", "checkpoint_layer", "selective_checkpoint",
-              "chunked_lm_loss", "autocast_bf16", "offload_activations"]
+              "chunked_lm_loss", "autocast_bf16", "offload_activations",
+              # peers (memlab.techniques.transformer_peers): skipped where not installed
+              "torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 COMPLEXITY_TECHNIQUES = ["eager_attention", "sdpa_math", "sdpa_flash", "chunked_attention"]
 SEQS = (128, 256, 512)
 COMPLEXITY_FIXED = {"layers": 1, "batch": 1, "hidden": 16, "heads": 8, "vocab": 16}

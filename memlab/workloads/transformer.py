@@ -130,14 +130,19 @@ class TransformerLM(nn.Module):
             torch.manual_seed(self.dropout_seed)
             return self._forward(tokens, targets, path)
 
-    def _forward(self, tokens, targets, path: Path) -> torch.Tensor:
-        b, t = tokens.shape
-        h = self.tok(tokens) + self.pos[:t]
+    def features(self, tokens: torch.Tensor, path: Path = EAGER) -> torch.Tensor:
+        """tokens [B, T] -> the final LayerNorm's output [B, T, D], what the LM head reads (the caller
+        seeds dropout: NOTE [ dropout and the reference check ])."""
+        h = self.tok(tokens) + self.pos[:tokens.shape[1]]
         if self.dropout > 0:
             h = F.dropout(h, self.dropout, training=True)
         for block in self.blocks:
             h = path.run_block(block, h, path.attention)
-        h = self.ln_f(h)
+        return self.ln_f(h)
+
+    def _forward(self, tokens, targets, path: Path) -> torch.Tensor:
+        b, t = tokens.shape
+        h = self.features(tokens, path)
         return path.loss(h.view(b * t, -1), self.head.weight, targets.view(-1)).view(b, t)
 
 
@@ -197,17 +202,25 @@ class Transformer(Workload, name="transformer", family="transformer"):
         grid += [{**tiny, "seq": 128, "vocab": v} for v in (2048, 8192)]
         return grid
 
-    def build(self, device, dtype, seed) -> Problem:
+    def inputs(self, device, dtype, gen: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``({"tokens", "targets"}, grad_output)`` drawn from ``gen``: ids [B, T] int64 and a seeded
+        positive weight per token [B, T] summing to about 1 (what every technique of the family,
+        a peer model included, is fed)."""
         c = self.config
-        gen = torch.Generator().manual_seed(seed)
         tokens = torch.randint(c["vocab"], (c["batch"], c["seq"]), generator=gen).to(device)
         targets = torch.randint(c["vocab"], (c["batch"], c["seq"]), generator=gen).to(device)
         n = c["batch"] * c["seq"]
         weights = seeded_randn(gen, c["batch"], c["seq"], device=device, dtype=torch.float64).abs_()
-        grad_out = (weights / n).to(dtype)
+        return {"tokens": tokens, "targets": targets}, (weights / n).to(dtype)
+
+    def build(self, device, dtype, seed) -> Problem:
+        c = self.config
+        gen = torch.Generator().manual_seed(seed)
+        inputs, grad_out = self.inputs(device, dtype, gen)
         model = TransformerLM(c, device, dtype, dropout_seed=seed)
         _seed_(model, gen, c["layers"], device, dtype)
-        return Problem(model=model, inputs={"tokens": tokens, "targets": targets}, grad_output=grad_out)
+        return Problem(model=model, inputs=inputs, grad_output=grad_out)
 
     def reference(self, problem):
         return problem.model(problem.inputs["tokens"], problem.inputs["targets"], EAGER)
+
