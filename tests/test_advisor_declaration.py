@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- the registered declarations ---------------------------------------------------------------------
 
 def test_builtin_families_declare_their_models_beside_their_workloads():
-    assert list_advisors() == ["chunking", "reversible", "tensor_train"]
+    assert list_advisors() == ["chunking", "reversible", "tensor_train", "transformer"]
     for family in list_advisors():
         d = declaration_of(family)
         assert memlab.get_workload(d.workload).family == family
@@ -37,7 +37,7 @@ def test_builtin_families_declare_their_models_beside_their_workloads():
             assert memlab.get_technique(e.technique).family() == family, e.label
 
 
-@pytest.mark.parametrize("family", ["chunking", "reversible", "tensor_train"])
+@pytest.mark.parametrize("family", ["chunking", "reversible", "tensor_train", "transformer"])
 def test_a_declaration_round_trips_through_json(family):
     d = declaration_of(family)
     assert Declaration.from_json(json.loads(json.dumps(d.to_json()))) == d
@@ -172,8 +172,8 @@ def test_migration_adds_only_the_declarations_and_is_idempotent(tmp_path):
     old = _undeclared_copy(tmp_path)
     with pytest.raises(ValueError, match="without an advisor declaration"):
         load_models("sgd", old)
-    assert migrate_dir(old) == {"cpu-float32-adam.json": ["chunking", "reversible"],
-                                "cpu-float32-sgd.json": ["chunking", "reversible"]}
+    fitted = ["chunking", "reversible", "transformer"]
+    assert migrate_dir(old) == {"cpu-float32-adam.json": fitted, "cpu-float32-sgd.json": fitted}
     for p in sorted(old.glob("*.json")):
         assert p.read_bytes() == (MODELS_DIR / p.name).read_bytes(), p.name
     assert migrate_dir(old) == {"cpu-float32-adam.json": [], "cpu-float32-sgd.json": []}

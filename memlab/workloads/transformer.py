@@ -35,13 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..advisor.declaration import AdvisorModel, ChunksOf, Entry
 from ..functional.attention import eager_attention
 from ..functional.lm_loss import plain_lm_loss
 from ..params import Param, check_steps
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["Transformer", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block"]
+__all__ = ["Transformer", "TransformerModel", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block"]
 
 #: ``attention(q, k, v, dropout_p) -> out``: q, k, v and out [B, H, T, d]
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
@@ -224,3 +225,34 @@ class Transformer(Workload, name="transformer", family="transformer"):
     def reference(self, problem):
         return problem.model(problem.inputs["tokens"], problem.inputs["targets"], EAGER)
 
+
+class TransformerModel(AdvisorModel, family="transformer"):
+    """The transformer family's advisor model (NOTE [ advisor models ] in :mod:`memlab.advisor.model`):
+    sizes ``seq, batch, vocab`` at 2 layers of width 64 (4 heads), dropout 0.
+
+    The knob is ``chunked_lm_loss``'s ``chunk``, which splits the ``batch * seq`` tokens
+    (:class:`~memlab.advisor.loops.ChunksOf`, where each knob chunks its own rows: a product of sizes
+    here).
+
+    Held fixed, and why: ``layers`` (each layer is one more loop of the step, and a chunked entry's
+    chunks are a second loop: a model varying both needs two loop counts, which the model form does
+    not have yet), ``hidden`` and ``heads`` (a fixed width keeps every tensor a monomial of degree
+    <= 3 in the sizes).  Left out: ``chunked_attention`` (its blocks are causal: block ``i`` scores
+    its rows against keys ``[0, (i + 1) * block)``, so its tensors grow with the block's index and the
+    blocks are no repeated loop body: ``StructureError`` from :func:`~memlab.advisor.structure.infer_loops`),
+    ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by blocks it picks from ``seq``: no
+    monomial, NOTE [ SDPA on this CPU build ]), ``autocast_bf16`` and ``offload_activations`` (CUDA only).
+    """
+
+    workload = Transformer
+    sizes = ("seq", "batch", "vocab")
+    workload_fixed = {"layers": 2, "hidden": 64, "heads": 4, "dropout": 0.0}
+    loop = ChunksOf({"chunk": "batch*seq"}, k_max=24)
+    entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
+               Entry("chunked_lm_loss", knobs=("chunk",)))
+    held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
+    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024}, {"seq": 256, "batch": 4, "vocab": 2048})
+    work = "batch*seq"
+    time_chunks = (1, 4, 16)
+    max_quantum = 1 << 12
+    trace_values = (5, 7, 11, 13, 17, 19, 23)
