@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from . import common
 
-__all__ = ["Transformer", "TransformerComplexity", "TECHNIQUES", "COMPLEXITY_TECHNIQUES", "SEQS"]
+__all__ = ["Transformer", "TransformerPeers", "TransformerComplexity", "TECHNIQUES", "PEER_TECHNIQUES", "COMPLEXITY_TECHNIQUES",
+           "SEQS"]
 
 TECHNIQUES = ["eager_attention", "sdpa", "chunked_attention", "checkpoint_layer", "selective_checkpoint",
-              "chunked_lm_loss", "autocast_bf16", "offload_activations",
-              # peers (memlab.techniques.transformer_peers): skipped where not installed
-              "torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
+              "chunked_lm_loss", "autocast_bf16", "offload_activations"]
+#: the peers (memlab.techniques.transformer_peers), skipped where not installed, and the two memlab
+#: techniques they are compared with
+PEER_TECHNIQUES = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 COMPLEXITY_TECHNIQUES = ["eager_attention", "sdpa_math", "sdpa_flash", "chunked_attention"]
 SEQS = (128, 256, 512)
 COMPLEXITY_FIXED = {"layers": 1, "batch": 1, "hidden": 16, "heads": 8, "vocab": 16}
@@ -34,6 +36,19 @@ class Transformer(common.MemlabBenchmark):
     params, param_names = common.class_params([
         ("technique", common.technique_list(TECHNIQUES, "transformer")),
         ("seq", [64, 256]),
+        ("device", common.DEVICES),
+    ])
+
+
+class TransformerPeers(Transformer):
+    """The third-party comparators on the same step (seq 256 only, to keep a run within its budget):
+    torchtune's chunked loss (compare ``chunked_lm_loss``), cut-cross-entropy (CUDA only) and Hugging
+    Face GPT-2 with and without its own checkpointing (compare ``checkpoint_layer`` / ``eager_attention``)."""
+
+    fixed = {"layers": 2, "batch": 2, "hidden": 64, "heads": 4, "vocab": 2048, "chunks": 8}
+    params, param_names = common.class_params([
+        ("technique", list(PEER_TECHNIQUES)),
+        ("seq", [256]),
         ("device", common.DEVICES),
     ])
 
