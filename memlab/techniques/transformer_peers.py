@@ -30,7 +30,7 @@ something else.  All refuse ``dropout > 0`` (their dropout masks are not the ref
   tanh GELU, biases everywhere), so compare the pair's ratio, not bytes across models.
 
 # NOTE [ torchtune's loss file ]
-torchtune 0.6.1's ``__init__`` refuses to import without ``torchao`` (and ``hf_transfer``), then imports
+torchtune 0.6.1's ``__init__`` refuses to import without ``torchao``, then imports
 ``torchtune.datasets`` (``datasets``...), ``models`` and ``modules`` (whose ``common_utils`` imports
 ``torchao`` again): packages memlab does not install.  The chunked loss is
 one self-contained file (``import torch``, ``torch.nn.functional``); loading that file by path gives
