@@ -15,13 +15,15 @@ $(BIN)/python:
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[site,test,bench,peers,cluster]"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps memcnn==1.5.2
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps memcnn==1.5.2 torchtune==0.6.1 cut-cross-entropy==25.1.1
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $@
 
 install: $(VENV)/.installed
 
-## quick CPU sweep of every family (38 points, two at a time), then the site: the sweep 0.8 min at load ~2 on 2 cores
+## quick CPU sweep of every family (66 points, two at a time: every technique at its family's quick grid, the
+## transformer's 14 with its peers at seq 32 and 64), then the site: the sweep took 0.8 min at load ~2 on 2 cores
+## when it had 38 points (before the transformer family)
 demo: install
 	@mkdir -p $(OUT)
 	$(BIN)/memlab sweep --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1

@@ -13,6 +13,8 @@ exact bytes; a device would only add allocator rounding).
 """
 from __future__ import annotations
 
+from . import common
+
 __all__ = ["ResNetComplexity", "TECHNIQUES", "DEPTHS"]
 
 TECHNIQUES = ["resnet", "resnet_checkpoint_sqrt", "revnet", "resnet_checkpoint_block", "revnet_nosave",
@@ -21,33 +23,8 @@ DEPTHS = (26, 98, 386)
 FIXED = {"block": "basic", "batch": 1, "width": 2, "image": 8}
 
 
-class ResNetComplexity:
-    """Log-log exponent of activation memory against depth, per technique (CPU, exact bytes)."""
+class ResNetComplexity(common.ComplexityBenchmark):
+    """Log-log exponent of activation memory against depth (in blocks), per technique (CPU, exact bytes)."""
 
-    params = [TECHNIQUES, ["cpu"]]
-    param_names = ["technique", "device"]
-    timeout = 600
-    version = "1"
-
-    def setup(self, technique, device):
-        import memlab
-
-        if technique not in memlab.list_techniques():
-            raise NotImplementedError(f"technique {technique!r} is not in this memlab version")
-        self.technique, self.device = technique, device
-
-    def track_activation_exponent(self, technique, device):
-        import memlab
-        from memlab.complexity import fit_exponent
-
-        blocks, peaks = [], []
-        for depth in DEPTHS:
-            m = memlab.measure(technique, device=device, isolate=False, iterations=1, repeats=1, time_budget=0,
-                               check=False, depth=depth, **FIXED)
-            if m.status != "ok":
-                raise RuntimeError(f"{technique} depth={depth}: {m.status} ({m.error})")
-            blocks.append(m.extra["blocks"])
-            peaks.append(m.extra["activation_peak_bytes"])
-        return round(fit_exponent(blocks, peaks).exponent, 3)
-
-    track_activation_exponent.unit = "exponent"
+    techniques, size, sizes, fixed, x_extra = TECHNIQUES, "depth", DEPTHS, FIXED, "blocks"
+    metric = "track_activation_exponent"

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from . import common
 
-__all__ = ["Transformer", "TransformerComplexity", "TECHNIQUES", "COMPLEXITY_TECHNIQUES", "SEQS"]
+__all__ = ["Transformer", "TransformerPeers", "TransformerComplexity", "TECHNIQUES", "PEER_TECHNIQUES", "COMPLEXITY_TECHNIQUES",
+           "SEQS"]
 
 TECHNIQUES = ["eager_attention", "sdpa", "chunked_attention", "checkpoint_layer", "selective_checkpoint",
               "chunked_lm_loss", "autocast_bf16", "offload_activations"]
+#: the peers (memlab.techniques.transformer_peers), skipped where not installed, and the two memlab
+#: techniques they are compared with
+PEER_TECHNIQUES = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 COMPLEXITY_TECHNIQUES = ["eager_attention", "sdpa_math", "sdpa_flash", "chunked_attention"]
 SEQS = (128, 256, 512)
 COMPLEXITY_FIXED = {"layers": 1, "batch": 1, "hidden": 16, "heads": 8, "vocab": 16}
@@ -36,32 +40,21 @@ class Transformer(common.MemlabBenchmark):
     ])
 
 
-class TransformerComplexity:
+class TransformerPeers(Transformer):
+    """The third-party comparators on the same step (seq 256 only, to keep a run within its budget):
+    torchtune's chunked loss (compare ``chunked_lm_loss``), cut-cross-entropy (CUDA only) and Hugging
+    Face GPT-2 with and without its own checkpointing (compare ``checkpoint_layer`` / ``eager_attention``)."""
+
+    fixed = {"layers": 2, "batch": 2, "hidden": 64, "heads": 4, "vocab": 2048, "chunks": 8}
+    params, param_names = common.class_params([
+        ("technique", list(PEER_TECHNIQUES)),
+        ("seq", [256]),
+        ("device", common.DEVICES),
+    ])
+
+
+class TransformerComplexity(common.ComplexityBenchmark):
     """Log-log exponent of the activation peak against seq, per technique (CPU, exact bytes)."""
 
-    params = [COMPLEXITY_TECHNIQUES, ["cpu"]]
-    param_names = ["technique", "device"]
-    timeout = 600
-    version = "1"
-
-    def setup(self, technique, device):
-        import memlab
-
-        if technique not in memlab.list_techniques():
-            raise NotImplementedError(f"technique {technique!r} is not in this memlab version")
-        self.technique, self.device = technique, device
-
-    def track_seq_exponent(self, technique, device):
-        import memlab
-        from memlab.complexity import fit_exponent
-
-        peaks = []
-        for seq in SEQS:
-            m = memlab.measure(technique, device=device, isolate=False, iterations=1, repeats=1, time_budget=0,
-                               check=False, seq=seq, **COMPLEXITY_FIXED)
-            if m.status != "ok":
-                raise RuntimeError(f"{technique} seq={seq}: {m.status} ({m.error})")
-            peaks.append(m.extra["activation_peak_bytes"])
-        return round(fit_exponent(SEQS, peaks).exponent, 3)
-
-    track_seq_exponent.unit = "exponent"
+    techniques, size, sizes, fixed = COMPLEXITY_TECHNIQUES, "seq", SEQS, COMPLEXITY_FIXED
+    metric = "track_seq_exponent"

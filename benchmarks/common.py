@@ -156,7 +156,7 @@ gc.freeze()  # NOTE [ warm the fork server ]: forked combinations' gc.collect() 
 
 __all__ = [
     "DEVICES", "DEVICES_ENV", "DTYPE", "MODE", "BenchmarkFailure", "devices_from_env", "plugin_techniques",
-    "technique_list", "class_params", "MemlabBenchmark",
+    "technique_list", "class_params", "MemlabBenchmark", "ComplexityBenchmark",
 ]
 
 DEVICES_ENV = "MEMLAB_ASV_DEVICES"
@@ -627,3 +627,66 @@ class MemlabBenchmark(abc.ABC):
 def class_params(spec: Sequence[tuple[str, list]]) -> tuple[list[list], list[str]]:
     """``[(name, values), ...]`` -> ``(params, param_names)``: one list, so they cannot drift apart."""
     return [list(v) for _, v in spec], [n for n, _ in spec]
+
+
+class ComplexityBenchmark:
+    """Base of the complexity trackers: the fitted log-log exponent of the exact activation peak
+    (``extra["activation_peak_bytes"]``, CPU) against one size, per technique
+    (:func:`memlab.complexity.fit_exponent`).
+
+    A change in a technique's complexity (a path that starts keeping a [T, T] tensor, checkpointing
+    turning linear) moves the exponent by ~0.5 to 1, which a single-size memory figure can hide
+    behind a constant.
+
+    Subclasses set ``techniques`` (a static list: NOTE [ params must not depend on the installed
+    memlab ]), ``size`` (the parameter swept), ``sizes`` (its values), ``fixed`` (the other
+    parameters), ``x_extra`` (the ``extra`` figure the exponent is taken against, e.g. ``blocks``
+    for a ResNet's depth; None: the size itself) and ``metric`` (the ``track_`` name asv files the
+    exponent under; it names the history, so it never changes).  Not a benchmark itself: asv finds
+    no ``track_`` method here until a subclass names its ``metric``.
+    """
+
+    techniques: Sequence[str] = ()
+    size: str = ""
+    sizes: Sequence[int] = ()
+    fixed: Mapping[str, Any] = {}
+    x_extra: str | None = None
+    metric: str = ""
+    param_names = ["technique", "device"]
+    timeout = 600
+    version = "1"
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if not cls.metric.startswith("track_"):
+            raise TypeError(f"{cls.__name__}.metric={cls.metric!r} must name a track_ method")
+        cls.params = [list(cls.techniques), ["cpu"]]
+
+        def track(self, technique, device):
+            return self.exponent(technique, device)
+
+        track.unit = "exponent"
+        track.__name__ = cls.metric
+        setattr(cls, cls.metric, track)
+
+    def setup(self, technique, device):
+        import memlab
+
+        if technique not in memlab.list_techniques():
+            raise NotImplementedError(f"technique {technique!r} is not in this memlab version")
+        self.technique, self.device = technique, device
+
+    def exponent(self, technique, device) -> float:
+        """The fitted exponent (3 decimals) over ``sizes``; RuntimeError on a measurement not ``ok``."""
+        import memlab
+        from memlab.complexity import fit_exponent
+
+        xs, peaks = [], []
+        for value in self.sizes:
+            m = memlab.measure(technique, device=device, isolate=False, iterations=1, repeats=1, time_budget=0,
+                               check=False, **{self.size: value}, **self.fixed)
+            if m.status != "ok":
+                raise RuntimeError(f"{technique} {self.size}={value}: {m.status} ({m.error})")
+            xs.append(m.extra[self.x_extra] if self.x_extra else value)
+            peaks.append(m.extra["activation_peak_bytes"])
+        return round(fit_exponent(xs, peaks).exponent, 3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["Param", "resolve_params", "split_params"]
+__all__ = ["Param", "resolve_params", "split_params", "check_steps", "nearest_steps"]
 
 
 @dataclass(frozen=True)
@@ -170,3 +170,30 @@ def split_params(pairs: Sequence[str]) -> dict[str, str]:
             raise ValueError(f"--param {key} is given twice ({key}={out[key]!r} and {key}={text!r}); give it once")
         out[key] = text
     return out
+
+
+def nearest_steps(value: int, per: int, offset: int = 0) -> list[int]:
+    """The valid values ``per * n + offset`` (``n >= 1``) just below and just above ``value``."""
+    n = max(1, (value - offset) // per)
+    return [per * n + offset, per * (n + 1) + offset]
+
+
+def check_steps(name: str, value: int, per: int, offset: int = 0, *, rule: str) -> int:
+    """``n`` of ``value = per * n + offset`` (``n >= 1``): the one divisibility check of the workloads
+    (a head size ``hidden / heads``, a ResNet's ``6n + 2`` layers, a loop count ``size = per * k + offset``).
+
+    Args:
+        name: the parameter, as the user wrote it (``hidden``, ``depth``).
+        value, per, offset: the value and its rule ``per * n + offset``.
+        rule: what the rule says, after the value: ``"is not divisible by heads=4 (...)"``.
+
+    Raises:
+        ValueError: ``"{name}={value} {rule}; nearest valid: a, b"``.
+
+    Example::
+
+        check_steps("depth", 26, 6, 2, rule="is not a basic layout 6n+2 (n >= 1)")   # 4
+    """
+    if (value - offset) % per or value < per + offset:
+        raise ValueError(f"{name}={value} {rule}; nearest valid: {', '.join(map(str, nearest_steps(value, per, offset)))}")
+    return (value - offset) // per

@@ -84,13 +84,15 @@ def test_models_are_versioned_and_exact_on_their_held_out_points(models):
     ("adam", "chunking", "checkpoint_chunk", 13),
     ("sgd", "reversible", "reversible", 14),
     ("adam", "reversible", "checkpoint_block", 15),
+    ("sgd", "transformer", "chunked_lm_loss", 16),
 ])
 def test_fit_reproduces_new_held_out_measurements(optimizer, family, label, seed):
     """Points the fit never saw (another seed, loop counts up to 40) are predicted within the stated
     bound (0 bytes), total and every category."""
     models = load_models(optimizer)
     entry = _entry(models, family, label)
-    for p in declaration_of(family).random_points(bool(entry["knobs"]), 1, seed):
+    decl = declaration_of(family)
+    for p in decl.for_entry(decl.entry(label)).random_points(bool(entry["knobs"]), 1, seed):  # the entry's loop
         m = _measure(entry, family, models, p, optimizer)
         assert m.status == "ok", m.error
         pred = predict(models["families"][family], entry, p)
@@ -142,13 +144,29 @@ def test_first_recommendation_measured_fits_the_budget(family, pairs, budget, op
     assert m.total_peak_bytes == first["total_peak_bytes"]
 
 
+def test_transformer_first_recommendation_and_its_chunk_measured_fit_the_budget():
+    """The transformer family's answer names a technique and, for chunked_lm_loss, a chunk; measured,
+    it is what the model said, to the byte, and within the budget (sizes 4x-180x the traced ones)."""
+    pairs = ["seq=96", "batch=8", "vocab=4096"]
+    needs = sorted(c["need_bytes"] for c in advise("transformer", 1 << 40, pairs)["fits"])
+    budget = needs[0] + (needs[-1] - needs[0]) // 4
+    a = advise("transformer", budget, pairs)
+    assert any(c["label"] == "chunked_lm_loss" and c["knobs"].get("chunk") for c in a["fits"])
+    first = a["fits"][0]
+    models = load_models("sgd")
+    entry = _entry(models, "transformer", first["label"])
+    m = _measure(entry, "transformer", models, {k: v for k, v in first["params"].items() if k not in entry["fixed"]},
+                 "sgd")
+    assert m.status == "ok" and m.total_peak_bytes == first["total_peak_bytes"] <= budget
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv,match", [
     (["--family", "nosuch", "--budget", "1GiB"], "unknown family 'nosuch'; modelled families (sgd): chunking, reversible"),
     (["--family", "nosuch", "--fit"], "family 'nosuch' is not a known family; declared: chunking"),
     (["--family", "tensor_train", "--budget", "1GiB"], "family 'tensor_train' is declared but not fitted; modelled "
-                                                       "families (sgd): chunking, reversible (fit it: memlab advise "
+                                                       "families (sgd): chunking, reversible, transformer (fit it: memlab advise "
                                                        "--fit --family tensor_train)"),
     (["--family", "chunking", "--budget", "1GiB", "--param", "rank=4"], "family 'chunking' has no parameter 'rank'"),
     (["--family", "chunking", "--budget", "lots"], "--budget 'lots' is not a memory size"),

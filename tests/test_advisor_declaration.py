@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import memlab
-from memlab.advisor.declaration import Chunks, Count, Declaration, Entry, Loop, NoLoop
+from memlab.advisor.declaration import BASE_K, Chunks, ChunksOf, Count, Declaration, Entry, Loop, NoLoop
 from memlab.advisor.fit import declaration_of, fit_family
 from memlab.advisor.migrate import migrate_dir, mismatch
 from memlab.advisor.model import MODELS_DIR, load_models
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- the registered declarations ---------------------------------------------------------------------
 
 def test_builtin_families_declare_their_models_beside_their_workloads():
-    assert list_advisors() == ["chunking", "reversible", "tensor_train"]
+    assert list_advisors() == ["chunking", "reversible", "tensor_train", "transformer"]
     for family in list_advisors():
         d = declaration_of(family)
         assert memlab.get_workload(d.workload).family == family
@@ -37,7 +37,7 @@ def test_builtin_families_declare_their_models_beside_their_workloads():
             assert memlab.get_technique(e.technique).family() == family, e.label
 
 
-@pytest.mark.parametrize("family", ["chunking", "reversible", "tensor_train"])
+@pytest.mark.parametrize("family", ["chunking", "reversible", "tensor_train", "transformer"])
 def test_a_declaration_round_trips_through_json(family):
     d = declaration_of(family)
     assert Declaration.from_json(json.loads(json.dumps(d.to_json()))) == d
@@ -100,8 +100,46 @@ def test_chunks_and_no_loop():
     assert chunks.knob_candidates({"n": 1000}, 1, 10_000_000)[0] == 1
     assert NoLoop().loop_of({"a": 3, "b": 4}, ("a", "b"), False) == (1, {"a": 3, "b": 4})
     assert NoLoop().knob_candidates({"a": 3}, 1, 9) == [] and not NoLoop().looped(True)
-    with pytest.raises(ValueError, match=r"loop kind 'spiral' is not known; known: chunks, count, none"):
+    with pytest.raises(ValueError, match=r"loop kind 'spiral' is not known; known: chunks, chunks_of, count, none, "
+                                         r"product_chunks"):
         Loop.from_json({"kind": "spiral"})
+
+
+def test_chunks_of_gives_each_knob_its_own_rows():
+    """The transformer's two knobs: ``block`` splits seq, ``chunk`` the batch * seq tokens."""
+    loop, sizes = ChunksOf({"block": "seq", "chunk": "batch*seq"}), ("seq", "batch", "vocab")
+    p = {"seq": 10, "batch": 3, "vocab": 7}
+    assert loop.knobs() == ("block", "chunk") and loop.looped(True) and not loop.looped(False)
+    assert loop.loop_of({**p, "block": 4}, sizes, True) == (3, {**p, "chunk": 4, "last": 2})
+    assert loop.loop_of({**p, "chunk": 8}, sizes, True) == (4, {**p, "chunk": 8, "last": 6})  # 30 tokens: 8 8 8 6
+    assert loop.loop_of(p, sizes, False) == (1, p)
+    with pytest.raises(ValueError, match=r"a chunked configuration gives one of the knobs block, chunk"):
+        loop.loop_of(p, sizes, True)
+    assert loop.for_knobs(()) == NoLoop() and loop.for_knobs(("block",)) == Chunks("seq", "block")
+    tokens = loop.for_knobs(("chunk",))
+    assert tokens.kind == "product_chunks" and tokens.loop_sizes() == ()
+    assert tokens.knob_for_count({"seq": 10, "batch": 3}, 4) == 8
+    assert tokens.knob_candidates({"seq": 10, "batch": 3}, 1, 100)[-1] == 30
+    for lp in (loop, tokens):
+        assert Loop.from_json(json.loads(json.dumps(lp.to_json()))) == lp
+    for k in range(2, BASE_K + 4):  # a traced point of class k has exactly k chunks of the tokens
+        point = tokens.trace_point(sizes, k, True, (11, 7, 5, 13))
+        assert tokens.loop_of(tokens.to_params(sizes, k, point, True), sizes, True) == (k, point)
+    assert tokens.trace_point(sizes, 6, True, (5, 5, 2, 3)) is None  # 25 tokens: no chunk gives 6 chunks
+
+
+def test_the_transformer_fits_each_entry_with_its_knobs_loop():
+    d = declaration_of("transformer")
+    assert d.sizes == ("seq", "batch", "vocab") and d.workload_fixed["layers"] == 2
+    for entry in d.entries:
+        one = d.for_entry(entry)
+        assert one.loop == d.loop.for_knobs(entry.knobs) and one.entries == (entry,)
+        chunked = bool(entry.knobs)
+        for k in range(1, (BASE_K + 4) if chunked else 2):
+            for point in one.trace_points(k, chunked, lambda pts, v: True):
+                assert one.loop_of(one.to_params(k, point, chunked), chunked)[0] == k, (entry.label, k, point)
+    with pytest.raises(ValueError, match=r"has knobs \['rows'\]; the 'chunks_of' loop supports \['chunk'\]"):
+        dataclasses.replace(d, entries=(*d.entries, Entry("eager_attention", {"hidden": 32}, knobs=("rows",))))
 
 
 def test_predict_reads_the_declaration_from_the_model_file():
@@ -134,8 +172,8 @@ def test_migration_adds_only_the_declarations_and_is_idempotent(tmp_path):
     old = _undeclared_copy(tmp_path)
     with pytest.raises(ValueError, match="without an advisor declaration"):
         load_models("sgd", old)
-    assert migrate_dir(old) == {"cpu-float32-adam.json": ["chunking", "reversible"],
-                                "cpu-float32-sgd.json": ["chunking", "reversible"]}
+    fitted = ["chunking", "reversible", "transformer"]
+    assert migrate_dir(old) == {"cpu-float32-adam.json": fitted, "cpu-float32-sgd.json": fitted}
     for p in sorted(old.glob("*.json")):
         assert p.read_bytes() == (MODELS_DIR / p.name).read_bytes(), p.name
     assert migrate_dir(old) == {"cpu-float32-adam.json": [], "cpu-float32-sgd.json": []}

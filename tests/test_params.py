@@ -34,3 +34,15 @@ def test_resolve_fills_defaults_and_rejects_unknown():
     assert resolve_params(specs, {"b": 5}, owner="x") == {"a": 1, "b": 5}
     with pytest.raises(ValueError, match=r"x has no parameter 'c'; valid parameters: a, b"):
         resolve_params(specs, {"c": 1}, owner="x")
+
+
+def test_check_steps_is_the_one_divisibility_check():
+    from memlab.params import check_steps, nearest_steps
+
+    assert check_steps("hidden", 64, 4, rule="is not divisible by heads=4") == 16
+    assert check_steps("depth", 26, 6, 2, rule="is not a basic layout 6n+2 (n >= 1)") == 4
+    with pytest.raises(ValueError, match=r"^hidden=66 is not divisible by heads=4; nearest valid: 64, 68$"):
+        check_steps("hidden", 66, 4, rule="is not divisible by heads=4")
+    with pytest.raises(ValueError, match=r"^depth=3 is not 12k\+2 \(k >= 1\); nearest valid: 14, 26$"):
+        check_steps("depth", 3, 12, 2, rule="is not 12k+2 (k >= 1)")  # below the smallest: the first two valid
+    assert nearest_steps(111, 6, 2) == [110, 116]

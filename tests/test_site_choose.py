@@ -39,6 +39,9 @@ QUERIES = [
     ("chunking", {"n": 10000000, "d": 1000000, "hidden": 1000000}, {}, "9000TiB", "sgd", "cpu"),
     ("reversible", {"depth": 64, "batch": 256, "width": 512, "hidden": 2048}, {}, "2.05GiB", "sgd", "cpu"),
     ("reversible", {"depth": 3, "batch": 7, "width": 11, "hidden": 13}, {}, "73.25MiB", "adam", "cuda"),
+    # a knob over a product of sizes (ChunksOf: chunk splits batch * seq tokens), tried and given
+    ("transformer", {"seq": 4096, "batch": 8, "vocab": 32000}, {}, "24GiB", "sgd", "cuda"),
+    ("transformer", {"seq": 256, "batch": 4, "vocab": 2048}, {"chunk": 100}, "1GiB", "adam", "cpu"),
     ("reversible", {"depth": 4096, "batch": 10**6, "width": 10**6, "hidden": 10**6}, {}, "3e20", "adam", "cpu"),
 ]
 #: a budget nothing meets: Python refuses it (AdviceError); the page says the same smallest need
@@ -138,7 +141,7 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     assert "cpu-float32-adam.json" in lines
     compact, _ = compact_models(good, "x")
     assert [e["label"] for e in compact["families"]["chunking"]["entries"]].count("slice_loop") == 0
-    assert set(compact["families"]) == {"chunking", "reversible"}
+    assert set(compact["families"]) == {"chunking", "reversible", "transformer"}
     methodology = (tmp_path / "b" / "methodology.html").read_text()
     assert "without an advisor declaration" in methodology
 

@@ -23,7 +23,9 @@ CPU_TECHNIQUES = ["eager_attention", "sdpa", "sdpa_math", "sdpa_flash", "chunked
 #: techniques that draw the same dropout masks as the eager reference (NOTE [ dropout and the reference check ])
 SAME_DROPOUT = ["eager_attention", "checkpoint_layer", "selective_checkpoint", "chunked_lm_loss", "autocast_bf16"]
 OWN_DROPOUT = ["sdpa", "sdpa_math", "sdpa_flash", "chunked_attention"]
-KNOBS = {"chunked_attention": {"block": 5}, "chunked_lm_loss": {"chunk": 7}}
+KNOBS = {"chunked_attention": {"block": 5}, "chunked_lm_loss": {"chunk": 7}, "torchtune_chunked_loss": {"chunks": 3}}
+#: third-party comparators (memlab.techniques.transformer_peers)
+PEERS = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 
 
 def _tech(name, **params):
@@ -41,7 +43,8 @@ def _forward_kept(technique, problem) -> int:
 
 def test_family_registers_every_technique_and_one_baseline():
     names = memlab.list_techniques("transformer")
-    assert sorted(names) == sorted(CPU_TECHNIQUES + ["offload_activations"])
+    assert sorted(names) == sorted(CPU_TECHNIQUES + ["offload_activations"] + PEERS)
+    assert all(memlab.get_technique(n).peer for n in PEERS)
     assert [n for n in names if memlab.get_technique(n).baseline] == ["eager_attention"]
 
 
@@ -228,7 +231,7 @@ def test_offload_refuses_cpu_clearly():
 # -- parameters and errors --------------------------------------------------------------------------
 
 def test_hidden_not_divisible_by_heads_names_the_fix():
-    with pytest.raises(ValueError, match=r"hidden=66 is not divisible by heads=4 .*valid hidden near it: 64, 68"):
+    with pytest.raises(ValueError, match=r"hidden=66 is not divisible by heads=4 .*nearest valid: 64, 68"):
         Transformer({**Transformer.resolve({}), "hidden": 66})
     with pytest.raises(ValueError, match="hidden=66 is not divisible by heads=4"):
         _tech("eager_attention", hidden=66, heads=4)
@@ -267,3 +270,58 @@ def test_sweep_grids_are_valid_for_every_technique():
     full = Transformer.sweep_grid(False)
     for knob in ("batch", "layers", "vocab"):
         assert len({p[knob] for p in full}) >= 3, knob
+
+
+def test_make_demo_covers_every_transformer_technique():
+    """``make demo`` is ``memlab sweep --quick``: every technique of the family at its quick grid."""
+    from memlab.sweep.plan import plan_sweep
+
+    planned = {p.technique for p in plan_sweep("transformer", quick=True)}
+    assert planned == set(memlab.list_techniques("transformer"))
+
+
+# -- peers: torchtune's chunked loss, cut-cross-entropy, Hugging Face GPT-2 ----------------------------
+
+def _peer(name, **params):
+    t = _tech(name, **params)
+    try:
+        t.check_available(CPU)
+    except memlab.TechniqueUnavailable as exc:
+        pytest.skip(str(exc))
+    return t
+
+
+@pytest.mark.parametrize("name", ["torchtune_chunked_loss", "gpt2_hf", "gpt2_hf_checkpointing"])
+def test_peers_match_their_reference_float64(name):
+    v = memlab.verify_technique(_peer(name, **SMALL), CPU, torch.float64)
+    assert v.ok, v.line()  # torchtune's loss runs in float32 whatever the dtype: its own stated tolerance
+    assert v.max_abs_error < (1e-6 if name == "torchtune_chunked_loss" else 1e-12), v.line()
+
+
+def test_torchtune_loss_is_the_mean_of_memlabs_and_keeps_every_logit():
+    """The same mean loss as memlab's plain loss; in float32 its chunks save nothing: every chunk's
+    logits are made in forward and kept (its saving is the bf16 -> fp32 upcast of one chunk at a time)."""
+    t = _peer("torchtune_chunked_loss", **SMALL, chunks=4)
+    p = t.build(CPU, torch.float64, 0)
+    with torch.no_grad():
+        assert torch.allclose(t.forward(p).double(), _tech("eager_attention", **SMALL).forward(p).mean(), rtol=1e-6)
+    n, v = SMALL["batch"] * SMALL["seq"], SMALL["vocab"]
+    assert _forward_kept(t, t.build(CPU, torch.float32, 0)) >= n * v * 4
+
+
+def test_cut_cross_entropy_is_unavailable_on_cpu_with_the_reason():
+    with pytest.raises(memlab.TechniqueUnavailable, match=r"cut-cross-entropy.*(Triton|CUDA only)"):
+        memlab.get_technique("cut_cross_entropy")(**SMALL).check_available(CPU)
+
+
+@pytest.mark.parametrize("name", PEERS)
+def test_peers_refuse_dropout(name):
+    with pytest.raises(memlab.TechniqueUnavailable, match=r"dropout=0.1: its dropout masks are not the reference's"):
+        _tech(name, **SMALL, dropout=0.1).check_available(CPU)
+
+
+def test_hf_checkpointing_keeps_less_than_hf_plain():
+    plain, ckpt = _peer("gpt2_hf", **OTHER), _peer("gpt2_hf_checkpointing", **OTHER)
+    kept = [_forward_kept(t, t.build(CPU, torch.float32, 0)) for t in (plain, ckpt)]
+    assert kept[1] < kept[0], kept
+    assert ckpt.describe(ckpt.build(CPU, torch.float32, 0))["hf_checkpointing"] is True

@@ -181,7 +181,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
                 settings = [{knob: chosen[knob]}]
             else:
                 spec = fam["knobs"][knob]
-                settings = [{knob: c} for c in decl.knob_candidates(sizes, int(spec["low"]), int(spec["high"]))]
+                settings = [{knob: c} for c in decl.knob_candidates(sizes, int(spec["low"]), int(spec["high"]), knob)]
         for knobs in settings:
             p = {**sizes, **knobs}
             pred = predict(decl, entry, p)

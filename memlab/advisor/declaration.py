@@ -26,15 +26,17 @@ in :mod:`memlab.advisor.model` for the classes ``k = 1 .. BASE_K`` and the gener
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ..registry import register_advisor
-from .loops import Chunks, Count, Loop, NoLoop
+from .loops import Chunks, ChunksOf, Count, Loop, NoLoop, ProductChunks
 
-__all__ = ["AdvisorModel", "Declaration", "Entry", "Loop", "NoLoop", "Chunks", "Count", "BASE_K", "fitted_range",
+__all__ = ["AdvisorModel", "Declaration", "Entry", "Loop", "NoLoop", "Chunks", "Count", "ChunksOf", "ProductChunks",
+           "BASE_K", "fitted_range",
            "as_declaration"]
 
 #: the general class is traced at this loop count plus one (and checked at +2, +3); loop counts up to
@@ -68,8 +70,9 @@ class Entry:
     Attributes:
         technique: the registered technique's name.
         fixed: technique (or workload) parameters held at these values for this entry.
-        knobs: the technique parameters the advisor searches; only the loop's knob (:class:`Chunks`)
-            is supported, since its candidates come from the loop (:meth:`Loop.knob_candidates`).
+        knobs: the technique parameters the advisor searches; only a loop's knob (:class:`Chunks`,
+            one of :class:`ChunksOf`'s) is supported, since its candidates come from the loop
+            (:meth:`Loop.knob_candidates`).
     """
 
     technique: str
@@ -134,7 +137,7 @@ class Declaration:
         labels = [e.label for e in self.entries]
         if len(set(labels)) != len(labels):
             raise ValueError(f"{who}: entries repeat a label: {labels}")
-        allowed = {self.loop.knob} - {None}
+        allowed = set(self.loop.knobs())
         for e in self.entries:
             if not set(e.knobs) <= allowed:
                 raise ValueError(f"{who}: entry {e.label!r} has knobs {list(e.knobs)}; the {self.loop.kind!r} loop "
@@ -189,7 +192,7 @@ class Declaration:
         rng = random.Random(1000 * k + len(variables))
         for _ in range(2000):
             pts = [self.loop.trace_point(self.sizes, k, chunked, rng.sample(values, need)) for _p in range(2)]
-            if distinct(pts, variables):
+            if None not in pts and distinct(pts, variables):  # None: no point of class k from these values
                 return pts
         raise RuntimeError(f"no distinct trace points for {self.name} k={k}")  # pragma: no cover
 
@@ -222,8 +225,16 @@ class Declaration:
 
         return [self.loop.held_out(rng, draw, self.held_out, chunked, scale) for _ in range(count)]
 
-    def knob_candidates(self, params: Mapping[str, int], low: int, high: int) -> list[int]:
-        return self.loop.knob_candidates(params, low, high)
+    def knob_candidates(self, params: Mapping[str, int], low: int, high: int, knob: str | None = None) -> list[int]:
+        """Values of ``knob`` (default: the loop's one knob) the advisor tries at ``params``."""
+        loop = self.loop if knob is None else self.loop.for_knobs((knob,))
+        return loop.knob_candidates(params, low, high)
+
+    def for_entry(self, entry: Entry) -> "Declaration":
+        """The declaration ``entry`` is fitted with: itself, or, where each knob chunks its own rows
+        (:class:`~memlab.advisor.loops.ChunksOf`), that entry alone with its knob's loop."""
+        loop = self.loop.for_knobs(entry.knobs)
+        return self if loop is self.loop else dataclasses.replace(self, loop=loop, entries=(entry,))
 
     def variable_docs(self, size_docs: Mapping[str, str]) -> dict[str, str]:
         """What each variable of the pieces means: the loop's variables and the sizes (``size_docs``)."""

@@ -137,11 +137,10 @@ def _measured_points(fam: Declaration, entry: Entry, optimizer: str, seed: int) 
     other optimizers the first and last)."""
     chunked = bool(entry.knobs)
     out = [(p, "small") for p in fam.random_points(chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
-    rows, knob = (fam.loop.loop_sizes() or (None,))[0], fam.loop.knob
     for size in fam.time_sizes:
         if chunked:
             chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
-            out += [({**size, knob: -(-size[rows] // k)}, "time") for k in chunks]
+            out += [({**size, fam.loop.knob: fam.loop.knob_for_count(size, k)}, "time") for k in chunks]
         else:
             out.append((dict(size), "time"))
     return out
@@ -157,6 +156,7 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
     import memlab
 
     started = time.perf_counter()
+    fam = fam.for_entry(entry)
     classes, traced = _classes(fam, entry, optimizer)
     fitted = fitted_range(traced, fam.sizes + entry.knobs)
     model: dict[str, Any] = {"technique": entry.technique, "label": entry.label, "fixed": dict(entry.fixed),

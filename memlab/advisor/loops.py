@@ -10,7 +10,9 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-__all__ = ["Loop", "NoLoop", "Chunks", "Count"]
+from ..params import check_steps
+
+__all__ = ["Loop", "NoLoop", "Chunks", "Count", "ProductChunks", "ChunksOf"]
 
 
 # -- loops ----------------------------------------------------------------------------------------
@@ -75,6 +77,15 @@ class Loop:
     def check(self, params: Mapping[str, int]) -> None:
         """Raise ValueError (naming the value and the valid ones) for parameters the loop cannot read."""
 
+    def knobs(self) -> tuple[str, ...]:
+        """The technique parameters an entry of this loop may search."""
+        return (self.knob,) if self.knob else ()
+
+    def for_knobs(self, knobs: Sequence[str]) -> "Loop":
+        """The loop an entry searching ``knobs`` is fitted and predicted with (itself, but for
+        :class:`ChunksOf`, whose knobs each chunk their own rows)."""
+        return self
+
     def variable_docs(self) -> dict[str, str]:
         """What each loop variable means (written into the model file beside the sizes' docs)."""
         return {}
@@ -129,11 +140,19 @@ class Chunks(Loop, kind="chunks"):
     def loop_sizes(self):
         return (self.rows,)
 
+    def rows_of(self, params: Mapping[str, int]) -> int:
+        """The rows that are chunked, at ``params``."""
+        return int(params[self.rows])
+
+    def knob_for_count(self, params: Mapping[str, int], k: int) -> int:
+        """The knob value (rows per chunk) that splits the rows at ``params`` in ``k`` chunks or fewer."""
+        return -(-self.rows_of(params) // k)
+
     def looped(self, chunked):
         return chunked
 
     def loop_of(self, params, sizes, chunked):
-        n = int(params[self.rows])
+        n = self.rows_of(params)
         chunk = min(int(params[self.knob]), n) if chunked else n
         k = -(-n // chunk)
         return k, {**{s: int(params[s]) for s in sizes}, "chunk": chunk, "last": n - (k - 1) * chunk}
@@ -175,7 +194,7 @@ class Chunks(Loop, kind="chunks"):
     def knob_candidates(self, params, low, high):
         """The smallest chunk giving each of a log-spaced set of chunk counts (1, 2, 3, 4, 6, 8, 12,
         16 ... up to ``rows``), within ``[low, high]``."""
-        n = int(params[self.rows])
+        n = self.rows_of(params)
         counts, c = set(), 1.0
         while c <= n:
             counts.add(int(c))
@@ -223,11 +242,8 @@ class Count(Loop, kind="count"):
         return True
 
     def check(self, params):
-        v = int(params[self.size])
-        if (v - self.offset) % self.per or v < self.per + self.offset:
-            lo = max(1, (v - self.offset) // self.per)
-            raise ValueError(f"{self.size}={v} is not {self.per}k+{self.offset} (k >= 1); nearest valid: "
-                             f"{', '.join(str(self.per * k + self.offset) for k in (lo, lo + 1))}")
+        check_steps(self.size, int(params[self.size]), self.per, self.offset,
+                    rule=f"is not {self.per}k+{self.offset} (k >= 1)")
 
     def loop_of(self, params, sizes, chunked):
         self.check(params)
@@ -266,3 +282,124 @@ class Count(Loop, kind="count"):
         if (self.per, self.offset) != (1, 0):
             rule.update(per=self.per, offset=self.offset)
         return rule
+
+
+class ProductChunks(Chunks, kind="product_chunks"):
+    """A product of sizes (``batch * seq`` tokens) split in chunks of ``knob`` rows: as :class:`Chunks`
+    (``chunk``, ``k``, ``last`` and ``m`` alike), but the rows are no size of their own, so every size
+    stays a variable and a traced point of class ``k`` takes ``chunk`` from the rows (any chunk that
+    gives exactly ``k`` chunks).
+
+    Args:
+        rows: the sizes whose product is chunked (``("batch", "seq")``).
+        knob, counts, k_max, chunk: as :class:`Chunks` (``chunk`` is unused: the chunk follows from
+            the rows and the drawn count).
+    """
+
+    def __init__(self, rows: Sequence[str], knob: str, counts: tuple[int, ...] = (1, 2, 3, 4, 5, 7, 11),
+                 k_max: int = 40, chunk: tuple[int, int] = (2, 40)):
+        super().__init__("*".join(rows) if not isinstance(rows, str) else rows, knob, counts, k_max, chunk)
+        self.parts = tuple(self.rows.split("*"))
+
+    def loop_sizes(self):
+        return ()
+
+    def rows_of(self, params):
+        n = 1
+        for s in self.parts:
+            n *= int(params[s])
+        return n
+
+    def values_needed(self, sizes, k, chunked):
+        return len(sizes) + (0 if (k == 1 or not chunked) else 1)
+
+    def trace_point(self, sizes, k, chunked, vals):
+        point = dict(zip(sizes, vals))
+        if k == 1 or not chunked:
+            return point
+        n = self.rows_of(point)
+        lo, hi = -(-n // k), -(-n // (k - 1)) - 1  # chunks of lo .. hi rows give exactly k chunks
+        if lo > hi:
+            return None  # no chunk gives k chunks of these rows: the caller draws again
+        c = lo + vals[len(sizes)] % (hi - lo + 1)
+        return {**point, "chunk": c, "last": n - (k - 1) * c}
+
+    def to_params(self, sizes, k, point, chunked):
+        out = {s: point[s] for s in sizes}
+        if chunked:
+            out[self.knob] = point.get("chunk", self.rows_of(point))
+        return out
+
+    def held_out(self, rng, draw_others, ranges, chunked, scale):
+        others = draw_others()
+        if not chunked:
+            return others
+        n = self.rows_of(others)
+        k = min(n, rng.choice([*self.counts, rng.randint(4, self.k_max)]))
+        return {**others, self.knob: -(-n // k)}
+
+    def to_json(self):
+        return {**super().to_json(), "rows": list(self.parts)}
+
+
+class ChunksOf(Loop, kind="chunks_of"):
+    """Several knobs, each chunking its own rows: ``ChunksOf({"block": "seq", "chunk": "batch*seq"})``.
+
+    An entry searches one of them; it is fitted and predicted with that knob's loop
+    (:meth:`for_knobs`: :class:`Chunks` over a size, :class:`ProductChunks` over a product of sizes),
+    an entry without a knob with :class:`NoLoop`.  Which knob a configuration uses is read from its
+    parameters (the one knob present).
+
+    Args:
+        knobs: ``{knob: rows}``, rows a size or a product of sizes (``"batch*seq"``).
+        counts, k_max, chunk: passed to each knob's loop (see :class:`Chunks`).
+    """
+
+    def __init__(self, knobs: Mapping[str, str], counts: tuple[int, ...] = (1, 2, 3, 4, 5, 7, 11), k_max: int = 40,
+                 chunk: tuple[int, int] = (2, 40)):
+        if not knobs:
+            raise ValueError("ChunksOf(knobs={}) needs at least one {knob: rows}")
+        self.rows = {str(k): str(v) for k, v in dict(knobs).items()}
+        self.counts, self.k_max, self.chunk = tuple(counts), int(k_max), tuple(chunk)
+
+    def knobs(self):
+        return tuple(self.rows)
+
+    def for_knobs(self, knobs):
+        if not knobs:
+            return NoLoop()
+        if len(knobs) != 1 or knobs[0] not in self.rows:
+            raise ValueError(f"a {self.kind} loop chunks one of {', '.join(self.rows)} per entry; got knobs {list(knobs)}")
+        parts = self.rows[knobs[0]].split("*")
+        kw = {"counts": self.counts, "k_max": self.k_max, "chunk": self.chunk}
+        return Chunks(parts[0], knobs[0], **kw) if len(parts) == 1 else ProductChunks(tuple(parts), knobs[0], **kw)
+
+    def _of(self, params: Mapping[str, int], chunked: bool) -> Loop:
+        given = [k for k in self.rows if k in params] if chunked else []
+        if chunked and len(given) != 1:
+            raise ValueError(f"a chunked configuration gives one of the knobs {', '.join(self.rows)}; got {sorted(params)}")
+        return self.for_knobs(tuple(given))
+
+    def loop_sizes(self):
+        return tuple(dict.fromkeys(s for rows in self.rows.values() for s in rows.split("*")))
+
+    def looped(self, chunked):
+        return chunked
+
+    def loop_of(self, params, sizes, chunked):
+        return self._of(params, chunked).loop_of(params, sizes, chunked)
+
+    def variable_docs(self):
+        docs: dict[str, list[str]] = {}
+        for knob in self.rows:
+            for var, text in self.for_knobs((knob,)).variable_docs().items():
+                docs.setdefault(var, []).append(f"{knob}: {text}")
+        return {var: "; ".join(texts) for var, texts in docs.items()}
+
+    def to_json(self):
+        return {"kind": self.kind, "knobs": dict(self.rows), "counts": list(self.counts), "k_max": self.k_max,
+                "chunk": list(self.chunk)}
+
+    def page_rule(self, sizes):
+        return {"kind": self.kind, "knobs": {k: rows.split("*") for k, rows in self.rows.items()},
+                "sizes": list(sizes), "order": list(sizes)}

@@ -11,8 +11,10 @@ the live bytes can peak; each ``P_j`` is split the same way into the six memory 
 categories at the peak are those of the maximising piece (the first one on a tie, as the
 measurement reports the first moment its peak is reached).  The variables depend on the family's
 advisor declaration (:class:`memlab.advisor.declaration.AdvisorModel`, beside its workload, and
-written into each model file): a loop count ``k`` (its ``loop``: chunks of a size, or a size that
-counts blocks) selects a class: ``k = 1, 2, 3`` have their own pieces; every ``k >= 4`` shares one
+written into each model file): a loop count ``k`` (its ``loop``: chunks of a size, a size that
+counts blocks, or, for a family with several knobs, the chunks of the one knob an entry searches, each
+knob over its own rows: ``ChunksOf``, the transformer's ``block`` over ``seq`` and ``chunk`` over the
+``batch * seq`` tokens) selects a class: ``k = 1, 2, 3`` have their own pieces; every ``k >= 4`` shares one
 set of pieces in which the loop enters through ``m = k - 4 >= 0``; a family without a loop has one
 class.
 

@@ -48,8 +48,9 @@ __all__ = ["PAGE_LOOP_KINDS", "loop_rule", "load_models", "compact_models", "add
 
 #: the loop kinds ``choose.js`` evaluates (``loopOf``): ``none`` (k = 1, variables the sizes),
 #: ``chunks`` (k = ceil(rows / min(knob, rows)), variables the sizes plus ``chunk`` and ``last``) and
-#: ``count`` (k = (size - offset) / per, variables the other sizes)
-PAGE_LOOP_KINDS = ("none", "chunks", "count")
+#: ``count`` (k = (size - offset) / per, variables the other sizes) and ``chunks_of`` (each knob chunks
+#: its own rows, a size or a product of sizes; variables as ``chunks``)
+PAGE_LOOP_KINDS = ("none", "chunks", "count", "chunks_of")
 _MONOMIAL = re.compile(r"^(1|[a-z_]+(\*[a-z_]+)*)$")
 _TIME_KEYS = ("r", "c", "o")
 
@@ -166,10 +167,11 @@ def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[st
             problems.append(f"{name}: family {fam!r} has malformed sizes, knobs or entries; left out")
             continue
         need = set(loop["sizes"]) | {loop.get("rows"), loop.get("count")} - {None}
-        if not need <= set(sizes) or (loop["kind"] == "chunks" and loop["knob"] not in knobs):
+        loop_knobs = {loop["knob"]} if loop["kind"] == "chunks" else set(loop.get("knobs") or ())
+        if not need <= set(sizes) or not loop_knobs <= set(knobs):
             problems.append(f"{name}: family {fam!r} lacks the sizes its loop rule needs; left out")
             continue
-        variables = set(sizes) | ({"chunk", "last"} if loop["kind"] == "chunks" else set())
+        variables = set(sizes) | ({"chunk", "last"} if loop["kind"] in ("chunks", "chunks_of") else set())
         entries = []
         for entry in f["entries"]:
             why = _entry_problem(entry, variables, set(sizes), set(knobs))

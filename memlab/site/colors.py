@@ -20,6 +20,8 @@ BASELINE_COLOR = "#7f7f7f"
 _BLUE, _RED, _GREEN, _ORANGE, _PURPLE, _BROWN = "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"
 #: three more for the family with nine techniques beside its baseline (transformer)
 _NAVY, _TEAL, _GOLD = "#08306b", "#006d5b", "#b8860b"
+#: and four for its peers (torchtune, cut-cross-entropy, Hugging Face GPT-2 with and without checkpointing)
+_PLUM, _CRIMSON, _FOREST, _SIENNA = "#762a83", "#a50f15", "#00441b", "#a6611a"
 #: memlab's techniques (and the reproductions' own), per family; the colours they had before plug-ins
 #: could move them.
 BUILTIN_COLORS: dict[str, str] = {
@@ -39,12 +41,14 @@ BUILTIN_COLORS: dict[str, str] = {
     "eager_attention": BASELINE_COLOR, "sdpa": _BLUE, "sdpa_math": _RED, "sdpa_flash": _GREEN,
     "chunked_attention": _ORANGE, "checkpoint_layer": _PURPLE, "selective_checkpoint": _BROWN,
     "chunked_lm_loss": _NAVY, "autocast_bf16": _TEAL, "offload_activations": _GOLD,
+    "torchtune_chunked_loss": _PLUM, "cut_cross_entropy": _CRIMSON, "gpt2_hf": _FOREST, "gpt2_hf_checkpointing": _SIENNA,
 }
 #: Colours for every other technique: none a built-in's, none grey.
 HASHED_COLORS = ("#e377c2", "#17becf", "#bcbd22", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173",
                  "#3182bd", "#e6550d")
 #: Every colour a technique may take but the baselines' grey (the browser test: no other series in one).
-PALETTE = (_BLUE, _RED, _GREEN, _ORANGE, _PURPLE, _BROWN, _NAVY, _TEAL, _GOLD) + HASHED_COLORS
+PALETTE = (_BLUE, _RED, _GREEN, _ORANGE, _PURPLE, _BROWN, _NAVY, _TEAL, _GOLD, _PLUM, _CRIMSON, _FOREST,
+           _SIENNA) + HASHED_COLORS
 
 
 def technique_color(name: str) -> str:

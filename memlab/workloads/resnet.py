@@ -38,7 +38,7 @@ import torch.nn.functional as F_
 from torch import nn
 
 from ..functional.reversible import residual_stack, reversible_stack
-from ..params import Param
+from ..params import Param, check_steps
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
@@ -52,12 +52,7 @@ _LAYERS_PER_BLOCK = {"basic": 6, "bottleneck": 9}  # weighted layers per block, 
 def blocks_per_stage(depth: int, block: str) -> int:
     """``n`` of a ``6n + 2`` (basic) or ``9n + 2`` (bottleneck) network; ValueError naming the fix."""
     per = _LAYERS_PER_BLOCK[block]
-    if (depth - 2) % per or depth < per + 2:
-        lo = (depth - 2) // per * per + 2
-        near = [d for d in (lo, lo + per) if d >= per + 2]
-        raise ValueError(f"depth={depth} is not a {block} layout {per}n+2 (n >= 1); "
-                         f"nearest valid: {', '.join(map(str, near))}")
-    return (depth - 2) // per
+    return check_steps("depth", depth, per, 2, rule=f"is not a {block} layout {per}n+2 (n >= 1)")
 
 
 class FrozenNorm(nn.Module):

@@ -35,13 +35,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..advisor.declaration import AdvisorModel, ChunksOf, Entry
 from ..functional.attention import eager_attention
 from ..functional.lm_loss import plain_lm_loss
-from ..params import Param
+from ..params import Param, check_steps
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["Transformer", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block"]
+__all__ = ["Transformer", "TransformerModel", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block"]
 
 #: ``attention(q, k, v, dropout_p) -> out``: q, k, v and out [B, H, T, d]
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
@@ -130,14 +131,19 @@ class TransformerLM(nn.Module):
             torch.manual_seed(self.dropout_seed)
             return self._forward(tokens, targets, path)
 
-    def _forward(self, tokens, targets, path: Path) -> torch.Tensor:
-        b, t = tokens.shape
-        h = self.tok(tokens) + self.pos[:t]
+    def features(self, tokens: torch.Tensor, path: Path = EAGER) -> torch.Tensor:
+        """tokens [B, T] -> the final LayerNorm's output [B, T, D], what the LM head reads (the caller
+        seeds dropout: NOTE [ dropout and the reference check ])."""
+        h = self.tok(tokens) + self.pos[:tokens.shape[1]]
         if self.dropout > 0:
             h = F.dropout(h, self.dropout, training=True)
         for block in self.blocks:
             h = path.run_block(block, h, path.attention)
-        h = self.ln_f(h)
+        return self.ln_f(h)
+
+    def _forward(self, tokens, targets, path: Path) -> torch.Tensor:
+        b, t = tokens.shape
+        h = self.features(tokens, path)
         return path.loss(h.view(b * t, -1), self.head.weight, targets.view(-1)).view(b, t)
 
 
@@ -183,11 +189,8 @@ class Transformer(Workload, name="transformer", family="transformer"):
 
     def validate(self) -> None:
         c = self.config
-        if c["hidden"] % c["heads"]:
-            lo = c["hidden"] // c["heads"] * c["heads"]
-            near = [d for d in (lo, lo + c["heads"]) if d >= 1]
-            raise ValueError(f"hidden={c['hidden']} is not divisible by heads={c['heads']} (head size hidden/heads "
-                             f"must be whole); valid hidden near it: {', '.join(map(str, near))}")
+        check_steps("hidden", c["hidden"], c["heads"],
+                    rule=f"is not divisible by heads={c['heads']} (head size hidden/heads must be whole)")
 
     @classmethod
     def sweep_grid(cls, quick):
@@ -200,17 +203,56 @@ class Transformer(Workload, name="transformer", family="transformer"):
         grid += [{**tiny, "seq": 128, "vocab": v} for v in (2048, 8192)]
         return grid
 
-    def build(self, device, dtype, seed) -> Problem:
+    def inputs(self, device, dtype, gen: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``({"tokens", "targets"}, grad_output)`` drawn from ``gen``: ids [B, T] int64 and a seeded
+        positive weight per token [B, T] summing to about 1 (what every technique of the family,
+        a peer model included, is fed)."""
         c = self.config
-        gen = torch.Generator().manual_seed(seed)
         tokens = torch.randint(c["vocab"], (c["batch"], c["seq"]), generator=gen).to(device)
         targets = torch.randint(c["vocab"], (c["batch"], c["seq"]), generator=gen).to(device)
         n = c["batch"] * c["seq"]
         weights = seeded_randn(gen, c["batch"], c["seq"], device=device, dtype=torch.float64).abs_()
-        grad_out = (weights / n).to(dtype)
+        return {"tokens": tokens, "targets": targets}, (weights / n).to(dtype)
+
+    def build(self, device, dtype, seed) -> Problem:
+        c = self.config
+        gen = torch.Generator().manual_seed(seed)
+        inputs, grad_out = self.inputs(device, dtype, gen)
         model = TransformerLM(c, device, dtype, dropout_seed=seed)
         _seed_(model, gen, c["layers"], device, dtype)
-        return Problem(model=model, inputs={"tokens": tokens, "targets": targets}, grad_output=grad_out)
+        return Problem(model=model, inputs=inputs, grad_output=grad_out)
 
     def reference(self, problem):
         return problem.model(problem.inputs["tokens"], problem.inputs["targets"], EAGER)
+
+
+class TransformerModel(AdvisorModel, family="transformer"):
+    """The transformer family's advisor model (NOTE [ advisor models ] in :mod:`memlab.advisor.model`):
+    sizes ``seq, batch, vocab`` at 2 layers of width 64 (4 heads), dropout 0.
+
+    The knob is ``chunked_lm_loss``'s ``chunk``, which splits the ``batch * seq`` tokens
+    (:class:`~memlab.advisor.loops.ChunksOf`, where each knob chunks its own rows: a product of sizes
+    here).
+
+    Held fixed, and why: ``layers`` (each layer is one more loop of the step, and a chunked entry's
+    chunks are a second loop: a model varying both needs two loop counts, which the model form does
+    not have yet), ``hidden`` and ``heads`` (a fixed width keeps every tensor a monomial of degree
+    <= 3 in the sizes).  Left out: ``chunked_attention`` (its blocks are causal: block ``i`` scores
+    its rows against keys ``[0, (i + 1) * block)``, so its tensors grow with the block's index and the
+    blocks are no repeated loop body: ``StructureError`` from :func:`~memlab.advisor.structure.infer_loops`),
+    ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by blocks it picks from ``seq``: no
+    monomial, NOTE [ SDPA on this CPU build ]), ``autocast_bf16`` and ``offload_activations`` (CUDA only).
+    """
+
+    workload = Transformer
+    sizes = ("seq", "batch", "vocab")
+    workload_fixed = {"layers": 2, "hidden": 64, "heads": 4, "dropout": 0.0}
+    loop = ChunksOf({"chunk": "batch*seq"}, k_max=24)
+    entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
+               Entry("chunked_lm_loss", knobs=("chunk",)))
+    held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
+    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024}, {"seq": 256, "batch": 4, "vocab": 2048})
+    work = "batch*seq"
+    time_chunks = (1, 4, 16)
+    max_quantum = 1 << 12
+    trace_values = (5, 7, 11, 13, 17, 19, 23)

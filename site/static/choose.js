@@ -79,8 +79,24 @@ var memlabChoose = (function () {
       }
       return {k: v / per, values: values};
     }
+    if (loop.kind === "chunks_of") {           // each knob chunks its own rows (memlab.advisor.loops.ChunksOf)
+      var given = chunked ? Object.keys(loop.knobs).filter(function (kn) { return params[kn] !== undefined; }) : [];
+      if (given.length === 0) { return {k: 1, values: values}; }
+      var rows = rowsOf(loop, given[0], params);
+      var size = Math.min(params[given[0]], rows);
+      var kk = Math.floor(rows / size);
+      if (kk * size < rows) { kk += 1; }
+      values.chunk = size;
+      values.last = rows - (kk - 1) * size;
+      return {k: kk, values: values};
+    }
     if (loop.kind === "none") { return {k: 1, values: values}; }
     throw new Error("loop kind " + loop.kind + " is not one this page evaluates");
+  }
+
+  function rowsOf(loop, knob, sizes) {        // the rows ``knob`` splits: a size, or a product of sizes
+    if (loop.kind === "chunks") { return sizes[loop.rows]; }
+    return loop.knobs[knob].reduce(function (n, s) { return n * sizes[s]; }, 1);
   }
 
   function classFor(classes, k) {
@@ -244,7 +260,8 @@ var memlabChoose = (function () {
           settings = [one];
         } else {
           var spec = fam.knobs[knob];
-          settings = fam.loop.kind !== "chunks" ? [] : knobCandidates(sizes[fam.loop.rows], spec.low, spec.high)
+          settings = ["chunks", "chunks_of"].indexOf(fam.loop.kind) < 0 ? []
+            : knobCandidates(rowsOf(fam.loop, knob, sizes), spec.low, spec.high)
             .map(function (c) { var s = {}; s[knob] = c; return s; });
         }
       });
