@@ -284,7 +284,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:
     """The answers as text: one row per technique, its categories below it."""
-    from .advisor.advise import _cats
+    from .advisor.advise import category_text
 
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     held = "".join(f", {k}={v}" for k, v in a["held"].items())
@@ -305,7 +305,7 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     for j, r in enumerate(rows):
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
         if j:
-            lines.append(" " * (widths[0] + 2) + _cats(a["answers"][j - 1]))
+            lines.append(" " * (widths[0] + 2) + category_text(a["answers"][j - 1]))
     for c in a["cannot_fit"]:
         why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
         lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")

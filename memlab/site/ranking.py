@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..record import ACTIVATION_CATEGORIES
 from ..record import is_number as _num
 
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
@@ -27,8 +28,6 @@ __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text",
 #: optimizer and loss (rows from before that choice are ``sgd`` / ``given``).
 SETTING = ("device", "dtype", "mode", "optimizer", "loss")
 _DEFAULT_STEP = {"optimizer": "sgd", "loss": "given"}
-#: Memory categories that are activation memory (``memlab.measurement.categories.ACTIVATION_CATEGORIES``).
-ACTIVATION_CATEGORIES = ("saved_activations", "temporaries")
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:
