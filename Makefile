@@ -72,8 +72,8 @@ clean:
 gpu-check: install
 	$(BIN)/python -m pytest -q tests/test_cuda.py
 	$(BIN)/memlab sweep --quick --device cuda --out data/sweeps/cuda-quick.jsonl
-	$(BIN)/python -m memlab.gpu_check --out data/gpu-check
+	$(BIN)/python -m memlab.cuda.gpu_check --out data/gpu-check
 
 ## the seed configurations predicted for a GPU under several PYTORCH_CUDA_ALLOC_CONF settings (CPU only)
 cuda-variants: install
-	$(BIN)/python -m memlab.cuda_variants --out data/cuda-variants
+	$(BIN)/python -m memlab.cuda.variants --out data/cuda-variants

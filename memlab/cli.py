@@ -124,8 +124,7 @@ def _measure_kwargs(args) -> dict[str, Any]:
 
 def _cmd_measure(args) -> int:
     from .measurement import measure
-    from .measurement.categories import CATEGORIES
-    from .record import fmt_mib
+    from .record import CATEGORIES, fmt_mib
     from .registry import get_technique
 
     _model_file(args, "measure")
@@ -692,7 +691,8 @@ def _cmd_site(args) -> int:
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _shared_options() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The option groups several commands take: ``--plugin``; the measuring options; ``--model``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugin", action="append", metavar="FILE.py",
                         help="a Python file defining memlab.Technique subclasses (repeatable)")
@@ -726,10 +726,11 @@ def _parser() -> argparse.ArgumentParser:
                        "offload_activations (see README, 'Your own model')")
     model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
                        "nn.Sequential of repeated blocks (default: guessed)")
+    return common, meas, model
 
-    p = _OneLineParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
-                       parents=[common])
-    sub = p.add_subparsers(dest="command", required=True)
+
+def _add_measuring(sub, common, meas, model) -> None:
+    """list, measure, sweep, merge."""
     s = sub.add_parser("list", parents=[common], help="list techniques, their workload and parameters")
     s.add_argument("--family")
     s.add_argument("--json", action="store_true")
@@ -775,6 +776,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="replace OUT if it exists")
     s.set_defaults(func=_cmd_merge)
 
+
+def _add_recording(sub, common, meas, model) -> None:
+    """timeline, timelines, check, reproduce, site."""
     s = sub.add_parser("timeline", parents=[common, meas], help="allocated bytes over one step, event by event")
     s.add_argument("name")
     s.add_argument("--param", action="append", metavar="NAME=VALUE")
@@ -808,6 +812,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--run", action="append", metavar="FILE.jsonl", help="extra sweep JSON Lines file (repeatable)")
     s.set_defaults(func=_cmd_site)
 
+
+def _add_answering(sub, common) -> None:
+    """advise, compare, bench-harness."""
     s = sub.add_parser("advise", parents=[common], help="which technique and knob setting fit a memory budget, "
                                                        "ranked by predicted relative step time (from data/models)")
     s.add_argument("--family", help="technique family with an advisor model (memlab.AdvisorModel, declared beside "
@@ -846,6 +853,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--limits", action="store_true",
                    help="instead: each technique's relative step time beside its FLOP ratio (its time limit)")
     s.set_defaults(func=_cmd_bench_harness)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common, meas, model = _shared_options()
+    p = _OneLineParser(prog="memlab", description="Honest memory numbers for memory-saving PyTorch techniques.",
+                       parents=[common])
+    sub = p.add_subparsers(dest="command", required=True)
+    _add_measuring(sub, common, meas, model)
+    _add_recording(sub, common, meas, model)
+    _add_answering(sub, common)
     return p
 
 

@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .record import WHOLE_STATUSES
+
 __all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "LOAD_POINTS", "quick_points",
            "quick_techniques", "report"]
 
@@ -136,7 +138,7 @@ def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_bud
             t0 = time.perf_counter()
             m = memlab.measure(name, isolate=mode, iterations=2, repeats=repeats, time_budget=time_budget, **params)
             wall = time.perf_counter() - t0
-            if m.status not in ("ok", "mismatch"):
+            if m.status not in WHOLE_STATUSES:
                 raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
             rows.append(OverheadRow(mode, name, wall, _timed_steps(m), m.extra.get("recorded_steps_s", 0.0),
                                     m.extra.get("predict_cuda_s", 0.0)))

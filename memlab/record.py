@@ -1,7 +1,9 @@
 """The record core (torch-free): what a measurement is and how its figures read.
 
-:class:`Measurement` and :class:`Timeline` (frozen, JSON), the statuses and modes a record may
-hold, the byte unit and formatting, the number predicate every reader uses, and how the analytic
+:class:`Measurement` and :class:`Timeline` (frozen, JSON); one vocabulary, declared here once: the
+statuses (:class:`Status`), verdicts (:class:`Verdict`) and memory categories (:class:`Category`) as
+enums carrying their labels and flags, each record field's kind (:class:`FieldKind`), the modes; the
+byte unit and formatting, the number predicate every reader uses, and how the analytic
 expectations a technique states in ``Measurement.extra`` are read (:func:`analytic_floor`).  The
 measurement layer (:mod:`memlab.measurement`) writes these records; the results reader
 (:mod:`memlab.results`), the site and the advisor read them.  This module imports nothing heavy
@@ -10,6 +12,7 @@ measurement layer (:mod:`memlab.measurement`) writes these records; the results 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import numbers
@@ -18,16 +21,113 @@ from typing import Any
 
 from .units import MiB
 
-__all__ = ["Measurement", "Timeline", "TimelineEvent", "SCHEMA_VERSION", "STATUSES", "MODES", "RANKABLE_STATUS",
-           "MiB", "fmt_mib", "is_number", "analytic_floor", "activation_figures", "UNDER_LOAD_FACTOR", "is_under_load"]
+__all__ = ["Measurement", "Timeline", "TimelineEvent", "AllocEvent", "Window", "SCHEMA_VERSION", "Status", "STATUSES", "MODES",
+           "RANKABLE_STATUS", "FINISHED_STATUSES", "WHOLE_STATUSES", "Verdict", "VERDICTS", "Category", "CATEGORIES", "ACTIVATION_CATEGORIES",
+           "CATEGORY_LABELS", "FieldKind", "fields_of_kind", "MiB", "fmt_mib", "is_number", "analytic_floor",
+           "activation_figures", "UNDER_LOAD_FACTOR", "is_under_load"]
 
 SCHEMA_VERSION = 2
-#: ``ok``: measured and verified; ``mismatch``: outputs/gradients differ from the reference (or the
-#: technique mutated its inputs/parameters, or produced non-finite values); ``leak``: live bytes grow
-#: every step; ``oom``: out of memory (or killed by the kernel's OOM killer); ``error``: anything else.
-#: Only ``ok`` rows are ever ranked, called best, or drawn as Pareto points.
-STATUSES = ("ok", "mismatch", "leak", "oom", "error")
-RANKABLE_STATUS = "ok"
+
+
+class Status(enum.StrEnum):
+    """What became of a measurement; a record and its JSON hold the value (``"ok"``...).
+
+    ``ok``: measured and verified; ``mismatch``: outputs/gradients differ from the reference (or the
+    technique mutated its inputs/parameters, or produced non-finite values); ``leak``: live bytes grow
+    every step; ``oom``: out of memory (or killed by the kernel's OOM killer); ``error``: anything else.
+    Only ``ok`` rows are ever ranked, called best, or drawn as Pareto points (``rankable``).
+    ``finished``: a sweep's resume does not measure the point again; ``whole``: the step ran to its end,
+    so its figures are whole (a mismatch is wrong maths, not missing memory).
+    """
+
+    def __new__(cls, value: str, rankable: bool, finished: bool, whole: bool):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.rankable, member.finished, member.whole = rankable, finished, whole
+        return member
+
+    OK = "ok", True, True, True
+    MISMATCH = "mismatch", False, True, True
+    LEAK = "leak", False, True, False
+    OOM = "oom", False, False, False
+    ERROR = "error", False, False, False
+
+
+#: every status, as the strings a record holds
+STATUSES = tuple(s.value for s in Status)
+RANKABLE_STATUS = Status.OK.value
+#: statuses a sweep's ``--resume`` does not measure again
+FINISHED_STATUSES = tuple(s.value for s in Status if s.finished)
+#: statuses whose step ran to its end (its memory figures are whole)
+WHOLE_STATUSES = tuple(s.value for s in Status if s.whole)
+
+
+class Verdict(enum.StrEnum):
+    """A seed reproduction's verdict (``data/reproductions/<seed>.json``'s ``verdict``)."""
+
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not reproduced on this device"
+    WITH_CAVEAT = "reproduced with caveat"
+
+
+#: every verdict, as the strings a reproduction file holds
+VERDICTS = tuple(v.value for v in Verdict)
+
+
+class Category(enum.StrEnum):
+    """A memory category (NOTE [ memory categories ] in :mod:`memlab.measurement.categories`): the key
+    in ``peak_by_category_bytes``, its label in text, its short label in one-line output, and whether it
+    is activation memory (what a memory-saving technique for activations changes)."""
+
+    def __new__(cls, value: str, label: str, short: str, activation: bool):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label, member.short, member.activation = label, short, activation
+        return member
+
+    PARAMETERS = "parameters", "parameters", "params", False
+    GRADIENTS = "gradients", "gradients", "grads", False
+    OPTIMIZER_STATE = "optimizer_state", "optimizer state", "opt", False
+    INPUTS = "inputs", "inputs", "inputs", False
+    SAVED_ACTIVATIONS = "saved_activations", "saved activations", "saved", True
+    TEMPORARIES = "temporaries", "temporaries", "temp", True
+
+
+#: every category key, in the order figures list them
+CATEGORIES = tuple(c.value for c in Category)
+#: the categories that are activation memory
+ACTIVATION_CATEGORIES = tuple(c.value for c in Category if c.activation)
+#: how each category reads in text
+CATEGORY_LABELS = {c.value: c.label for c in Category}
+
+
+class FieldKind(enum.StrEnum):
+    """What a :class:`Measurement` field holds, declared on the field (``metadata["kind"]``), so a reader
+    derives its checks from the record and not from the annotation's spelling (:func:`fields_of_kind`)."""
+
+    KEY = "key"                #: a string every row has: technique, workload, family, device, dtype, mode, status
+    CHOICE = "choice"          #: a string with the default rows from before the choice existed carry
+    COUNT = "count"            #: bytes or a count: a number >= 0, or null
+    FIGURE = "figure"          #: seconds, a ratio, a load, samples/s: a number >= 0, or null
+    ERROR = "error"            #: an error against the reference: a number (NaN/Infinity allowed), or null
+    SIGNED = "signed"          #: a signed number, or null
+    SERIES = "series"          #: a list of numbers
+    CATEGORIES = "categories"  #: bytes by memory category
+    OTHER = "other"            #: read and checked by name where it is read
+
+
+def _field(kind: FieldKind, *default: Any, **kw: Any) -> Any:
+    """A record field of ``kind``, with its default (positional) or ``default_factory``."""
+    if default:
+        kw["default"] = default[0]
+    return field(metadata={"kind": kind}, **kw)
+
+
+def fields_of_kind(kind: FieldKind, cls: type | None = None) -> tuple[str, ...]:
+    """The names of ``cls``'s (:class:`Measurement`'s) fields of ``kind``, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls or Measurement) if f.metadata.get("kind") == kind)
+
+
 #: What a step runs: ``train`` (forward, backward, optimizer step) or ``infer`` (forward under no_grad).
 MODES = ("train", "infer")
 
@@ -140,7 +240,7 @@ class Measurement:
             baseline before the first measured step; growth here is a leak.
         leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
         predicted_cuda: CPU only: PyTorch's CUDA caching allocator replayed on this step's exact
-            allocation trace (:func:`memlab.measurement.cuda_prediction.predict_cuda`; bytes, marked
+            allocation trace (:func:`memlab.cuda.prediction.predict_cuda`; bytes, marked
             ``predicted``): allocated and reserved peaks, fragmentation, segments, the extra
             device terms the trace cannot see listed apart.  A prediction, not a measurement.
 
@@ -166,7 +266,7 @@ class Measurement:
     steps were compared with the shadow reference (NOTE [ every step checked ]).
 
     Verdict (see NOTE [ verdicts ] in ``memlab/measurement/verdict.py``):
-        status: one of :data:`STATUSES`; ``error`` holds the one-line reason for every non-ok status.
+        status: one of :class:`Status`; ``error`` holds the one-line reason for every non-ok status.
         matches_reference: decided in ``check_dtype`` (float64 unless the technique runs in low
             precision only), where a correct technique agrees to ~1e-12.
         max_abs_error, max_rel_error, tolerance (rtol, atol): the float64 check's errors (max over
@@ -176,61 +276,61 @@ class Measurement:
             (float32 drift, e.g. rebuilt inputs of a reversible stack); a number, not a verdict.
     """
 
-    technique: str
-    workload: str
-    family: str
-    params: dict[str, Any]
-    device: str
-    dtype: str
-    mode: str
-    status: str = "ok"
-    error: str | None = None
-    peak_allocated_bytes: int | None = None
-    allocated_baseline_bytes: int | None = None
-    peak_reserved_bytes: int | None = None
-    reserved_baseline_bytes: int | None = None
-    device_used_bytes: int | None = None
-    allocated_after_step_bytes: tuple[int, ...] = ()
-    peak_allocated_per_iteration_bytes: tuple[int, ...] = ()
-    step_time_s: float | None = None
-    step_times_s: tuple[float, ...] = ()
-    step_time_iqr_s: float | None = None
-    reference_step_time_s: float | None = None
-    relative_step_time: float | None = None
-    step_cpu_times_s: tuple[float, ...] = ()
-    relative_step_time_wall: float | None = None
-    relative_to: str | None = None
-    timing_threads: int | None = None
-    steps_checked: int | None = None
-    load_avg_before: float | None = None
-    load_avg_after: float | None = None
-    samples_per_step: int | None = None
-    samples_per_s: float | None = None
-    flops: int | None = None
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    check_dtype: str | None = None
-    drift_max_abs_error: float | None = None
-    drift_max_rel_error: float | None = None
-    leak_bytes_per_step: float | None = None
-    predicted_cuda: dict[str, Any] | None = None
-    errors_by_tensor: dict[str, float] = field(default_factory=dict)
-    tolerance: tuple[float, float] | None = None
-    matches_reference: bool | None = None
-    param_count: int | None = None
-    param_bytes: int | None = None
-    grad_bytes: int | None = None
-    optimizer: str = "sgd"
-    optimizer_class: str | None = None
-    loss: str = "given"
-    total_peak_bytes: int | None = None
-    peak_by_category_bytes: dict[str, int] = field(default_factory=dict)
-    end_by_category_bytes: dict[str, int] = field(default_factory=dict)
-    peer: bool = False
-    memory_method: dict[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    schema: int = SCHEMA_VERSION
+    technique: str = _field(FieldKind.KEY)
+    workload: str = _field(FieldKind.KEY)
+    family: str = _field(FieldKind.KEY)
+    params: dict[str, Any] = _field(FieldKind.OTHER)
+    device: str = _field(FieldKind.KEY)
+    dtype: str = _field(FieldKind.KEY)
+    mode: str = _field(FieldKind.KEY)
+    status: str = _field(FieldKind.KEY, "ok")
+    error: str | None = _field(FieldKind.OTHER, None)
+    peak_allocated_bytes: int | None = _field(FieldKind.COUNT, None)
+    allocated_baseline_bytes: int | None = _field(FieldKind.COUNT, None)
+    peak_reserved_bytes: int | None = _field(FieldKind.COUNT, None)
+    reserved_baseline_bytes: int | None = _field(FieldKind.COUNT, None)
+    device_used_bytes: int | None = _field(FieldKind.COUNT, None)
+    allocated_after_step_bytes: tuple[int, ...] = _field(FieldKind.SERIES, ())
+    peak_allocated_per_iteration_bytes: tuple[int, ...] = _field(FieldKind.SERIES, ())
+    step_time_s: float | None = _field(FieldKind.FIGURE, None)
+    step_times_s: tuple[float, ...] = _field(FieldKind.SERIES, ())
+    step_time_iqr_s: float | None = _field(FieldKind.FIGURE, None)
+    reference_step_time_s: float | None = _field(FieldKind.FIGURE, None)
+    relative_step_time: float | None = _field(FieldKind.FIGURE, None)
+    step_cpu_times_s: tuple[float, ...] = _field(FieldKind.SERIES, ())
+    relative_step_time_wall: float | None = _field(FieldKind.FIGURE, None)
+    relative_to: str | None = _field(FieldKind.OTHER, None)
+    timing_threads: int | None = _field(FieldKind.COUNT, None)
+    steps_checked: int | None = _field(FieldKind.COUNT, None)
+    load_avg_before: float | None = _field(FieldKind.FIGURE, None)
+    load_avg_after: float | None = _field(FieldKind.FIGURE, None)
+    samples_per_step: int | None = _field(FieldKind.COUNT, None)
+    samples_per_s: float | None = _field(FieldKind.FIGURE, None)
+    flops: int | None = _field(FieldKind.COUNT, None)
+    max_abs_error: float | None = _field(FieldKind.ERROR, None)
+    max_rel_error: float | None = _field(FieldKind.ERROR, None)
+    check_dtype: str | None = _field(FieldKind.OTHER, None)
+    drift_max_abs_error: float | None = _field(FieldKind.ERROR, None)
+    drift_max_rel_error: float | None = _field(FieldKind.ERROR, None)
+    leak_bytes_per_step: float | None = _field(FieldKind.SIGNED, None)
+    predicted_cuda: dict[str, Any] | None = _field(FieldKind.OTHER, None)
+    errors_by_tensor: dict[str, float] = _field(FieldKind.OTHER, default_factory=dict)
+    tolerance: tuple[float, float] | None = _field(FieldKind.OTHER, None)
+    matches_reference: bool | None = _field(FieldKind.OTHER, None)
+    param_count: int | None = _field(FieldKind.COUNT, None)
+    param_bytes: int | None = _field(FieldKind.COUNT, None)
+    grad_bytes: int | None = _field(FieldKind.COUNT, None)
+    optimizer: str = _field(FieldKind.CHOICE, "sgd")
+    optimizer_class: str | None = _field(FieldKind.OTHER, None)
+    loss: str = _field(FieldKind.CHOICE, "given")
+    total_peak_bytes: int | None = _field(FieldKind.COUNT, None)
+    peak_by_category_bytes: dict[str, int] = _field(FieldKind.CATEGORIES, default_factory=dict)
+    end_by_category_bytes: dict[str, int] = _field(FieldKind.CATEGORIES, default_factory=dict)
+    peer: bool = _field(FieldKind.OTHER, False)
+    memory_method: dict[str, str] = _field(FieldKind.OTHER, default_factory=dict)
+    extra: dict[str, Any] = _field(FieldKind.OTHER, default_factory=dict)
+    environment: dict[str, Any] = _field(FieldKind.OTHER, default_factory=dict)
+    schema: int = _field(FieldKind.OTHER, SCHEMA_VERSION)
 
     def __post_init__(self):
         if self.status not in STATUSES:
@@ -298,6 +398,40 @@ class Measurement:
             f"peak {'resident' if self.device == 'cpu' else 'reserved'} {fmt_mib(self.peak_reserved_bytes)}, "
             f"step {t}"
         )
+
+
+@dataclass(frozen=True)
+class AllocEvent:
+    """One allocation (``delta_bytes`` > 0) or free (< 0) through c10's allocator.
+
+    ``stack`` holds every enclosing operator, outermost first (memlab markers left out); ``address`` is
+    the block's address in this process, which pairs a free with the allocation it releases (a
+    :class:`~memlab.record.TimelineEvent`'s ``address`` is the same block's ordinal in the step).  ``place`` says where it would
+    live on a GPU (``device``, ``host``, ``cpu_only``) and ``rule`` which rule of
+    :data:`memlab.measurement.host_tags.RULES` decided it (NOTE [ device tags ]); ``marks`` are the
+    memlab markers around it (``host``, ``iteration0``...), ``stack_end_ns`` the end of each range of
+    ``stack`` (ns, same order).
+    """
+
+    time_ns: int
+    delta_bytes: int
+    op: str
+    stack: tuple[str, ...]
+    address: int = 0
+    place: str = "device"
+    rule: str = ""
+    marks: tuple[str, ...] = ()
+    stack_end_ns: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Window:
+    """A ``memlab::NAME`` marker range (ns); ``detail``: a ``conv`` window's signature (JSON)."""
+
+    name: str
+    start_ns: int
+    end_ns: int
+    detail: str = ""
 
 
 @dataclass(frozen=True)

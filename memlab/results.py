@@ -39,7 +39,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from .record import MODES, STATUSES, Measurement, activation_figures, analytic_floor, is_under_load
+from .record import (MODES, STATUSES, VERDICTS, FieldKind, Measurement, activation_figures, analytic_floor,
+                     fields_of_kind, is_under_load)
 from .record import is_number as _is_number
 
 if TYPE_CHECKING:  # pandas is imported by the loaders that build frames: the sweep's --resume reads rows
@@ -50,10 +51,8 @@ __all__ = [
     "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
     "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
     "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
-    "canonical_params", "load_json_objects", "sweep_records", "machine_of",
+    "canonical_params", "load_json_objects", "sweep_records", "machine_of", "shown_path", "short_repr",
 ]
-
-VERDICTS = ("reproduced", "not reproduced on this device", "reproduced with caveat")
 
 #: Deepest JSON nesting read (memlab writes at most 5 levels); deeper files are refused unparsed.
 MAX_JSON_DEPTH = 64
@@ -63,30 +62,28 @@ MAX_FILE_BYTES = 256 * 2**20
 PROBLEMS_PER_FILE = 5
 
 # The record's schema is declared once, on :class:`~memlab.record.Measurement`; the reader derives
-# the fields it checks from the dataclass's fields and their annotations.
+# the fields it checks from the kind each field declares (:class:`~memlab.record.FieldKind`).
 _FIELDS = {f.name: f for f in dataclasses.fields(Measurement)}
-_REQUIRED_STR = tuple(n for n, f in _FIELDS.items()
-                      if f.type == "str" and (f.default is dataclasses.MISSING or n == "status"))
+_REQUIRED_STR = fields_of_kind(FieldKind.KEY)
 #: Bytes and counts: finite numbers >= 0 or null.
-_INT_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "int | None")
+_INT_FIELDS = fields_of_kind(FieldKind.COUNT)
 #: Errors against the reference: NaN/Infinity allowed (a non-finite output is shown as wrong).
-_ERROR_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "float | None" and n.endswith("_error"))
+_ERROR_FIELDS = fields_of_kind(FieldKind.ERROR)
 #: Signed figures: a finite number or null.
-_SIGNED_FIELDS = ("leak_bytes_per_step",)
+_SIGNED_FIELDS = fields_of_kind(FieldKind.SIGNED)
 #: Seconds, samples/s, a ratio of step times and load averages: finite numbers >= 0 or null.
-_FLOAT_FIELDS = tuple(n for n, f in _FIELDS.items()
-                      if f.type == "float | None" and n not in _ERROR_FIELDS + _SIGNED_FIELDS)
-_LIST_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type.startswith("tuple[") and f.type.endswith(", ...]"))
-#: Bytes by memory category (``parameters``, ``gradients``, ... see ``memlab/measurement/categories.py``).
-_CATEGORY_FIELDS = tuple(n for n, f in _FIELDS.items() if f.type == "dict[str, int]")
+_FLOAT_FIELDS = fields_of_kind(FieldKind.FIGURE)
+_LIST_FIELDS = fields_of_kind(FieldKind.SERIES)
+#: Bytes by memory category (:class:`~memlab.record.Category`).
+_CATEGORY_FIELDS = fields_of_kind(FieldKind.CATEGORIES)
 #: The training step's optimizer and loss, with the value rows from before the choice existed carry
 #: (the record's defaults).
-_STEP_FIELDS = {n: f.default for n, f in _FIELDS.items() if f.type == "str" and n not in _REQUIRED_STR}
+_STEP_FIELDS = {n: _FIELDS[n].default for n in fields_of_kind(FieldKind.CHOICE)}
 #: Fields of the record the site does not read (so it does not check them either).
 _UNREAD_FIELDS = ("optimizer_class",)
 #: ``predicted_cuda`` figures the site shows (bytes: the step's predicted ``max_memory_allocated()`` and
 #: ``max_memory_reserved()``, baseline included, and reserved - allocated when allocated peaks), as
-#: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.measurement.cuda_prediction.
+#: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.cuda.prediction.
 _PREDICTED_CUDA = {"allocated_bytes": "allocated_peak_total_bytes", "reserved_bytes": "reserved_peak_bytes",
                    "fragmentation_bytes": "fragmentation_at_peak_bytes"}
 #: The record's fields, and ``baseline``, which rows from before ``extra["baseline"]`` carried.
@@ -192,13 +189,13 @@ def _loads(text: str) -> Any:
         raise ValueError(f"not readable JSON ({type(exc).__name__})") from None
 
 
-def _shown(path: Any) -> str:
+def shown_path(path: Any) -> str:
     """A path as one printable line: undecodable bytes replaced, control characters escaped."""
     text = os.fsencode(path).decode("utf-8", "replace")
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short_repr(value: Any, limit: int = 60) -> str:
     """``repr`` of a value, cut to ``limit`` characters."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -208,7 +205,7 @@ class _FileProblems:
     """The problems of one file: a warning each for the first :data:`PROBLEMS_PER_FILE`, then one count."""
 
     def __init__(self, path: Path):
-        self.name, self.count = _shown(path), 0
+        self.name, self.count = shown_path(path), 0
 
     def __call__(self, msg: str, line: int | None = None) -> None:
         self.count += 1
@@ -330,7 +327,7 @@ def list_input_files(folder: Path | str, suffix: str) -> list[Path]:
     except OSError as exc:
         if exc.errno == errno.ENOENT:  # pragma: no cover - FileNotFoundError above
             return []
-        _warn(f"{_shown(folder)}: cannot list this folder ({exc.strerror or exc}); its files are left out")
+        _warn(f"{shown_path(folder)}: cannot list this folder ({exc.strerror or exc}); its files are left out")
         return []
     return [folder / n for n in sorted(names) if n.endswith(suffix)]
 
@@ -350,7 +347,7 @@ def _bad_numbers(value: Any, where: str) -> Iterator[str]:
 # -- memlab sweep runs -----------------------------------------------------------------------------
 def _optional(rec: dict, key: str, ok: Callable[[Any], bool], what: str) -> list[str]:
     v = rec.get(key)
-    return [] if v is None or ok(v) else [f"field {key!r} must be {what} or null, got {_short(v)}"]
+    return [] if v is None or ok(v) else [f"field {key!r} must be {what} or null, got {short_repr(v)}"]
 
 
 def _is_error_size(v: Any) -> bool:
@@ -372,24 +369,40 @@ def validate_measurement(rec: Any) -> list[str]:
     """
     if not isinstance(rec, dict):
         return [f"expected a JSON object, got {type(rec).__name__}"]
+    problems = _identity_problems(rec) + _figure_problems(rec) + _nested_problems(rec)
+    if rec.get("status") == "ok" and rec.get("peak_allocated_bytes") is None:
+        problems.append("status 'ok' but peak_allocated_bytes is null")
+    beyond = None if problems else _beyond_tolerance(rec)
+    return problems + ([beyond] if beyond else [])
+
+
+def _identity_problems(rec: dict) -> list[str]:
+    """The record's identity: its key strings, status and mode, and which fields are objects."""
     problems = []
     for key in _REQUIRED_STR:
         if not isinstance(rec.get(key), str) or not rec.get(key):
-            problems.append(f"field {key!r} must be a non-empty string, got {_short(rec.get(key))}")
+            problems.append(f"field {key!r} must be a non-empty string, got {short_repr(rec.get(key))}")
     if not isinstance(rec.get("params"), dict):
-        problems.append(f"field 'params' must be an object, got {_short(rec.get('params'))}")
+        problems.append(f"field 'params' must be an object, got {short_repr(rec.get('params'))}")
     for key in ("extra", "environment", "memory_method", "errors_by_tensor"):
         if rec.get(key) is not None and not isinstance(rec[key], dict):
             problems.append(f"field {key!r} must be an object, got {type(rec[key]).__name__}")
     if isinstance(rec.get("status"), str) and rec["status"] not in STATUSES:
-        problems.append(f"status={_short(rec['status'])} is not one of {STATUSES}")
+        problems.append(f"status={short_repr(rec['status'])} is not one of {STATUSES}")
     if isinstance(rec.get("mode"), str) and rec["mode"] not in MODES:
-        problems.append(f"mode={_short(rec['mode'])} is not one of {MODES}")
+        problems.append(f"mode={short_repr(rec['mode'])} is not one of {MODES}")
+    return problems
+
+
+def _figure_problems(rec: dict) -> list[str]:
+    """Each top-level field checked as its kind (:class:`~memlab.record.FieldKind`) says."""
+    problems = []
     for key in _INT_FIELDS + _FLOAT_FIELDS:
         problems += _optional(rec, key, lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
     for key in _ERROR_FIELDS:
         problems += _optional(rec, key, _is_error_size, "a number >= 0 (NaN: non-finite output)")
-    problems += _optional(rec, "leak_bytes_per_step", _is_number, "a finite number")
+    for key in _SIGNED_FIELDS:
+        problems += _optional(rec, key, _is_number, "a finite number")
     for key in ("error", "check_dtype", *_STEP_FIELDS):
         problems += _optional(rec, key, lambda v: isinstance(v, str), "a string")
     for key in _CATEGORY_FIELDS:
@@ -406,10 +419,16 @@ def validate_measurement(rec: Any) -> list[str]:
     for key in _LIST_FIELDS:
         problems += _optional(rec, key, lambda v: isinstance(v, list) and all(map(_is_number, v)),
                               "a list of finite numbers")
+    return problems
+
+
+def _nested_problems(rec: dict) -> list[str]:
+    """Inside the objects: errors by tensor, numbers out of range, the predicted CUDA figures shown."""
+    problems = []
     if isinstance(rec.get("errors_by_tensor"), dict):
         bad = [k for k, v in rec["errors_by_tensor"].items() if v is not None and not _is_error_size(v)]
         if bad:
-            problems.append(f"field 'errors_by_tensor' has non-numeric errors for {_short(sorted(bad))}")
+            problems.append(f"field 'errors_by_tensor' has non-numeric errors for {short_repr(sorted(bad))}")
     for key in ("params", "extra", "environment", "memory_method"):
         if isinstance(rec.get(key), dict):
             bad = list(itertools.islice(_bad_numbers(rec[key], key), 3))
@@ -421,10 +440,7 @@ def validate_measurement(rec: Any) -> list[str]:
         for key in _PREDICTED_CUDA.values():
             problems += [f"predicted_cuda: {p}" for p in _optional(pc, key, lambda v: _is_number(v) and v >= 0,
                                                                    "a finite number >= 0")]
-    if rec.get("status") == "ok" and rec.get("peak_allocated_bytes") is None:
-        problems.append("status 'ok' but peak_allocated_bytes is null")
-    beyond = None if problems else _beyond_tolerance(rec)
-    return problems + ([beyond] if beyond else [])
+    return problems
 
 
 # NOTE [ error beyond tolerance ]
@@ -641,7 +657,7 @@ def sweep_records(path: Path | str, warn: Callable[[str], None]) -> Iterator[tup
     Each unreadable line or invalid record is one call ``warn("FILE:LINE: why; skipped")``, as
     :func:`load_runs` warns about it; no limit per file.  Needs no pandas.
     """
-    name = _shown(path)
+    name = shown_path(path)
 
     def report(msg: str, line: int | None = None) -> None:
         warn(f"{name}:{line}: {msg}" if line is not None else f"{name}: {msg}")
@@ -680,9 +696,9 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         with _FileProblems(path) as report:
             for number, rec in _valid_records(path, report):
                 unknown |= set(rec) - _KNOWN_FIELDS
-                rows.append(_row(rec, _shown(path.stem), _shown(path), number))
+                rows.append(_row(rec, shown_path(path.stem), shown_path(path), number))
             if unknown:
-                report(f"unknown measurement field(s) ignored: {', '.join(sorted(map(_shown, unknown)))}")
+                report(f"unknown measurement field(s) ignored: {', '.join(sorted(map(shown_path, unknown)))}")
     frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
     return frame.astype({"peer": bool, "line": int, "under_load": bool}) if len(frame) else frame
 
@@ -740,7 +756,7 @@ def _dirs(root: Path) -> list[Path]:
                 out.append(path)
         except OSError as exc:
             if os.path.islink(path):
-                _warn(f"{_shown(path)}: {_stat_problem(path, exc)}")
+                _warn(f"{shown_path(path)}: {_stat_problem(path, exc)}")
     return out
 
 
@@ -758,7 +774,7 @@ def load_asv_machines(results_dir: Path | str) -> dict[str, dict[str, Any]]:
             if not isinstance(data, dict) or not isinstance(data.get("machine"), str) or not data["machine"]:
                 report("not an asv machine.json (no 'machine' name); skipped")
                 continue
-            out[data["machine"]] = {k: v if isinstance(v, (str, int, float, bool)) or v is None else _short(v)
+            out[data["machine"]] = {k: v if isinstance(v, (str, int, float, bool)) or v is None else short_repr(v)
                                     for k, v in sorted(data.items()) if k != "version"}
     return out
 
@@ -767,7 +783,7 @@ def _asv_benchmarks(results_dir: Path) -> dict[str, dict[str, Any]]:
     """``benchmarks.json``: per benchmark its ``param_names`` (list of str), ``type`` and ``unit`` (str)."""
     path = results_dir / "benchmarks.json"
     if not os.path.lexists(path):
-        _warn(f"{_shown(path)}: missing; parameter names and units of the asv benchmarks are unknown")
+        _warn(f"{shown_path(path)}: missing; parameter names and units of the asv benchmarks are unknown")
         return {}
     out = {}
     with _FileProblems(path) as report:
@@ -785,14 +801,14 @@ def _asv_benchmarks(results_dir: Path) -> dict[str, dict[str, Any]]:
             if isinstance(names, list) and all(isinstance(n, str) for n in names):
                 clean["param_names"] = names
             elif names is not None:
-                report(f"benchmark {name!r}: 'param_names' is not a list of strings ({_short(names)}); "
+                report(f"benchmark {name!r}: 'param_names' is not a list of strings ({short_repr(names)}); "
                        "parameters are named by position")
             for key in ("type", "unit"):
                 v = meta.get(key)
                 if isinstance(v, str):
                     clean[key] = v
                 elif v is not None:
-                    report(f"benchmark {name!r}: {key!r} is not a string ({_short(v)}); shown as unknown")
+                    report(f"benchmark {name!r}: {key!r} is not a string ({short_repr(v)}); shown as unknown")
             out[name] = clean
     return out
 
@@ -807,7 +823,7 @@ def _asv_rows(machine: str, data: dict, benchmarks: dict, source: str,
     i_par = columns.index("params") if "params" in columns else None
     date = data.get("date")
     if date is not None and not _is_number(date):
-        report(f"'date' is not a number ({_short(date)}); shown without a date")
+        report(f"'date' is not a number ({short_repr(date)}); shown without a date")
         date = None
     env = data.get("env_name") if isinstance(data.get("env_name"), str) else None
     rows = []
@@ -837,7 +853,7 @@ def _asv_rows(machine: str, data: dict, benchmarks: dict, source: str,
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 continue  # asv's NaN/null: skipped (NotImplementedError) or failed
             if not _is_number(value):
-                report(f"benchmark {name!r}: value {_short(value)} is not a finite number; left out")
+                report(f"benchmark {name!r}: value {short_repr(value)} is not a finite number; left out")
                 continue
             params = {n: _param_value(v) for n, v in zip(names, combo)}
             rows.append({"machine": machine, "commit": data["commit_hash"], "date_ms": date, "env": env,
@@ -858,14 +874,14 @@ def _asv_file(path: Path, folder: Path, benchmarks: dict) -> list[dict[str, Any]
                 or not data["commit_hash"]:
             problem = "no 'results' object or 'commit_hash'"
         elif data.get("version") not in (None, 2):
-            problem = f"asv results api_version {_short(data.get('version'))} is not 2"
+            problem = f"asv results api_version {short_repr(data.get('version'))} is not 2"
         if problem:
             report(f"not an asv 0.6 results file ({problem}); skipped")
             return []
         params = data.get("params")
         machine = params.get("machine") if isinstance(params, dict) else None
-        machine = machine if isinstance(machine, str) and machine else _shown(folder.name)
-        return _asv_rows(machine, data, benchmarks, _shown(path), report)
+        machine = machine if isinstance(machine, str) and machine else shown_path(folder.name)
+        return _asv_rows(machine, data, benchmarks, shown_path(path), report)
 
 
 def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
@@ -888,7 +904,7 @@ def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
 
     root = Path(results_dir)
     if not os.path.isdir(root):
-        _warn(f"{_shown(root)}: no asv results directory; the history is empty")
+        _warn(f"{shown_path(root)}: no asv results directory; the history is empty")
         return pd.DataFrame(columns=list(ASV_COLUMNS))
     benchmarks = _asv_benchmarks(root)
     rows: list[dict[str, Any]] = []
@@ -897,7 +913,7 @@ def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
         if not files:
             continue
         if not os.path.lexists(folder / "machine.json"):
-            _warn(f"{_shown(folder)}: no machine.json; its results are loaded without machine details")
+            _warn(f"{shown_path(folder)}: no machine.json; its results are loaded without machine details")
         for path in files:
             rows.extend(_asv_file(path, folder, benchmarks))
     return pd.DataFrame(rows, columns=list(ASV_COLUMNS))
@@ -931,7 +947,7 @@ def _timeline_problems(data: Any) -> list[str]:
     else:
         problems += itertools.islice(_bad_numbers(data["params"], "params"), 3)
     if not _is_number(data.get("baseline_bytes")):
-        problems.append(f"field 'baseline_bytes' must be a number, got {_short(data.get('baseline_bytes'))}")
+        problems.append(f"field 'baseline_bytes' must be a number, got {short_repr(data.get('baseline_bytes'))}")
     if data.get("method") is not None and not isinstance(data["method"], str):
         problems.append("field 'method' must be a string")
     events = data.get("events")
@@ -951,20 +967,26 @@ def load_timelines(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
         ResultsWarning: naming each unreadable or malformed file (or list item).
     """
     out = []
+    for path, data, report in _json_files(paths):
+        items = data if isinstance(data, list) else [data]
+        for i, item in enumerate(items):
+            problems = _timeline_problems(item)
+            if problems:
+                where = "" if len(items) == 1 else f"item {i}: "
+                report(f"{where}invalid timeline ({'; '.join(problems)}); skipped")
+                continue
+            out.append({**item, "source": shown_path(path)})
+    return out
+
+
+def _json_files(paths: Iterable[Path | str]) -> Iterator[tuple[Path, Any, _FileProblems]]:
+    """``(path, parsed JSON, its problem report)`` for each file that parses (NOTE [ hostile input
+    files ]); the report stays open while the caller checks the data."""
     for path in map(Path, paths):
         with _FileProblems(path) as report:
             data = _read_json(path, report)
-            if data is _FAILED:
-                continue
-            items = data if isinstance(data, list) else [data]
-            for i, item in enumerate(items):
-                problems = _timeline_problems(item)
-                if problems:
-                    where = "" if len(items) == 1 else f"item {i}: "
-                    report(f"{where}invalid timeline ({'; '.join(problems)}); skipped")
-                    continue
-                out.append({**item, "source": _shown(path)})
-    return out
+            if data is not _FAILED:
+                yield path, data, report
 
 
 def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
@@ -978,7 +1000,7 @@ def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
     if not isinstance(fig, dict):
         problem = "'figure' must be an object"
     elif fig.get("type") not in ("bar", "line"):
-        problem = f"figure type {_short(fig.get('type'))} is not 'bar' or 'line'"
+        problem = f"figure type {short_repr(fig.get('type'))} is not 'bar' or 'line'"
     elif not isinstance(fig.get("x"), list) or not isinstance(fig.get("series"), dict):
         problem = "figure needs a list 'x' and an object 'series'"
     elif not all(isinstance(v, str) or _is_number(v) for v in fig["x"]):
@@ -987,13 +1009,13 @@ def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
         bad = [k for k, v in fig["series"].items() if not isinstance(v, list) or len(v) != len(fig["x"])
                or not all(y is None or isinstance(y, float) and math.isnan(y) or _is_number(y) for y in v)]
         if bad:
-            problem = f"figure series {_short(sorted(bad))} do not match x in length or hold non-numbers"
+            problem = f"figure series {short_repr(sorted(bad))} do not match x in length or hold non-numbers"
     if problem:
         report(f"{problem}; figure left out")
         return None
     gaps = sorted(k for k, v in fig["series"].items() if any(isinstance(y, float) for y in v if not _is_number(y)))
     if gaps:
-        report(f"figure series {_short(gaps)} hold NaN values; drawn as gaps")
+        report(f"figure series {short_repr(gaps)} hold NaN values; drawn as gaps")
     text = {k: fig[k] if isinstance(fig.get(k), str) else "" for k in ("title", "x_label", "y_label")}
     return {"type": fig["type"], "x": fig["x"], **text, "log_x": fig.get("log_x") is True,
             "log_y": fig.get("log_y") is True,
@@ -1006,15 +1028,11 @@ def load_json_objects(paths: Iterable[Path | str], *,
     (NOTE [ hostile input files ]); any other file is warned about (ResultsWarning, ``not_object``
     for valid JSON of another type) and left out."""
     out = []
-    for path in map(Path, paths):
-        with _FileProblems(path) as report:
-            data = _read_json(path, report)
-            if data is _FAILED:
-                continue
-            if not isinstance(data, dict):
-                report(not_object)
-                continue
-            out.append((path, data))
+    for path, data, report in _json_files(paths):
+        if not isinstance(data, dict):
+            report(not_object)
+            continue
+        out.append((path, data))
     return out
 
 
@@ -1038,13 +1056,13 @@ def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
             problems = [f"field {key!r} must be a string" for key in ("title", "claim", "summary")
                         if not isinstance(data.get(key), str)]
             if data.get("verdict") not in VERDICTS:
-                problems.append(f"verdict {_short(data.get('verdict'))} is not one of {VERDICTS}")
+                problems.append(f"verdict {short_repr(data.get('verdict'))} is not one of {VERDICTS}")
             if not isinstance(data.get("measurements", []), list) or not isinstance(data.get("timelines", []), list):
                 problems.append("'measurements' and 'timelines' must be lists")
             if problems:
                 report(f"invalid reproduction ({'; '.join(problems)}); skipped")
                 continue
-            seed = data.get("seed") if isinstance(data.get("seed"), str) and data.get("seed") else _shown(path.stem)
+            seed = data.get("seed") if isinstance(data.get("seed"), str) and data.get("seed") else shown_path(path.stem)
             if seed in seen:
                 report(f"seed {seed!r} was already read from another file; skipped")
                 continue
@@ -1055,16 +1073,16 @@ def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
                 if bad:
                     report(f"measurement {i} invalid ({'; '.join(bad)}); left out")
                     continue
-                rows.append(_row(rec, _shown(path.stem), _shown(path), i))
+                rows.append(_row(rec, shown_path(path.stem), shown_path(path), i))
             timelines = []
             for i, t in enumerate(data.get("timelines", [])):
                 bad = _timeline_problems(t)
                 if bad:
                     report(f"timeline {i} invalid ({'; '.join(bad)}); left out")
                     continue
-                timelines.append({**t, "source": _shown(path)})
+                timelines.append({**t, "source": shown_path(path)})
             env = data.get("environment")
-            out.append({**data, "seed": seed, "source": _shown(path), "timelines": timelines,
+            out.append({**data, "seed": seed, "source": shown_path(path), "timelines": timelines,
                         "quick": data.get("quick") is True, "figure": _figure(data.get("figure"), report),
                         "environment": env if isinstance(env, dict) else {},
                         "measurements": pd.DataFrame(rows, columns=list(RUN_COLUMNS))})

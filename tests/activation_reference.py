@@ -56,7 +56,7 @@ def activation_peak(technique, problem) -> dict[str, Any]:
     events, windows = trace_allocations(step, device, 1)
     gc.collect()
     marks = {w.name: (w.start_ns, w.end_ns) for w in windows}
-    return _activation_curve([(e.time_ns, e.delta_bytes, e.ptr) for e in events], marks, ptrs)
+    return _activation_curve([(e.time_ns, e.delta_bytes, e.address) for e in events], marks, ptrs)
 
 
 def _activation_curve(events, windows, grad_ptrs: set[int]) -> dict[str, Any]:

@@ -139,3 +139,17 @@ def test_a_technique_using_torch_func_is_measured_without_the_pack_hook(patterns
     assert m.extra["saved_activations_separated"] is False
     assert m.peak_allocated_bytes == 2 * FULL + W
     assert m.peak_by_category_bytes == _cats(parameters=W, gradients=W, inputs=2 * FULL, temporaries=2 * FULL)
+
+
+def test_one_vocabulary_of_categories():
+    """The categories, their labels, short labels and activation flag are declared once (memlab.record)."""
+    from memlab.advisor.advise import format_categories as category_text
+    from memlab.record import ACTIVATION_CATEGORIES, CATEGORY_LABELS, Category
+    from memlab.site.notes import CATEGORY_NAMES
+    from memlab.site.ranking import ACTIVATION_CATEGORIES as SITE_ACTIVATION
+
+    assert CATEGORIES == tuple(Category) == ("parameters", "gradients", "optimizer_state", "inputs",
+                                             "saved_activations", "temporaries")
+    assert ACTIVATION_CATEGORIES == SITE_ACTIVATION == ("saved_activations", "temporaries")
+    assert CATEGORY_NAMES == CATEGORY_LABELS and CATEGORY_LABELS["optimizer_state"] == "optimizer state"
+    assert category_text({"peak_by_category_bytes": {"optimizer_state": 1024, "inputs": 0}}) == "opt 1.0 KiB"

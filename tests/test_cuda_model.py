@@ -1,4 +1,4 @@
-"""The CUDA caching allocator model (memlab.cuda_model): hand-written sequences whose outcome follows
+"""The CUDA caching allocator model (memlab.cuda.model): hand-written sequences whose outcome follows
 from one rule of NOTE [ CUDA caching allocator rules ] each, with exact reserved bytes; a property
 test over random traces; the replay rate.  No torch needed."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from memlab.cuda_model import (KLARGE_BUFFER, KSMALL_BUFFER, AllocatorConf, CachingAllocatorModel, parse_alloc_conf,
+from memlab.cuda.model import (KLARGE_BUFFER, KSMALL_BUFFER, AllocatorConf, CachingAllocatorModel, parse_alloc_conf,
                                round_size, simulate)
 
 KiB = 1024
@@ -29,7 +29,7 @@ EMPTY = ("empty_cache", None, None)
 
 
 def test_import_needs_no_torch():
-    code = ("import sys, memlab.cuda_model; "
+    code = ("import sys, memlab.cuda.model; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -370,7 +370,7 @@ def test_property_reserved_covers_allocated_and_everything_frees(conf, seed):
     events = _random_trace(rng, 400)
     capacity = rng.choice((None, 256 * MiB, 128 * MiB))
     model = CachingAllocatorModel(conf, capacity)
-    from memlab.cuda_model import SimulatedOOM
+    from memlab.cuda.model import SimulatedOOM
 
     try:
         for kind, key, size in events:
@@ -397,4 +397,4 @@ def test_replay_speed_printed():
     t0 = time.perf_counter()
     simulate(events)
     dt = time.perf_counter() - t0
-    print(f"\nmemlab.cuda_model replay: {len(events) / dt:,.0f} events/s ({len(events)} events in {dt:.3f} s)")
+    print(f"\nmemlab.cuda.model replay: {len(events) / dt:,.0f} events/s ({len(events)} events in {dt:.3f} s)")

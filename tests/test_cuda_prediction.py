@@ -1,4 +1,4 @@
-"""Predicted CUDA memory from the CPU allocation trace (memlab.measurement.cuda_prediction)."""
+"""Predicted CUDA memory from the CPU allocation trace (memlab.cuda.prediction)."""
 from __future__ import annotations
 
 import json
@@ -6,16 +6,16 @@ import json
 import pytest
 
 import memlab
-from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats
-from memlab.measurement.cuda_prediction import (CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak,
-                                            slice_backward_reserved_answer, trace_step)
+from memlab.cuda.prediction import CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak
+from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, trace_step
+from memlab.reproductions.chunked_slicing_backward_spike import slice_backward_reserved_answer
 from memlab.technique import TechniqueUnavailable
 
 MiB = 1024 * 1024
 
 
 def _ev(t, delta, ptr, op="aten::empty"):
-    return AllocEvent(time_ns=t, delta_bytes=delta, op=op, stack=(op,), ptr=ptr)
+    return AllocEvent(time_ns=t, delta_bytes=delta, op=op, stack=(op,), address=ptr)
 
 
 def _synthetic():

@@ -10,10 +10,10 @@ import torch
 import torch.utils.checkpoint as cp
 
 import memlab
-from memlab.cuda_calibration import (TABLE_FORMAT, CalibrationTable, conv_error_range, load_table, signature_key,
+from memlab.cuda.calibration import (TABLE_FORMAT, CalibrationTable, conv_error_range, load_table, signature_key,
                                      table_from_dict)
+from memlab.cuda.prediction import predict_cuda, rounded_replay_peak
 from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, trace_allocations
-from memlab.measurement.cuda_prediction import predict_cuda, rounded_replay_peak
 from memlab.measurement.host_tags import rng_state_bytes, tag_events
 
 KiB = 1024
@@ -305,7 +305,7 @@ def test_markers_leave_the_cpu_figures_alone(monkeypatch):
 
 def test_every_convolution_of_a_checkpointed_resnet_has_its_signature():
     technique = memlab.get_technique("resnet_checkpoint_sqrt").for_check()
-    from memlab.measurement.cuda_prediction import trace_step
+    from memlab.measurement.alloc_trace import trace_step
 
     events, windows = trace_step(technique)
     sigs = [json.loads(w.detail) for w in windows if w.name == "conv"]
@@ -325,8 +325,8 @@ def test_every_convolution_of_a_checkpointed_resnet_has_its_signature():
 def test_checkpoint_rows_predict_the_h200_measured_bytes_exactly(technique, chunk_size):
     """data/gpu-check/nvidia-h200.json measured these on an H200; the prediction of that run replayed
     the saved RNG states as device memory (+8 x 5,120 and +1 x 5,120 bytes)."""
-    from memlab.cuda_calibration import GPU_CHECK_FILE
-    from memlab.gpu_check import predict
+    from memlab.cuda.calibration import GPU_CHECK_FILE
+    from memlab.cuda.gpu_check import predict
 
     rows = json.loads(GPU_CHECK_FILE.read_text())["rows"]
     row = next(r for r in rows if r["technique"] == technique and r["params"].get("chunk_size") == chunk_size

@@ -1,11 +1,11 @@
-"""memlab.gpu_check's plumbing, on CPU: the CPU half written once and reused, rows kept in order when
+"""memlab.cuda.gpu_check's plumbing, on CPU: the CPU half written once and reused, rows kept in order when
 measured concurrently, a failing configuration a row, a bad predictions file a clear error.  (Its GPU
 half runs only on a GPU host: ``make gpu-check``.)"""
 import json
 
 import pytest
 
-from memlab import gpu_check
+from memlab.cuda import gpu_check
 from memlab.technique import TechniqueUnavailable
 
 CFG = {"technique": "slice_loop", "params": {"n": 600, "d": 16, "hidden": 32, "chunk_size": 200}, "mode": "train",

@@ -288,3 +288,19 @@ def test_memory_categories_and_bad_timing_values(tmp_path):
     text = " | ".join(str(w.message) for w in record)
     assert "c.jsonl:2" in text and "peak_by_category_bytes" in text
     assert "c.jsonl:3" in text and "load_avg_before" in text and "c.jsonl:4" in text
+
+
+def test_field_kinds_come_from_the_record():
+    """Every record field declares its kind on the field (not read from its annotation's spelling), and
+    the reader's checks follow it: a count field refuses a negative number whatever its annotation."""
+    import dataclasses
+
+    from memlab.record import FieldKind, Measurement, fields_of_kind
+
+    fields = dataclasses.fields(Measurement)
+    assert all(isinstance(f.metadata.get("kind"), FieldKind) for f in fields)
+    assert sum(len(fields_of_kind(k)) for k in FieldKind) == len(fields)
+    assert fields_of_kind(FieldKind.KEY) == ("technique", "workload", "family", "device", "dtype", "mode", "status")
+    assert fields_of_kind(FieldKind.CHOICE) == ("optimizer", "loss")
+    assert "peak_allocated_bytes" in fields_of_kind(FieldKind.COUNT)
+    assert fields_of_kind(FieldKind.CATEGORIES) == ("peak_by_category_bytes", "end_by_category_bytes")

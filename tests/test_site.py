@@ -486,7 +486,7 @@ def test_legends_list_techniques_and_axes_have_clean_log_ticks(tmp_path):
     assert x["type"] == "log" and x["title"]["text"] == "chunk_size"
     assert x["tickvals"] == [100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0]
     assert x["ticktext"] == ["100", "200", "500", "1,000", "2,000", "5,000", "10,000"]
-    ticks = F._axis("bytes", [1, 10 ** 6])
+    ticks = F.chart_axis("bytes", [1, 10 ** 6])
     assert all(str(v).startswith("1") for v in ticks["tickvals"]) and len(ticks["tickvals"]) == 7  # powers of ten
 
 

@@ -1,4 +1,5 @@
-"""memlab's own structure: the torch-free record core, helpers declared once, no import cycle."""
+"""memlab's own structure: the torch-free record core, helpers declared once, no import cycle, private names
+kept private, short functions, no copied blocks."""
 from __future__ import annotations
 
 import ast
@@ -28,9 +29,12 @@ def test_record_core_imports_no_torch():
 
 
 def test_shared_helpers_are_declared_once():
-    """MODES, STATUSES, fmt_mib, the number predicate and chunk bounds exist in one module each."""
+    """MODES, STATUSES, the categories, MiB, fmt_mib, the number predicate and chunk bounds exist in one
+    module each."""
     once = {"MODES": "memlab/record.py", "STATUSES": "memlab/record.py", "fmt_mib": "memlab/record.py",
-            "is_number": "memlab/record.py", "chunk_bounds": "memlab/functional/slice_accumulate.py"}
+            "is_number": "memlab/record.py", "chunk_bounds": "memlab/functional/slice_accumulate.py",
+            "CATEGORIES": "memlab/record.py", "ACTIVATION_CATEGORIES": "memlab/record.py",
+            "FINISHED_STATUSES": "memlab/record.py", "MiB": "memlab/units.py"}
     found: dict[str, list[str]] = {name: [] for name in once}
     predicates = []
     for path, tree in _modules().items():
@@ -55,9 +59,17 @@ def test_shared_helpers_are_declared_once():
     assert not predicates, f"use memlab.record.is_number: {predicates}"
 
 
+#: subpackages whose modules are checked one by one: ``memlab/cuda/`` holds layers on both sides of the
+#: measurement (the allocator model, calibration, device view and prediction below it, pure functions of
+#: a trace; the seed variants and the GPU check above it, which measure)
+_LAYERED = ("memlab.cuda",)
+
+
 def _unit(module: str) -> str:
-    """``memlab.measurement.step`` -> ``memlab.measurement``: a top-level module or subpackage."""
-    return ".".join(module.split(".")[:2])
+    """``memlab.measurement.step`` -> ``memlab.measurement``: a top-level module or subpackage (a module
+    of a :data:`_LAYERED` subpackage is its own unit)."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if ".".join(parts[:2]) in _LAYERED else parts[:2])
 
 
 def test_no_import_cycle_among_top_level_modules():
@@ -99,3 +111,170 @@ def test_no_import_cycle_among_top_level_modules():
         if unit not in state:
             visit(unit, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# -- private names stay in their module ------------------------------------------------------------
+def _module_names(path: str) -> tuple[list[str], list[str]]:
+    """(package parts, module parts) of a memlab file: ``memlab/site/cuda.py`` -> (memlab.site, memlab.site.cuda)."""
+    parts = path[:-3].split("/")
+    module = [p for p in parts if p != "__init__"]
+    return (parts[:-1] if parts[-1] != "__init__" else parts), module
+
+
+def _is_module(dotted: str) -> bool:
+    rel = Path(*dotted.split("."))
+    return (MEMLAB.parent / rel).with_suffix(".py").is_file() or (MEMLAB.parent / rel / "__init__.py").is_file()
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_imports(modules: dict[str, ast.Module]) -> list[str]:
+    """``from m import _x`` and ``m._x`` (``m`` an imported memlab module) anywhere in ``modules``.  A
+    private *module* (``_papers.py``) may be imported by the modules of its own package."""
+    found = []
+    for path, tree in modules.items():
+        package, _ = _module_names(path)
+        aliases: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                if not base.startswith("memlab"):
+                    continue
+                for a in node.names:
+                    target = f"{base}.{a.name}"
+                    if _is_module(target):
+                        aliases.add(a.asname or a.name)
+                        if _private(a.name) and base == ".".join(package):
+                            continue  # a package's private helper module, imported inside the package
+                    if _private(a.name):
+                        found.append(f"{path}:{node.lineno} imports {a.name} from {base}")
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.startswith("memlab") and a.asname:
+                        aliases.add(a.asname)
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                    and _private(node.attr)):
+                found.append(f"{path}:{node.lineno} uses {node.value.id}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_no_private_name_used_from_another_module():
+    """A name starting with ``_`` is its module's own: another module that needs it gets a public name."""
+    found = private_imports(_modules())
+    assert not found, "private names used from another module (make them public):\n" + "\n".join(found)
+
+
+# -- short functions -----------------------------------------------------------------------------------
+#: most lines a function (its ``def`` to its last line, docstring included) may have outside tests
+MAX_FUNCTION_LINES = 80
+#: functions over the limit today: split them, then delete their line here (the list only shrinks; a
+#: function that is under the limit again fails the test until its line is gone)
+LONG_FUNCTIONS = frozenset({
+    "memlab/reproductions/reversible_memory_accounting.py:report",  # 227 lines: computation and text in one
+    "memlab/reproductions/revnet_vs_resnet.py:report",              # 86 lines
+})
+
+
+def long_functions(roots=("memlab", "benchmarks", "examples")) -> dict[str, int]:
+    """``path:qualified name`` -> lines, for every function over :data:`MAX_FUNCTION_LINES`."""
+    out = {}
+    for root in roots:
+        for p in sorted((MEMLAB.parent / root).rglob("*.py")):
+            tree = ast.parse(p.read_text(encoding="utf-8"))
+            rel = str(p.relative_to(MEMLAB.parent))
+
+            def visit(node, prefix=""):
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        name = f"{prefix}{child.name}"
+                        if not isinstance(child, ast.ClassDef):
+                            n = child.end_lineno - child.lineno + 1
+                            if n > MAX_FUNCTION_LINES:
+                                out[f"{rel}:{name}"] = n
+                        visit(child, name + ".")
+
+            visit(tree)
+    return out
+
+
+def test_no_function_over_80_lines():
+    found = long_functions()
+    new = {k: v for k, v in found.items() if k not in LONG_FUNCTIONS}
+    assert not new, f"functions over {MAX_FUNCTION_LINES} lines (split them):\n" + \
+        "\n".join(f"{k}: {v}" for k, v in sorted(new.items()))
+    fixed = sorted(LONG_FUNCTIONS - set(found))
+    assert not fixed, f"under {MAX_FUNCTION_LINES} lines now: delete them from LONG_FUNCTIONS:\n" + "\n".join(fixed)
+
+
+# -- no copied blocks ----------------------------------------------------------------------------------
+#: consecutive code lines that make a copied block
+DUPLICATE_WINDOW = 6
+
+
+def _code_lines(text: str, tree: ast.Module) -> list[tuple[int, str]]:
+    """(line number, stripped text) of every line that is code: blank lines, comments, docstrings and
+    import statements left out."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            skip.update(range(node.lineno, node.end_lineno + 1))
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            skip.update(range(node.lineno, node.end_lineno + 1))
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s and not s.startswith("#") and i not in skip:
+            out.append((i, s))
+    return out
+
+
+def duplicate_blocks(window: int = DUPLICATE_WINDOW) -> list[str]:
+    """Every run of ``window`` code lines that appears twice or more in memlab/ (line-hash windows, as
+    pylint's duplicate-code does), one entry per copied block: ``path:line = path:line (n lines)``."""
+    seen: dict[tuple[str, ...], tuple[str, int]] = {}
+    pairs: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for p in sorted(MEMLAB.rglob("*.py")):
+        text = p.read_text(encoding="utf-8")
+        lines = _code_lines(text, ast.parse(text))
+        rel = str(p.relative_to(MEMLAB.parent))
+        for k in range(len(lines) - window + 1):
+            key = tuple(s for _, s in lines[k:k + window])
+            if key in seen:
+                first_path, first_line = seen[key]
+                if first_path == rel and lines[k][0] <= first_line + window:
+                    continue  # a repeated line run overlapping itself
+                pairs.setdefault((first_path, rel), []).append((first_line, lines[k][0]))
+            else:
+                seen[key] = (rel, lines[k][0])
+    out = []
+    for (a, b), spots in sorted(pairs.items()):
+        start = prev = None
+        for la, lb in spots:  # consecutive windows of one copied block are reported once
+            if prev is None or lb - prev[1] > window:
+                start = (la, lb)
+                out.append(f"{a}:{la} = {b}:{lb}")
+            prev = (la, lb)
+    return out
+
+
+def test_no_copied_blocks_in_memlab():
+    """No run of six or more code lines (imports, comments and docstrings aside) appears twice in memlab/."""
+    found = duplicate_blocks()
+    assert not found, "blocks of code copied (factor them into one function):\n" + "\n".join(found)
+
+
+def test_seed_names_only_in_their_reproductions():
+    """A seed's own answers live in its reproduction module, reached through a hook (``cuda_variants``,
+    ``CUDA_ANSWER_TECHNIQUE``): no general module names a seed."""
+    from memlab.reproductions import list_reproductions
+
+    seeds = set(list_reproductions())
+    found = [f"{path}:{node.lineno} {node.value!r}" for path, tree in _modules().items()
+             if not path.startswith("memlab/reproductions/") for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and node.value in seeds]
+    assert not found, "seed names outside memlab/reproductions:\n" + "\n".join(found)

@@ -158,7 +158,7 @@ def _loss_peak(fn, h, w, tg, go) -> int:
     events, _ = trace_allocations(step, CPU, 1)
     grads = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
     h.grad = w.grad = None
-    last = {e.ptr: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.ptr in grads}
+    last = {e.address: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.address in grads}
     live = held = peak = 0
     for i, e in enumerate(events):
         live += e.delta_bytes

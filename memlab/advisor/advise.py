@@ -9,6 +9,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from ..params import Param, split_params
+from ..record import Category
 from ..units import MiB
 from .declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
@@ -235,9 +236,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
 def format_categories(c: Mapping[str, Any]) -> str:
     """One answer's peak by category as one short line (``params 12.9 MiB  saved 7.2 GiB ...``; zero
     categories left out), read from ``c["peak_by_category_bytes"]``."""
-    short = {"parameters": "params", "gradients": "grads", "optimizer_state": "opt", "inputs": "inputs",
-             "saved_activations": "saved", "temporaries": "temp"}
-    return "  ".join(f"{short[k]} {fmt_bytes(c['peak_by_category_bytes'][k])}" for k in CATEGORIES
+    return "  ".join(f"{Category(k).short} {fmt_bytes(c['peak_by_category_bytes'][k])}" for k in CATEGORIES
                      if c["peak_by_category_bytes"].get(k))
 
 

@@ -2,7 +2,7 @@
 
 ``memlab advise --device cuda`` turns a model's exact CPU peak into a CUDA need with a stated margin
 (:data:`memlab.advisor.advise.CUDA_MARGIN`).  That is only as good as "CUDA allocates the same
-tensors as the CPU trace says".  ``make gpu-check`` (:mod:`memlab.gpu_check`) measured exactly that
+tensors as the CPU trace says".  ``make gpu-check`` (:mod:`memlab.cuda.gpu_check`) measured exactly that
 on a GPU: for each configuration, ``measured_allocated_bytes`` (``max_memory_allocated()`` during
 the step minus ``memory_allocated()`` before it) beside ``cpu_peak_allocated_bytes`` (the same step's
 exact CPU figure, the quantity the models are fitted to).  This module summarises those rows for the

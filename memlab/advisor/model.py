@@ -69,13 +69,13 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..record import CATEGORIES
 from .declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
            "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "mmapped_bytes", "MMAP_CEILING_BYTES"]
 
 SCHEMA = 1
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "inputs", "saved_activations", "temporaries")
 #: committed models, beside the sweeps
 MODELS_DIR = Path(__file__).resolve().parents[2] / "data" / "models"
 

@@ -81,9 +81,9 @@ def raw_trace(technique_name: str, params: Mapping[str, Any],
 
     from ..measurement import prepare
     from ..measurement import alloc_trace
-    from ..measurement.categories import Probe, baseline_categories
-    # private helpers of the category replay: the same pairing and attribution as the measurement's
-    from ..measurement.categories import _block_categories, _blocks, _cat
+    # the category replay's pairing and attribution, the same as the measurement's
+    from ..measurement.categories import (Probe, baseline_categories, block_categories, category_of,
+                                          pair_blocks)
     from ..measurement.step import make_step
 
     technique, dev, dt = prepare(technique_name, dict(params), "cpu", "float32", "train")
@@ -98,9 +98,9 @@ def raw_trace(technique_name: str, params: Mapping[str, Any],
             rec.iterations(lambda: step(probe), 1)
     events, windows = rec.result()
     del problem, step, opt, technique
-    block_of, blocks = _blocks(events)
+    block_of, blocks = pair_blocks(events)
     it = next(w for w in windows if w.name == "iteration0")
-    category = _block_categories(blocks, windows, known, it.start_ns)
+    category = block_categories(blocks, windows, known, it.start_ns)
     phases = [w for w in windows if w.name in ("forward", "backward", "optimizer")]
     out = []
     for k, e in enumerate(events):
@@ -111,7 +111,7 @@ def raw_trace(technique_name: str, params: Mapping[str, Any],
         else:
             phase = next((w.name for w in phases if w.start_ns <= e.time_ns <= w.end_ns and w.start_ns >= it.start_ns),
                          "other")
-        out.append((int(e.delta_bytes), _cat(category, block_of[k]), phase, e.op))
+        out.append((int(e.delta_bytes), category_of(category, block_of[k]), phase, e.op))
     gc.collect()
     torch.set_grad_enabled(True)
     return out

@@ -28,6 +28,7 @@ whose ``detail`` is its signature (JSON; NOTE [ calibration table ]).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 from dataclasses import dataclass
 from typing import Callable
@@ -35,48 +36,16 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ..cuda_calibration import CONV_OPS
+from ..cuda.calibration import CONV_OPS
+from ..record import AllocEvent, Window
 from . import host_tags
 from .conv_marks import CONV_MARK, marked_convolutions
 from .host_marks import marked_offloading
 
 __all__ = ["AllocEvent", "Window", "AllocationRecorder", "trace_allocations", "IterationStats", "iteration_stats",
-           "window", "phase_of"]
+           "window", "phase_of", "trace_step"]
 
 _MARKER = "memlab::"
-
-
-@dataclass(frozen=True)
-class AllocEvent:
-    """One allocation (``delta_bytes`` > 0) or free (< 0) through c10's allocator.
-
-    ``stack`` holds every enclosing operator, outermost first (memlab markers left out); ``ptr`` is
-    the address, which pairs a free with the allocation it releases.  ``place`` says where it would
-    live on a GPU (``device``, ``host``, ``cpu_only``) and ``rule`` which rule of
-    :data:`memlab.measurement.host_tags.RULES` decided it (NOTE [ device tags ]); ``marks`` are the
-    memlab markers around it (``host``, ``iteration0``...), ``stack_end_ns`` the end of each range of
-    ``stack`` (ns, same order).
-    """
-
-    time_ns: int
-    delta_bytes: int
-    op: str
-    stack: tuple[str, ...]
-    ptr: int = 0
-    place: str = "device"
-    rule: str = ""
-    marks: tuple[str, ...] = ()
-    stack_end_ns: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Window:
-    """A ``memlab::NAME`` marker range (ns); ``detail``: a ``conv`` window's signature (JSON)."""
-
-    name: str
-    start_ns: int
-    end_ns: int
-    detail: str = ""
 
 
 class AllocationRecorder:
@@ -283,3 +252,32 @@ def phase_of(time_ns: int, windows: list[Window]) -> str:
         if w.name in ("forward", "backward", "optimizer") and w.start_ns <= time_ns <= w.end_ns:
             return w.name
     return "other"
+
+
+def trace_step(technique, *, mode: str = "train", dtype: str = "float32", seed: int = 0, optimizer: str = "sgd",
+               loss: str = "given", iterations: int = 1):
+    """Trace ``technique`` (an instance) on CPU as memlab's measurement does: recording opened before
+    the problem is built, one warm-up step, then ``iterations`` marked steps.
+
+    Returns:
+        ``(events, windows)`` for :func:`memlab.cuda.prediction.predict_cuda`.
+    """
+    import torch
+
+    from .step import make_step
+
+    dev = torch.device("cpu")
+    dt = getattr(torch, dtype)
+    technique.check_available(dev)
+    with AllocationRecorder(dev) as rec:
+        problem = technique.build(dev, dt, seed)
+        if loss != "given":
+            problem.grad_output = None
+        step, _ = make_step(technique, problem, mode, optimizer=optimizer, loss=loss)
+        step()
+        gc.collect()
+        rec.iterations(step, iterations)
+    events, windows = rec.result()
+    del problem, step
+    gc.collect()
+    return events, windows

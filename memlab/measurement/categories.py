@@ -50,19 +50,16 @@ from typing import Iterable, Mapping
 import torch
 from torch.profiler import record_function
 
+from ..record import ACTIVATION_CATEGORIES, CATEGORIES, Category
 from .alloc_trace import AllocEvent, Window
 
 __all__ = ["CATEGORIES", "ACTIVATION_CATEGORIES", "Probe", "IterationCategories", "baseline_categories",
-           "categorise", "refuses_saved_hooks"]
+           "categorise", "refuses_saved_hooks", "Block", "pair_blocks", "block_categories", "category_of"]
 
-#: every category, in the order figures list them
-CATEGORIES = ("parameters", "gradients", "optimizer_state", "inputs", "saved_activations", "temporaries")
-#: categories that are activation memory: what a memory-saving technique for activations changes
-ACTIVATION_CATEGORIES = ("saved_activations", "temporaries")
 
 _MARK = "memlab::"
-_OBSERVED = {"grad": "gradients", "upstream": "inputs", "saved": "saved_activations"}
-_PRECEDENCE = ("gradients", "inputs", "saved_activations")
+_OBSERVED = {"grad": Category.GRADIENTS, "upstream": Category.INPUTS, "saved": Category.SAVED_ACTIVATIONS}
+_PRECEDENCE = (Category.GRADIENTS, Category.INPUTS, Category.SAVED_ACTIVATIONS)
 
 
 def _ptr(t: torch.Tensor) -> int:
@@ -165,11 +162,11 @@ def baseline_categories(model: torch.nn.Module, inputs: Mapping[str, torch.Tenso
             elif isinstance(o, (list, tuple)):
                 add(o, category)
 
-    add(model.state_dict(keep_vars=True).values(), "parameters")
-    add(inputs.values(), "inputs")
-    add([grad_output], "inputs")
+    add(model.state_dict(keep_vars=True).values(), Category.PARAMETERS)
+    add(inputs.values(), Category.INPUTS)
+    add([grad_output], Category.INPUTS)
     if optimizer is not None:
-        add([dict(s) for s in optimizer.state.values()], "optimizer_state")
+        add([dict(s) for s in optimizer.state.values()], Category.OPTIMIZER_STATE)
     return found
 
 
@@ -207,8 +204,8 @@ def categorise(events: list[AllocEvent], windows: list[Window], baseline: Mappin
     iters = [w for w in windows if w.name.startswith("iteration")]
     if not iters:
         return []
-    block_of, blocks = _blocks(events)
-    category = _block_categories(blocks, windows, baseline, iters[0].start_ns)
+    block_of, blocks = pair_blocks(events)
+    category = block_categories(blocks, windows, baseline, iters[0].start_ns)
     phases = sorted((w for w in windows if w.name in ("forward", "backward")), key=lambda w: w.start_ns)
     phase_starts = [w.start_ns for w in phases]
     out = []
@@ -216,7 +213,7 @@ def categorise(events: list[AllocEvent], windows: list[Window], baseline: Mappin
     k = 0
     for w in iters:
         while k < len(events) and events[k].time_ns < w.start_ns:
-            live[_cat(category, block_of[k])] += events[k].delta_bytes
+            live[category_of(category, block_of[k])] += events[k].delta_bytes
             k += 1
         start = dict(live)
         total = peak_total = sum(live.values())
@@ -225,7 +222,7 @@ def categorise(events: list[AllocEvent], windows: list[Window], baseline: Mappin
         act_phase = "forward"
         while k < len(events) and events[k].time_ns <= w.end_ns:
             e = events[k]
-            cat = _cat(category, block_of[k])
+            cat = category_of(category, block_of[k])
             live[cat] += e.delta_bytes
             total += e.delta_bytes
             if total > peak_total:
@@ -241,41 +238,46 @@ def categorise(events: list[AllocEvent], windows: list[Window], baseline: Mappin
     return out
 
 
-def _cat(category: dict[int, str], block: int | None) -> str:
-    return "temporaries" if block is None else category.get(block, "temporaries")
+def category_of(category: dict[int, str], block: int | None) -> str:
+    """The category of block number ``block`` (``temporaries`` when unknown or None)."""
+    return Category.TEMPORARIES if block is None else category.get(block, Category.TEMPORARIES)
 
 
 @dataclass
-class _Block:
-    ptr: int
+class Block:
+    """One allocation's lifetime: its address, when it was allocated and freed (ns; None: still live)."""
+
+    address: int
     alloc_ns: int
     free_ns: int | None = None
 
 
-def _blocks(events: list[AllocEvent]) -> tuple[list[int | None], list[_Block]]:
+def pair_blocks(events: list[AllocEvent]) -> tuple[list[int | None], list[Block]]:
     """Pair allocations with frees by address: the block index of every event (None: a free of a
     block allocated before the trace) and the blocks."""
-    blocks: list[_Block] = []
+    blocks: list[Block] = []
     open_at: dict[int, int] = {}
     block_of: list[int | None] = []
     for e in events:
         if e.delta_bytes > 0:
-            open_at[e.ptr] = len(blocks)
+            open_at[e.address] = len(blocks)
             block_of.append(len(blocks))
-            blocks.append(_Block(e.ptr, e.time_ns))
+            blocks.append(Block(e.address, e.time_ns))
         else:
-            b = open_at.pop(e.ptr, None)
+            b = open_at.pop(e.address, None)
             if b is not None:
                 blocks[b].free_ns = e.time_ns
             block_of.append(b)
     return block_of, blocks
 
 
-def _block_categories(blocks: list[_Block], windows: list[Window], baseline: Mapping[int, str],
-                      first_start_ns: int) -> dict[int, str]:
+def block_categories(blocks: list[Block], windows: list[Window], baseline: Mapping[int, str],
+                     first_start_ns: int) -> dict[int, str]:
+    """Each block's category by index (NOTE [ memory categories ]): ``baseline`` (address -> category)
+    for the blocks live when the first measured iteration starts, the probe's marks for the others."""
     by_ptr: dict[int, list[int]] = {}
     for i, b in enumerate(blocks):
-        by_ptr.setdefault(b.ptr, []).append(i)  # in allocation order
+        by_ptr.setdefault(b.address, []).append(i)  # in allocation order
     category: dict[int, str] = {}
     for ptr, cat in baseline.items():
         for i in by_ptr.get(ptr, ()):

@@ -28,8 +28,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
-__all__ = ["PLACES", "TagRule", "RULES", "ONEDNN_OPS", "HOST_MARK", "rng_state_bytes", "place_of", "tag_events",
-           "summarise_tags"]
+__all__ = ["PLACES", "TagRule", "RULES", "ONEDNN_OPS", "HOST_MARK", "rng_state_bytes", "place_of", "tag_events"]
 
 #: every place an allocation can have (see NOTE [ device tags ])
 PLACES = ("device", "host", "cpu_only")
@@ -156,7 +155,7 @@ def _freed_in_scope(alloc, free_ns: int, scope: int) -> bool:
 
 
 def tag_events(events: Iterable, rng: int | None = None, rules: Sequence[TagRule] = RULES) -> list:
-    """``events`` (time-ordered :class:`~memlab.measurement.alloc_trace.AllocEvent`) with ``place`` and
+    """``events`` (time-ordered :class:`~memlab.record.AllocEvent`) with ``place`` and
     ``rule`` set by :data:`RULES`; a free gets its allocation's (NOTE [ device tags ])."""
     rng = rng_state_bytes() if rng is None else rng
     out = list(events)
@@ -164,25 +163,13 @@ def tag_events(events: Iterable, rng: int | None = None, rules: Sequence[TagRule
     for i, e in enumerate(out):
         if e.delta_bytes > 0:
             rule = place_of(e, rng, rules)
-            live[e.ptr] = (i, rule)
+            live[e.address] = (i, rule)
             if rule is not None and rule.scope == 0:
                 out[i] = dataclasses.replace(e, place=rule.place, rule=rule.name)
             continue
-        j, rule = live.pop(e.ptr, (None, None))
+        j, rule = live.pop(e.address, (None, None))
         if rule is None or not _freed_in_scope(out[j], e.time_ns, rule.scope):
             continue   # device memory (a scratch rule's block that outlived its operator is an output)
         out[j] = dataclasses.replace(out[j], place=rule.place, rule=rule.name)
         out[i] = dataclasses.replace(e, place=rule.place, rule=rule.name)
-    return out
-
-
-def summarise_tags(events: Iterable) -> dict[str, dict[str, Any]]:
-    """``{rule: {"place", "allocations", "bytes"}}`` over the allocations of ``events`` that a rule
-    tagged (bytes as requested)."""
-    out: dict[str, dict[str, Any]] = {}
-    for e in events:
-        if e.delta_bytes > 0 and e.rule:
-            s = out.setdefault(e.rule, {"place": e.place, "allocations": 0, "bytes": 0})
-            s["allocations"] += 1
-            s["bytes"] += e.delta_bytes
     return out

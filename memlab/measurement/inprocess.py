@@ -19,7 +19,7 @@ from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step,
 from .step_check import Float64Arbiter, Shadow, StepLog, build_problem, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
-from .cuda_prediction import predict_cuda
+from ..cuda.prediction import predict_cuda
 from .verdict import decide
 from .reference_cache import ReferenceCache
 from .verify import verify_technique
@@ -226,7 +226,7 @@ class TracedSteps:
     categories: list | None = None
     #: False when the technique refused saved-tensor hooks (NOTE [ memory categories ])
     saved_separated: bool = True
-    #: CPU: the CUDA caching allocator's predicted figures for the peak iteration (cuda_prediction)
+    #: CPU: the CUDA caching allocator's predicted figures for the peak iteration (memlab.cuda.prediction)
     predicted_cuda: dict | None = None
     predict_cuda_s: float = 0.0  # seconds spent replaying the trace through the CUDA allocator model
 
@@ -271,7 +271,7 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
         traced.stats = alloc_trace.iteration_stats(events, windows)
         traced.categories = categorise(events, windows, known)
         peaks = list(traced.stats.peaks)
-        if peaks:  # the caching allocator replayed on the same trace (NOTE in memlab.cuda_model)
+        if peaks:  # the caching allocator replayed on the same trace (NOTE in memlab.cuda.model)
             replay_started = time.perf_counter()
             traced.predicted_cuda = predict_cuda(events, windows, iteration=f"iteration{peaks.index(max(peaks))}")
             traced.predict_cuda_s = time.perf_counter() - replay_started
@@ -437,9 +437,9 @@ def timeline_in_process(technique: Technique, device: torch.device, dtype: torch
         live += e.delta_bytes
         if e.delta_bytes > 0:
             allocations += 1
-            ordinal[e.ptr] = allocations
+            ordinal[e.address] = allocations
         out.append(TimelineEvent(op=e.op, stack=e.stack[-4:], phase=alloc_trace.phase_of(e.time_ns, windows),
-                                 delta_bytes=e.delta_bytes, live_bytes=live, address=ordinal.get(e.ptr, 0)))
+                                 delta_bytes=e.delta_bytes, live_bytes=live, address=ordinal.get(e.address, 0)))
     return Timeline(technique=technique.name, params=dict(technique.config), device=device_label(device),
                     dtype=str(dtype).replace("torch.", ""), mode=mode, events=tuple(out),
                     baseline_bytes=baseline, method=memory_method(device)["allocated"] if device.type == "cpu"

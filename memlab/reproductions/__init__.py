@@ -8,6 +8,13 @@ Contract of a reproduction module ``memlab/reproductions/<name>.py`` (auto-disco
 
     def reproduce(quick: bool = False) -> dict: ...
 
+Optional hooks the general layers call (a seed's own question stays in its module, never behind a
+seed-name ``if`` elsewhere)::
+
+    def cuda_variants(confs: tuple[str, ...], quick: bool = False) -> dict: ...
+        # extra keys of data/cuda-variants/<SEED>.json (memlab.cuda.variants)
+    CUDA_ANSWER_TECHNIQUE = "slice_loop"   # the technique that answer is about (memlab.site.cuda)
+
 ``reproduce`` runs memlab measurements (CPU, subprocess-isolated) and returns a JSON-serialisable
 dict with at least::
 
@@ -32,7 +39,7 @@ from typing import Callable
 
 from ..atomic import write_text_atomic
 
-__all__ = ["list_reproductions", "run_all", "run_one"]
+__all__ = ["list_reproductions", "find_reproduction", "run_all", "run_one"]
 
 
 def list_reproductions() -> dict[str, ModuleType]:
@@ -45,6 +52,11 @@ def list_reproductions() -> dict[str, ModuleType]:
         if hasattr(mod, "SEED") and hasattr(mod, "reproduce"):
             mods[mod.SEED] = mod
     return mods
+
+
+def find_reproduction(seed: str) -> ModuleType | None:
+    """The reproduction module whose ``SEED`` is ``seed``, or None."""
+    return list_reproductions().get(seed)
 
 
 def run_one(mod: ModuleType, out_dir: Path, quick: bool = False) -> Path:

@@ -118,7 +118,7 @@ def slice_backward_lifetimes(name: str = "slice_loop", *, seed: int = 0, **param
     step()
     events, windows = trace_allocations(step, dev, 1)
     it = window(windows, "iteration0")
-    allocs = [(e.time_ns, e.ptr, e.delta_bytes, MARKER_OP in e.stack) for e in events
+    allocs = [(e.time_ns, e.address, e.delta_bytes, MARKER_OP in e.stack) for e in events
               if it.start_ns <= e.time_ns <= it.end_ns]
     open_at: dict[int, int] = {}
     lives: list[list] = []  # [alloc_time, free_time | None, size, is_slice_backward]

@@ -11,15 +11,20 @@ one ``slice_backward`` allocation per slice, growing with the number of chunks. 
   ``checkpoint_chunk`` (slices of x, as the report's loop), ``checkpoint_split_chunk`` (the same
   checkpoint over ``torch.split`` views: no per-chunk ``slice_backward`` zeros, NOTE [ split vs
   slice checkpoint ]) and ``slice_accumulate`` against the number of chunks, with the analytic
-  floor of NOTE [ chained-matmul analytic floor ] beside each.
+  floor of NOTE [ chained-matmul analytic floor ] beside each;
+* on a GPU, predicted: :func:`slice_backward_reserved_answer` (does reserved memory grow with the
+  number of chunks where allocated does not?), written by ``make cuda-variants`` through this
+  module's :func:`cuda_variants` hook.
 """
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from ..units import MiB
 
-__all__ = ["SEED", "TITLE", "CLAIM", "reproduce"]
+__all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "cuda_variants", "slice_backward_reserved_answer",
+           "CUDA_ANSWER_TECHNIQUE"]
 
 SEED = "chunked-slicing-backward-spike"
 TITLE = "For loop on slices creates multiple intermediate gradients"
@@ -140,3 +145,87 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
         "timelines": [tl.to_dict() for tl in timelines], "figure": figure,
         "slice_backward": {"timeline": allocs, "lifetimes": {str(c): v for c, v in lifetimes.items()}},
     }
+
+
+# ---------------------------------------------------------------------------------------------------
+# The report's open question on a GPU, predicted (the ``cuda_variants`` hook of memlab.cuda.variants)
+
+#: the technique :func:`slice_backward_reserved_answer` is about (the site draws it in its colour)
+CUDA_ANSWER_TECHNIQUE = "slice_loop"
+
+
+def cuda_variants(confs: tuple[str, ...], quick: bool = False) -> dict[str, Any]:
+    """This seed's own keys in ``data/cuda-variants/<seed>.json``: ``slice_backward``, the answer of
+    :func:`slice_backward_reserved_answer` under ``confs``.  Imports torch."""
+    return {"slice_backward": slice_backward_reserved_answer(quick=quick, confs=confs)}
+
+
+def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] = ("", "expandable_segments:True"),
+                                   ) -> dict[str, Any]:
+    """Does the caching allocator keep the per-slice ``slice_backward`` gradients' segments reserved,
+    so that reserved memory grows with the number of chunks even where allocated memory doesn't?
+
+    Traces one CPU float32 training step of ``slice_loop`` at the report's size for each chunk size of
+    the reproduction (``quick``: the reproduction's quick plan) and predicts its CUDA memory under each
+    ``PYTORCH_CUDA_ALLOC_CONF`` of ``confs`` (NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda.prediction`).
+    Predicted, not measured.
+
+    Returns:
+        ``{"question", "answer", "rows": [...], "predicted": True}``; a row per (conf, chunk size):
+        ``chunks``, ``chunk_size``, ``slice_backward_count``, ``slice_backward_bytes``, ``cpu_peak_bytes``
+        (the exact CPU peak above the baseline), ``predicted_allocated_bytes`` (above the baseline, like
+        the CPU figure) and ``predicted_allocated_total_bytes``, ``predicted_reserved_bytes`` (total
+        ``max_memory_reserved``) and ``predicted_reserved_above_baseline_bytes``, ``fragmentation_bytes``
+        (reserved − allocated when allocated peaks), ``segments_peak``.
+    """
+    from ..cuda.prediction import iteration_window, predict_cuda
+    from ..measurement.alloc_trace import trace_step
+    from ..registry import get_technique
+    from ._slice_backward import MARKER_OP
+
+    size, chunks, _ = _plan(quick)
+    cls = get_technique(CUDA_ANSWER_TECHNIQUE)
+    rows = []
+    for c in chunks:
+        events, windows = trace_step(cls(chunk_size=c, **size))
+        it = iteration_window(windows, "iteration0")
+        sb = [e.delta_bytes for e in events if e.delta_bytes > 0 and it.start_ns <= e.time_ns <= it.end_ns
+              and MARKER_OP in e.stack]
+        for conf in confs:
+            p = predict_cuda(events, windows, conf=conf, with_history=False)
+            rows.append({"conf": conf, "chunks": -(-size["n"] // c), "chunk_size": c,
+                         "slice_backward_count": len(sb), "slice_backward_bytes": sb[0] if sb else 0,
+                         "cpu_peak_bytes": p["cpu_peak_bytes"], "predicted_allocated_bytes": p["allocated_peak_bytes"],
+                         "predicted_allocated_total_bytes": p["allocated_peak_total_bytes"],
+                         "predicted_reserved_bytes": p["reserved_peak_bytes"],
+                         "predicted_reserved_above_baseline_bytes": p["reserved_peak_above_baseline_bytes"],
+                         "fragmentation_bytes": p["fragmentation_at_peak_bytes"],
+                         "segments_peak": p["segments_peak"]})
+        del events, windows
+        gc.collect()
+    return {"question": "Does the caching allocator keep the per-slice slice_backward zero gradients' segments "
+                        "reserved, so that reserved grows with the number of chunks where allocated doesn't?",
+            "answer": _reserved_answer(rows, size, confs), "rows": rows, "size": dict(size), "predicted": True}
+
+
+def _reserved_answer(rows: list[dict[str, Any]], size: dict[str, int], confs: tuple[str, ...]) -> str:
+    default = [r for r in rows if r["conf"] == confs[0]]
+    chunked = [r for r in default if r["chunks"] > 1]
+    if not chunked:
+        return "no chunked configuration traced"
+    res = [r["predicted_reserved_bytes"] for r in chunked]
+    alloc = [r["predicted_allocated_total_bytes"] for r in chunked]
+    frag = [r["fragmentation_bytes"] for r in chunked]
+    sb = chunked[0]["slice_backward_bytes"]
+    grows = res[-1] - res[0] > max(alloc[-1] - alloc[0], 0) + 20 * MiB
+    pool = "large pool, < 10 MiB: packed into 20 MiB segments" if 1 * MiB < sb < 10 * MiB else \
+        ("large pool, its own segment" if sb >= 10 * MiB else "small pool")
+    verdict = ("Yes: predicted reserved grows with the number of chunks faster than allocated" if grows else
+               "No: predicted reserved does not grow with the number of chunks beyond allocated")
+    return (f"{verdict} (predicted, {size['n']}x{size['d']} float32, default allocator settings). Each "
+            f"slice_backward zero gradient is {sb} B ({sb / MiB:.2f} MiB; {pool}); autograd adds it into the running "
+            f"sum and frees it at once, so the next chunk's zeros reuse the same cached block instead of a new "
+            f"segment. From {chunked[0]['chunks']} to {chunked[-1]['chunks']} chunks the predicted peak allocated "
+            f"goes {alloc[0] / MiB:.1f} -> {alloc[-1] / MiB:.1f} MiB and peak reserved {res[0] / MiB:.1f} -> "
+            f"{res[-1] / MiB:.1f} MiB (totals, baseline included); reserved minus allocated at the allocated "
+            f"peak stays within {min(frag) / MiB:.1f}-{max(frag) / MiB:.1f} MiB.")

@@ -93,7 +93,7 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     if not isinstance(entry, dict) or not isinstance(entry.get("technique"), str) or not isinstance(entry.get("label"), str):
         return "an entry without technique and label"
     if not isinstance(entry.get("knobs"), list) or not set(entry["knobs"]) <= knobs:
-        return f"{entry['label']}: knobs {R._short(entry.get('knobs'))} are not the family's"
+        return f"{entry['label']}: knobs {R.short_repr(entry.get('knobs'))} are not the family's"
     classes = entry.get("classes")
     if not isinstance(classes, list) or not classes:
         return f"{entry['label']}: no classes"

@@ -1,15 +1,15 @@
 """Predicted CUDA memory on the site: a chart per family section, allocator settings compared on the
 seed pages, and predicted vs measured on a real GPU (``make gpu-check``) where such a table exists.
 
-Every figure here is a *prediction* of :mod:`memlab.cuda_model` replayed on a step's exact CPU
-allocation trace (NOTE [ predicted CUDA memory ] in :mod:`memlab.measurement.cuda_prediction`), said
+Every figure here is a *prediction* of :mod:`memlab.cuda.model` replayed on a step's exact CPU
+allocation trace (NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda.prediction`), said
 so on every chart, column and table, except the GPU-check table's measured columns.  Inputs:
 
 * ``predicted_cuda_*`` columns of the measurement rows (:mod:`memlab.results`);
-* ``data/cuda-variants/<seed>.json`` (``make cuda-variants``, :mod:`memlab.cuda_variants`): each seed
+* ``data/cuda-variants/<seed>.json`` (``make cuda-variants``, :mod:`memlab.cuda.variants`): each seed
   configuration predicted under several ``PYTORCH_CUDA_ALLOC_CONF`` settings, and for the chunked-slicing
-  seed the answer of :func:`~memlab.measurement.cuda_prediction.slice_backward_reserved_answer`;
-* ``data/gpu-check/*.json`` (``make gpu-check``, :mod:`memlab.gpu_check`): the same configurations
+  seed its own answer (its reproduction module's ``cuda_variants`` hook);
+* ``data/gpu-check/*.json`` (``make gpu-check``, :mod:`memlab.cuda.gpu_check`): the same configurations
   measured on a GPU beside their prediction.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .text import fmt_mib
 __all__ = ["predicted_chart", "variant_files", "gpu_check_files", "load_variants", "load_gpu_checks",
            "add_cuda_to_seed_pages", "gpu_check_section", "relative_error", "VARIANT_FIGURES", "GPU_CHECK_FIGURES"]
 
-#: bytes a variant row carries (``cuda_variants``), all predicted
+#: bytes a variant row carries (``memlab.cuda.variants``), all predicted
 VARIANT_FIGURES = ("allocated_peak_total_bytes", "reserved_peak_bytes", "fragmentation_at_peak_bytes")
 #: bytes a GPU-check row carries: measured on the GPU and predicted from the CPU trace
 GPU_CHECK_FIGURES = ("measured_allocated_bytes", "predicted_allocated_bytes", "measured_reserved_bytes",
@@ -77,7 +77,7 @@ def predicted_chart(page: Page, rows: pd.DataFrame, variants: pd.Series, swept: 
              "y": [F.mib(v if _bytes(v) else None) for v in ok["total_peak_bytes"]],
              "marker": {"color": "rgba(120,120,120,0.45)"}, "hoverinfo": "x+y+name", "showlegend": False}]
     # no legend: a legend entry for bars coloured per technique would show the first bar's colour
-    layout = F._layout(F._axis("technique", kind="category"), F._axis("memory (MiB)"), barmode="group")
+    layout = F.chart_layout(F.chart_axis("technique", kind="category"), F.chart_axis("memory (MiB)"), barmode="group")
     return page.chart({"data": data, "layout": layout}, "Predicted GPU reserved per configuration",
                       "Coloured: predicted max_memory_reserved() on a GPU (not measured; the caching-allocator model "
                       "replayed on the CPU trace); grey: the measured CPU total peak.", anchor=f"{heading} predicted gpu")
@@ -115,7 +115,7 @@ def load_variants(paths: list[Path]) -> dict[str, dict[str, Any]]:
     for path, data in R.load_json_objects(paths):
         problems = _variant_problems(data)
         if problems:
-            warnings.warn(f"{R._shown(path)}: invalid CUDA variants ({'; '.join(problems[:3])}); skipped",
+            warnings.warn(f"{R.shown_path(path)}: invalid CUDA variants ({'; '.join(problems[:3])}); skipped",
                           R.ResultsWarning, stacklevel=2)
             continue
         out[data["seed"]] = {**data, "source": path.name}
@@ -175,10 +175,10 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
                  "y": [F.mib(next(iter(g["by"].values())).get("allocated_peak_total_bytes")) for g in groups.values()],
                  "marker": {"color": "#000000", "symbol": "line-ew-open", "size": 18, "line": {"width": 2}},
                  "hoverinfo": "x+y+name"})
-    layout = F._layout(F._axis("configuration", kind="category"), F._axis("predicted GPU memory (MiB)"), barmode="group",
-                       legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
-                               "title": {"text": "hatching:"}},
-                       height=min(760, 400 + 6 * max((len(n) for n in names), default=0)))  # room for slanted labels
+    layout = F.chart_layout(F.chart_axis("configuration", kind="category"), F.chart_axis("predicted GPU memory (MiB)"), barmode="group",
+                            legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
+                                    "title": {"text": "hatching:"}},
+                            height=min(760, 400 + 6 * max((len(n) for n in names), default=0)))  # room for slanted labels
     layout["margin"] = {"l": 70, "r": 20, "t": 64, "b": 60}
     layout["xaxis"].update(tickangle=-40, automargin=True)
     layout["xaxis"]["title"]["standoff"] = 12  # below the slanted labels (automargin makes room)
@@ -192,34 +192,37 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
              "chart": chart, "source": v["source"], "answer": None}
     sb = v.get("slice_backward")
     if sb:
-        block["answer"] = _slice_answer(page, sb, colors)
+        block["answer"] = _slice_answer(page, sb, colors, _answer_technique(v["seed"]))
     return block
 
 
-#: The technique the slice-backward answer is about (``slice_backward.technique`` in the file, else this).
-SLICE_TECHNIQUE = "slice_loop"
+def _answer_technique(seed: str) -> str:
+    """The technique a seed's own answer is about: its reproduction module's ``CUDA_ANSWER_TECHNIQUE``."""
+    from ..reproductions import find_reproduction
+
+    return getattr(find_reproduction(seed), "CUDA_ANSWER_TECHNIQUE", "")
 
 
-def _slice_answer(page: Page, sb: dict[str, Any], colors: dict[str, str]) -> dict[str, Any]:
+def _slice_answer(page: Page, sb: dict[str, Any], colors: dict[str, str], technique: str) -> dict[str, Any]:
     """Predicted reserved per allocator setting against the number of chunks: one technique, so every
     line is in its colour, the setting told apart by dash and marker."""
     rows = sorted(sb["rows"], key=lambda r: (r["conf"], r["chunks"]))
     confs = list(dict.fromkeys(r["conf"] for r in rows))
-    tech = sb.get("technique") if isinstance(sb.get("technique"), str) else SLICE_TECHNIQUE
+    tech = sb.get("technique") if isinstance(sb.get("technique"), str) else technique
     color = F.color_of(colors, tech)
     data = []
     for i, c in enumerate(confs):
         mine = [r for r in rows if r["conf"] == c]
         data.append({"type": "scatter", "mode": "lines+markers", "name": F.esc(f"reserved, {_conf_name(c)}"),
                      "x": [r["chunks"] for r in mine], "y": [F.mib(r["predicted_reserved_bytes"]) for r in mine],
-                     "meta": {"technique": F.esc(tech)}, "line": {"color": color, "dash": F._FRONT_DASHES[i % len(F._FRONT_DASHES)]},
-                     "marker": {"color": color, "symbol": F._SYMBOLS[i % len(F._SYMBOLS)], "size": 8}})
+                     "meta": {"technique": F.esc(tech)}, "line": {"color": color, "dash": F.FRONT_DASHES[i % len(F.FRONT_DASHES)]},
+                     "marker": {"color": color, "symbol": F.SYMBOLS[i % len(F.SYMBOLS)], "size": 8}})
     base = [r for r in rows if r["conf"] == confs[0]]
     data.append({"type": "scatter", "mode": "lines+markers", "name": "allocated (any setting)",
                  "x": [r["chunks"] for r in base], "y": [F.mib(r["predicted_allocated_total_bytes"]) for r in base],
                  "line": {"color": "#000000", "dash": "dot"}, "marker": {"color": "#000000"}})
     xs = [r["chunks"] for r in rows]
-    layout = F._layout(F._axis("chunks", xs), F._axis("predicted GPU memory (MiB)", F._ys(data)))
+    layout = F.chart_layout(F.chart_axis("chunks", xs), F.chart_axis("predicted GPU memory (MiB)", F.drawn_ys(data)))
     chart = page.chart({"data": data, "layout": layout}, "Predicted reserved and allocated vs the number of chunks",
                        f"{tech} at the report's size, in its colour, one line per allocator setting; black, dotted: the "
                        "predicted allocated peak. Predicted from the CPU trace, not measured on a GPU.",
@@ -285,7 +288,7 @@ def load_gpu_checks(paths: list[Path]) -> list[dict[str, Any]]:
     for path, data in R.load_json_objects(paths):
         problems = _gpu_check_problems(data)
         if problems:
-            warnings.warn(f"{R._shown(path)}: invalid GPU check ({'; '.join(problems)}); skipped", R.ResultsWarning,
+            warnings.warn(f"{R.shown_path(path)}: invalid GPU check ({'; '.join(problems)}); skipped", R.ResultsWarning,
                           stacklevel=2)
             continue
         out.append({**data, "source": path.name})

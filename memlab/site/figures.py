@@ -38,14 +38,14 @@ __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
            "throughput_vs_peak", "draws_second_bars", "SECOND_BAR_COLOR", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
-           "seed_figure"]
+           "seed_figure", "chart_axis", "chart_layout", "drawn_ys", "SYMBOLS", "FRONT_DASHES"]
 
 #: Technique colours (:mod:`memlab.site.colors`): a function of the name alone.
 _COLORS = PALETTE
 #: A series that is no technique (an analytic floor, a prediction beside the measured bars): near black.
 NEUTRAL_COLOR = "#222222"
 _OTHER = "#444444"
-_SYMBOLS = ("circle", "square", "triangle-up", "x", "star", "triangle-down", "hexagon", "cross")
+SYMBOLS = ("circle", "square", "triangle-up", "x", "star", "triangle-down", "hexagon", "cross")
 _PEER_SYMBOLS = ("diamond-open", "square-open", "triangle-up-open", "x-open", "star-open", "triangle-down-open",
                  "hexagon-open", "cross-open")
 _PEER_DASH = "dash"
@@ -56,7 +56,7 @@ UNDER_LOAD_COLOR = "#9a1f1f"
 #: the techniques change), pale for the rest.
 CATEGORY_COLORS = {"parameters": "#a6bddb", "gradients": "#74a9cf", "optimizer_state": "#d9d9d9",
                    "inputs": "#bcbddc", "saved_activations": "#e34a33", "temporaries": "#fdbb84"}
-_FRONT_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+FRONT_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 _PHASE_COLORS = {"forward": "rgba(31,119,180,0.08)", "backward": "rgba(214,39,40,0.08)",
                  "optimizer": "rgba(44,160,44,0.08)"}
 
@@ -123,7 +123,7 @@ def color_of(colors: dict[str, str], technique: str) -> str:
 
 
 def _style(color: str, peer: bool, variant: int = 0) -> dict[str, Any]:
-    symbols = _PEER_SYMBOLS if peer else _SYMBOLS
+    symbols = _PEER_SYMBOLS if peer else SYMBOLS
     return {"line": {"color": color, "dash": _PEER_DASH if peer else "solid"},
             "marker": {"color": color, "symbol": symbols[variant % len(symbols)], "size": 8}}
 
@@ -174,7 +174,7 @@ def _log_ticks(nums: list[float]) -> dict[str, Any]:
             "tickvals": [float(f"{t:.12g}") for t in ticks], "ticktext": [_tick(t) for t in ticks]}
 
 
-def _axis(title: str, values: Iterable[Any] | None = None, kind: str | None = None) -> dict[str, Any]:
+def chart_axis(title: str, values: Iterable[Any] | None = None, kind: str | None = None) -> dict[str, Any]:
     """An axis titled ``title``; with ``values`` and no ``kind``: log (1-2-5 ticks) when all are positive
     numbers spanning a factor of 10 or more, category when any is not a number, else linear."""
     axis: dict[str, Any] = {"title": {"text": esc(title)}, "zeroline": False}
@@ -201,7 +201,7 @@ def _axis(title: str, values: Iterable[Any] | None = None, kind: str | None = No
     return axis
 
 
-def _ys(traces: list[dict]) -> list[float]:
+def drawn_ys(traces: list[dict]) -> list[float]:
     """Every y drawn, error-bar ends included (so an explicit axis range keeps the whole bar)."""
     out = []
     for t in traces:
@@ -215,7 +215,7 @@ def _ys(traces: list[dict]) -> list[float]:
     return out
 
 
-def _layout(xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
+def chart_layout(xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
     """No title inside the figure (the page's heading names it); 36 px on top keep the toolbar above
     the plot area."""
     return {"xaxis": xaxis, "yaxis": yaxis, "hovermode": "closest",
@@ -364,7 +364,7 @@ def memory_vs_param(rows: pd.DataFrame, variants: pd.Series, swept: str, column:
     floor = (lambda r: mib(_num(getattr(r, floor_column)))) if floor_column else None
     traces, _, xs = _against_param(ok, variants, swept, colors, lambda r: (mib(getattr(r, column)), None, None),
                                    floor, floor_name)
-    return {"data": traces, "layout": _layout(_axis(swept, xs), _axis(y_title, _ys(traces)))}
+    return {"data": traces, "layout": chart_layout(chart_axis(swept, xs), chart_axis(y_title, drawn_ys(traces)))}
 
 
 def _step_values(ok: pd.DataFrame) -> tuple[bool, str]:
@@ -395,7 +395,7 @@ def step_vs_param(rows: pd.DataFrame, variants: pd.Series, swept: str, colors: d
     ok = _timed(rows)
     relative, y_title = _step_values(ok)
     traces, rings, xs = _against_param(ok, variants, swept, colors, lambda r: _step_point(r, relative))
-    return {"data": traces + _load_ring(rings), "layout": _layout(_axis(swept, xs), _axis(y_title, _ys(traces)))}
+    return {"data": traces + _load_ring(rings), "layout": chart_layout(chart_axis(swept, xs), chart_axis(y_title, drawn_ys(traces)))}
 
 
 def _bar_names(ok: pd.DataFrame, variants: pd.Series) -> list[str]:
@@ -439,8 +439,8 @@ def memory_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[st
     if draws_second_bars(rows):
         data.append({"type": "bar", "name": second, "x": names, "y": [mib(_num(v)) for v in ok["peak_reserved_bytes"]],
                      "marker": {"color": SECOND_BAR_COLOR}, "showlegend": False, "hoverinfo": "x+y+name"})
-    return {"data": data, "layout": _layout(_axis("technique", kind="category"), _axis("memory (MiB)"),
-                                            barmode="group")}
+    return {"data": data, "layout": chart_layout(chart_axis("technique", kind="category"), chart_axis("memory (MiB)"),
+                                                 barmode="group")}
 
 
 def step_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str]) -> dict:
@@ -458,7 +458,7 @@ def step_by_technique(rows: pd.DataFrame, variants: pd.Series, colors: dict[str,
     if any(p[1] is not None for p in points):
         trace["error_y"] = _error_bars([p[1] for p in points], [p[2] for p in points], "#333333")
     rings = [(n, p[0], r) for n, p, r in zip(names, points, tuples) if r.under_load]
-    return {"data": [trace] + _load_ring(rings), "layout": _layout(_axis("technique", kind="category"), _axis(y_title))}
+    return {"data": [trace] + _load_ring(rings), "layout": chart_layout(chart_axis("technique", kind="category"), chart_axis(y_title))}
 
 
 def throughput_vs_peak(rows: pd.DataFrame, variants: pd.Series, colors: dict[str, str],
@@ -492,10 +492,10 @@ def throughput_vs_peak(rows: pd.DataFrame, variants: pd.Series, colors: dict[str
             fronts.append({"type": "scatter", "mode": "lines", "name": "Pareto front" + (f" ({esc(name)})" if name else ""),
                            "x": [mib(points[j][0]) for j in front], "y": [points[j][1] for j in front],
                            "line": {"color": "rgba(0,0,0,0.4)", "width": 3, "shape": "hv",
-                                    "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]}, "hoverinfo": "name"})
+                                    "dash": FRONT_DASHES[i % len(FRONT_DASHES)]}, "hoverinfo": "name"})
     traces = fronts + traces + _load_ring(rings)  # the fronts beneath the markers
-    return {"data": traces, "layout": _layout(_axis("peak allocated (MiB)", [mib(m) for m in ok["peak_allocated_bytes"]]),
-                                              _axis("throughput (samples/s)", _ys(traces)))}
+    return {"data": traces, "layout": chart_layout(chart_axis("peak allocated (MiB)", [mib(m) for m in ok["peak_allocated_bytes"]]),
+                                                   chart_axis("throughput (samples/s)", drawn_ys(traces)))}
 
 
 # -- overview charts -------------------------------------------------------------------------------
@@ -510,8 +510,8 @@ def lowest_peaks(items: list[tuple[str, bool, bool, float]], x_title: str, color
              "marker": {"color": [color_of(colors, t) for t, *_ in items], "pattern": _peer_pattern([p for _, _, p, _ in items])},
              "meta": {"techniques": [esc(t) for t, *_ in items]},
              "text": [f"{p / MiB:.1f} MiB" for *_, p in items], "textposition": "auto"}
-    layout = _layout(_axis(x_title, kind="linear"), _axis("", kind="category"), showlegend=False,
-                     height=max(160, 70 + 36 * len(items)))
+    layout = chart_layout(chart_axis(x_title, kind="linear"), chart_axis("", kind="category"), showlegend=False,
+                          height=max(160, 70 + 36 * len(items)))
     layout["margin"] = {"l": 20, "r": 20, "t": 36, "b": 50}
     layout["yaxis"]["automargin"] = True
     return {"data": [trace], "layout": layout}
@@ -531,10 +531,10 @@ def peak_by_category(items: list[tuple[str, bool, dict[str, int]]], categories: 
         data.append({"type": "bar", "orientation": "h", "name": esc(cat.replace("_", " ")), "y": names, "x": xs,
                      "marker": {"color": CATEGORY_COLORS.get(cat, _OTHER)}, "hoverinfo": "x+y+name"})
     # the legend (categories) above the bars on the left, clear of the toolbar on the right
-    layout = _layout(_axis(x_title, kind="linear"), _axis("", kind="category"), barmode="stack",
-                     height=max(200, 120 + 36 * len(items)),
-                     legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
-                             "traceorder": "normal"})
+    layout = chart_layout(chart_axis(x_title, kind="linear"), chart_axis("", kind="category"), barmode="stack",
+                          height=max(200, 120 + 36 * len(items)),
+                          legend={"orientation": "h", "y": 1.0, "x": 0, "xanchor": "left", "yanchor": "bottom",
+                                  "traceorder": "normal"})
     layout["margin"] = {"l": 20, "r": 20, "t": 64, "b": 50}
     layout["yaxis"]["automargin"] = True
     return {"data": data, "layout": layout}
@@ -590,8 +590,8 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
                      "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
                      "legendgroup": name, "showlegend": False, "legendrank": 1000 + i,
                      **({"meta": {"technique": esc(tech)}} if tech else {}),
-                     "line": {"color": color, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
-                     "marker": {"color": color, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}}
+                     "line": {"color": color, "dash": FRONT_DASHES[i % len(FRONT_DASHES)]},
+                     "marker": {"color": color, "symbol": SYMBOLS[i % len(SYMBOLS)]}}
             seen.add(line.label)
             traces.append(trace)
         x_axis = {"type": "category", "categoryorder": "array", "categoryarray": categories,
@@ -618,10 +618,10 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
         i = style[label]
         traces.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "x": [None], "y": [None],
                        "xaxis": "x", "yaxis": "y", "legendgroup": esc(label), "legendrank": 1000 + i, "hoverinfo": "skip",
-                       "line": {"color": _OTHER, "dash": _FRONT_DASHES[i % len(_FRONT_DASHES)]},
-                       "marker": {"color": _OTHER, "symbol": _SYMBOLS[i % len(_SYMBOLS)]}})
-    fig_layout = _layout(layout.pop("xaxis", {"title": {"text": "commit"}}), layout.pop("yaxis", {"title": {"text": shown_unit}}),
-                         **layout)
+                       "line": {"color": _OTHER, "dash": FRONT_DASHES[i % len(FRONT_DASHES)]},
+                       "marker": {"color": _OTHER, "symbol": SYMBOLS[i % len(SYMBOLS)]}})
+    fig_layout = chart_layout(layout.pop("xaxis", {"title": {"text": "commit"}}), layout.pop("yaxis", {"title": {"text": shown_unit}}),
+                              **layout)
     fig_layout.update(height=120 + 190 * n, margin={"l": 90, "r": 20, "t": 36, "b": 110},
                       legend={"orientation": "v", "title": {"text": "parameters"}}, annotations=annotations)
     return {"data": traces, "layout": fig_layout}
@@ -673,9 +673,9 @@ def timeline(tl: dict, color: str) -> dict[str, Any]:
              "meta": {"technique": esc(tl["technique"])},
              "line": {"shape": "hv", "color": color}, "marker": {"size": 4, "color": color}, "hoverinfo": "text",
              "hovertext": [_event_hover(e, i + 1) for i, e in enumerate(events)]}
-    return {"data": [trace], "layout": _layout(_axis("allocation event", kind="linear"),
-                                               _axis("live tensor memory above baseline (MiB)", kind="linear"),
-                                               shapes=shapes, annotations=annotations, showlegend=False)}
+    return {"data": [trace], "layout": chart_layout(chart_axis("allocation event", kind="linear"),
+                                                    chart_axis("live tensor memory above baseline (MiB)", kind="linear"),
+                                                    shapes=shapes, annotations=annotations, showlegend=False)}
 
 
 def timelines_overlay(timelines: list[dict], labels: list[str], colors: dict[str, str]) -> dict[str, Any]:
@@ -693,11 +693,11 @@ def timelines_overlay(timelines: list[dict], labels: list[str], colors: dict[str
                           "dash": ("solid", "dash", "dot", "dashdot")[vi % 4]}, "hoverinfo": "text",
                  "hovertext": [f"{esc(label)}<br>" + _event_hover(e, i + 1) for i, e in enumerate(tl["events"])]}
         traces.append(_legend(trace, tech, vi == 0))
-    return {"data": traces, "layout": _layout(_axis("fraction of the step's allocation events", kind="linear"),
-                                              _axis("live tensor memory above baseline (MiB)", kind="linear"),
-                                              legend={"orientation": "h", "y": -0.2, "x": 0, "xanchor": "left",
-                                                      "yanchor": "top"},
-                                              margin={"l": 70, "r": 20, "t": 36, "b": 90}, height=460)}
+    return {"data": traces, "layout": chart_layout(chart_axis("fraction of the step's allocation events", kind="linear"),
+                                                   chart_axis("live tensor memory above baseline (MiB)", kind="linear"),
+                                                   legend={"orientation": "h", "y": -0.2, "x": 0, "xanchor": "left",
+                                                           "yanchor": "top"},
+                                                   margin={"l": 70, "r": 20, "t": 36, "b": 90}, height=460)}
 
 
 _BASELINE_WORDS = frozenset({"plain", "baseline", "reference"})
@@ -801,14 +801,14 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
             trace["marker"] = {"color": color, "pattern": hatch(shape)}
         else:
             trace["mode"] = "lines+markers"
-            dash = _FRONT_DASHES[k % len(_FRONT_DASHES)] if tech else ("dot", "dashdot", "longdash")[k % 3]
+            dash = FRONT_DASHES[k % len(FRONT_DASHES)] if tech else ("dot", "dashdot", "longdash")[k % 3]
             trace["line"] = {"color": color, "dash": dash, "width": 2 if tech else 1.5}
-            trace["marker"] = {"color": color, "symbol": _SYMBOLS[k % len(_SYMBOLS)] if tech else "line-ew-open",
+            trace["marker"] = {"color": color, "symbol": SYMBOLS[k % len(SYMBOLS)] if tech else "line-ew-open",
                                "size": 8 if tech else 12, "line": {"color": color, "width": 2}}
         traces.append(trace)
     strings = any(isinstance(v, str) for v in spec["x"])
-    xaxis = _axis(spec.get("x_label", ""), spec["x"], kind="log" if spec.get("log_x") and not strings else
-                  ("category" if strings else "linear"))
+    xaxis = chart_axis(spec.get("x_label", ""), spec["x"], kind="log" if spec.get("log_x") and not strings else
+                       ("category" if strings else "linear"))
     if strings:
         xaxis["automargin"] = True  # long category labels push the margin, not off the figure
     nums = [_num(v) for v in spec["x"]]
@@ -817,8 +817,8 @@ def seed_figure(spec: dict, colors: dict[str, str], techniques: Sequence[str] = 
         xaxis.update(tickmode="array", tickvals=sorted(set(nums)), ticktext=[_tick(n) for n in sorted(set(nums))])
     # bars are read by their length, so a bar chart's y-axis is linear whatever the spec asks (on a log
     # axis the dense layer's 15.6 MiB was a sliver beside the TT layer's); lines keep a log axis
-    yaxis = _axis(spec.get("y_label", ""), _ys(traces), kind="log" if spec.get("log_y") and not bar else "linear")
+    yaxis = chart_axis(spec.get("y_label", ""), drawn_ys(traces), kind="log" if spec.get("log_y") and not bar else "linear")
     extra: dict[str, Any] = {"barmode": "group"} if bar else {}
     if per_bar and len(spec["series"]) > 1:  # the legend names the series by hatching; colours are the bars' techniques
         extra["legend"] = {"title": {"text": "hatching:"}}
-    return {"data": traces, "layout": _layout(xaxis, yaxis, **extra)}
+    return {"data": traces, "layout": chart_layout(xaxis, yaxis, **extra)}

@@ -1,7 +1,7 @@
 """Measured on a real GPU, on the seed pages: each seed configuration that a ``make gpu-check`` table
 holds, its allocated peak measured on the GPU beside the prediction from its CPU trace.
 
-The seed pages otherwise show CUDA figures predicted by :mod:`memlab.cuda_model`; where a GPU has
+The seed pages otherwise show CUDA figures predicted by :mod:`memlab.cuda.model`; where a GPU has
 measured the same configuration, the reader sees both and the error, so a prediction the GPU
 contradicts is never left standing alone.  A configuration matches when its technique, parameters,
 mode and optimizer equal a CPU float32 measurement of the seed (the configurations
@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import results as R
 from . import ranking as A
-from ..gpu_check import config_key
+from ..cuda.gpu_check import config_key
 from .cuda import check_machine, fmt_pct, gpu_check_files, load_gpu_checks, relative_error
 from .page import Page
 from .tables import column, sort_value

@@ -9,16 +9,16 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from ..record import CATEGORY_LABELS, Category
 from ..record import fmt_mib as _mib
 from ..record import is_number as _num
 
 __all__ = ["CATEGORY_NAMES", "why", "footnotes"]
 
-#: How the memory categories read in text (keys: ``memlab.measurement.categories.CATEGORIES``).
-CATEGORY_NAMES = {"parameters": "parameters", "gradients": "gradients", "optimizer_state": "optimizer state",
-                  "inputs": "inputs", "saved_activations": "saved activations", "temporaries": "temporaries"}
+#: How the memory categories read in text (:class:`memlab.record.Category`'s labels).
+CATEGORY_NAMES = dict(CATEGORY_LABELS)
 #: Categories an activation-memory technique does not change.
-_FIXED = ("parameters", "gradients", "optimizer_state", "inputs")
+_FIXED = tuple(c.value for c in Category if not c.activation)
 
 
 def _cats(row: pd.Series) -> dict[str, int] | None:

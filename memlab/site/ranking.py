@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..record import ACTIVATION_CATEGORIES
 from ..record import is_number as _num
 
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machines_apart",
@@ -29,8 +30,6 @@ __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machi
 #: ranked, drawn or averaged together).
 SETTING = ("device", "dtype", "mode", "optimizer", "loss", "machine")
 _DEFAULT_STEP = {"optimizer": "sgd", "loss": "given"}
-#: Memory categories that are activation memory (``memlab.measurement.categories.ACTIVATION_CATEGORIES``).
-ACTIVATION_CATEGORIES = ("saved_activations", "temporaries")
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:

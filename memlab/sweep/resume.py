@@ -5,14 +5,13 @@ import json
 import os
 from typing import Callable
 
+from ..record import FINISHED_STATUSES
 from ..registry import get_technique
 from .plan import SweepPoint
 
+# FINISHED_STATUSES (memlab.record.Status.finished): a resumed sweep does not repeat them (a verdict
+# is deterministic); ``oom`` and ``error`` rows may be transient and are measured again.
 __all__ = ["FINISHED_STATUSES", "already_measured", "is_done"]
-
-#: statuses of a finished measurement: a resumed sweep does not repeat them (a verdict is
-#: deterministic); ``oom`` and ``error`` rows may be transient and are measured again
-FINISHED_STATUSES = ("ok", "mismatch", "leak")
 
 
 def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str,

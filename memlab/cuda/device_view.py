@@ -26,12 +26,12 @@ import bisect
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
-from ..cuda_calibration import CalibrationTable, signature_key
-from .alloc_trace import AllocEvent, Window
+from ..record import AllocEvent, Window
+from .calibration import CalibrationTable, signature_key
 
-__all__ = ["DeviceView", "device_view", "host_live_at", "host_peak"]
+__all__ = ["DeviceView", "device_view", "host_live_at", "host_peak", "summarise_tags"]
 
 
 @dataclass
@@ -87,14 +87,14 @@ def _offload(view: DeviceView, windows: list[Window]) -> None:
                 view.add("offload", block.delta_bytes)
                 gone.add(ptr)
         if e.delta_bytes > 0:
-            live[e.ptr] = e
-            gone.discard(e.ptr)
-        elif e.ptr in gone:
-            gone.discard(e.ptr)
+            live[e.address] = e
+            gone.discard(e.address)
+        elif e.address in gone:
+            gone.discard(e.address)
             view.host.append(dataclasses.replace(e, place="host", rule="offload"))
             continue
         else:
-            live.pop(e.ptr, None)
+            live.pop(e.address, None)
         out.append(e)
     view.device = out
 
@@ -119,7 +119,7 @@ def _conv(view: DeviceView, windows: list[Window], table: CalibrationTable | Non
             continue
         lo, hi = bisect.bisect_left(times, w.start_ns), bisect.bisect_right(times, w.end_ns)
         for e in view.device[lo:hi]:
-            if e.delta_bytes > 0 and e.ptr >= 0:
+            if e.delta_bytes > 0 and e.address >= 0:
                 free = free_of.get(id(e))
                 if free is not None and free.time_ns <= w.end_ns:
                     drop.update((id(e), id(free)))
@@ -138,9 +138,9 @@ def _pair_frees(events: list[AllocEvent]) -> dict[int, AllocEvent]:
     out: dict[int, AllocEvent] = {}
     for e in events:
         if e.delta_bytes > 0:
-            live[e.ptr] = e
+            live[e.address] = e
         else:
-            a = live.pop(e.ptr, None)
+            a = live.pop(e.address, None)
             if a is not None:
                 out[id(a)] = e
     return out
@@ -171,9 +171,9 @@ def host_live_at(host: list[AllocEvent], time_ns: int) -> int:
         if e.time_ns > time_ns:
             break
         if e.delta_bytes > 0:
-            live[e.ptr] = e.delta_bytes
+            live[e.address] = e.delta_bytes
         else:
-            live.pop(e.ptr, None)
+            live.pop(e.address, None)
     return sum(live.values())
 
 
@@ -187,10 +187,22 @@ def host_peak(host: list[AllocEvent], start_ns: int, end_ns: int) -> int:
         if peak is None and e.time_ns >= start_ns:
             peak = total
         if e.delta_bytes > 0:
-            total += e.delta_bytes - live.get(e.ptr, 0)
-            live[e.ptr] = e.delta_bytes
+            total += e.delta_bytes - live.get(e.address, 0)
+            live[e.address] = e.delta_bytes
         else:
-            total -= live.pop(e.ptr, 0)
+            total -= live.pop(e.address, 0)
         if peak is not None:
             peak = max(peak, total)
     return total if peak is None else peak
+
+
+def summarise_tags(events: Iterable) -> dict[str, dict[str, Any]]:
+    """``{rule: {"place", "allocations", "bytes"}}`` over the allocations of ``events`` that a rule
+    tagged (bytes as requested)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e.delta_bytes > 0 and e.rule:
+            s = out.setdefault(e.rule, {"place": e.place, "allocations": 0, "bytes": 0})
+            s["allocations"] += 1
+            s["bytes"] += e.delta_bytes
+    return out

@@ -6,7 +6,7 @@ cuDNN's workspace for the algorithm it picks (forward, backward-data, backward-w
 copies its kernels need.  How much depends on the operator's signature (shapes, stride, padding,
 dtype, memory layout) and on the environment (GPU model, cuDNN and torch versions, TF32).  memlab
 measures it once per signature on a GPU (:func:`measure_signature_on_cuda`) and keeps it in a JSON
-table; the CUDA prediction (:mod:`memlab.measurement.cuda_prediction`) looks each convolution call
+table; the CUDA prediction (:mod:`memlab.cuda.prediction`) looks each convolution call
 of the trace up there.  A signature the table lacks makes the prediction ``uncalibrated``: the
 convolution's CUDA-only memory is then not in the figures, and the prediction says so, with the
 error its family showed on a real GPU (:func:`conv_error_range`).
@@ -63,8 +63,8 @@ BACKWARD_FIELDS: dict[str, type] = {"grad_output": list, "output_mask": list}
 #: required environment fields and their types
 ENVIRONMENT_FIELDS: dict[str, tuple[type, ...]] = {"gpu": (str,), "torch": (str,), "cuda": (str,), "cudnn": (int,),
                                                    "tf32": (bool,)}
-CALIBRATION_DIR = Path(__file__).resolve().parents[1] / "data" / "cuda-calibration"
-GPU_CHECK_FILE = Path(__file__).resolve().parents[1] / "data" / "gpu-check" / "nvidia-h200.json"
+CALIBRATION_DIR = Path(__file__).resolve().parents[2] / "data" / "cuda-calibration"
+GPU_CHECK_FILE = Path(__file__).resolve().parents[2] / "data" / "gpu-check" / "nvidia-h200.json"
 #: the table the prediction uses unless given another (absent until a GPU session measures it)
 DEFAULT_TABLE = CALIBRATION_DIR / "nvidia-h200.json"
 
@@ -256,7 +256,7 @@ def default_table() -> CalibrationTable | None:
 # The family's measured error
 
 def _is_convolutional(technique: str, params: Mapping[str, Any]) -> bool:
-    from .registry import get_technique
+    from ..registry import get_technique
 
     try:
         cls = get_technique(technique)

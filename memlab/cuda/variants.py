@@ -4,22 +4,26 @@ settings (``make cuda-variants``; read by the site's seed pages, :mod:`memlab.si
 For every distinct configuration measured in ``data/reproductions/<seed>.json`` (technique, parameters,
 mode, optimizer, loss; CPU float32 rows), one CPU training step is traced as memlab's measurement traces
 it and replayed through the caching-allocator model under each setting of :data:`CONFS`
-(NOTE [ predicted CUDA memory ] in :mod:`memlab.measurement.cuda_prediction`).  The chunked-slicing seed
-also gets :func:`~memlab.measurement.cuda_prediction.slice_backward_reserved_answer` (does reserved memory
-grow with the number of chunks where allocated does not?).  Everything written is predicted.
+(NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda.prediction`).  A seed whose reproduction module
+defines a ``cuda_variants(confs, quick)`` hook adds the keys it returns (the chunked-slicing seed: its
+``slice_backward`` answer, does reserved memory grow with the number of chunks where allocated does
+not?).  Everything written is predicted.
 
 Example::
 
-    python -m memlab.cuda_variants --out data/cuda-variants          # every seed in data/reproductions
+    python -m memlab.cuda.variants --out data/cuda-variants          # every seed in data/reproductions
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from ..record import WHOLE_STATUSES
 
 __all__ = ["CONFS", "seed_variants", "main"]
 
@@ -33,7 +37,7 @@ _FIGURES = ("allocated_peak_bytes", "allocated_peak_total_bytes", "reserved_peak
 def _configs(seed: dict[str, Any]) -> list[dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for m in seed.get("measurements", []):
-        if m.get("device") != "cpu" or m.get("dtype") != "float32" or m.get("status") not in ("ok", "mismatch"):
+        if m.get("device") != "cpu" or m.get("dtype") != "float32" or m.get("status") not in WHOLE_STATUSES:
             continue
         key = {"technique": m["technique"], "params": m["params"], "mode": m.get("mode", "train"),
                "optimizer": m.get("optimizer") or "sgd", "loss": m.get("loss") or "given"}
@@ -43,9 +47,10 @@ def _configs(seed: dict[str, Any]) -> list[dict[str, Any]]:
 
 def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=print) -> dict[str, Any]:
     """The predicted rows of one reproduction (a dict as in ``data/reproductions``); imports torch."""
-    from .measurement.cuda_prediction import predict_cuda, slice_backward_reserved_answer, trace_step
-    from .measurement.environment import git_commit
-    from .registry import get_technique
+    from ..measurement.alloc_trace import trace_step
+    from ..measurement.environment import git_commit
+    from ..registry import get_technique
+    from .prediction import predict_cuda
 
     rows = []
     for cfg in _configs(seed):
@@ -69,14 +74,18 @@ def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=prin
                      "memlab.cuda_model (PyTorch's CUDA caching allocator, one stream) from a cache holding only the "
                      "baseline; figures are totals (max_memory_allocated / max_memory_reserved) in bytes",
            "torch": torch.__version__, "memlab_commit": git_commit()}
-    if seed["seed"] == "chunked-slicing-backward-spike":
-        say("  slice_backward_reserved_answer")
-        out["slice_backward"] = slice_backward_reserved_answer(quick=bool(seed.get("quick")), confs=confs)
+    # the seed's module found by name, as the registry finds the built-in packages: the reproductions
+    # use this package (an import statement here would close a cycle), and the hook is theirs to declare
+    reproductions = importlib.import_module("memlab.reproductions")
+    hook = getattr(reproductions.find_reproduction(seed["seed"]), "cuda_variants", None)
+    if hook is not None:  # the seed's own question (its reproduction module answers it)
+        say(f"  {seed['seed']}: cuda_variants hook")
+        out.update(hook(confs=confs, quick=bool(seed.get("quick"))))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memlab.cuda_variants", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m memlab.cuda.variants", description=__doc__.splitlines()[0])
     ap.add_argument("--reproductions", default="data/reproductions", help="folder of <seed>.json (default: %(default)s)")
     ap.add_argument("--out", default="data/cuda-variants", help="output folder (default: %(default)s)")
     ap.add_argument("--seed", action="append", help="only these seeds (repeatable)")

@@ -3,7 +3,7 @@
 Each configuration (every built-in technique at its defaults, plus every configuration of the seed
 reproductions) is measured twice: on CPU, whose ``predicted_cuda`` is the caching-allocator model
 replayed on the exact allocation trace (NOTE [ predicted CUDA memory ] in
-:mod:`memlab.measurement.cuda_prediction`), and on the GPU.  Compared figures (bytes, each step's peak
+:mod:`memlab.cuda.prediction`), and on the GPU.  Compared figures (bytes, each step's peak
 above the memory held before it, as memlab's CUDA measurement records them):
 
 * allocated: measured ``peak_allocated_bytes`` (``max_memory_allocated()`` − ``memory_allocated()``
@@ -30,8 +30,8 @@ error.  Needs a CUDA GPU (exit 2 without), except with ``--predict-only``.
 
 Example::
 
-    python -m memlab.gpu_check --predict-only --predictions /tmp/pred.json     # any machine, CPU
-    python -m memlab.gpu_check --predictions /tmp/pred.json --jobs 8 --out data/gpu-check   # GPU host
+    python -m memlab.cuda.gpu_check --predict-only --predictions /tmp/pred.json     # any machine, CPU
+    python -m memlab.cuda.gpu_check --predictions /tmp/pred.json --jobs 8 --out data/gpu-check   # GPU host
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ _COMMON = dict(iterations=2, repeats=1, time_budget=0.0, check=False)
 def configurations(reproductions: Path, quick: bool = False) -> list[dict[str, Any]]:
     """``{"technique", "params", "mode", "optimizer"}``: each built-in technique at its defaults (its
     check configuration with ``quick``), then each CPU configuration of the seed reproductions."""
-    from .registry import get_technique, list_techniques
+    from ..registry import get_technique, list_techniques
 
     out: dict[str, dict[str, Any]] = {}
     known = set(list_techniques())
@@ -99,7 +99,7 @@ def predict(cfg: dict[str, Any]) -> dict[str, Any]:
             "predicted_reserved_total_bytes": hist.get("reserved_peak_bytes"),
             # host memory (RNG states, CPU scalars, offloaded copies) at the device peak: not in the figures above
             "predicted_host_bytes": pc.get("host_bytes"),
-            # "uncalibrated": a convolution's cuDNN workspace is missing (memlab.cuda_calibration)
+            # "uncalibrated": a convolution's cuDNN workspace is missing (memlab.cuda.calibration)
             "predicted_status": pc.get("status"),
             "cpu_peak_allocated_bytes": cpu.peak_allocated_bytes}
 
@@ -135,7 +135,7 @@ def load_predictions(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable predictions file ({type(exc).__name__}: {exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("rows"), dict):
         raise ValueError(f"{path}: a predictions file is an object with 'rows' (config key -> CPU half); "
-                         f"write one with python -m memlab.gpu_check --predict-only --predictions {path}")
+                         f"write one with python -m memlab.cuda.gpu_check --predict-only --predictions {path}")
     return data
 
 
@@ -148,7 +148,7 @@ def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[
     """``half(cfg)`` for every configuration, ``jobs`` at a time; rows in the configurations' order.
     A configuration that raises is a row with status ``error`` (``unavailable`` when its technique
     cannot run here: a peer library missing); ``on_row(done, row)`` after each."""
-    from .technique import TechniqueUnavailable
+    from ..technique import TechniqueUnavailable
 
     rows: list[dict[str, Any] | None] = [None] * len(cfgs)
     lock = threading.Lock()
@@ -175,7 +175,7 @@ def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[
 
 
 def _write(target: Path, data: dict[str, Any]) -> None:
-    from .atomic import write_text_atomic
+    from ..atomic import write_text_atomic
 
     write_text_atomic(target, json.dumps(data, sort_keys=True, indent=1) + "\n")
 
@@ -191,7 +191,7 @@ def _progress(total: int) -> Callable[[int, dict[str, Any]], None]:
 def _predict_only(cfgs: list[dict[str, Any]], target: Path, jobs: int) -> int:
     import torch
 
-    from .measurement.environment import git_commit
+    from ..measurement.environment import git_commit
 
     data: dict[str, Any] = {"torch": torch.__version__, "memlab_commit": git_commit(), "rows": {}}
     show = _progress(len(cfgs))
@@ -207,7 +207,7 @@ def _predict_only(cfgs: list[dict[str, Any]], target: Path, jobs: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memlab.gpu_check", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m memlab.cuda.gpu_check", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="data/gpu-check", help="output folder (default: %(default)s)")
     ap.add_argument("--reproductions", default="data/reproductions")
     ap.add_argument("--device", default="cuda")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print("memlab gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); run it on a machine with one",
               file=sys.stderr)
         return 2
-    from .measurement.environment import git_commit
+    from ..measurement.environment import git_commit
 
     try:
         pred = load_predictions(args.predictions) if args.predictions else {"rows": {}}

@@ -2,7 +2,7 @@
 
 memlab's CPU measurement records every allocation and free of a step in order
 (NOTE [ exact CPU allocated bytes ]).  :func:`predict_cuda` replays the first measured iteration of
-such a trace through the caching allocator model of :mod:`memlab.cuda_model` and returns what
+such a trace through the caching allocator model of :mod:`memlab.cuda.model` and returns what
 ``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()`` would be for the same requests on a
 GPU, under a ``PYTORCH_CUDA_ALLOC_CONF`` setting.  Every figure it returns is a prediction.
 
@@ -16,7 +16,7 @@ segments the warm-up left cached are reused, as in a process that never calls ``
 its ``reserved_peak_above_baseline_bytes`` is the figure memlab's CUDA measurement records
 (``max_memory_reserved()`` during the step minus ``memory_reserved()`` before it).
 The requests replayed are the trace's *device view* (NOTE [ device view ] in
-:mod:`memlab.measurement.device_view`): allocations that stay on the host on a GPU (saved RNG states,
+:mod:`memlab.cuda.device_view`): allocations that stay on the host on a GPU (saved RNG states,
 wrapped Python scalars, torch.optim's step counters, ``save_on_cpu``'s copies, ``memlab.host_memory()``
 ranges) and a CPU kernel's own scratch (oneDNN reorders) are left out (NOTE [ device tags ]);
 ``save_on_cpu``'s device copies in backward and calibrated cuDNN workspaces are put in.
@@ -24,7 +24,7 @@ ranges) and a CPU kernel's own scratch (oneDNN reorders) are left out (NOTE [ de
 the replayed iteration's device allocated peak is reached, baseline included; ``host_peak_bytes``
 the most host-tagged bytes live at once during the iteration.  ``status`` is ``uncalibrated`` when a
 convolution's signature is missing from the calibration table (NOTE [ calibration table ] in
-:mod:`memlab.cuda_calibration`): its cuDNN workspace is then not in the figures, and ``calibration``
+:mod:`memlab.cuda.calibration`): its cuDNN workspace is then not in the figures, and ``calibration``
 gives the error range that family of configurations showed on a real GPU; otherwise ``ok``.
 What the CPU trace cannot see, listed under ``extra_terms`` and never added into the prediction:
 the CUDA context (outside the allocator, driver- and GPU-dependent), the cuBLAS/cuBLASLt workspaces
@@ -34,16 +34,13 @@ kernels whose CUDA implementation allocates differently from the CPU one (tempor
 """
 from __future__ import annotations
 
-import gc
 from typing import Any, Iterable
 
-from ..cuda_calibration import CalibrationTable, conv_error_range, default_table
-from ..cuda_model import CachingAllocatorModel, SimulatedOOM, parse_alloc_conf, round_size
-from ..units import MiB
-from .device_view import DeviceView, device_view, host_live_at, host_peak
-from .host_tags import summarise_tags
+from .calibration import CalibrationTable, conv_error_range, default_table
+from .device_view import DeviceView, device_view, host_live_at, host_peak, summarise_tags
+from .model import CachingAllocatorModel, SimulatedOOM, parse_alloc_conf, round_size
 
-__all__ = ["predict_cuda", "rounded_replay_peak", "trace_step", "extra_terms", "slice_backward_reserved_answer",
+__all__ = ["predict_cuda", "rounded_replay_peak", "extra_terms", "iteration_window",
            "CUBLAS_WORKSPACE_BYTES", "CUBLAS_WORKSPACE_SM90_BYTES", "CUBLASLT_WORKSPACE_BYTES", "BLAS_OPS"]
 
 # Workspace sizes of the pinned torch's defaults (bytes).  Source: aten/src/ATen/cuda/CublasHandlePool.cpp
@@ -96,7 +93,8 @@ def extra_terms(events: Iterable | None = None, *, context_bytes: int | None = N
     }
 
 
-def _iteration(windows, name: str):
+def iteration_window(windows, name: str):
+    """The trace window called ``name`` (``"iteration0"``...); ValueError naming the iterations there."""
     for w in windows:
         if w.name == name:
             return w
@@ -125,10 +123,10 @@ def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict
 
     def alloc(e) -> None:
         nonlocal next_id, peak_time
-        if e.ptr in live:  # an address allocated again without its free being seen
+        if e.address in live:  # an address allocated again without its free being seen
             anomalies["reused_addresses"] += 1
-            model.free(live.pop(e.ptr))
-        live[e.ptr] = next_id
+            model.free(live.pop(e.address))
+        live[e.address] = next_id
         peak = model.peak_allocated
         model.malloc(next_id, e.delta_bytes)
         if model.peak_allocated > peak:
@@ -136,7 +134,7 @@ def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict
         next_id += 1
 
     def free(e) -> None:
-        key = live.pop(e.ptr, None)
+        key = live.pop(e.address, None)
         if key is None:
             anomalies["unpaired_frees"] += 1
         else:
@@ -150,10 +148,10 @@ def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict
             order: dict[int, Any] = {}
             for e in before:
                 if e.delta_bytes > 0:
-                    order.pop(e.ptr, None)
-                    order[e.ptr] = e
+                    order.pop(e.address, None)
+                    order[e.address] = e
                 else:
-                    order.pop(e.ptr, None)
+                    order.pop(e.address, None)
             for e in order.values():
                 alloc(e)
         base = {"allocated": model.allocated, "reserved": model.reserved, "requested": model.requested,
@@ -184,7 +182,7 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
         context_bytes: the CUDA context size, if known, reported under ``extra_terms`` only.
         with_history: also replay everything before the iteration (``with_history`` block).
         calibration: the cuDNN table (NOTE [ calibration table ]); None = the committed one
-            (:func:`memlab.cuda_calibration.default_table`), if any.
+            (:func:`memlab.cuda.calibration.default_table`), if any.
 
     Returns:
         A JSON-ready dict of integers in bytes: ``allocated_peak_bytes`` (above the baseline, as the
@@ -210,7 +208,7 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
     parsed = parse_alloc_conf(conf)
     if capacity_bytes is not None and (not isinstance(capacity_bytes, int) or capacity_bytes <= 0):
         raise ValueError(f"capacity_bytes={capacity_bytes!r} is not valid; valid: a positive int (bytes) or None")
-    it = _iteration(windows, iteration)
+    it = iteration_window(windows, iteration)
     table = default_table() if calibration is None else calibration
     view = device_view(events, windows, table)
     r = _replay(view.device, it, parsed, capacity_bytes, history=False)
@@ -297,10 +295,10 @@ def _figures(m: CachingAllocatorModel, base: dict[str, int]) -> dict[str, int]:
 def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: str = "",
                         calibration: CalibrationTable | None = None) -> int:
     """Peak above the iteration's start of the live bytes with every request rounded by
-    :func:`memlab.cuda_model.round_size`: the requests the CUDA replay makes (NOTE [ device view ]),
+    :func:`memlab.cuda.model.round_size`: the requests the CUDA replay makes (NOTE [ device view ]),
     rounded, without segments or splitting."""
     parsed = parse_alloc_conf(conf)
-    it = _iteration(windows, iteration)
+    it = iteration_window(windows, iteration)
     live: dict[int, int] = {}
     total = 0
     start = peak = None
@@ -311,12 +309,12 @@ def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: st
         if start is None and e.time_ns >= it.start_ns:
             start = peak = total
         if e.delta_bytes > 0:
-            if e.ptr in live:
-                total -= live.pop(e.ptr)
-            live[e.ptr] = round_size(e.delta_bytes, parsed)
-            total += live[e.ptr]
-        elif e.ptr in live:
-            total -= live.pop(e.ptr)
+            if e.address in live:
+                total -= live.pop(e.address)
+            live[e.address] = round_size(e.delta_bytes, parsed)
+            total += live[e.address]
+        elif e.address in live:
+            total -= live.pop(e.address)
         if start is not None:
             peak = max(peak, total)
     if start is None:
@@ -326,110 +324,3 @@ def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: st
 
 # ---------------------------------------------------------------------------------------------------
 # Tracing a step here (tests, the chunked-slicing answer)
-
-def trace_step(technique, *, mode: str = "train", dtype: str = "float32", seed: int = 0, optimizer: str = "sgd",
-               loss: str = "given", iterations: int = 1):
-    """Trace ``technique`` (an instance) on CPU as memlab's measurement does: recording opened before
-    the problem is built, one warm-up step, then ``iterations`` marked steps.
-
-    Returns:
-        ``(events, windows)`` for :func:`predict_cuda`.
-    """
-    import torch
-
-    from .alloc_trace import AllocationRecorder
-    from .step import make_step
-
-    dev = torch.device("cpu")
-    dt = getattr(torch, dtype)
-    technique.check_available(dev)
-    with AllocationRecorder(dev) as rec:
-        problem = technique.build(dev, dt, seed)
-        if loss != "given":
-            problem.grad_output = None
-        step, _ = make_step(technique, problem, mode, optimizer=optimizer, loss=loss)
-        step()
-        gc.collect()
-        rec.iterations(step, iterations)
-    events, windows = rec.result()
-    del problem, step
-    gc.collect()
-    return events, windows
-
-
-# ---------------------------------------------------------------------------------------------------
-# The chunked-slicing report's open question
-
-#: the report's configuration (../shared/seeds/chunked-slicing-backward-spike.txt): x [10000, 256],
-#: w1 [256, 1024], w2 [1024, 256], float32; chunk sizes of the reproduction page
-SLICE_REPORT_SIZE = {"n": 10000, "d": 256, "hidden": 1024}
-SLICE_REPORT_CHUNKS = (10000, 2500, 1000, 250, 100)
-SLICE_QUICK_SIZE = {"n": 4000, "d": 256, "hidden": 1024}
-SLICE_QUICK_CHUNKS = (4000, 1000, 400)
-
-
-def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] = ("", "expandable_segments:True"),
-                                   ) -> dict[str, Any]:
-    """Does the caching allocator keep the per-slice ``slice_backward`` gradients' segments reserved,
-    so that reserved memory grows with the number of chunks even where allocated memory doesn't?
-
-    Traces one CPU float32 training step of ``slice_loop`` at the report's size for each chunk size of
-    the reproduction (``quick``: the reproduction's quick plan) and predicts its CUDA memory under each
-    ``PYTORCH_CUDA_ALLOC_CONF`` of ``confs`` (NOTE [ predicted CUDA memory ]).  Predicted, not measured.
-
-    Returns:
-        ``{"question", "answer", "rows": [...], "predicted": True}``; a row per (conf, chunk size):
-        ``chunks``, ``chunk_size``, ``slice_backward_count``, ``slice_backward_bytes``, ``cpu_peak_bytes``
-        (the exact CPU peak above the baseline), ``predicted_allocated_bytes`` (above the baseline, like
-        the CPU figure) and ``predicted_allocated_total_bytes``, ``predicted_reserved_bytes`` (total
-        ``max_memory_reserved``) and ``predicted_reserved_above_baseline_bytes``, ``fragmentation_bytes``
-        (reserved − allocated when allocated peaks), ``segments_peak``.
-    """
-    from ..registry import get_technique
-
-    size, chunks = (SLICE_QUICK_SIZE, SLICE_QUICK_CHUNKS) if quick else (SLICE_REPORT_SIZE, SLICE_REPORT_CHUNKS)
-    cls = get_technique("slice_loop")
-    rows = []
-    for c in chunks:
-        events, windows = trace_step(cls(chunk_size=c, **size))
-        it = _iteration(windows, "iteration0")
-        sb = [e.delta_bytes for e in events if e.delta_bytes > 0 and it.start_ns <= e.time_ns <= it.end_ns
-              and "aten::slice_backward" in e.stack]
-        for conf in confs:
-            p = predict_cuda(events, windows, conf=conf, with_history=False)
-            rows.append({"conf": conf, "chunks": -(-size["n"] // c), "chunk_size": c,
-                         "slice_backward_count": len(sb), "slice_backward_bytes": sb[0] if sb else 0,
-                         "cpu_peak_bytes": p["cpu_peak_bytes"], "predicted_allocated_bytes": p["allocated_peak_bytes"],
-                         "predicted_allocated_total_bytes": p["allocated_peak_total_bytes"],
-                         "predicted_reserved_bytes": p["reserved_peak_bytes"],
-                         "predicted_reserved_above_baseline_bytes": p["reserved_peak_above_baseline_bytes"],
-                         "fragmentation_bytes": p["fragmentation_at_peak_bytes"],
-                         "segments_peak": p["segments_peak"]})
-        del events, windows
-        gc.collect()
-    return {"question": "Does the caching allocator keep the per-slice slice_backward zero gradients' segments "
-                        "reserved, so that reserved grows with the number of chunks where allocated doesn't?",
-            "answer": _answer(rows, size, confs), "rows": rows, "size": dict(size), "predicted": True}
-
-
-def _answer(rows: list[dict[str, Any]], size: dict[str, int], confs: tuple[str, ...]) -> str:
-    default = [r for r in rows if r["conf"] == confs[0]]
-    chunked = [r for r in default if r["chunks"] > 1]
-    if not chunked:
-        return "no chunked configuration traced"
-    res = [r["predicted_reserved_bytes"] for r in chunked]
-    alloc = [r["predicted_allocated_total_bytes"] for r in chunked]
-    frag = [r["fragmentation_bytes"] for r in chunked]
-    sb = chunked[0]["slice_backward_bytes"]
-    grows = res[-1] - res[0] > max(alloc[-1] - alloc[0], 0) + 20 * MiB
-    pool = "large pool, < 10 MiB: packed into 20 MiB segments" if 1 * MiB < sb < 10 * MiB else \
-        ("large pool, its own segment" if sb >= 10 * MiB else "small pool")
-    verdict = ("Yes: predicted reserved grows with the number of chunks faster than allocated" if grows else
-               "No: predicted reserved does not grow with the number of chunks beyond allocated")
-    return (f"{verdict} (predicted, {size['n']}x{size['d']} float32, default allocator settings). Each "
-            f"slice_backward zero gradient is {sb} B ({sb / MiB:.2f} MiB; {pool}); autograd adds it into the running "
-            f"sum and frees it at once, so the next chunk's zeros reuse the same cached block instead of a new "
-            f"segment. From {chunked[0]['chunks']} to {chunked[-1]['chunks']} chunks the predicted peak allocated "
-            f"goes {alloc[0] / MiB:.1f} -> {alloc[-1] / MiB:.1f} MiB and peak reserved {res[0] / MiB:.1f} -> "
-            f"{res[-1] / MiB:.1f} MiB (totals, baseline included); reserved minus allocated at the allocated "
-            f"peak stays within {min(frag) / MiB:.1f}-{max(frag) / MiB:.1f} MiB.")

@@ -85,11 +85,12 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Hashable, Iterable
 
+from ..units import MiB
+
 __all__ = ["AllocatorConf", "AllocatorStats", "CachingAllocatorModel", "SimulatedOOM", "parse_alloc_conf",
            "simulate", "round_size", "allocation_size", "KMIN_BLOCK_SIZE", "KSMALL_SIZE", "KSMALL_BUFFER",
            "KMIN_LARGE_ALLOC", "KROUND_LARGE", "KLARGE_BUFFER"]
 
-MiB = 1024 * 1024
 
 # Constants of NOTE [ CUDA caching allocator rules ], named as in PyTorch's source (bytes).
 #: kMinBlockSize: every request is rounded up to a multiple of this
@@ -958,4 +959,4 @@ def _speed(n_events: int = 200_000, seed: int = 0) -> float:
 
 
 if __name__ == "__main__":
-    print(f"memlab.cuda_model replay rate: {_speed():,.0f} events/s")
+    print(f"memlab.cuda.model replay rate: {_speed():,.0f} events/s")
