@@ -154,9 +154,13 @@ class _Problems:
         timed_against = baseline if baseline is not None else ReferenceAsTechnique(technique)
         self.baseline, _ = make_step(timed_against, build_problem(baseline or technique, device, dtype, seed, loss),
                                      mode, optimizer=optimizer, loss=loss, capture=self.baseline_log)
-        # the start of the last step, for the float64 arbiter (NOTE [ drift arbitrated in float64 ])
-        self._start: list[torch.Tensor] | None = None
-        arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: self._start) \
+        # the start of the last step, for the float64 arbiter (NOTE [ drift arbitrated in float64 ]), in a
+        # box of its own: a lambda reading self._start made a reference cycle (self -> checker -> arbiter
+        # -> lambda -> self) that kept every problem of the timed phase alive until the garbage collector
+        # ran, inside the next in-process measurement's traced steps, whose figures it then changed
+        self._start: list[list[torch.Tensor] | None] = [None]
+        start = self._start
+        arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: start[0]) \
             if check else None
         self.checker = checker_for(technique, dtype, "timed step", arbiter)
 
@@ -171,10 +175,10 @@ class _Problems:
         (nothing without a check: the log keeps nothing and there is no shadow)."""
         if self.shadow is not None:
             if self.checker.arbiter is not None and not self.checker.structural_only:
-                self._start = [leaf.detach().clone() for leaf in self.shadow.problem.leaves()]
+                self._start[0] = [leaf.detach().clone() for leaf in self.shadow.problem.leaves()]
             self.shadow()
             self.checker.add(self.log.taken(), self.log.pop_last(), self.shadow.log.pop_last())
-            self._start = None
+            self._start[0] = None
 
 
 def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cpu_clock: bool):
