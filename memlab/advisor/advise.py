@@ -174,6 +174,34 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         decl.loop.check(sizes)
     except ValueError as exc:
         raise AdviceError(f"--param {exc}") from None
+    candidates = _candidates(decl, fam, chosen, sizes, budget_bytes, device)
+    usable = [c for c in candidates if c["recommendable"]]
+    fits = sorted((c for c in usable if c["fits"]),
+                  key=lambda c: (c["relative_step_time"] is None, c["relative_step_time"] or 0, c["need_bytes"]))
+    if not fits:
+        best = min(usable or candidates, key=lambda c: c["need_bytes"])
+        knob = "".join(f" {k}={v}" for k, v in best["knobs"].items())
+        raise AdviceError(
+            f"no modelled {family} technique fits {fmt_bytes(budget_bytes)} at "
+            f"{' '.join(f'{k}={v}' for k, v in sizes.items())} ({optimizer}, {device}); the smallest predicted "
+            f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
+    return {
+        "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
+        "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
+        "dtype": models.get("dtype"), "fits": fits, "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
+        "extrapolation": _extrapolation(fam, sizes),
+        "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
+        "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
+        "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
+                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at three sizes per family "
+                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), on CPU with the page faults "
+                     "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ])",
+    }
+
+
+def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[str, int], budget_bytes: int,
+                device: str) -> list[dict[str, Any]]:
+    """Every entry at every knob setting searched (a knob given is held), with its predicted need and time."""
     candidates = []
     for entry in fam["entries"]:
         settings: list[dict[str, int]] = [{}]
@@ -196,9 +224,11 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
                 "relative_step_time": None if t is None else round(t, 3), "chunks": pred["k"],
                 "recommendable": entry.get("recommendable", False), "error_bound": error_bound(entry),
             })
-    usable = [c for c in candidates if c["recommendable"]]
-    fits = sorted((c for c in usable if c["fits"]),
-                  key=lambda c: (c["relative_step_time"] is None, c["relative_step_time"] or 0, c["need_bytes"]))
+    return candidates
+
+
+def _cannot_fit(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each entry no setting of which fits (or not recommendable), with the smallest need it reaches."""
     cannot = []
     for label in dict.fromkeys(c["label"] for c in candidates):
         mine = [c for c in candidates if c["label"] == label]
@@ -206,31 +236,17 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
             best = min(mine, key=lambda c: c["need_bytes"])
             cannot.append({"label": label, "smallest_need_bytes": best["need_bytes"], "knobs": best["knobs"],
                            "chunks": best["chunks"], "recommendable": best["recommendable"]})
-    if not fits:
-        best = min(usable or candidates, key=lambda c: c["need_bytes"])
-        knob = "".join(f" {k}={v}" for k, v in best["knobs"].items())
-        raise AdviceError(
-            f"no modelled {family} technique fits {fmt_bytes(budget_bytes)} at "
-            f"{' '.join(f'{k}={v}' for k, v in sizes.items())} ({optimizer}, {device}); the smallest predicted "
-            f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
+    return cannot
+
+
+def _pareto(usable: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The settings no other beats on both the need and the time, by need."""
     timed = [c for c in usable if c["relative_step_time"] is not None]
     pareto = [c for c in timed if not any(
         o["need_bytes"] <= c["need_bytes"] and o["relative_step_time"] <= c["relative_step_time"]
         and (o["need_bytes"], o["relative_step_time"]) != (c["need_bytes"], c["relative_step_time"]) for o in timed)]
-    pareto = sorted({(c["label"], tuple(sorted(c["knobs"].items()))): c for c in pareto}.values(),
-                    key=lambda c: c["need_bytes"])
-    return {
-        "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
-        "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
-        "dtype": models.get("dtype"), "fits": fits, "pareto": pareto, "cannot_fit": cannot, "notes": notes,
-        "extrapolation": _extrapolation(fam, sizes),
-        "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
-        "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
-        "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
-                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at three sizes per family "
-                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), on CPU with the page faults "
-                     "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ])",
-    }
+    return sorted({(c["label"], tuple(sorted(c["knobs"].items()))): c for c in pareto}.values(),
+                  key=lambda c: c["need_bytes"])
 
 
 def format_categories(c: Mapping[str, Any]) -> str:

@@ -50,3 +50,12 @@ def badges(measurements: Iterable[Any], names: Iterable[str]) -> list[dict[str, 
 
 def table(id_: str, title: str, columns: list[str], rows: list[list[Any]], note: str = "") -> dict[str, Any]:
     return {"id": id_, "title": title, "columns": columns, "rows": rows, "note": note}
+
+
+def paper_report(verdict: str, summary: list[str], measurements: Iterable[Any], tables: list[dict[str, Any]],
+                 figure: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """A paper page's report dict (the shape every paper reproduction writes): ``verdict``, ``summary``
+    lines, the ``measurements`` as dicts, no timelines, its paper-and-ours ``tables`` and ``figure``;
+    ``more``: the page's own keys (``badges``, ``badge_axis``, ``loss_heads``...)."""
+    return {"verdict": verdict, "summary": summary, "measurements": [m.to_dict() for m in measurements],
+            "timelines": [], "tables": tables, **more, "figure": figure}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._papers import activation, badges, mib, ratio, table
+from ._papers import activation, badges, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report"]
 
@@ -120,14 +120,8 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
     ])
     series = {f"{LABELS[n]} activation": [mib(activation(series_rows[n][d])) for d in depths] for n in TECHNIQUES}
     blocks = [series_rows["resnet"][d].extra.get("blocks", d) for d in depths]
-    return {
-        "verdict": verdict,
-        "summary": summary,
-        "measurements": [m.to_dict() for m in measurements],
-        "timelines": [],
-        "tables": [paper, ours],
-        "badges": badge_list,
-        "figure": {"type": "line", "title": "Activation peak against depth (log-log: the slope is the exponent)",
-                   "x_label": "residual blocks (3n)", "y_label": "activation peak, MiB", "x": blocks,
-                   "series": series, "log_x": True, "log_y": True},
-    }
+    return paper_report(verdict, summary, measurements, [paper, ours],
+                        {"type": "line", "title": "Activation peak against depth (log-log: the slope is the exponent)",
+                         "x_label": "residual blocks (3n)", "y_label": "activation peak, MiB", "x": blocks,
+                         "series": series, "log_x": True, "log_y": True},
+                        badges=badge_list)

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..complexity import badge, fit_exponent
-from ._papers import activation, mib, ratio, table
+from ._papers import activation, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "flash_buffer_bytes", "configs"]
 
@@ -164,15 +164,9 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         "eager's layer at these lengths on two cores); memory phase at one thread (the buffer scales with threads).",
     ] if p)
     series = {f"{LABELS[n]} activation": [mib(v) for v in peaks[n]] for n in TECHNIQUES}
-    return {
-        "verdict": verdict,
-        "summary": summary,
-        "measurements": [m.to_dict() for m in measurements],
-        "timelines": [],
-        "tables": [paper, ours],
-        "badges": badges,
-        "badge_axis": "sequence length",
-        "figure": {"type": "line", "title": "Activation peak against sequence length (log-log: the slope is the exponent)",
-                   "x_label": "sequence length (tokens)", "y_label": "activation peak, MiB", "x": list(seqs),
-                   "series": series, "log_x": True, "log_y": True},
-    }
+    return paper_report(verdict, summary, measurements, [paper, ours],
+                        {"type": "line", "title": "Activation peak against sequence length (log-log: the slope is the exponent)",
+                         "x_label": "sequence length (tokens)", "y_label": "activation peak, MiB", "x": list(seqs),
+                         "series": series, "log_x": True, "log_y": True},
+                        badges=badges,
+                        badge_axis="sequence length")

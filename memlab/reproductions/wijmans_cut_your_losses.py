@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._papers import activation, mib, ratio, table
+from ._papers import activation, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "loss_head_peak", "configs", "paper_scale"]
 
@@ -82,7 +82,7 @@ def loss_head_peak(kind: str, n: int, v: int, d: int, chunk: int = CHUNK, seed: 
     events, _ = trace_allocations(step, torch.device("cpu"), 1)
     grads = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
     h.grad = w.grad = None
-    last = set({e.ptr: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.ptr in grads}.values())
+    last = set({e.address: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.address in grads}.values())
     live = held = peak = 0
     for i, e in enumerate(events):
         live += e.delta_bytes
@@ -179,16 +179,10 @@ def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) ->
         "are GPU measurements with their own dtype choices.",
     ])
     vs = [r for r in rows if r[0] == 2 * base["seq"]]
-    return {
-        "verdict": verdict,
-        "summary": summary,
-        "measurements": [m.to_dict() for m in measurements],
-        "timelines": [],
-        "tables": [paper, ours],
-        "loss_heads": heads,
-        "figure": {"type": "line", "title": f"Loss memory against vocabulary ({2 * base['seq']} tokens; log-log)",
-                   "x_label": "vocabulary size", "y_label": "loss memory, MiB", "x": [r[1] for r in vs],
-                   "series": {"eager_attention (plain loss)": [mib(r[3]) for r in vs],
-                              "chunked_lm_loss": [mib(r[5]) for r in vs]},
-                   "log_x": True, "log_y": True},
-    }
+    return paper_report(verdict, summary, measurements, [paper, ours],
+                        {"type": "line", "title": f"Loss memory against vocabulary ({2 * base['seq']} tokens; log-log)",
+                         "x_label": "vocabulary size", "y_label": "loss memory, MiB", "x": [r[1] for r in vs],
+                         "series": {"eager_attention (plain loss)": [mib(r[3]) for r in vs],
+                                    "chunked_lm_loss": [mib(r[5]) for r in vs]},
+                         "log_x": True, "log_y": True},
+                        loss_heads=heads)

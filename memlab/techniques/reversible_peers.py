@@ -26,27 +26,19 @@ leaves, so ``grad:x`` of ``memcnn`` fails the check (factor 2); parameter gradie
 """
 from __future__ import annotations
 
-from importlib import import_module, metadata
+from importlib import import_module
 
 import torch
 
 from ..technique import Technique, TechniqueUnavailable
 from ..workloads.residual_stack import ResidualStack
+from .peer_versions import require_version
 
 __all__ = ["MemCNN", "RevLib"]
 
 
 def _require(module: str, dist: str, version: str):
-    try:
-        found = metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        found = None
-    if found != version:
-        have = "not installed" if found is None else f"version {found} is installed"
-        raise TechniqueUnavailable(
-            f"peer comparator needs {dist}=={version} ({have}); install it with "
-            f"`pip install --no-deps {dist}=={version}` or `pip install 'memlab[peers]'`"
-        )
+    require_version(dist, version)
     import warnings
 
     with warnings.catch_warnings():  # MemCNN 1.5.2 uses the deprecated torch.cuda.amp decorators

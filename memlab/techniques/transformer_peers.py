@@ -39,9 +39,7 @@ the class as torchtune ships it, without importing anything else of torchtune.
 from __future__ import annotations
 
 import importlib.util
-from importlib import metadata
 from pathlib import Path as FilePath
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,6 +48,7 @@ from ..technique import Technique, TechniqueUnavailable
 from ..params import Param
 from ..workload import Problem
 from ..workloads.transformer import EAGER, Path, Transformer
+from .peer_versions import require_version
 
 __all__ = ["TorchtuneChunkedLoss", "CutCrossEntropy", "GPT2HF", "GPT2HFCheckpointing"]
 
@@ -58,16 +57,7 @@ CUT_CROSS_ENTROPY = ("cut-cross-entropy", "25.1.1")
 TRANSFORMERS = ("transformers", "5.25.0")
 
 
-def _require(dist: str, version: str) -> None:
-    try:
-        found = metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        found = None
-    if found != version:
-        have = "not installed" if found is None else f"version {found} is installed"
-        raise TechniqueUnavailable(
-            f"peer comparator needs {dist}=={version} ({have}); install it with "
-            f"`pip install --no-deps {dist}=={version}` or `pip install 'memlab[peers]'`")
+_require = require_version
 
 
 def torchtune_loss_class() -> type:
