@@ -397,6 +397,17 @@ class _Block:
         self.raw = 0  # raw request, while allocated
         self.gc_base = 0  # the pool's get_free_block count when the block entered the pool
 
+    def split(self, size: int) -> "_Block":
+        """Keep the first ``size`` bytes and return the rest as a new free block linked after this one
+        (mapped as this one is); the caller puts it in its pool."""
+        rest = _Block(self.addr + size, self.size - size, self.pool, self.seg, mapped=self.mapped)
+        rest.prev, rest.next = self, self.next
+        if self.next is not None:
+            self.next.prev = rest
+        self.next = rest
+        self.size = size
+        return rest
+
 
 class _Pool:
     """Free mapped blocks ordered by (size, address), as the allocator's ``BlockPool.blocks``; and
@@ -542,13 +553,7 @@ class CachingAllocatorModel:
                                     "allocated_bytes": self.allocated, "reserved_bytes": self.reserved,
                                     "capacity_bytes": self.limit})
         if self._should_split(block, size):
-            rest = _Block(block.addr + size, block.size - size, pool, block.seg)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
-            pool.add(rest)
+            pool.add(block.split(size))
         block.allocated = True
         block.req = size
         block.raw = nbytes
@@ -757,15 +762,9 @@ class CachingAllocatorModel:
             return False
         pool = block.pool
         pool.remove_unmapped(block)
-        block.mapped = True
         if mapped < block.size:
-            rest = _Block(block.addr + mapped, block.size - mapped, pool, block.seg, mapped=False)
-            rest.prev, rest.next = block, block.next
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = mapped
-            pool.add_unmapped(rest)
+            pool.add_unmapped(block.split(mapped))  # the rest stays unmapped
+        block.mapped = True
         joins = (block.prev is not None and block.prev.mapped) + (block.next is not None and block.next.mapped)
         self._try_merge_blocks(block, block.prev, pool)
         self._try_merge_blocks(block, block.next, pool)
