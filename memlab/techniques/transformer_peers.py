@@ -57,12 +57,9 @@ CUT_CROSS_ENTROPY = ("cut-cross-entropy", "25.1.1")
 TRANSFORMERS = ("transformers", "5.25.0")
 
 
-_require = require_version
-
-
 def torchtune_loss_class() -> type:
     """torchtune's ``CEWithChunkedOutputLoss``, from its own file (NOTE [ torchtune's loss file ])."""
-    _require(*TORCHTUNE)
+    require_version(*TORCHTUNE)
     spec = importlib.util.find_spec("torchtune")
     where = FilePath(next(iter(spec.submodule_search_locations))) / "modules" / "loss" / "ce_chunked_output_loss.py"
     if not where.is_file():
@@ -75,7 +72,7 @@ def torchtune_loss_class() -> type:
 
 def cut_cross_entropy_function():
     """``cut_cross_entropy.linear_cross_entropy``; TechniqueUnavailable naming why it cannot load."""
-    _require(*CUT_CROSS_ENTROPY)
+    require_version(*CUT_CROSS_ENTROPY)
     try:
         from cut_cross_entropy import linear_cross_entropy
     except ImportError as exc:
@@ -97,7 +94,7 @@ class _TransformerPeer(Technique):
             raise TechniqueUnavailable(
                 f"technique {self.name!r} at dropout={self.config['dropout']}: its dropout masks are not the "
                 "reference's, so its output cannot be checked; measure it at dropout=0")
-        _require(*self._dist)
+        require_version(*self._dist)
 
     def describe(self, problem, mode="train"):
         return {"path": self.summary(), "peer_version": f"{self._dist[0]}=={self._dist[1]}"}
