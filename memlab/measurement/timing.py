@@ -43,6 +43,7 @@ import torch
 
 from ..registry import get_technique, list_techniques
 from ..technique import Technique
+from .cpu_pin import pinned_to_one_cpu
 from .devices import synchronize
 from .environment import load_average
 from .resident import glibc_default_heap
@@ -232,7 +233,9 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     baseline's median wall seconds), ``relative_step_time``, ``relative_step_time_wall``,
     ``relative_to``, ``timing_threads``, ``steps_checked``, ``load_avg_before``/``after``, and
     ``timed_check`` (a :class:`~memlab.measurement.step_check.StepComparison`; pass it to
-    :func:`timed_verdict`), ``timing_heap``, ``relative_time_clock`` and ``optimizer_class``.
+    :func:`timed_verdict`), ``timing_heap``, ``timing_cpu`` (the CPU the phase was pinned to, or None:
+    NOTE [ one CPU per timed phase ] in :mod:`memlab.measurement.cpu_pin`), ``relative_time_clock``
+    and ``optimizer_class``.
     ``threads``: intra-op threads for the phase (default :data:`TIMING_THREADS`), restored after.
     ``check=False``: no shadow, no step compared (``steps_checked`` 0), as for ``measure(check=False)``.
     """
@@ -242,7 +245,7 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     cpu_clock = device.type == "cpu" and timing_threads == 1
     baseline = family_baseline(technique)
     try:
-        with glibc_default_heap() as heap:
+        with glibc_default_heap() as heap, pinned_to_one_cpu(cpu_clock) as timing_cpu:
             problems = _Problems(technique, baseline, device, dtype, mode, seed, optimizer, loss, check)
             problems.step()  # warm-up of each: lazy initialisation, optimizer state (checked: step 1)
             problems.check_last()
@@ -265,7 +268,7 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
             "relative_to": baseline.name if baseline is not None else "reference",
             "timing_threads": timing_threads, "steps_checked": check.steps,
             "load_avg_before": load_before, "load_avg_after": load_after,
-            "timed_check": check, "timing_heap": heap, "optimizer_class": optimizer_class,
+            "timed_check": check, "timing_heap": heap, "timing_cpu": timing_cpu, "optimizer_class": optimizer_class,
             "relative_time_clock": "thread_cpu" if cpu_clock else "wall"}
 
 
@@ -278,7 +281,8 @@ def timed_verdict(measurement, timed: dict[str, Any]):
     reason = check.reason if hasattr(check, "reason") else check.get("reason")
     extra = {**measurement.extra, "relative_time_clock": timed.pop("relative_time_clock"),
              "timed_steps_max_error": check.max_error if hasattr(check, "max_error") else check.get("max_error")}
-    environment = {**measurement.environment, "timing_heap": timed.pop("timing_heap")}
+    environment = {**measurement.environment, "timing_heap": timed.pop("timing_heap"),
+                   "timing_cpu": timed.pop("timing_cpu", None)}
     optimizer_class = timed.pop("optimizer_class", None)
     fields: dict[str, Any] = {**timed, "extra": extra, "environment": environment}
     if measurement.optimizer_class is None and optimizer_class is not None:
