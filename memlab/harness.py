@@ -105,6 +105,7 @@ class LoadRow:
     run: int = 1
     relative_to: str | None = None  # the technique the ratios divide by (the family baseline)
     reference_step_time_s: float | None = None  # its median wall step in the same measurement
+    timing_cpu: int | None = None  # the CPU the timed phase was pinned to (NOTE [ one CPU per timed phase ])
 
 
 #: the load experiment's points: the issue's three techniques at sizes that take seconds, not minutes
@@ -197,7 +198,7 @@ def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, ru
                     raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
                 rows.append(LoadRow(condition, threads, m.load_avg_after, m.step_time_s, m.step_time_iqr_s,
                                     m.relative_step_time, name, m.relative_step_time_wall, run, m.relative_to,
-                                    m.reference_step_time_s))
+                                    m.reference_step_time_s, m.environment.get("timing_cpu")))
                 if progress:
                     progress(f"{condition:12} run {run} {name:12} load {m.load_avg_after:5.2f}: step "
                              f"{m.step_time_text()}, relative {m.relative_step_time:.3f} (wall "
@@ -248,9 +249,10 @@ def _detail_lines(name: str, load: list[LoadRow], conditions: list[str]) -> list
                   else "IQR - (under two runs)")
         steps = ", ".join(f"{_ms(r.step_time_s)} ± {_ms(r.step_time_iqr_s)}" for r in runs)
         refs_ms = ", ".join(_ms(r.reference_step_time_s) for r in runs)
+        cpus = ", ".join("-" if r.timing_cpu is None else str(r.timing_cpu) for r in runs)
         wide = [r.run for r in runs if r.step_time_iqr_s is not None and r.step_time_s and r.step_time_iqr_s > r.step_time_s]
         lines.append(f"  {c}: relative {spread}; {name} step ms (median ± IQR of its timed steps, per run) {steps}; "
-                     f"reference step ms {refs_ms}"
+                     f"reference step ms {refs_ms}; timed on CPU {cpus}"
                      + (f"; run(s) {', '.join(map(str, wide))}: IQR above the median (wall-clock steps "
                         "disturbed by the load; the ratios are CPU time)" if wide else ""))
     return lines

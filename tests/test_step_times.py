@@ -90,7 +90,7 @@ def test_bench_harness_shows_the_reference_its_ratios_divide_by_and_the_spread()
     """Issue 29: the load table printed ratios against a row it did not show, and no IQR."""
     from memlab.harness import LoadRow, report
 
-    rows = [LoadRow("idle", None, 0.5, step, 0.002, rel, "slice_loop", 1.0, run, "unchunked", ref)
+    rows = [LoadRow("idle", None, 0.5, step, 0.002, rel, "slice_loop", 1.0, run, "unchunked", ref, run % 2)
             for run, (rel, step, ref) in enumerate(((1.00, 0.100, 0.098), (1.02, 0.102, 0.097), (1.01, 0.101, 0.099)), 1)]
     rows += [LoadRow("6-proc load", None, 6.2, 0.30, 0.60, rel, "slice_loop", 2.0, run, "unchunked", 0.29)
              for run, rel in enumerate((1.03, 1.04, 1.03), start=1)]
@@ -101,6 +101,8 @@ def test_bench_harness_shows_the_reference_its_ratios_divide_by_and_the_spread()
     assert detail[1].startswith("  idle: relative IQR 0.010 (1.0% of the median 1.010)")
     assert "100.0 ± 2.0, 102.0 ± 2.0, 101.0 ± 2.0" in detail[1] and "reference step ms 98.0, 97.0, 99.0" in detail[1]
     assert "IQR above the median" not in detail[1]
+    assert detail[1].endswith("timed on CPU 1, 0, 1")  # the CPU each run's timed phase was pinned to
+    assert "timed on CPU -, -, -" in detail[2]  # not recorded: not pinned
     assert detail[2].startswith("  6-proc load: relative IQR 0.005") and "reference step ms 290.0, 290.0, 290.0" in detail[2]
     assert "run(s) 1, 2, 3: IQR above the median" in detail[2]
 
