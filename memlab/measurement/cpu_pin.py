@@ -66,7 +66,10 @@ def _requested(mask: set[int]) -> list[int] | None:
 def _take(cpus: list[int]) -> tuple[int, int] | tuple[None, None]:
     """``(cpu, open lock fd)`` for the first CPU whose lock is free, or ``(None, None)``."""
     for cpu in cpus:
-        fd = os.open(lock_path(cpu), os.O_RDWR | os.O_CREAT, 0o666)
+        try:  # read-only: another user's lock file (mode 0644 under a usual umask) still opens
+            fd = os.open(lock_path(cpu), os.O_RDONLY | os.O_CREAT, 0o666)
+        except OSError:
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
