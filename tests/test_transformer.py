@@ -228,6 +228,42 @@ def test_offload_refuses_cpu_clearly():
     assert check_outcome("offload_activations").verdict == "SKIP"
 
 
+def _predicted_cuda_step(technique, problem) -> dict:
+    """The CUDA prediction (no cuDNN table) of one forward + backward traced on the CPU."""
+    from memlab.cuda.calibration import CalibrationTable
+    from memlab.cuda.prediction import predict_cuda
+
+    def step():
+        technique.forward(problem).backward(problem.grad_output)
+        for leaf in problem.leaves():
+            leaf.grad = None
+
+    events, windows = trace_allocations(step, CPU, 1)
+    return predict_cuda(events, windows, calibration=CalibrationTable("", {}), with_history=False)
+
+
+def test_offload_same_maths_and_its_cpu_trace_predicts_saved_tensors_on_the_host():
+    """On the CPU ``save_on_cpu`` runs (no pinning without CUDA) and the trace marks what a GPU would hold
+    on the host (NOTE [ device tags ]): the predicted device peak drops, each layer's probabilities
+    [B, H, T, T] wait on the host and backward copies them back."""
+    t, plain = _tech("offload_activations", **OTHER), _tech("eager_attention", **OTHER)
+    v = memlab.verify_technique(t, CPU, torch.float64)
+    assert v.ok and v.max_abs_error < 1e-12, v.line()  # rounding: 9.7e-17 measured, as the other paths
+    got, want = (_predicted_cuda_step(x, x.build(CPU, torch.float32, 0)) for x in (t, plain))
+    probabilities = OTHER["batch"] * OTHER["heads"] * OTHER["seq"] ** 2 * 4
+    assert got["allocated_peak_bytes"] < want["allocated_peak_bytes"]
+    assert got["host_peak_bytes"] >= OTHER["layers"] * probabilities > want["host_peak_bytes"]
+    assert got["added_terms"]["device_copy"]["count"] >= OTHER["layers"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_offload_on_cuda_checks_and_holds_less_on_the_device():
+    opts = {"device": "cuda", "iterations": 2, "repeats": 2, "time_budget": 0, **OTHER, "seq": 256}
+    off, eager = (memlab.measure(n, **opts) for n in ("offload_activations", "eager_attention"))
+    assert off.status == "ok" and eager.status == "ok", (off.error, eager.error)
+    assert off.peak_allocated_bytes < eager.peak_allocated_bytes
+
+
 # -- parameters and errors --------------------------------------------------------------------------
 
 def test_hidden_not_divisible_by_heads_names_the_fix():
@@ -263,21 +299,27 @@ def test_functional_arguments_are_checked():
 
 
 def test_sweep_grids_are_valid_for_every_technique():
+    from memlab.sweep.plan import plan_sweep
+
     for quick in (True, False):
-        grid = Transformer.sweep_grid(quick)
-        assert grid and all(Transformer(Transformer.resolve(point)) for point in grid)
-        assert {p["seq"] for p in grid} >= ({32, 64} if quick else {64, 128, 256, 512})
+        for point in plan_sweep("transformer", quick=quick):
+            memlab.get_technique(point.technique)(**point.params)  # resolves and validates, or raises
     full = Transformer.sweep_grid(False)
+    assert {p["seq"] for p in full} >= {64, 128, 256, 512}
     for knob in ("batch", "layers", "vocab"):
         assert len({p[knob] for p in full}) >= 3, knob
 
 
-def test_make_demo_covers_every_transformer_technique():
-    """``make demo`` is ``memlab sweep --quick``: every technique of the family at its quick grid."""
+def test_make_demo_covers_every_transformer_technique_once_with_its_knob_looping():
+    """``make demo`` is ``memlab sweep --quick``: one point per technique, and the chunking techniques'
+    loops run more than once there (a loss chunk of all the tokens would be the plain loss)."""
     from memlab.sweep.plan import plan_sweep
 
-    planned = {p.technique for p in plan_sweep("transformer", quick=True)}
-    assert planned == set(memlab.list_techniques("transformer"))
+    planned = {p.technique: p.params for p in plan_sweep("transformer", quick=True)}
+    assert len(plan_sweep("transformer", quick=True)) == len(planned)
+    assert set(planned) == set(memlab.list_techniques("transformer"))
+    attention, loss = planned["chunked_attention"], planned["chunked_lm_loss"]
+    assert attention["seq"] // attention["block"] >= 2 and loss["batch"] * loss["seq"] // loss["chunk"] >= 2
 
 
 # -- peers: torchtune's chunked loss, cut-cross-entropy, Hugging Face GPT-2 ----------------------------

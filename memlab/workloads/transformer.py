@@ -194,9 +194,12 @@ class Transformer(Workload, name="transformer", family="transformer"):
 
     @classmethod
     def sweep_grid(cls, quick):
+        """Quick (``make demo``): one point per technique, seq 64, where the knobs loop (``block`` 16: 4
+        attention blocks; ``chunk`` 32: 4 loss chunks of the 128 tokens; each dropped for the techniques
+        without it).  Full: seq 64..512, and batch, layers and vocab around seq 128."""
         tiny = {"layers": 2, "batch": 2, "hidden": 32, "heads": 4, "vocab": 256}
         if quick:
-            return [{**tiny, "seq": s} for s in (32, 64)]
+            return [{**tiny, "seq": 64, "block": 16, "chunk": 32}]
         grid = [{**tiny, "seq": s} for s in (64, 128, 256, 512)]
         grid += [{**tiny, "seq": 128, "batch": b} for b in (1, 4)]
         grid += [{**tiny, "seq": 128, "layers": n} for n in (1, 4)]
