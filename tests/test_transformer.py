@@ -76,6 +76,30 @@ def test_matches_eager_float64(name, config):
     assert {"output", "grad:tok.weight", "grad:pos", "grad:blocks.0.qkv.weight", "grad:head.weight"} <= set(v.errors)
 
 
+def test_bfloat16_sgd_steps_move_the_weights_and_stay_finite():
+    """NOTE [ 16-bit steps ]: with a mean loss memlab's SGD update (lr 1e-4) rounds away in bfloat16 (0.1%
+    of the entries moved), so a stale technique would pass the every-step check; the 16-bit upstream
+    gradient sums to about 2**10, float32's to about 1."""
+    from memlab.measurement.step import make_step
+    from memlab.workloads.transformer import HALF_PRECISION_LOSS_SCALE
+
+    t = _tech("eager_attention")
+    sums = {d: float(t.build(CPU, d, 0).grad_output.double().sum()) for d in (torch.float32, torch.bfloat16)}
+    assert sums[torch.bfloat16] / sums[torch.float32] == pytest.approx(HALF_PRECISION_LOSS_SCALE, rel=1e-2)
+    p = t.build(CPU, torch.bfloat16, 0)
+    step, _ = make_step(t, p, "train")
+    with torch.no_grad():
+        losses = [float(t.forward(p).double().sum())]
+    for _ in range(3):
+        before = [x.detach().clone() for x in p.leaves()]
+        step()
+        moved = sum(int((x.detach() != b).sum()) for x, b in zip(p.leaves(), before)) / sum(b.numel() for b in before)
+        assert moved > 0.1, moved
+        with torch.no_grad():
+            losses.append(float(t.forward(p).double().sum()))
+    assert all(torch.isfinite(torch.tensor(losses))) and losses == sorted(losses, reverse=True), losses
+
+
 def test_autocast_runs_in_bfloat16_and_stays_within_its_float32_tolerance():
     t = _tech("autocast_bf16", **SMALL)
     v = memlab.verify_technique(t, CPU, torch.float32)
