@@ -37,7 +37,11 @@ technique (one that serves the first step's output again) would then pass the ev
 per-token weights sum to about :data:`HALF_PRECISION_LOSS_SCALE` = 2**10 (a power of two: the scaling is
 exact): 35% of the entries move per step and the summed loss falls 2.5% per step (864.7, 842.8, 821.6,
 801.4 over four bfloat16 steps; float32 at the same scale 841.7, 819.5, 798.4), finite and the same
-trajectory as float32.  2**13 moved 67% of entries but the loss by 17% in a step.  float32 and float64 keep
+trajectory as float32.  2**13 moved 67% of entries but the loss by 17% in a step.  Each bfloat16 step
+after the first is then held to the every-step check's tolerance, ``(8 * d0 + 16 * 2**-7) * max|reference|``
+per tensor (``d0`` the first step's drift against the bfloat16 reference); eager_attention at the default
+size passed it at every measured and timed step, 0.38% (output) and 0.68% (head-weight gradient) of the
+largest entry away from the float64 reference (bfloat16's eps is 0.78%).  float32 and float64 keep
 weights summing to about 1 (their figures, and the float64 check, are unchanged); no byte depends on it.
 """
 from __future__ import annotations
