@@ -28,6 +28,9 @@ KNOBS = {"chunked_attention": {"block": 5}, "chunked_lm_loss": {"chunk": 7}, "to
 PEERS = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 
 
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: exact bytes at one intra-op thread
+
 def _tech(name, **params):
     return memlab.get_technique(name)(**{**KNOBS.get(name, {}), **params})
 
@@ -117,6 +120,20 @@ def test_chunked_attention_equals_eager(block):
     torch.testing.assert_close(out, eager_attention(q, k, v), rtol=0, atol=1e-13)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), go), want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("t, block", [(23, 7), (29, 7), (16, 16)])
+def test_chunked_attention_blocks_grow_with_their_index(t, block):
+    """NOTE [ query-blocked attention ]: block i scores its r rows against keys [0, r1), r1 = (i + 1)·block
+    (the last: r1 = t): the forward's score allocations are exactly B·H·r·r1·e, in block order."""
+    b, h, d = 2, 3, 5
+    q, k, v = (torch.randn(b, h, t, d) for _ in range(3))
+    events, _ = trace_allocations(lambda: chunked_attention(q, k, v, block=block), CPU, 1)
+    bounds = [(r0, min(r0 + block, t)) for r0 in range(0, t, block)]
+    want = [b * h * (r1 - r0) * r1 * 4 for r0, r1 in bounds]
+    scores = [e.delta_bytes for e in events if e.delta_bytes > 0 and e.op == "aten::bmm" and e.delta_bytes % (b * h * 4) == 0
+              and e.delta_bytes // (b * h * 4) not in {(r1 - r0) * d for r0, r1 in bounds}]
+    assert scores == want
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 24, 100])

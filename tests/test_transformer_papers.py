@@ -17,6 +17,9 @@ from memlab.techniques.transformer_bytes import rng_state_bytes
 SMALL = {"seq": 32, "batch": 2, "hidden": 16, "heads": 4, "vocab": 40, "dropout": 0.1}
 
 
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: exact bytes at one intra-op thread
+
 def test_the_three_pages_are_registered():
     seeds = list_reproductions()
     for mod in (kor, dao, cce):
