@@ -208,3 +208,21 @@ def test_float64_samples_are_copies_not_views_of_the_tensor():
     s = _samples(t)
     t.fill_(-1.0)
     assert s.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_bfloat16_starting_values_reach_the_shadow_as_numbers():
+    """A bfloat16 leaf's snapshot was its int16 bits, and ``Shadow.sync`` copied the bits back as
+    integers (a weight of 0.5 became 16128.0): the bfloat16 transformer then 'diverged' from itself at
+    measured step 2 (output off by 1.6e10).  The shadow and the float64 arbiter must start from the
+    technique's values."""
+    from types import SimpleNamespace
+
+    leaf = torch.tensor([0.5, -1.25, 3.0e-3, -7.5e30, 0.0], dtype=torch.bfloat16)
+    log = StepLog(snapshots=True)
+    for _ in range(2):
+        log.begin([leaf])
+        log.next_step()
+    for dtype in (torch.bfloat16, torch.float64):  # the bfloat16 shadow, the float64 arbiter
+        into = torch.zeros(5, dtype=dtype)
+        Shadow.sync(SimpleNamespace(problem=SimpleNamespace(leaves=lambda: [into])), log.start_of(1))
+        assert torch.equal(into, leaf.to(dtype)), (dtype, into)

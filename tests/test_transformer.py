@@ -28,6 +28,9 @@ KNOBS = {"chunked_attention": {"block": 5}, "chunked_lm_loss": {"chunk": 7}, "to
 PEERS = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 
 
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: exact bytes at one intra-op thread
+
 def _tech(name, **params):
     return memlab.get_technique(name)(**{**KNOBS.get(name, {}), **params})
 
@@ -76,6 +79,30 @@ def test_matches_eager_float64(name, config):
     assert {"output", "grad:tok.weight", "grad:pos", "grad:blocks.0.qkv.weight", "grad:head.weight"} <= set(v.errors)
 
 
+def test_bfloat16_sgd_steps_move_the_weights_and_stay_finite():
+    """NOTE [ 16-bit steps ]: with a mean loss memlab's SGD update (lr 1e-4) rounds away in bfloat16 (0.1%
+    of the entries moved), so a stale technique would pass the every-step check; the 16-bit upstream
+    gradient sums to about 2**10, float32's to about 1."""
+    from memlab.measurement.step import make_step
+    from memlab.workloads.transformer import HALF_PRECISION_LOSS_SCALE
+
+    t = _tech("eager_attention")
+    sums = {d: float(t.build(CPU, d, 0).grad_output.double().sum()) for d in (torch.float32, torch.bfloat16)}
+    assert sums[torch.bfloat16] / sums[torch.float32] == pytest.approx(HALF_PRECISION_LOSS_SCALE, rel=1e-2)
+    p = t.build(CPU, torch.bfloat16, 0)
+    step, _ = make_step(t, p, "train")
+    with torch.no_grad():
+        losses = [float(t.forward(p).double().sum())]
+    for _ in range(3):
+        before = [x.detach().clone() for x in p.leaves()]
+        step()
+        moved = sum(int((x.detach() != b).sum()) for x, b in zip(p.leaves(), before)) / sum(b.numel() for b in before)
+        assert moved > 0.1, moved
+        with torch.no_grad():
+            losses.append(float(t.forward(p).double().sum()))
+    assert all(torch.isfinite(torch.tensor(losses))) and losses == sorted(losses, reverse=True), losses
+
+
 def test_autocast_runs_in_bfloat16_and_stays_within_its_float32_tolerance():
     t = _tech("autocast_bf16", **SMALL)
     v = memlab.verify_technique(t, CPU, torch.float32)
@@ -93,6 +120,20 @@ def test_chunked_attention_equals_eager(block):
     torch.testing.assert_close(out, eager_attention(q, k, v), rtol=0, atol=1e-13)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), go), want):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("t, block", [(23, 7), (29, 7), (16, 16)])
+def test_chunked_attention_blocks_grow_with_their_index(t, block):
+    """NOTE [ query-blocked attention ]: block i scores its r rows against keys [0, r1), r1 = (i + 1)·block
+    (the last: r1 = t): the forward's score allocations are exactly B·H·r·r1·e, in block order."""
+    b, h, d = 2, 3, 5
+    q, k, v = (torch.randn(b, h, t, d) for _ in range(3))
+    events, _ = trace_allocations(lambda: chunked_attention(q, k, v, block=block), CPU, 1)
+    bounds = [(r0, min(r0 + block, t)) for r0 in range(0, t, block)]
+    want = [b * h * (r1 - r0) * r1 * 4 for r0, r1 in bounds]
+    scores = [e.delta_bytes for e in events if e.delta_bytes > 0 and e.op == "aten::bmm" and e.delta_bytes % (b * h * 4) == 0
+              and e.delta_bytes // (b * h * 4) not in {(r1 - r0) * d for r0, r1 in bounds}]
+    assert scores == want
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 24, 100])
@@ -228,6 +269,42 @@ def test_offload_refuses_cpu_clearly():
     assert check_outcome("offload_activations").verdict == "SKIP"
 
 
+def _predicted_cuda_step(technique, problem) -> dict:
+    """The CUDA prediction (no cuDNN table) of one forward + backward traced on the CPU."""
+    from memlab.cuda.calibration import CalibrationTable
+    from memlab.cuda.prediction import predict_cuda
+
+    def step():
+        technique.forward(problem).backward(problem.grad_output)
+        for leaf in problem.leaves():
+            leaf.grad = None
+
+    events, windows = trace_allocations(step, CPU, 1)
+    return predict_cuda(events, windows, calibration=CalibrationTable("", {}), with_history=False)
+
+
+def test_offload_same_maths_and_its_cpu_trace_predicts_saved_tensors_on_the_host():
+    """On the CPU ``save_on_cpu`` runs (no pinning without CUDA) and the trace marks what a GPU would hold
+    on the host (NOTE [ device tags ]): the predicted device peak drops, each layer's probabilities
+    [B, H, T, T] wait on the host and backward copies them back."""
+    t, plain = _tech("offload_activations", **OTHER), _tech("eager_attention", **OTHER)
+    v = memlab.verify_technique(t, CPU, torch.float64)
+    assert v.ok and v.max_abs_error < 1e-12, v.line()  # rounding: 9.7e-17 measured, as the other paths
+    got, want = (_predicted_cuda_step(x, x.build(CPU, torch.float32, 0)) for x in (t, plain))
+    probabilities = OTHER["batch"] * OTHER["heads"] * OTHER["seq"] ** 2 * 4
+    assert got["allocated_peak_bytes"] < want["allocated_peak_bytes"]
+    assert got["host_peak_bytes"] >= OTHER["layers"] * probabilities > want["host_peak_bytes"]
+    assert got["added_terms"]["device_copy"]["count"] >= OTHER["layers"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+def test_offload_on_cuda_checks_and_holds_less_on_the_device():
+    opts = {"device": "cuda", "iterations": 2, "repeats": 2, "time_budget": 0, **OTHER, "seq": 256}
+    off, eager = (memlab.measure(n, **opts) for n in ("offload_activations", "eager_attention"))
+    assert off.status == "ok" and eager.status == "ok", (off.error, eager.error)
+    assert off.peak_allocated_bytes < eager.peak_allocated_bytes
+
+
 # -- parameters and errors --------------------------------------------------------------------------
 
 def test_hidden_not_divisible_by_heads_names_the_fix():
@@ -263,21 +340,27 @@ def test_functional_arguments_are_checked():
 
 
 def test_sweep_grids_are_valid_for_every_technique():
+    from memlab.sweep.plan import plan_sweep
+
     for quick in (True, False):
-        grid = Transformer.sweep_grid(quick)
-        assert grid and all(Transformer(Transformer.resolve(point)) for point in grid)
-        assert {p["seq"] for p in grid} >= ({32, 64} if quick else {64, 128, 256, 512})
+        for point in plan_sweep("transformer", quick=quick):
+            memlab.get_technique(point.technique)(**point.params)  # resolves and validates, or raises
     full = Transformer.sweep_grid(False)
+    assert {p["seq"] for p in full} >= {64, 128, 256, 512}
     for knob in ("batch", "layers", "vocab"):
         assert len({p[knob] for p in full}) >= 3, knob
 
 
-def test_make_demo_covers_every_transformer_technique():
-    """``make demo`` is ``memlab sweep --quick``: every technique of the family at its quick grid."""
+def test_make_demo_covers_every_transformer_technique_once_with_its_knob_looping():
+    """``make demo`` is ``memlab sweep --quick``: one point per technique, and the chunking techniques'
+    loops run more than once there (a loss chunk of all the tokens would be the plain loss)."""
     from memlab.sweep.plan import plan_sweep
 
-    planned = {p.technique for p in plan_sweep("transformer", quick=True)}
-    assert planned == set(memlab.list_techniques("transformer"))
+    planned = {p.technique: p.params for p in plan_sweep("transformer", quick=True)}
+    assert len(plan_sweep("transformer", quick=True)) == len(planned)
+    assert set(planned) == set(memlab.list_techniques("transformer"))
+    attention, loss = planned["chunked_attention"], planned["chunked_lm_loss"]
+    assert attention["seq"] // attention["block"] >= 2 and loss["batch"] * loss["seq"] // loss["chunk"] >= 2
 
 
 # -- peers: torchtune's chunked loss, cut-cross-entropy, Hugging Face GPT-2 ----------------------------

@@ -17,6 +17,9 @@ from memlab.techniques.transformer_bytes import rng_state_bytes
 SMALL = {"seq": 32, "batch": 2, "hidden": 16, "heads": 4, "vocab": 40, "dropout": 0.1}
 
 
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: exact bytes at one intra-op thread
+
 def test_the_three_pages_are_registered():
     seeds = list_reproductions()
     for mod in (kor, dao, cce):
@@ -33,10 +36,12 @@ def test_korthikanti_per_layer_equals_measured_saved_activations_to_the_byte():
     saved_activations per layer (two layers minus one, the category at the step's peak)."""
     want = kor.predicted_per_layer(SMALL)
     cats = {}
-    for layers in (1, 2):
-        m = memlab.measure("eager_attention", isolate=False, iterations=1, repeats=1, time_budget=0, check=False,
-                           dtype="bfloat16", layers=layers, **SMALL)
+    for layers in (1, 2):  # the two-layer row checked as the page's rows are (NOTE [ bfloat16 rows checked ])
+        m = memlab.measure("eager_attention", isolate=False, iterations=2, repeats=1, time_budget=0,
+                           check=layers == 2, dtype="bfloat16", layers=layers, **SMALL)
         cats[layers] = m.peak_by_category_bytes
+    assert m.status == "ok" and m.extra["measured_steps_checked"] >= 2, m.error  # step 2 is where it failed
+    assert kor.checked_line([m]).startswith("Checked: all 1 rows ok"), kor.checked_line([m])
     saved = cats[2]["saved_activations"] - cats[1]["saved_activations"]
     assert saved == kor.saved_category_per_layer(SMALL) == want - 8
     # the 8-byte scale: saved by autograd without the saved-tensor hooks, so a temporary in memlab's categories

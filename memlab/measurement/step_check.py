@@ -114,6 +114,20 @@ def _host_view(t: torch.Tensor) -> np.ndarray:
                                            writeable=False)
 
 
+def _widen_bfloat16(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 values held as their int16 bits (NumPy has no bfloat16) -> the same values in float32
+    (exact: a bfloat16 is the top half of a float32)."""
+    return ((bits.astype(np.int32) & 0xFFFF) << 16).astype(np.uint32).view(np.float32)
+
+
+def _host_copy(t: torch.Tensor) -> np.ndarray:
+    """A NumPy copy of a CPU tensor's values that ``torch.from_numpy`` reads back as the same numbers:
+    bfloat16 widened to float32 (its int16 bits would be read back as integers: a bfloat16 weight of
+    0.5, bits 16128, came back as 16128.0 and the shadow's second step overflowed)."""
+    arr = _host_view(t)
+    return _widen_bfloat16(arr) if t.dtype == torch.bfloat16 else np.array(arr, copy=True)
+
+
 def _samples(t: torch.Tensor) -> np.ndarray:
     """Up to :data:`SAMPLES` entries of ``t`` as float64, evenly spaced in C order (on CPU no torch
     allocation: a NumPy view of its memory and NumPy fancy indexing)."""
@@ -128,8 +142,8 @@ def _samples(t: torch.Tensor) -> np.ndarray:
         arr = arr[np.unravel_index(flat, arr.shape)]
     else:
         arr = arr.reshape(-1)
-    if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: widen the bits to float32 in NumPy
-        arr = ((arr.astype(np.int32) & 0xFFFF) << 16).astype(np.uint32).view(np.float32)
+    if t.dtype == torch.bfloat16:
+        arr = _widen_bfloat16(arr)
     # a copy: a float64 tensor of at most SAMPLES entries would otherwise be kept as a view of memory
     # the allocator reuses once the tensor is freed (the samples then read whatever lands there)
     return np.array(arr, dtype=np.float64, copy=True)
@@ -177,7 +191,7 @@ class StepLog:
         memory (after the first step: the shadow starts equal), so the shadow can start its step
         where the technique started it."""
         if self.active and self.snapshots and self._taken > 0:
-            self._starts[self._taken] = [np.array(_host_view(t.detach().cpu()), copy=True) for t in leaves]
+            self._starts[self._taken] = [_host_copy(t.detach().cpu()) for t in leaves]
 
     def start_of(self, index: int) -> list[np.ndarray] | None:
         """The leaves' values at the start of step ``index`` (0-based), if kept."""

@@ -248,9 +248,19 @@ class AutocastBF16(_TransformerTechnique, name="autocast_bf16"):
 
 
 class OffloadActivations(_TransformerTechnique, name="offload_activations"):
-    """``torch.autograd.graph.save_on_cpu(pin_memory=True)``: saved tensors in host memory (CUDA only)."""
+    """``torch.autograd.graph.save_on_cpu(pin_memory=True)``: every tensor autograd saves for backward is
+    copied to pinned host memory in forward and copied back to the device when its backward node runs
+    (CUDA only; on a CPU build nothing is pinned).  The device keeps the step's other tensors; what a GPU
+    would hold is predicted from a CPU trace through the offload markers (NOTE [ device tags ] in
+    :mod:`memlab.measurement.host_tags`; tests/test_transformer.py)."""
 
     devices = ("cuda",)
+
+    def modelled(self, dtype):
+        return False  # its saved tensors are host memory; transformer_bytes states what stays on the device otherwise
+
+    def describe(self, problem, mode="train"):
+        return {**super().describe(problem, mode), "saved_tensors_on": "host (pinned where CUDA runs)"}
 
     def forward(self, problem):
         with torch.autograd.graph.save_on_cpu(pin_memory=True):
