@@ -147,3 +147,12 @@ def test_no_mapped_block_at_any_time_point_is_no_term():
                 "time": time_model(fam, fam.entry("checkpoint_block"), pts)}]
     assert fit.fault_term(fam, entries) == 0.0
     assert "fault" not in entries[1]["time"] and entries[1]["time"]["points"][0]["mmap_bytes"] == 0
+
+
+def test_the_family_baseline_is_one_by_definition():
+    """Its fitted points are the baseline over itself (timing noise); the prediction ignores them."""
+    fam = declaration_of("reversible")
+    noisy = time_model(fam, fam.entry("residual"), _points(0.81, 2e7, 0.0, (8388608, 134217728), (1,)))
+    size = {"depth": 8, "batch": 64, "width": 64, "hidden": 128}
+    assert predict_time(fam, {"knobs": [], "time": noisy}, size) != pytest.approx(1.0)
+    assert predict_time(fam, {"knobs": [], "time": noisy, "baseline": True}, size) == 1.0
