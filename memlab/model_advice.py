@@ -15,7 +15,8 @@ blocks).  A file overrides any of that by defining one ``AdvisorModel`` subclass
 The fit (:func:`memlab.advisor.fit.fit_family`: exact traces at tiny sizes, held-out traces and
 measurements) is cached per model file (:func:`cache_dir_for`: keyed by the file's bytes, the
 declaration, the optimizer, memlab's fitting sources and the libraries' versions: NOTE [ model fit
-cache key ]), so a second ``advise`` reads JSON and searches.
+cache key ]), so a second ``advise`` reads JSON and searches; an index beside the fits finds that JSON
+without importing the model file or torch (NOTE [ advise without the model file ]).
 For each technique the answer is the largest value of the first varied size (``batch``) whose
 predicted need fits the budget (:func:`largest_fitting`), with its peak by category (bytes) and
 predicted relative step time.

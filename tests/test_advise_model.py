@@ -291,3 +291,19 @@ build, batch = base.build, base.batch
     assert json.loads(index.read_text()) == entry  # ... found through the import, and the index rewritten
     base.write_text(TINY + "\n# the sibling edited\n")  # the index misses, the fit's key changes: refitted
     assert not advise_model(path, 10**6, cache_root=root, say=lambda s: None)["cached"]
+
+
+def test_model_checks_keep_the_notes_written_beside_the_rows(tmp_path):
+    """python -m memlab.model_checks rewrites data/model-files/<stem>-<optimizer>.json: the notes saying why a
+    check is not exact are written by hand, and a rerun keeps them."""
+    import json
+
+    from memlab.model_checks import write_checks
+
+    doc = {"model_file": str(ROOT / "examples" / "toy.py"), "optimizer": "sgd", "beyond": [], "fit_path": "/x"}
+    path = write_checks(doc, tmp_path)
+    assert path.name == "toy-sgd.json" and json.loads(path.read_text())["model_file"] == "examples/toy.py"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "notes": {"toy__plain batch=32": "scratch"}}))
+    again = json.loads(write_checks({**doc, "beyond": [{"technique": "toy__plain"}]}, tmp_path).read_text())
+    assert again["notes"] == {"toy__plain batch=32": "scratch"} and again["beyond"] == [{"technique": "toy__plain"}]
+    assert "fit_path" not in again
