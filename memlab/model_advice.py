@@ -161,11 +161,10 @@ def _library_versions(module) -> dict[str, str]:
     path (a sibling model file: not in ``sys.modules``)."""
     import types
 
-    out = {}
+    by_path = _loaded_by_path(module)
+    out = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in by_path.values()}
     for value in vars(module).values() if module else ():
-        if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is not value \
-                and Path(getattr(value, "__file__", None) or "").is_file():
-            out[Path(value.__file__).name] = hashlib.sha256(Path(value.__file__).read_bytes()).hexdigest()
+        if id(value) in by_path:
             continue
         name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
         top = name.split(".")[0] if isinstance(name, str) else None
@@ -173,6 +172,16 @@ def _library_versions(module) -> dict[str, str]:
         if isinstance(version, str):
             out[top] = version
     return dict(sorted(out.items()))
+
+
+def _loaded_by_path(module) -> dict[int, Path]:
+    """``{id(module): its file}`` of the modules in ``module``'s globals that were loaded by path (a
+    sibling model file: a module object that is not the one ``sys.modules`` holds under its name)."""
+    import types
+
+    return {id(v): Path(v.__file__) for v in (vars(module).values() if module else ())
+            if isinstance(v, types.ModuleType) and sys.modules.get(v.__name__) is not v
+            and Path(getattr(v, "__file__", None) or "").is_file()}
 
 
 def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = None) -> Path:
@@ -251,8 +260,6 @@ def _distributions(module) -> dict[str, str] | None:
 
 def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, str]) -> None:
     """Record the fit ``folder`` of ``model`` (loaded) under ``index`` (NOTE [ advise without the model file ])."""
-    import types
-
     from .atomic import write_text_atomic
     from .own_model import load_model
 
@@ -262,9 +269,7 @@ def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, st
     dists = _distributions(module)
     if dists is None:
         return
-    files = {str(Path(v.__file__).resolve()): hashlib.sha256(Path(v.__file__).read_bytes()).hexdigest()
-             for v in vars(module).values() if isinstance(v, types.ModuleType)
-             and sys.modules.get(v.__name__) is not v and Path(getattr(v, "__file__", None) or "").is_file()}
+    files = {str(p.resolve()): hashlib.sha256(p.read_bytes()).hexdigest() for p in _loaded_by_path(module).values()}
     index.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(index, json.dumps({"folder": str(folder), "distributions": dists, "files": files,
                                          "kinds": dict(kinds), "model_file": load_model_path(model)},
