@@ -12,6 +12,7 @@ and then nothing was written.  A closed stdout (``| head``) never stops a sweep.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -154,7 +155,7 @@ def _cmd_measure(args) -> int:
             *_verdict_rows(m),
         ]
         for k, v in sorted(m.extra.items()):
-            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in _NOT_SHOWN_EXTRA:
+            if isinstance(v, (int, float, str)) and not isinstance(v, bool) and k not in _not_shown_extra():
                 rows.append((k, fmt_mib(v) if k.endswith("_bytes") else str(v), ""))
         w = max(len(r[0]) for r in rows)
         for k, v, note in rows:
@@ -164,15 +165,15 @@ def _cmd_measure(args) -> int:
     return _measure_exit(m)
 
 
-def _harness_keys() -> frozenset[str]:
+@functools.cache
+def _not_shown_extra() -> frozenset[str]:
+    """``Measurement.extra`` keys ``memlab measure`` leaves out of its human output (``--json`` keeps
+    them): the harness's own phase seconds (:data:`memlab.sweep.breakdown.PHASES`) and bookkeeping.
+    Read when a measurement is printed, not when the CLI is imported: ``memlab.sweep`` imports torch
+    (1.7 s of CPU), which ``memlab advise`` does not need."""
     from .sweep.breakdown import PHASES
 
-    return frozenset(k for k, _ in PHASES) | {"predict_cuda_s"}
-
-
-#: ``Measurement.extra`` keys ``memlab measure`` leaves out of its human output (``--json`` keeps them):
-#: the harness's own phase seconds (:data:`memlab.sweep.breakdown.PHASES`) and bookkeeping.
-_NOT_SHOWN_EXTRA = _harness_keys() | {"baseline", "twin"}
+    return frozenset(k for k, _ in PHASES) | {"predict_cuda_s", "baseline", "twin"}
 
 
 def _load_text(m) -> str:
@@ -646,6 +647,10 @@ def _advise_model(args, cache_root) -> int:
     a = advise_model(args.model, args.budget, vary=[v.strip() for v in args.vary.split(",")],
                      params=split_params(args.param or []), optimizer=args.optimizer or "sgd", device=args.device,
                      cache_root=cache_root, say=_say)
+    if args.verify:  # the answer may come from the index, without the model file: register its techniques
+        from .own_model import load_model
+
+        load_model(args.model)
     checked = verify(a) if args.verify else None
     if args.json:
         print(json.dumps({**a, "verify": checked}, indent=1, sort_keys=True))

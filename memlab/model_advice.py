@@ -15,7 +15,8 @@ blocks).  A file overrides any of that by defining one ``AdvisorModel`` subclass
 The fit (:func:`memlab.advisor.fit.fit_family`: exact traces at tiny sizes, held-out traces and
 measurements) is cached per model file (:func:`cache_dir_for`: keyed by the file's bytes, the
 declaration, the optimizer, memlab's fitting sources and the libraries' versions: NOTE [ model fit
-cache key ]), so a second ``advise`` reads JSON and searches.
+cache key ]), so a second ``advise`` reads JSON and searches; an index beside the fits finds that JSON
+without importing the model file or torch (NOTE [ advise without the model file ]).
 For each technique the answer is the largest value of the first varied size (``batch``) whose
 predicted need fits the budget (:func:`largest_fitting`), with its peak by category (bytes) and
 predicted relative step time.
@@ -160,11 +161,10 @@ def _library_versions(module) -> dict[str, str]:
     path (a sibling model file: not in ``sys.modules``)."""
     import types
 
-    out = {}
+    by_path = _loaded_by_path(module)
+    out = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in by_path.values()}
     for value in vars(module).values() if module else ():
-        if isinstance(value, types.ModuleType) and sys.modules.get(value.__name__) is not value \
-                and Path(getattr(value, "__file__", None) or "").is_file():
-            out[Path(value.__file__).name] = hashlib.sha256(Path(value.__file__).read_bytes()).hexdigest()
+        if id(value) in by_path:
             continue
         name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
         top = name.split(".")[0] if isinstance(name, str) else None
@@ -172,6 +172,16 @@ def _library_versions(module) -> dict[str, str]:
         if isinstance(version, str):
             out[top] = version
     return dict(sorted(out.items()))
+
+
+def _loaded_by_path(module) -> dict[int, Path]:
+    """``{id(module): its file}`` of the modules in ``module``'s globals that were loaded by path (a
+    sibling model file: a module object that is not the one ``sys.modules`` holds under its name)."""
+    import types
+
+    return {id(v): Path(v.__file__) for v in (vars(module).values() if module else ())
+            if isinstance(v, types.ModuleType) and sys.modules.get(v.__name__) is not v
+            and Path(getattr(v, "__file__", None) or "").is_file()}
 
 
 def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = None) -> Path:
@@ -191,10 +201,94 @@ def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = 
                 **_library_versions(sys.modules.get(workload.__module__))}
     h = hashlib.sha256(Path(mf.path).read_bytes())
     h.update(json.dumps([decl.to_json(), optimizer, source_key(), versions], sort_keys=True).encode())
-    if root is None:
-        env = os.environ.get("MEMLAB_CACHE")
-        root = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "advise"
-    return Path(root) / f"{mf.stem}-{h.hexdigest()[:16]}"
+    return _cache_root(root) / f"{mf.stem}-{h.hexdigest()[:16]}"
+
+
+def _cache_root(root: Path | None) -> Path:
+    """``root``, else ``$MEMLAB_CACHE``, else ``$XDG_CACHE_HOME/memlab/advise`` (``~/.cache/memlab/advise``)."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get("MEMLAB_CACHE")
+    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memlab" / "advise"
+
+
+# NOTE [ advise without the model file ]
+# cache_dir_for needs the model file imported: its key holds the versions of the libraries the file's
+# globals come from, and its declaration the sizes of batch() and the blocks the file's model has.
+# For examples/gpt2.py that import (transformers, and torch under it) was 5.1 of the 5.35 s of CPU
+# a cached ``memlab advise`` took; the advice itself (the JSON read and the searches) 0.3 s.  So every
+# advise that reaches a fit also writes an index entry, ``<root>/index/<hash>.json``, the hash over
+# what can be read without importing anything: the file's resolved path and bytes, the varied
+# sizes, the optimizer, memlab's keyed sources (source_key) and Python's version.  The entry holds
+# the fit's folder, the version of every installed distribution behind the libraries of the key
+# (``importlib.metadata``; torch's always) and the sha256 of every file the model file loaded by
+# path, as the key saw them.  A later advise whose entry still matches all of that reads the fit
+# directly: neither the model file nor torch is imported.  Anything else takes the full path (and
+# writes the entry again): a library of the key that no distribution provides writes no entry, a
+# changed version or sibling file misses it, ``--verify`` loads the model file to measure.
+
+
+def _index_path(model, vary: Sequence[str], optimizer: str, root: Path | None) -> Path | None:
+    """The index entry of a model file's path (NOTE [ advise without the model file ]); None for a
+    ``build`` function or a path that is no file."""
+    import platform
+
+    if not isinstance(model, (str, os.PathLike)) or not Path(model).is_file():
+        return None
+    path = Path(model).resolve()
+    h = hashlib.sha256(path.read_bytes())
+    h.update(json.dumps([str(path), list(dict.fromkeys(vary)), optimizer, source_key(),
+                         platform.python_version()]).encode())
+    return _cache_root(root) / "index" / f"{h.hexdigest()[:24]}.json"
+
+
+def _distributions(module) -> dict[str, str] | None:
+    """``{distribution: version}`` of torch and of the libraries :func:`_library_versions` keys on (None
+    when one of them comes from no installed distribution: it cannot be checked without importing)."""
+    import importlib.metadata as md
+
+    tops = {"torch"} | {k for k in _library_versions(module) if not k.endswith(".py")}
+    owners = md.packages_distributions()
+    out = {}
+    for top in sorted(tops):
+        if not owners.get(top):
+            return None
+        for dist in owners[top]:
+            out[dist] = md.version(dist)
+    return out
+
+
+def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, str]) -> None:
+    """Record the fit ``folder`` of ``model`` (loaded) under ``index`` (NOTE [ advise without the model file ])."""
+    from .atomic import write_text_atomic
+    from .own_model import load_model
+
+    if index is None:
+        return
+    module = sys.modules.get(load_model(model).__module__)
+    dists = _distributions(module)
+    if dists is None:
+        return
+    files = {str(p.resolve()): hashlib.sha256(p.read_bytes()).hexdigest() for p in _loaded_by_path(module).values()}
+    index.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(index, json.dumps({"folder": str(folder), "distributions": dists, "files": files,
+                                         "kinds": dict(kinds), "model_file": load_model_path(model)},
+                                        indent=1, sort_keys=True) + "\n")
+
+
+def _read_index(index: Path | None) -> dict[str, Any] | None:
+    """The index entry at ``index`` when its distributions and files are as recorded, else None."""
+    import importlib.metadata as md
+
+    try:
+        entry = json.loads(index.read_text())
+        if any(md.version(d) != v for d, v in entry["distributions"].items()):
+            return None
+        if any(hashlib.sha256(Path(f).read_bytes()).hexdigest() != h for f, h in entry["files"].items()):
+            return None
+    except (AttributeError, OSError, ValueError, KeyError, md.PackageNotFoundError):
+        return None
+    return entry
 
 
 @contextlib.contextmanager
@@ -289,26 +383,87 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     Raises:
         AdviceError: bad device, optimizer, size or budget, or no technique fits even one sample.
     """
-    from .registry import get_technique
-
     started = time.perf_counter()
     if device not in ("cpu", "cuda"):
         raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
     if optimizer not in ("sgd", "sgd_momentum", "adam", "adamw"):
         raise AdviceError(f"--optimizer {optimizer!r} is not valid; valid: sgd, sgd_momentum, adam, adamw")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    decl = model_declaration(model, vary)
-    size, others = decl.sizes[0], decl.sizes[1:]
-    workload_params = get_technique(decl.entries[0].technique).all_params()
-    held = {}
-    for s in others:
-        p = workload_params[s]
-        held[s] = p.parse(s, str(params[s])) if s in params else p.default
+    index = _index_path(model, vary, optimizer, cache_root)
+    fit = _indexed_fit(index, optimizer, params)
+    if fit is None:
+        fit = _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn)
+        _write_index(index, model, Path(fit["path"]).parent, fit["kinds"])
+    decl, fam, held = fit["decl"], fit["fam"], fit["held"]
+    size = decl.sizes[0]
+    answers, cannot = _answers(decl, fam, fit["kinds"], held, budget_bytes, device)
+    if not answers:
+        raise AdviceError(f"no technique of {Path(fit['model_file']).name} fits {fmt_bytes(budget_bytes)} "
+                          f"at {size}=1 ({optimizer}, {device}); the smallest predicted need is "
+                          f"{fmt_bytes(min(c['need_at_1_bytes'] for c in cannot))}")
+    answers.sort(key=lambda a: (-a["size"], a["relative_step_time"] is None, a["relative_step_time"] or 0))
+    return {"model_file": fit["model_file"], "family": decl.name, "vary": size, "held": held,
+            "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device, "models": str(fit["path"]),
+            "cached": fit["cached"], "declared_by": decl.declared_by, "answers": answers, "fits": answers,
+            "cannot_fit": cannot, "not_modelled": fam.get("not_modelled", []),
+            "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _held_sizes(decl: Declaration, specs: Mapping[str, Any], params: Mapping[str, int]) -> dict[str, int]:
+    """The values of the varied sizes after the first: ``params``' (parsed by ``specs``, the sizes'
+    :class:`~memlab.params.Param`), else their defaults.
+
+    Raises:
+        AdviceError: a size of ``params`` that is not one of them.
+    """
+    others = decl.sizes[1:]
     unknown = sorted(set(params) - set(others))
     if unknown:
-        raise AdviceError(f"--param {unknown[0]} is not a size held while {size} varies; valid: "
+        raise AdviceError(f"--param {unknown[0]} is not a size held while {decl.sizes[0]} varies; valid: "
                           f"{', '.join(others) or 'none (vary batch,seq to give seq)'}")
+    return {s: specs[s].parse(s, str(params[s])) if s in params else specs[s].default for s in others}
+
+
+def _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn) -> dict[str, Any]:
+    """The model file imported, its declaration, its fit (cached or fitted now) and the kinds of its
+    techniques: ``decl``, ``fam``, ``path``, ``cached``, ``held``, ``kinds``, ``model_file``."""
+    from .registry import get_technique
+
+    decl = model_declaration(model, vary)
+    held = _held_sizes(decl, get_technique(decl.entries[0].technique).all_params(), params)
     fam, path, cached = fitted_family(model, decl, optimizer, cache_root=cache_root, say=say, measure_fn=measure_fn)
+    kinds = {e["technique"]: get_technique(e["technique"]).kind for e in fam["entries"]}
+    return {"decl": decl, "fam": fam, "path": path, "cached": cached, "held": held, "kinds": kinds,
+            "model_file": load_model_path(model)}
+
+
+def _indexed_fit(index: Path | None, optimizer: str, params: Mapping[str, int]) -> dict[str, Any] | None:
+    """:func:`_full_fit`'s answer from the index entry at ``index`` without importing the model file
+    (NOTE [ advise without the model file ]); None when there is no valid entry or fit."""
+    from .advisor.declaration import as_declaration
+    from .params import Param
+
+    entry = _read_index(index) if index is not None else None
+    if entry is None:
+        return None
+    folder = Path(entry["folder"])
+    try:
+        families = load_models(optimizer, folder)["families"]
+        fam = next(iter(families.values()))
+        decl = as_declaration(fam)
+        kinds = {e["technique"]: entry["kinds"][e["technique"]] for e in fam["entries"]}
+    except (ValueError, KeyError, StopIteration):
+        return None
+    specs = {s: Param(v["default"], low=v["low"], high=v["high"], doc=v["doc"]) for s, v in fam["sizes"].items()}
+    return {"decl": decl, "fam": fam, "path": models_path(optimizer, folder), "cached": True,
+            "held": _held_sizes(decl, specs, params), "kinds": kinds, "model_file": entry["model_file"]}
+
+
+def _answers(decl: Declaration, fam: Mapping[str, Any], kinds: Mapping[str, str], held: Mapping[str, int],
+             budget_bytes: int, device: str) -> tuple[list[dict], list[dict]]:
+    """``(answers, cannot_fit)`` of :func:`advise_model`: per entry of ``fam``, the largest size fitting
+    ``budget_bytes`` (bytes) with its prediction, or what one sample needs."""
+    size = decl.sizes[0]
 
     def need(entry, n):
         total = predict(decl, entry, {**held, size: n})["total_peak_bytes"]
@@ -316,7 +471,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
 
     answers, cannot = [], []
     for entry in fam["entries"]:
-        kind = get_technique(entry["technique"]).kind
+        kind = kinds[entry["technique"]]
         n = largest_fitting(lambda v: need(entry, v), budget_bytes) if entry.get("recommendable") else None
         if n is None:
             cannot.append({"technique": entry["technique"], "kind": kind, "label": entry["label"],
@@ -332,16 +487,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
                         "headroom_bytes": budget_bytes - need(entry, n), "fits": True,
                         "relative_step_time": None if t is None else round(t, 3),
                         "error_bound": error_bound(entry), "validated_max": entry["validated_range"].get(size, [0, 0])[1]})
-    if not answers:
-        raise AdviceError(f"no technique of {Path(load_model_path(model)).name} fits {fmt_bytes(budget_bytes)} "
-                          f"at {size}=1 ({optimizer}, {device}); the smallest predicted need is "
-                          f"{fmt_bytes(min(c['need_at_1_bytes'] for c in cannot))}")
-    answers.sort(key=lambda a: (-a["size"], a["relative_step_time"] is None, a["relative_step_time"] or 0))
-    return {"model_file": load_model_path(model), "family": decl.name, "vary": size, "held": held,
-            "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device, "models": str(path),
-            "cached": cached, "declared_by": decl.declared_by, "answers": answers, "fits": answers,
-            "cannot_fit": cannot, "not_modelled": fam.get("not_modelled", []),
-            "seconds": round(time.perf_counter() - started, 1)}
+    return answers, cannot
 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ held-out measurements ran it at small batches).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -95,7 +96,8 @@ def check_beyond(model, *, vary: Sequence[str] = ("batch",), factors: Sequence[i
 
 def write_checks(doc: dict[str, Any], out_dir: Path, repo_root: Path | None = None, suffix: str = "") -> Path:
     """Write ``doc`` to ``<out_dir>/<stem>-<optimizer><suffix>.json`` (sorted keys; the model file's path made
-    relative to ``repo_root`` when inside it, so the file reads the same on every checkout)."""
+    relative to ``repo_root`` when inside it, so the file reads the same on every checkout), keeping the
+    ``notes`` of the file it replaces (``{"<technique> <size>=<n>": why a check is not exact}``)."""
     from .atomic import write_text_atomic
     from .workloads.model_file import stem_of
 
@@ -106,6 +108,9 @@ def write_checks(doc: dict[str, Any], out_dir: Path, repo_root: Path | None = No
     if root in mf.parents:
         doc["model_file"] = mf.relative_to(root).as_posix()
     path = Path(out_dir) / f"{stem_of(mf)}-{doc['optimizer']}{suffix}.json"
+    if path.is_file() and "notes" not in doc:  # the notes written by hand (why a check is not exact) stay
+        with contextlib.suppress(ValueError, OSError):
+            doc["notes"] = json.loads(path.read_text()).get("notes") or {}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return path

@@ -247,3 +247,63 @@ def test_a_small_step_allocation_that_is_no_polynomial_is_read_as_its_largest_si
                               extra_points=[{"batch": 4}, {"batch": 5}, {"batch": 7}])
     assert [(e.poly(), e.bound) for e in events[1:3]] == [({(): 384}, 256), ({(): 384}, 256)]
     assert events[3].poly() == {("batch",): 16} and events[3].bound == 0
+
+
+def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_file, tmp_path, monkeypatch):
+    """NOTE [ advise without the model file ]: the first advise imports the file and writes the index;
+    the next one (a fresh process) answers the same without importing torch; a changed sibling
+    file or library version sends it back through the import (and the same cached fit)."""
+    import json
+
+    from memlab.advisor import fit
+    from memlab.model_advice import advise_model
+
+    base = model_file("adv_idx_base.py", TINY)
+    path = model_file("adv_idx.py", f'''
+import importlib.util
+_spec = importlib.util.spec_from_file_location("_adv_idx_base", {str(base)!r})
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+build, batch = base.build, base.batch
+''')
+
+    def fake_fit_entry(fam, entry, optimizer, **kw):  # a peak of 1000 bytes per sample plus 500
+        return {"technique": entry.technique, "label": entry.label, "fixed": {}, "knobs": [],
+                "classes": [{"k": 1, "pieces": [{"temporaries": {"batch": 1000}, "parameters": {"1": 500}}]}],
+                "recommendable": True, "validated_range": {"batch": [1, 8]}, "time": {"kind": "constant", "a": 1.0}}
+
+    monkeypatch.setattr(fit, "fit_entry", fake_fit_entry)
+    root = tmp_path / "cache"
+    first = advise_model(path, 10**6, cache_root=root, say=lambda s: None)
+    assert not first["cached"] and [a["size"] for a in first["answers"]] == [999, 999]
+    [index] = (root / "index").glob("*.json")
+    code = ("import json, sys; from memlab.model_advice import advise_model; "
+            f"a = advise_model({str(path)!r}, 10**6, cache_root={str(root)!r}, say=print); "
+            "print(json.dumps([a['cached'], 'torch' in sys.modules, a['answers'], a['held'], a['model_file']]))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [True, False, first["answers"], first["held"],
+                                                            first["model_file"]]
+    entry = json.loads(index.read_text())
+    index.write_text(json.dumps({**entry, "distributions": {**entry["distributions"], "torch": "0.0"}}))
+    assert advise_model(path, 10**6, cache_root=root, say=lambda s: None)["cached"]  # the same fit ...
+    assert json.loads(index.read_text()) == entry  # ... found through the import, and the index rewritten
+    base.write_text(TINY + "\n# the sibling edited\n")  # the index misses, the fit's key changes: refitted
+    assert not advise_model(path, 10**6, cache_root=root, say=lambda s: None)["cached"]
+
+
+def test_model_checks_keep_the_notes_written_beside_the_rows(tmp_path):
+    """python -m memlab.model_checks rewrites data/model-files/<stem>-<optimizer>.json: the notes saying why a
+    check is not exact are written by hand, and a rerun keeps them."""
+    import json
+
+    from memlab.model_checks import write_checks
+
+    doc = {"model_file": str(ROOT / "examples" / "toy.py"), "optimizer": "sgd", "beyond": [], "fit_path": "/x"}
+    path = write_checks(doc, tmp_path)
+    assert path.name == "toy-sgd.json" and json.loads(path.read_text())["model_file"] == "examples/toy.py"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "notes": {"toy__plain batch=32": "scratch"}}))
+    again = json.loads(write_checks({**doc, "beyond": [{"technique": "toy__plain"}]}, tmp_path).read_text())
+    assert again["notes"] == {"toy__plain batch=32": "scratch"} and again["beyond"] == [{"technique": "toy__plain"}]
+    assert "fit_path" not in again

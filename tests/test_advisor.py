@@ -206,8 +206,13 @@ def test_advise_answers_from_committed_models_without_measuring(monkeypatch, cap
 
 
 def test_advisor_imports_no_torch_and_is_quick():
-    """The advice itself needs no torch (``memlab.cli.main`` imports ``memlab.technique`` before any
-    command runs, which is the torch import; the advisor adds nothing to it)."""
+    """The advice needs no torch, through the CLI too (``memlab.cli`` reads the sweep's phase names,
+    which import torch, only when it prints a measurement)."""
+    cli = ("import sys; from memlab.cli import main; "
+           "assert main(['advise', '--family', 'reversible', '--budget', '1GiB', '--param', 'depth=32']) == 0; "
+           "assert 'torch' not in sys.modules, 'torch imported'")
+    p = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
     code = ("import sys, time; t = time.perf_counter(); from memlab.advisor import advise, format_advice; "
             "a = advise('reversible', '1GiB', ['depth=32']); text = format_advice(a); "
             "assert 'torch' not in sys.modules; print(time.perf_counter() - t)")

@@ -36,7 +36,8 @@ def _doc() -> dict:
                "error_bytes": 0, "rel_error": 0.0, "categories_exact": True, "measured_relative_step_time": 1.0,
                "predicted_relative_step_time": 1.0}]
     return {"schema": 1, "optimizer": "sgd", "model_file": "examples/toy.py", "families": {"model:toy": fam},
-            "beyond": beyond, "measured_max": 8, "factors": [4, 10], "fit_seconds": 1.0}
+            "beyond": beyond, "measured_max": 8, "factors": [4, 10], "fit_seconds": 1.0,
+            "notes": {"toy__plain batch=32": "a oneDNN scratch the traces did not show"}}
 
 
 def test_a_model_page_answers_per_gpu_and_renders(tmp_path):
@@ -60,4 +61,5 @@ def test_a_model_page_answers_per_gpu_and_renders(tmp_path):
     index = render_site({"pages": ctx["pages"], "nav": [], "footer": None}, tmp_path / "site")
     html = (index.parent / "model-toy-sgd.html").read_text()
     assert "Largest batch per GPU" in html and "toy__autocast_bf16" in html and "examples/toy.py" in html
+    assert "<code>toy__plain batch=32</code>: a oneDNN scratch the traces did not show" in html
     assert (index.parent / "tables" / "model-toy-sgd--largest-batch-per-gpu.csv").is_file()

@@ -8,7 +8,9 @@ relative step time there, the peak by memory category at one batch, and the chec
 evaluated from the JSON (:func:`memlab.advisor.model.predict`): no torch, no measuring.
 
 A file that is not such a document (another schema, no family, no ``beyond`` rows) is left out with
-a problem line on the methodology page.
+a problem line on the methodology page.  A document's ``notes`` (``{"<technique> <size>=<n>": why}``,
+written by hand beside the rows and kept by :func:`memlab.model_checks.write_checks`) say why a check
+is not exact; the page lists them under the checks.
 """
 from __future__ import annotations
 
@@ -198,6 +200,7 @@ def model_page(doc: dict[str, Any], path: str, colors: dict[str, str]) -> dict[s
         "factors": ", ".join(f"{f}x" for f in doc.get("factors") or []), "worst": worst,
         "budgets_gib": list(GPU_BUDGETS_GIB), "budgets": budgets, "chart": chart, "categories": cats,
         "at": at, "checks": checks, "not_modelled": list(fam.get("not_modelled", [])),
+        "check_notes": [{"row": k, "why": str(v)} for k, v in sorted((doc.get("notes") or {}).items())],
         "reduced": str(fam.get("reduced_fit") or ""),
         "fit_seconds": doc.get("fit_seconds"), "commit": str(doc.get("memlab_commit") or "")[:12],
     })
