@@ -36,6 +36,12 @@ HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("reversible", "reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
     ("reversible", "residual", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
     ("reversible", "checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
+    # the transformer's baseline (eager_attention) is 1 by definition: the five are the other entries
+    ("transformer", "checkpoint_layer", {"seq": 384, "batch": 2, "vocab": 1024}),
+    ("transformer", "checkpoint_layer", {"seq": 128, "batch": 8, "vocab": 4096}),
+    ("transformer", "selective_checkpoint", {"seq": 256, "batch": 8, "vocab": 1024}),
+    ("transformer", "chunked_lm_loss", {"seq": 256, "batch": 2, "vocab": 4096, "chunk": 128}),
+    ("transformer", "chunked_lm_loss", {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64}),
 )
 
 
@@ -48,14 +54,17 @@ def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, A
 
 
 def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, models_dir=None,
-                say: Callable[[str], None] = print) -> list[dict[str, Any]]:
-    """Predicted against measured relative step time at every :data:`HELD_OUT` setting (one row each)."""
+                say: Callable[[str], None] = print, families: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Predicted against measured relative step time at every :data:`HELD_OUT` setting (one row each)
+    of ``families`` (default: every family listed)."""
     import memlab
 
     measure_fn = measure_fn or memlab.measure
     models = load_models(optimizer, models_dir)
     rows = []
     for family, label, params in HELD_OUT:
+        if families is not None and family not in families:
+            continue
         fam, entry = _entry(models, family, label)
         predicted = predict_time(fam, entry, params)
         m = measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
@@ -72,15 +81,37 @@ def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, m
     return rows
 
 
+def _earlier_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier check file (none when there is none); a file that is not such a check
+    is an error naming it, never overwritten."""
+    if not path.exists():
+        return []
+    try:
+        rows = json.loads(path.read_text())["rows"]
+        if not isinstance(rows, list):
+            raise TypeError("rows is not a list")
+        return rows
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"{path}: not a time-check file ({exc}); move it away or give --out") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memlab.advisor.time_check", description=__doc__.splitlines()[0])
     parser.add_argument("--optimizer", default="sgd")
     parser.add_argument("--out", type=Path, default=None, help="default: data/models/time-check-<optimizer>.json")
+    parser.add_argument("--family", action="append", default=None,
+                        help="check only this family (repeatable); the output file keeps the other families' rows")
     args = parser.parse_args(argv)
-    rows = check_times(args.optimizer)
+    known = sorted({f for f, _, _ in HELD_OUT})
+    for fam in args.family or ():
+        if fam not in known:
+            parser.error(f"--family {fam!r} has no held-out time settings; valid: {', '.join(known)}")
+    out = args.out or MODELS_DIR / f"time-check-{args.optimizer}.json"
+    rows = check_times(args.optimizer, families=None if args.family is None else tuple(args.family))
+    if args.family is not None:
+        rows = [r for r in _earlier_rows(out) if r.get("family") not in args.family] + rows
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
     worst = max(errors, default=None)
-    out = args.out or MODELS_DIR / f"time-check-{args.optimizer}.json"
     write_text_atomic(out, json.dumps({"goal": GOAL, "worst_abs_error": worst, "rows": rows,
                                        "cores": os.cpu_count()}, indent=1, sort_keys=True) + "\n")
     print(f"worst |error| {'-' if worst is None else f'{100 * worst:.1f}%'} over {len(errors)} settings "

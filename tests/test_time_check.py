@@ -1,0 +1,41 @@
+"""``python -m memlab.advisor.time_check``: held-out relative times, one family at a time."""
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from memlab.advisor import time_check
+
+
+def _fake_measure(name, **params):
+    return SimpleNamespace(relative_step_time=1.25, relative_to="eager_attention", status="ok",
+                           load_avg_before=0.5, load_avg_after=0.5)
+
+
+def test_one_family_is_checked_against_the_committed_model():
+    rows = time_check.check_times("sgd", measure_fn=_fake_measure, families=("transformer",), say=lambda s: None)
+    assert [r["family"] for r in rows] == ["transformer"] * 5
+    for r in rows:
+        assert r["predicted"] is not None and r["predicted"] > 0
+        assert r["error"] == pytest.approx((r["predicted"] - 1.25) / 1.25)
+
+
+def test_a_family_run_keeps_the_other_families_rows(tmp_path, monkeypatch):
+    out = tmp_path / "time-check-sgd.json"
+    out.write_text(json.dumps({"rows": [{"family": "chunking", "label": "old", "error": 0.02},
+                                        {"family": "transformer", "label": "stale", "error": 0.5}]}))
+    new = [{"family": "transformer", "label": "checkpoint_layer", "error": -0.03}]
+    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None: new)
+    assert time_check.main(["--family", "transformer", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [r["label"] for r in data["rows"]] == ["old", "checkpoint_layer"]
+    assert data["worst_abs_error"] == pytest.approx(0.03)
+
+
+def test_a_file_that_is_not_a_check_is_named_and_kept(tmp_path, monkeypatch):
+    out = tmp_path / "time-check-sgd.json"
+    out.write_text("{not json")
+    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None: [])
+    with pytest.raises(SystemExit, match="time-check-sgd.json: not a time-check file"):
+        time_check.main(["--family", "transformer", "--out", str(out)])
+    assert out.read_text() == "{not json"
