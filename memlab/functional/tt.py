@@ -727,6 +727,19 @@ def _backward_steps(plan: TTPlan, x: torch.Tensor, grad_y: torch.Tensor, blocks:
     return g
 
 
+# NOTE [ the kept intermediate's fresh pages ]
+# What is left of ``tt_factorized``'s time gap at B = 4096 (d = 10, r = 8; ``bench-harness --limits``
+# 1.43 relative to dense against a FLOP ratio of 0.88 on 5 Dec, 1.27 in the reproduction's timing the
+# same morning) is, by about half, the first touch of its one kept intermediate, [40960, 800] float32
+# (131 MB).  glibc serves an allocation above its mmap ceiling (32 MiB) by a fresh mmap, and how much of it is
+# faulted in again depends on the heap's history: in one process, steps of this layer with 32,001
+# minor faults (``getrusage``) took 421 ms of thread CPU time, steps with none 315-350 ms, dense's
+# 255-267 ms (/tmp/exp/low.sh, load 20-25).  B = 1024's intermediate (32.8 MB) is under the ceiling
+# (1.35x its FLOP limit).  Tried, no better: the intermediate in row segments under the ceiling
+# (glibc trims the freed heap: 3,336-39,969 faults a step), MADV_POPULATE_WRITE (128.6 -> 125.1 ms
+# for the forward's writes: the cost is the zeroing, not the traps), MADV_HUGEPAGE (83-93 ms instead
+# of 128 ms in some rounds, 263-339 ms in others: left out as erratic).
+
 #: cache blocking (NOTE [ TT contraction plans ]): rows are contracted in blocks whose intermediates
 #: take at most this many bytes (half this CPU's 2 MiB L2), so a block's intermediate is still in
 #: cache when the next step, or the backward's next product, reads it
