@@ -140,6 +140,7 @@ var memlabChoose = (function () {
   }
 
   function predictTime(fam, entry, params, device) {
+    if (entry.baseline) { return 1; }   // the family baseline: 1 by definition (memlab.advisor.model.predict_time)
     var t = entry.time;
     if (!t) { return null; }
     if (t.kind === "constant") { return Number(t.a); }
