@@ -39,9 +39,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from .record import (MODES, STATUSES, VERDICTS, FieldKind, Measurement, activation_figures, analytic_floor,
+from ..record import (MODES, STATUSES, VERDICTS, FieldKind, Measurement, activation_figures, analytic_floor,
                      fields_of_kind, is_under_load)
-from .record import is_number as _is_number
+from ..record import is_number as _is_number
 
 if TYPE_CHECKING:  # pandas is imported by the loaders that build frames: the sweep's --resume reads rows
     import pandas as pd  # with this module where only the core (no pandas) is installed
