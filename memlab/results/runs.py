@@ -1,65 +1,30 @@
-"""Reading results from disk into tidy pandas DataFrames, validating loudly.
+"""memlab sweep files (JSON Lines of ``Measurement.to_dict()``): each record validated, then one row.
 
-Four inputs, four loaders (none imports torch; the site runs on them alone):
-
-* :func:`load_runs` -- memlab sweep files (JSON Lines, one ``Measurement.to_dict()`` per line)
-  -> one row per measurement.
-* :func:`load_asv_results` -- an asv 0.6 results tree (``benchmarks.json``,
-  ``<machine>/machine.json``, ``<machine>/<commit>-<env>.json``) -> one row per benchmark,
-  parameter combination, machine and commit.
-* :func:`load_timelines` -- ``Timeline.to_dict()`` JSON files -> validated dicts.
-* :func:`load_reproductions` -- seed-reproduction JSON files (contract in
-  :mod:`memlab.reproductions`) -> validated dicts.
-
-Every file is read as hostile (see NOTE [ hostile input files ]): a file, line or value that is
-malformed, partial, of the wrong type, out of range or not a regular file never stops the others:
-it is left out with one :class:`ResultsWarning` that names the file (and line).
-
-Each measurement row also carries the site's verdict (see NOTE [ what the site ranks ]): only rows
-whose ``status_shown`` is ``ok`` are ever ranked, called best or drawn.
-
-Memory columns are bytes, time columns seconds, throughput samples/s; step times carry their spread and
-the load-robust relative step time (see NOTE [ step times on the site ]).
+:func:`validate_measurement` checks a record field by field, as the kind each field declares
+(:class:`~memlab.record.FieldKind`) says; :func:`ranking_status` is the site's verdict (NOTE [ what
+the site ranks ]); :func:`machine_of` the machine a row ran on; :func:`load_runs` the DataFrame of
+rows (columns :data:`RUN_COLUMNS`; bytes, seconds, samples/s) and :func:`sweep_records` the records
+``memlab sweep --resume`` counts, without pandas.
 """
 from __future__ import annotations
 
-import ast
-import codecs
 import dataclasses
-import errno
 import itertools
 import json
 import math
-import os
 import re
-import stat
 import statistics
-import sys
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from ..record import (MODES, STATUSES, VERDICTS, FieldKind, Measurement, activation_figures, analytic_floor,
-                     fields_of_kind, is_under_load)
+from ..record import (MODES, STATUSES, FieldKind, Measurement, activation_figures, analytic_floor, fields_of_kind,
+                      is_under_load)
 from ..record import is_number as _is_number
+from .reading import (CONTROL_CHARS, FileProblems, bad_numbers, list_input_files, read_jsonl, short_repr, shown_path,
+                      warn_results)
 
 if TYPE_CHECKING:  # pandas is imported by the loaders that build frames: the sweep's --resume reads rows
     import pandas as pd  # with this module where only the core (no pandas) is installed
-
-__all__ = [
-    "ResultsWarning", "RUN_COLUMNS", "ASV_COLUMNS", "VERDICTS", "STATUSES",
-    "MAX_JSON_DEPTH", "MAX_FILE_BYTES", "PROBLEMS_PER_FILE",
-    "load_runs", "find_sweep_files", "list_input_files", "load_asv_results", "load_asv_machines",
-    "load_timelines", "load_reproductions", "validate_measurement", "ranking_status", "family_baselines",
-    "canonical_params", "load_json_objects", "sweep_records", "machine_of", "shown_path", "short_repr",
-]
-
-#: Deepest JSON nesting read (memlab writes at most 5 levels); deeper files are refused unparsed.
-MAX_JSON_DEPTH = 64
-#: Largest file read, in bytes.
-MAX_FILE_BYTES = 256 * 2**20
-#: Problems warned about one by one per file; the rest are counted in one more warning.
-PROBLEMS_PER_FILE = 5
 
 # The record's schema is declared once, on :class:`~memlab.record.Measurement`; the reader derives
 # the fields it checks from the kind each field declares (:class:`~memlab.record.FieldKind`).
@@ -79,8 +44,6 @@ _CATEGORY_FIELDS = fields_of_kind(FieldKind.CATEGORIES)
 #: The training step's optimizer and loss, with the value rows from before the choice existed carry
 #: (the record's defaults).
 _STEP_FIELDS = {n: _FIELDS[n].default for n in fields_of_kind(FieldKind.CHOICE)}
-#: Fields of the record the site does not read (so it does not check them either).
-_UNREAD_FIELDS = ("optimizer_class",)
 #: ``predicted_cuda`` figures the site shows (bytes: the step's predicted ``max_memory_allocated()`` and
 #: ``max_memory_reserved()``, baseline included, and reserved - allocated when allocated peaks), as
 #: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.cuda.prediction.
@@ -99,252 +62,12 @@ RUN_COLUMNS = (
     "extra", "environment", "machine", "memory_method", *(f"predicted_cuda_{k}" for k in _PREDICTED_CUDA),
 )
 
-#: Columns of :func:`load_asv_results` (one row per benchmark x parameter combination x commit).
-ASV_COLUMNS = ("machine", "commit", "date_ms", "env", "benchmark", "type", "unit", "params", "params_key",
-               "value", "source")
-
-
-class ResultsWarning(UserWarning):
-    """A results file (or one line of it) was malformed and skipped; the message names it."""
-
-
-def _warn(msg: str) -> None:
-    warnings.warn(msg, ResultsWarning, stacklevel=3)
-
 
 def canonical_params(params: Mapping[str, Any]) -> str:
     """The parameters as one canonical string (sorted JSON), for grouping and sorting."""
     return json.dumps(dict(params), sort_keys=True, default=str)
 
 
-# -- reading files defensively ---------------------------------------------------------------------
-# NOTE [ hostile input files ]
-# The site is built from whatever lies in results/ and data/, so every reader expects the worst:
-# * A path is stat()ed first and only a regular file is opened: a FIFO would block for ever, a device
-#   may never end.  It is then opened non-blocking and checked again with fstat (it may have been
-#   swapped in between).  Dangling and looping symbolic links are named as such.  At most
-#   MAX_FILE_BYTES are read.
-# * JSON nesting is measured before parsing (json.loads recurses: 100,000 "[" raise RecursionError)
-#   and a file nested deeper than MAX_JSON_DEPTH is refused unparsed.
-# * A number outside float range (an integer of 400 digits, 1e999) parses as _OutOfRange, which no
-#   validator accepts.  NaN/Infinity are accepted only where a non-finite value means something:
-#   asv's skipped benchmarks, and the error of a technique whose output is non-finite (shown as wrong).
-# * JSON Lines are split on b"\n" and decoded line by line: one bad byte costs one line, not the file.
-# * Every problem is one ResultsWarning naming the file (and line); after PROBLEMS_PER_FILE problems
-#   in one file, one more warning counts the rest.  Paths are shown with undecodable bytes replaced
-#   and control characters escaped, so each warning stays one printable line.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-#: A JSON string (possessive: no backtracking on a long or unterminated one).
-_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.S)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
-_FAILED = object()  # a file that could not be read or parsed (JSON null is None)
-
-
-class _OutOfRange:
-    """A JSON number outside float range: kept only to name it in a warning, never a valid value."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str):
-        self.text = text
-
-    def __repr__(self) -> str:
-        shown = self.text if len(self.text) <= 12 else f"{self.text[:10]}... ({len(self.text)} digits)"
-        return f"{shown}, outside float range"
-
-
-def _parse_int(text: str) -> int | _OutOfRange:
-    if len(text) > 310:  # float's maximum has 309 digits; int() would also refuse > 4300
-        return _OutOfRange(text)
-    value = int(text)
-    return value if abs(value) <= sys.float_info.max else _OutOfRange(text)
-
-
-def _parse_float(text: str) -> float | _OutOfRange:
-    value = float(text)
-    return value if math.isfinite(value) else _OutOfRange(text)
-
-
-def _json_depth(text: str) -> int:
-    """The deepest nesting of ``[`` and ``{`` outside strings (no recursion, linear time)."""
-    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
-    steps = map({"[": 1, "{": 1, "]": -1, "}": -1}.__getitem__, brackets)
-    return max(itertools.accumulate(steps, initial=0))
-
-
-def _loads(text: str) -> Any:
-    """JSON with bounded nesting and out-of-range numbers as :class:`_OutOfRange`.
-
-    Raises:
-        ValueError: a one-line reason (nesting, syntax, size).
-    """
-    depth = _json_depth(text)
-    if depth > MAX_JSON_DEPTH:
-        raise ValueError(f"JSON nested {depth} levels deep (memlab reads at most {MAX_JSON_DEPTH})")
-    try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    except (RecursionError, MemoryError, ValueError) as exc:  # pragma: no cover - guarded above
-        raise ValueError(f"not readable JSON ({type(exc).__name__})") from None
-
-
-def shown_path(path: Any) -> str:
-    """A path as one printable line: undecodable bytes replaced, control characters escaped."""
-    text = os.fsencode(path).decode("utf-8", "replace")
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def short_repr(value: Any, limit: int = 60) -> str:
-    """``repr`` of a value, cut to ``limit`` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class _FileProblems:
-    """The problems of one file: a warning each for the first :data:`PROBLEMS_PER_FILE`, then one count."""
-
-    def __init__(self, path: Path):
-        self.name, self.count = shown_path(path), 0
-
-    def __call__(self, msg: str, line: int | None = None) -> None:
-        self.count += 1
-        if self.count <= PROBLEMS_PER_FILE:
-            _warn(f"{self.name}:{line}: {msg}" if line is not None else f"{self.name}: {msg}")
-
-    def __enter__(self) -> "_FileProblems":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.count > PROBLEMS_PER_FILE:
-            _warn(f"... and {self.count - PROBLEMS_PER_FILE} more problem(s) in {self.name}")
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def _stat_problem(path: Path, exc: OSError) -> str:
-    if exc.errno == errno.ELOOP:
-        return "symbolic link loop; skipped"
-    if exc.errno == errno.ENOENT and os.path.islink(path):
-        return "dangling symbolic link (its target does not exist); skipped"
-    return f"cannot read ({exc.strerror or exc}); skipped"
-
-
-def _read_bytes(path: Path, report: _FileProblems) -> bytes | None:
-    """The bytes of a regular file; None (reported) for anything else, which is never opened."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        report(_stat_problem(path, exc))
-        return None
-    if not stat.S_ISREG(st.st_mode):
-        report(f"{_kind(st.st_mode)}, not a regular file; skipped without opening it")
-        return None
-    if st.st_size > MAX_FILE_BYTES:
-        report(f"{st.st_size} bytes, more than the {MAX_FILE_BYTES} memlab reads; skipped")
-        return None
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags)
-        with os.fdopen(fd, "rb") as f:
-            mode = os.fstat(f.fileno()).st_mode
-            if not stat.S_ISREG(mode):  # swapped since the stat above
-                report(f"{_kind(mode)}, not a regular file; skipped")
-                return None
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        report(f"cannot read ({exc.strerror or exc}); skipped")
-        return None
-    if len(data) > MAX_FILE_BYTES:
-        report(f"more than the {MAX_FILE_BYTES} bytes memlab reads; skipped")
-        return None
-    return data
-
-
-def _utf8_problem(data: bytes, exc: UnicodeDecodeError, offset: int = 0) -> str:
-    return f"not UTF-8 (byte 0x{data[exc.start]:02x} at column {exc.start - offset + 1})"
-
-
-def _read_json(path: Path, report: _FileProblems) -> Any:
-    """One JSON document, or :data:`_FAILED` (reported)."""
-    data = _read_bytes(path, report)
-    if data is None:
-        return _FAILED
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line_start = data.rfind(b"\n", 0, exc.start) + 1
-        report(_utf8_problem(data, exc, line_start) + "; file skipped", data.count(b"\n", 0, exc.start) + 1)
-        return _FAILED
-    try:
-        return _loads(text)
-    except ValueError as exc:
-        report(f"{exc}; skipped")
-        return _FAILED
-
-
-def _read_jsonl(path: Path, report: _FileProblems) -> Iterator[tuple[int, Any]]:
-    """``(line number, value)`` per non-empty line; a bad line is reported and skipped, not the file."""
-    data = _read_bytes(path, report)
-    if data is None:
-        return
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        if number == 1 and raw.startswith(codecs.BOM_UTF8):
-            raw = raw[len(codecs.BOM_UTF8):]
-        if not raw.strip():
-            continue
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            report(_utf8_problem(raw, exc) + "; line skipped", number)
-            continue
-        try:
-            yield number, _loads(line)
-        except ValueError as exc:
-            reason = str(exc)
-            if reason.startswith("not valid JSON"):
-                reason = reason.replace(" at line 1 column", " at column")[:-1] + "; a truncated line?)"
-            report(f"{reason}; line skipped", number)
-
-
-def list_input_files(folder: Path | str, suffix: str) -> list[Path]:
-    """The entries of ``folder`` whose names end with ``suffix``, sorted by name, of any kind.
-
-    The readers check each (a FIFO, a directory or a broken link named ``*.json`` is reported when
-    read, never opened).  No folder: an empty list; a folder that cannot be listed: a warning too.
-    """
-    folder = Path(folder)
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:  # pragma: no cover - FileNotFoundError above
-            return []
-        _warn(f"{shown_path(folder)}: cannot list this folder ({exc.strerror or exc}); its files are left out")
-        return []
-    return [folder / n for n in sorted(names) if n.endswith(suffix)]
-
-
-def _bad_numbers(value: Any, where: str) -> Iterator[str]:
-    """A problem for each number outside float range or NaN/Infinity inside ``value`` (at ``where``)."""
-    if isinstance(value, _OutOfRange) or (isinstance(value, float) and not math.isfinite(value)):
-        yield f"field {where!r} must be a finite number, got {value!r}"
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _bad_numbers(v, f"{where}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _bad_numbers(v, f"{where}[{i}]")
-
-
-# -- memlab sweep runs -----------------------------------------------------------------------------
 def _optional(rec: dict, key: str, ok: Callable[[Any], bool], what: str) -> list[str]:
     v = rec.get(key)
     return [] if v is None or ok(v) else [f"field {key!r} must be {what} or null, got {short_repr(v)}"]
@@ -431,7 +154,7 @@ def _nested_problems(rec: dict) -> list[str]:
             problems.append(f"field 'errors_by_tensor' has non-numeric errors for {short_repr(sorted(bad))}")
     for key in ("params", "extra", "environment", "memory_method"):
         if isinstance(rec.get(key), dict):
-            bad = list(itertools.islice(_bad_numbers(rec[key], key), 3))
+            bad = list(itertools.islice(bad_numbers(rec[key], key), 3))
             problems += bad
     pc = rec.get("predicted_cuda")
     if pc is not None and not isinstance(pc, dict):
@@ -586,7 +309,7 @@ def _fact(env: Mapping[str, Any], key: str) -> str:
     v = env.get(key)
     if v is None or isinstance(v, (dict, list)) or (isinstance(v, str) and not v.strip()):
         return ""
-    text = _CONTROL.sub(" ", str(v)).strip()
+    text = CONTROL_CHARS.sub(" ", str(v)).strip()
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -605,7 +328,7 @@ def machine_of(env: Mapping[str, Any] | None, device: str) -> str:
     return " · ".join(p for p in (_fact(env, "host"), model, which) if p)
 
 
-def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
+def measurement_row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
     extra = rec.get("extra") or {}
     env = rec.get("environment") or {}
     baseline = rec.get("baseline", extra.get("baseline"))
@@ -642,7 +365,7 @@ def _row(rec: dict, run: str, source: str, line: int) -> dict[str, Any]:
 
 def _valid_records(path: Path, report: Callable[..., None]) -> Iterator[tuple[int, dict]]:
     """``(line number, record)`` of each valid measurement in a sweep file; every other line is reported."""
-    for number, rec in _read_jsonl(path, report):
+    for number, rec in read_jsonl(path, report):
         problems = validate_measurement(rec)
         if problems:
             report(f"invalid measurement ({'; '.join(problems)}); skipped", number)
@@ -693,10 +416,10 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
     rows = []
     for path in map(Path, paths):
         unknown: set[str] = set()
-        with _FileProblems(path) as report:
+        with FileProblems(path) as report:
             for number, rec in _valid_records(path, report):
                 unknown |= set(rec) - _KNOWN_FIELDS
-                rows.append(_row(rec, shown_path(path.stem), shown_path(path), number))
+                rows.append(measurement_row(rec, shown_path(path.stem), shown_path(path), number))
             if unknown:
                 report(f"unknown measurement field(s) ignored: {', '.join(sorted(map(shown_path, unknown)))}")
     frame = pd.DataFrame(rows, columns=list(RUN_COLUMNS))
@@ -725,365 +448,8 @@ def family_baselines(runs: pd.DataFrame) -> dict[str, str]:
             elif isinstance(flag, str) and flag:
                 claimed.add(flag)
         if len(claimed) > 1:
-            _warn(f"family {family!r}: several techniques claim to be the baseline "
+            warn_results(f"family {family!r}: several techniques claim to be the baseline "
                   f"({', '.join(sorted(claimed))}); using {sorted(claimed)[0]!r}")
         if claimed:
             out[family] = sorted(claimed)[0]
     return out
-
-
-# -- asv results -----------------------------------------------------------------------------------
-def _param_value(text: Any) -> Any:
-    """asv stores parameter values as their repr (``"'cpu'"``, ``"2500"``); parse literals."""
-    if isinstance(text, _OutOfRange):
-        return repr(text)
-    if not isinstance(text, str):
-        return text
-    if len(text) > 1000:
-        return text
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return text
-
-
-def _dirs(root: Path) -> list[Path]:
-    """Sub-folders of ``root`` (symbolic links to folders included), sorted; loops are reported."""
-    out = []
-    for path in list_input_files(root, ""):
-        try:
-            if stat.S_ISDIR(os.stat(path).st_mode):
-                out.append(path)
-        except OSError as exc:
-            if os.path.islink(path):
-                _warn(f"{shown_path(path)}: {_stat_problem(path, exc)}")
-    return out
-
-
-def load_asv_machines(results_dir: Path | str) -> dict[str, dict[str, Any]]:
-    """``machine.json`` of every machine folder under ``results_dir``, by machine name."""
-    out = {}
-    for folder in _dirs(Path(results_dir)):
-        path = folder / "machine.json"
-        if not os.path.lexists(path):
-            continue
-        with _FileProblems(path) as report:
-            data = _read_json(path, report)
-            if data is _FAILED:
-                continue
-            if not isinstance(data, dict) or not isinstance(data.get("machine"), str) or not data["machine"]:
-                report("not an asv machine.json (no 'machine' name); skipped")
-                continue
-            out[data["machine"]] = {k: v if isinstance(v, (str, int, float, bool)) or v is None else short_repr(v)
-                                    for k, v in sorted(data.items()) if k != "version"}
-    return out
-
-
-def _asv_benchmarks(results_dir: Path) -> dict[str, dict[str, Any]]:
-    """``benchmarks.json``: per benchmark its ``param_names`` (list of str), ``type`` and ``unit`` (str)."""
-    path = results_dir / "benchmarks.json"
-    if not os.path.lexists(path):
-        _warn(f"{shown_path(path)}: missing; parameter names and units of the asv benchmarks are unknown")
-        return {}
-    out = {}
-    with _FileProblems(path) as report:
-        data = _read_json(path, report)
-        if data is _FAILED:
-            return {}
-        if not isinstance(data, dict):
-            report("not a JSON object; parameter names and units are unknown")
-            return {}
-        for name, meta in sorted(data.items()):
-            if not isinstance(meta, dict):
-                continue  # "version": 2
-            clean: dict[str, Any] = {}
-            names = meta.get("param_names")
-            if isinstance(names, list) and all(isinstance(n, str) for n in names):
-                clean["param_names"] = names
-            elif names is not None:
-                report(f"benchmark {name!r}: 'param_names' is not a list of strings ({short_repr(names)}); "
-                       "parameters are named by position")
-            for key in ("type", "unit"):
-                v = meta.get(key)
-                if isinstance(v, str):
-                    clean[key] = v
-                elif v is not None:
-                    report(f"benchmark {name!r}: {key!r} is not a string ({short_repr(v)}); shown as unknown")
-            out[name] = clean
-    return out
-
-
-def _asv_rows(machine: str, data: dict, benchmarks: dict, source: str,
-              report: _FileProblems) -> list[dict[str, Any]]:
-    columns = data.get("result_columns")
-    if not isinstance(columns, list) or "result" not in columns:
-        report("no 'result_columns' list naming 'result' (not an asv 0.6 results file); skipped")
-        return []
-    i_res = columns.index("result")
-    i_par = columns.index("params") if "params" in columns else None
-    date = data.get("date")
-    if date is not None and not _is_number(date):
-        report(f"'date' is not a number ({short_repr(date)}); shown without a date")
-        date = None
-    env = data.get("env_name") if isinstance(data.get("env_name"), str) else None
-    rows = []
-    for name, values in sorted(data["results"].items()):
-        if not isinstance(values, list) or len(values) <= i_res:
-            report(f"benchmark {name!r} has no result; skipped")
-            continue
-        result = values[i_res]
-        param_lists = values[i_par] if i_par is not None and len(values) > i_par and values[i_par] else []
-        if not isinstance(param_lists, list) or not all(isinstance(p, list) for p in param_lists):
-            report(f"benchmark {name!r}: its parameters are not lists of values; skipped")
-            continue
-        if result is None:
-            continue  # asv writes one null when every combination failed (memlab.site.history reads those)
-        result = result if isinstance(result, list) else [result]
-        combos = math.prod(len(p) for p in param_lists)
-        if combos != len(result):
-            report(f"benchmark {name!r} has {len(result)} results for {combos} parameter combinations; skipped")
-            continue
-        meta = benchmarks.get(name, {})
-        names = meta.get("param_names") or [f"param{i}" for i in range(len(param_lists))]
-        if len(names) != len(param_lists):
-            report(f"benchmark {name!r} has {len(param_lists)} parameter lists but benchmarks.json "
-                   f"names {len(names)}; skipped")
-            continue
-        for combo, value in zip(itertools.product(*param_lists), result):
-            if value is None or (isinstance(value, float) and math.isnan(value)):
-                continue  # asv's NaN/null: skipped (NotImplementedError) or failed
-            if not _is_number(value):
-                report(f"benchmark {name!r}: value {short_repr(value)} is not a finite number; left out")
-                continue
-            params = {n: _param_value(v) for n, v in zip(names, combo)}
-            rows.append({"machine": machine, "commit": data["commit_hash"], "date_ms": date, "env": env,
-                         "benchmark": name, "type": meta.get("type"), "unit": meta.get("unit"), "params": params,
-                         "params_key": canonical_params(params), "value": float(value), "source": source})
-    return rows
-
-
-def _asv_file(path: Path, folder: Path, benchmarks: dict) -> list[dict[str, Any]]:
-    with _FileProblems(path) as report:
-        data = _read_json(path, report)
-        if data is _FAILED:
-            return []
-        problem = None
-        if not isinstance(data, dict):
-            problem = "not a JSON object"
-        elif not isinstance(data.get("results"), dict) or not isinstance(data.get("commit_hash"), str) \
-                or not data["commit_hash"]:
-            problem = "no 'results' object or 'commit_hash'"
-        elif data.get("version") not in (None, 2):
-            problem = f"asv results api_version {short_repr(data.get('version'))} is not 2"
-        if problem:
-            report(f"not an asv 0.6 results file ({problem}); skipped")
-            return []
-        params = data.get("params")
-        machine = params.get("machine") if isinstance(params, dict) else None
-        machine = machine if isinstance(machine, str) and machine else shown_path(folder.name)
-        return _asv_rows(machine, data, benchmarks, shown_path(path), report)
-
-
-def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
-    """Read an asv 0.6 results tree into one row per benchmark, parameters, machine and commit.
-
-    Reads ``results_dir/benchmarks.json`` for parameter names, ``type`` and ``unit``, and every
-    ``results_dir/<machine>/*.json`` except ``machine.json`` (asv's columnar format,
-    ``api_version`` 2: ``result_columns`` names the columns of each ``results[benchmark]`` row;
-    ``result`` holds one value per combination of ``params`` in ``itertools.product`` order).
-    Values asv stored as NaN or null (skipped or failed benchmarks) are left out.
-
-    Returns:
-        columns :data:`ASV_COLUMNS`; ``params`` holds dicts of parsed values, ``date_ms`` the
-        commit date (ms since the epoch), ``value`` the number in ``unit``.
-
-    Warns:
-        ResultsWarning: naming each unreadable or malformed file or benchmark entry.
-    """
-    import pandas as pd
-
-    root = Path(results_dir)
-    if not os.path.isdir(root):
-        _warn(f"{shown_path(root)}: no asv results directory; the history is empty")
-        return pd.DataFrame(columns=list(ASV_COLUMNS))
-    benchmarks = _asv_benchmarks(root)
-    rows: list[dict[str, Any]] = []
-    for folder in _dirs(root):
-        files = [p for p in list_input_files(folder, ".json") if p.name != "machine.json"]
-        if not files:
-            continue
-        if not os.path.lexists(folder / "machine.json"):
-            _warn(f"{shown_path(folder)}: no machine.json; its results are loaded without machine details")
-        for path in files:
-            rows.extend(_asv_file(path, folder, benchmarks))
-    return pd.DataFrame(rows, columns=list(ASV_COLUMNS))
-
-
-# -- timelines and reproductions -------------------------------------------------------------------
-_EVENT_KEYS = ("op", "stack", "phase", "delta_bytes", "live_bytes")
-
-
-def _event_problem(i: int, e: Any) -> str | None:
-    if not isinstance(e, dict) or any(k not in e for k in _EVENT_KEYS):
-        return f"event {i} lacks one of {_EVENT_KEYS}"
-    if not (_is_number(e["delta_bytes"]) and _is_number(e["live_bytes"])):
-        return f"event {i} has non-numeric bytes"
-    if not isinstance(e["stack"], list) or not all(isinstance(s, str) for s in e["stack"]):
-        return f"event {i} has a stack that is not a list of strings"
-    if not isinstance(e["op"], str) or not isinstance(e["phase"], str):
-        return f"event {i} has an 'op' or 'phase' that is not a string"
-    return None
-
-
-def _timeline_problems(data: Any) -> list[str]:
-    if not isinstance(data, dict):
-        return [f"expected a JSON object, got {type(data).__name__}"]
-    problems = []
-    for key in ("technique", "device", "dtype", "mode"):
-        if not isinstance(data.get(key), str):
-            problems.append(f"field {key!r} must be a string")
-    if not isinstance(data.get("params"), dict):
-        problems.append("field 'params' must be an object")
-    else:
-        problems += itertools.islice(_bad_numbers(data["params"], "params"), 3)
-    if not _is_number(data.get("baseline_bytes")):
-        problems.append(f"field 'baseline_bytes' must be a number, got {short_repr(data.get('baseline_bytes'))}")
-    if data.get("method") is not None and not isinstance(data["method"], str):
-        problems.append("field 'method' must be a string")
-    events = data.get("events")
-    if not isinstance(events, list):
-        return problems + ["field 'events' must be a list"]
-    bad = next((p for p in map(_event_problem, range(len(events)), events) if p), None)
-    return problems + ([bad] if bad else [])
-
-
-def load_timelines(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
-    """Read ``Timeline.to_dict()`` JSON files (a file may also hold a list of them).
-
-    Returns:
-        validated timeline dicts in file order, each with ``source`` (the path) added.
-
-    Warns:
-        ResultsWarning: naming each unreadable or malformed file (or list item).
-    """
-    out = []
-    for path, data, report in _json_files(paths):
-        items = data if isinstance(data, list) else [data]
-        for i, item in enumerate(items):
-            problems = _timeline_problems(item)
-            if problems:
-                where = "" if len(items) == 1 else f"item {i}: "
-                report(f"{where}invalid timeline ({'; '.join(problems)}); skipped")
-                continue
-            out.append({**item, "source": shown_path(path)})
-    return out
-
-
-def _json_files(paths: Iterable[Path | str]) -> Iterator[tuple[Path, Any, _FileProblems]]:
-    """``(path, parsed JSON, its problem report)`` for each file that parses (NOTE [ hostile input
-    files ]); the report stays open while the caller checks the data."""
-    for path in map(Path, paths):
-        with _FileProblems(path) as report:
-            data = _read_json(path, report)
-            if data is not _FAILED:
-                yield path, data, report
-
-
-def _figure(fig: Any, report: _FileProblems) -> dict[str, Any] | None:
-    """A reproduction's figure spec, checked; None (reported) when it cannot be drawn.
-
-    Values that are null or NaN in a series are drawn as gaps (NaN is reported).
-    """
-    if fig is None:
-        return None
-    problem = None
-    if not isinstance(fig, dict):
-        problem = "'figure' must be an object"
-    elif fig.get("type") not in ("bar", "line"):
-        problem = f"figure type {short_repr(fig.get('type'))} is not 'bar' or 'line'"
-    elif not isinstance(fig.get("x"), list) or not isinstance(fig.get("series"), dict):
-        problem = "figure needs a list 'x' and an object 'series'"
-    elif not all(isinstance(v, str) or _is_number(v) for v in fig["x"]):
-        problem = "figure 'x' values must be strings or finite numbers"
-    else:
-        bad = [k for k, v in fig["series"].items() if not isinstance(v, list) or len(v) != len(fig["x"])
-               or not all(y is None or isinstance(y, float) and math.isnan(y) or _is_number(y) for y in v)]
-        if bad:
-            problem = f"figure series {short_repr(sorted(bad))} do not match x in length or hold non-numbers"
-    if problem:
-        report(f"{problem}; figure left out")
-        return None
-    gaps = sorted(k for k, v in fig["series"].items() if any(isinstance(y, float) for y in v if not _is_number(y)))
-    if gaps:
-        report(f"figure series {short_repr(gaps)} hold NaN values; drawn as gaps")
-    text = {k: fig[k] if isinstance(fig.get(k), str) else "" for k in ("title", "x_label", "y_label")}
-    return {"type": fig["type"], "x": fig["x"], **text, "log_x": fig.get("log_x") is True,
-            "log_y": fig.get("log_y") is True,
-            "series": {k: [y if _is_number(y) else None for y in v] for k, v in fig["series"].items()}}
-
-
-def load_json_objects(paths: Iterable[Path | str], *,
-                      not_object: str = "not a JSON object; skipped") -> list[tuple[Path, dict[str, Any]]]:
-    """``(path, object)`` for each file that is one JSON object, read as defensively as every input
-    (NOTE [ hostile input files ]); any other file is warned about (ResultsWarning, ``not_object``
-    for valid JSON of another type) and left out."""
-    out = []
-    for path, data, report in _json_files(paths):
-        if not isinstance(data, dict):
-            report(not_object)
-            continue
-        out.append((path, data))
-    return out
-
-
-def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
-    """Read seed-reproduction JSON files (see :mod:`memlab.reproductions` for the contract).
-
-    Returns:
-        validated dicts sorted by ``seed`` (the file stem when absent), with ``source`` added,
-        ``figure`` checked (None when it cannot be drawn) and ``measurements`` replaced by a
-        DataFrame of the valid ones (as :func:`load_runs` rows).  A second file with a seed
-        already read is left out.
-
-    Warns:
-        ResultsWarning: naming each unreadable or malformed file, and each invalid measurement.
-    """
-    import pandas as pd
-
-    out, seen = [], set()
-    for path, data in load_json_objects(paths, not_object="a reproduction must be a JSON object; skipped"):
-        with _FileProblems(path) as report:
-            problems = [f"field {key!r} must be a string" for key in ("title", "claim", "summary")
-                        if not isinstance(data.get(key), str)]
-            if data.get("verdict") not in VERDICTS:
-                problems.append(f"verdict {short_repr(data.get('verdict'))} is not one of {VERDICTS}")
-            if not isinstance(data.get("measurements", []), list) or not isinstance(data.get("timelines", []), list):
-                problems.append("'measurements' and 'timelines' must be lists")
-            if problems:
-                report(f"invalid reproduction ({'; '.join(problems)}); skipped")
-                continue
-            seed = data.get("seed") if isinstance(data.get("seed"), str) and data.get("seed") else shown_path(path.stem)
-            if seed in seen:
-                report(f"seed {seed!r} was already read from another file; skipped")
-                continue
-            seen.add(seed)
-            rows = []
-            for i, rec in enumerate(data.get("measurements", [])):
-                bad = validate_measurement(rec)
-                if bad:
-                    report(f"measurement {i} invalid ({'; '.join(bad)}); left out")
-                    continue
-                rows.append(_row(rec, shown_path(path.stem), shown_path(path), i))
-            timelines = []
-            for i, t in enumerate(data.get("timelines", [])):
-                bad = _timeline_problems(t)
-                if bad:
-                    report(f"timeline {i} invalid ({'; '.join(bad)}); left out")
-                    continue
-                timelines.append({**t, "source": shown_path(path)})
-            env = data.get("environment")
-            out.append({**data, "seed": seed, "source": shown_path(path), "timelines": timelines,
-                        "quick": data.get("quick") is True, "figure": _figure(data.get("figure"), report),
-                        "environment": env if isinstance(env, dict) else {},
-                        "measurements": pd.DataFrame(rows, columns=list(RUN_COLUMNS))})
-    return sorted(out, key=lambda d: d["seed"])
