@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ def patterns():
     import memlab
 
     memlab.load_plugin(PLUGIN)
-    import importlib
     import sys
 
     return next(m for n, m in sys.modules.items() if n.startswith("memlab_plugin_") and n.endswith("_patterns"))

@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib

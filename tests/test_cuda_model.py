@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -389,12 +388,3 @@ def test_property_reserved_covers_allocated_and_everything_frees(conf, seed):
     assert s.peak_reserved_bytes >= s.peak_allocated_bytes >= s.peak_rounded_bytes >= s.peak_requested_bytes
     assert s.allocated_end_bytes == 0
     assert s == simulate(events, conf=conf)   # deterministic
-
-
-def test_replay_speed_printed():
-    rng = random.Random(0)
-    events = _random_trace(rng, 50_000)
-    t0 = time.perf_counter()
-    simulate(events)
-    dt = time.perf_counter() - t0
-    print(f"\nmemlab.cuda.model replay: {len(events) / dt:,.0f} events/s ({len(events)} events in {dt:.3f} s)")

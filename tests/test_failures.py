@@ -1,7 +1,4 @@
 """Failures become rows (status oom / error) and never stop a sweep."""
-import io
-import json
-
 import memlab
 from memlab.sweep import SweepPoint, run_sweep, read_jsonl
 

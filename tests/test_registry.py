@@ -3,7 +3,6 @@ import sys
 import textwrap
 
 import pytest
-import torch
 
 import memlab
 from memlab import Technique

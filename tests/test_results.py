@@ -1,4 +1,5 @@
-"""memlab.results: sweeps, asv results, timelines and reproductions -> validated DataFrames."""
+"""memlab.results (its modules reading, runs, asv, timelines, seeds): sweeps, asv results, timelines and
+reproductions -> validated DataFrames."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import pandas as pd
 import pytest
 
 from memlab import results as R
+from memlab.results import reading, runs
 from site_fixtures import (BENCH, MiB, chunking_records, measurement, reproduction, timeline, write_asv_tree,
                            write_jsonl)
 
@@ -207,7 +209,7 @@ def test_statuses_and_fields_follow_the_record():
     from memlab.record import STATUSES, Measurement
 
     assert R.STATUSES == STATUSES
-    assert {f.name for f in dataclasses.fields(Measurement)} <= R._KNOWN_FIELDS
+    assert {f.name for f in dataclasses.fields(Measurement)} <= runs._KNOWN_FIELDS
 
 
 def test_ranking_status_per_case():
@@ -225,11 +227,11 @@ def test_ranking_status_per_case():
 
 
 def test_json_reader_bounds_nesting_and_number_range():
-    assert R._json_depth('{"a": [1, {"b": "[[[[[["}]}') == 3
+    assert reading.json_depth('{"a": [1, {"b": "[[[[[["}]}') == 3
     with pytest.raises(ValueError, match="nested 100000 levels deep"):
-        R._loads("[" * 100_000 + "]" * 100_000)
-    value = R._loads('{"big": 1' + "0" * 400 + ', "also": 1e999, "fine": 1' + "0" * 300 + "}")
-    assert isinstance(value["big"], R._OutOfRange) and isinstance(value["also"], R._OutOfRange)
+        reading.loads("[" * 100_000 + "]" * 100_000)
+    value = reading.loads('{"big": 1' + "0" * 400 + ', "also": 1e999, "fine": 1' + "0" * 300 + "}")
+    assert isinstance(value["big"], reading.OutOfRange) and isinstance(value["also"], reading.OutOfRange)
     assert value["fine"] == 10 ** 300
     assert R.validate_measurement({**measurement("a", "f", {"n": 1}, MiB), "params": value}) == [
         "field 'params.big' must be a finite number, got 1000000000... (401 digits), outside float range",

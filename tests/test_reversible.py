@@ -8,8 +8,8 @@ import torch
 import memlab
 from activation_reference import activation_peak
 from memlab.reproductions._leaky_ctx import LeakyCtxOutput
-from memlab.functional.reversible import (check_invertibility, residual_stack, reversible_stack,
-                                          reversible_stack_inverse)
+from memlab.functional.reversible import (Coupling, check_invertibility, couple, residual_stack, reversible_stack,
+                                          reversible_stack_inverse, uncouple)
 from memlab.measurement.step import make_step
 from memlab.workloads.residual_stack import ResidualStack
 
@@ -70,6 +70,32 @@ def test_invertibility_checker_flags_a_non_invertible_block():
     torch.manual_seed(0)
     assert check_invertibility(p.inputs["x"], f, list(p.model.g)).max_abs_error > 1e-3
 
+
+
+@pytest.mark.parametrize("coupling", list(Coupling))
+def test_coupling_rule_saves_what_it_states(coupling):
+    """Each coupling object's saved-tensor statement, counted: plain autograd over one coupling saves
+    ``rule.saved_bytes(half)`` bytes of storages other than its inputs' (additive nothing, affine x and
+    s), and ``uncouple`` inverts ``couple``."""
+    rule = coupling.rule
+    x = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    fo = torch.randn(4, 3 * rule.fo_channels, dtype=torch.float64, requires_grad=True)
+    storages = {}
+
+    def pack(t):
+        storages.setdefault(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = couple(x, fo, coupling)
+    new = {k: n for k, n in storages.items() if k != fo.untyped_storage().data_ptr()}
+    assert sum(new.values()) == rule.saved_bytes(x.nbytes), (coupling, rule.saved_for_backward, new)
+    torch.testing.assert_close(uncouple(y, fo, coupling), x, rtol=1e-14, atol=1e-14)
+    z = y.detach().clone()
+    rule.uncouple_(z, fo.detach())
+    rule.couple_(z, fo.detach())
+    torch.testing.assert_close(z, y.detach(), rtol=1e-14, atol=1e-14)
+    assert coupling.out_channels(5) == 5 * rule.fo_channels
 
 # -- bad input ------------------------------------------------------------------------------------
 

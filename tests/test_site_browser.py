@@ -50,7 +50,7 @@ from memlab.site import build_site
 from memlab.site import figures as F
 from memlab.site.context import build_context
 from memlab.site.render import SITE_ROOT, render_site
-from site_fixtures import make_inputs, rich_inputs
+from site_fixtures import rich_inputs
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

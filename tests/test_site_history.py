@@ -9,8 +9,6 @@ import subprocess
 import warnings
 from pathlib import Path
 
-import pytest
-
 from memlab import results as R
 from memlab.site import build_site
 from memlab.site import figures as F

@@ -4,7 +4,6 @@ with a problem line.  Torch-free: the document is written here by hand."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from memlab.advisor.advise import cuda_need
 from memlab.advisor.loops import NoLoop

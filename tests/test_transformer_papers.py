@@ -4,7 +4,6 @@ activation bytes to the byte, FlashAttention's kernel buffer, Cut Your Losses' l
 Small sizes, exact CPU allocation bytes, in-process.
 """
 import pytest
-import torch
 
 import memlab
 from memlab.reproductions import dao_flash_attention as dao

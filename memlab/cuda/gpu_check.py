@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"gpu": props.name, "gpu_memory_bytes": props.total_memory, "cuda": torch.version.cuda,
             "torch": torch.__version__, "predicted_with_torch": pred.get("torch", torch.__version__),
             "memlab_commit": git_commit() or pred.get("memlab_commit"), "jobs": args.jobs, "rows": [],
-            "note": "measured: peak above the memory held before the step on the GPU; predicted: memlab.cuda_model "
+            "note": "measured: peak above the memory held before the step on the GPU; predicted: memlab.cuda.model "
                     "replayed on the CPU trace of the same configuration (reserved: with the warm-up's cache)"}
 
     def half(cfg: dict[str, Any]) -> dict[str, Any]:

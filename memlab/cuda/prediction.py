@@ -215,7 +215,7 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
     m, base = r["model"], r["base"]
     out: dict[str, Any] = {
         "predicted": True,
-        "method": "replay of the CPU allocation trace's device view through memlab.cuda_model (PyTorch CUDA "
+        "method": "replay of the CPU allocation trace's device view through memlab.cuda.model (PyTorch CUDA "
                   "caching allocator, one stream): the baseline allocated first, then the iteration's "
                   "allocations and frees in order; host-only and CPU-kernel-only allocations left out",
         "iteration": iteration, "conf": conf, "conf_parsed": parsed.to_dict(), "capacity_bytes": capacity_bytes,

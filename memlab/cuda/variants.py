@@ -71,7 +71,7 @@ def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=prin
 
     out = {"seed": seed["seed"], "confs": list(confs), "rows": rows, "predicted": True,
            "method": "one CPU float32 training step per configuration traced as memlab measures it, replayed through "
-                     "memlab.cuda_model (PyTorch's CUDA caching allocator, one stream) from a cache holding only the "
+                     "memlab.cuda.model (PyTorch's CUDA caching allocator, one stream) from a cache holding only the "
                      "baseline; figures are totals (max_memory_allocated / max_memory_reserved) in bytes",
            "torch": torch.__version__, "memlab_commit": git_commit()}
     # the seed's module found by name, as the registry finds the built-in packages: the reproductions

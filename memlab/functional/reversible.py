@@ -19,9 +19,15 @@ sequences of modules mapping C channels to C (additive) or 2·C (affine) channel
     reversible_stack(x, f_blocks, g_blocks, coupling="additive", save_memory=True)
     reversible_stack_inverse(y, f_blocks, g_blocks, coupling="additive")        # x from y
     check_invertibility(x, f_blocks, g_blocks, coupling="additive") -> InvertibilityReport
+
+A coupling is an object (:class:`Coupling` parses the name, ``Coupling(name).rule`` is an
+:class:`AdditiveCoupling` or :class:`AffineCoupling`): it carries its own forward and inverse, out of
+place and in place, the gradients the reversible backward needs and what plain autograd saves for it,
+so no function here branches on the coupling's name.
 """
 from __future__ import annotations
 
+import abc
 import enum
 from dataclasses import dataclass
 from typing import Sequence
@@ -30,7 +36,7 @@ import torch
 from torch import Tensor, nn
 
 __all__ = [
-    "Coupling", "ReversibleSettings", "InvertibilityReport", "couple", "uncouple", "residual_stack",
+    "Coupling", "CouplingRule", "AdditiveCoupling", "AffineCoupling", "ReversibleSettings", "InvertibilityReport", "couple", "uncouple", "residual_stack",
     "reversible_stack", "reversible_stack_inverse", "check_invertibility", "AFFINE_SCALE_SHIFT",
 ]
 
@@ -39,7 +45,9 @@ AFFINE_SCALE_SHIFT = 2.0
 
 
 class Coupling(str, enum.Enum):
-    """How a block combines a half with its residual function's output."""
+    """How a block combines a half with its residual function's output: a name, parsed from the
+    workload's ``coupling`` parameter, whose :attr:`rule` (:class:`AdditiveCoupling`,
+    :class:`AffineCoupling`) carries the maths."""
 
     ADDITIVE = "additive"  #: y = x + f;                 f has C channels
     AFFINE = "affine"      #: y = x · sigmoid(r + 2) + t; f = (r, t) has 2·C channels
@@ -52,9 +60,14 @@ class Coupling(str, enum.Enum):
             valid = ", ".join(repr(c.value) for c in cls)
             raise ValueError(f"coupling={value!r} is not valid; valid couplings: {valid}") from None
 
+    @property
+    def rule(self) -> "CouplingRule":
+        """The coupling's forward, inverse, gradients and saved tensors."""
+        return _RULES[self]
+
     def out_channels(self, channels: int) -> int:
         """Channels F and G must produce for halves of ``channels`` channels."""
-        return channels if self is Coupling.ADDITIVE else 2 * channels
+        return self.rule.fo_channels * channels
 
 
 @dataclass(frozen=True)
@@ -95,9 +108,120 @@ class InvertibilityReport:
 # ---------------------------------------------------------------------------------------------
 # coupling maths (out-of-place for autograd, in-place for the reversible working buffers)
 
-def _scale_shift(fo: Tensor) -> tuple[Tensor, Tensor]:
-    raw, t = fo.chunk(2, dim=1)
-    return torch.sigmoid(raw + AFFINE_SCALE_SHIFT), t
+class CouplingRule(abc.ABC):
+    """One coupling ``y = couple(x, fo)`` of a half ``x`` [B, C, ...] with its residual function's output
+    ``fo`` [B, fo_channels·C, ...]: forward and inverse, out of place (autograd) and in place (the
+    reversible working buffers), and the two gradients the reversible backward needs.
+
+    Attributes:
+        fo_channels: channels of ``fo`` per channel of a half (1 additive, 2 affine).
+        saved_for_backward: what plain autograd saves for one coupling (the statement
+            :meth:`saved_bytes` counts; a test checks it with saved-tensor hooks).
+    """
+
+    fo_channels: int = 1
+    saved_for_backward: str = ""
+
+    @abc.abstractmethod
+    def saved_bytes(self, half_bytes: int) -> int:
+        """Bytes plain autograd saves for one coupling of a half of ``half_bytes`` bytes."""
+
+    @abc.abstractmethod
+    def couple(self, x: Tensor, fo: Tensor) -> Tensor:
+        """``y`` from ``x`` and ``fo``, out of place."""
+
+    @abc.abstractmethod
+    def uncouple(self, y: Tensor, fo: Tensor) -> Tensor:
+        """``x`` from ``y`` and ``fo`` (the inverse of :meth:`couple`), out of place."""
+
+    @abc.abstractmethod
+    def couple_(self, x: Tensor, fo: Tensor) -> None:
+        """In place: ``x`` becomes the coupled half."""
+
+    @abc.abstractmethod
+    def uncouple_(self, y: Tensor, fo: Tensor) -> None:
+        """In place: ``y`` becomes the coupling's input half."""
+
+    @abc.abstractmethod
+    def grad_fo(self, y: Tensor, fo: Tensor, g: Tensor) -> Tensor:
+        """dL/d(fo) given ``g = dL/dy``, written with ``y`` instead of ``x`` (so the half ``x`` need
+        not be reconstructed first: NOTE [ whole-stack reversible function ])."""
+
+    @abc.abstractmethod
+    def grad_x_(self, g: Tensor, fo: Tensor) -> None:
+        """In place: ``g = dL/dy`` becomes ``dL/dx``."""
+
+
+class AdditiveCoupling(CouplingRule):
+    """``y = x + fo``; ``fo`` has C channels."""
+
+    fo_channels = 1
+    saved_for_backward = "nothing: the sum's gradient is g itself"
+
+    def saved_bytes(self, half_bytes: int) -> int:
+        return 0
+
+    def couple(self, x: Tensor, fo: Tensor) -> Tensor:
+        return x + fo
+
+    def uncouple(self, y: Tensor, fo: Tensor) -> Tensor:
+        return y - fo
+
+    def couple_(self, x: Tensor, fo: Tensor) -> None:
+        x.add_(fo)
+
+    def uncouple_(self, y: Tensor, fo: Tensor) -> None:
+        y.sub_(fo)
+
+    def grad_fo(self, y: Tensor, fo: Tensor, g: Tensor) -> Tensor:
+        return g
+
+    def grad_x_(self, g: Tensor, fo: Tensor) -> None:
+        pass  # dL/dx = dL/dy
+
+
+class AffineCoupling(CouplingRule):
+    """``y = x · s + t`` with ``(raw, t) = fo`` (2·C channels) and ``s = sigmoid(raw + 2)``."""
+
+    fo_channels = 2
+    saved_for_backward = ("x and s, [B, C, ...] each: the product saves both, the sigmoid its output s "
+                          "(one storage); the shift and the split save nothing")
+
+    def saved_bytes(self, half_bytes: int) -> int:
+        return 2 * half_bytes
+
+    @staticmethod
+    def scale_shift(fo: Tensor) -> tuple[Tensor, Tensor]:
+        """``(s, t)`` of ``fo``: ``s = sigmoid(raw + AFFINE_SCALE_SHIFT)`` in (0, 1), [B, C, ...] each."""
+        raw, t = fo.chunk(2, dim=1)
+        return torch.sigmoid(raw + AFFINE_SCALE_SHIFT), t
+
+    def couple(self, x: Tensor, fo: Tensor) -> Tensor:
+        s, t = self.scale_shift(fo)
+        return x * s + t
+
+    def uncouple(self, y: Tensor, fo: Tensor) -> Tensor:
+        s, t = self.scale_shift(fo)
+        return (y - t) / s
+
+    def couple_(self, x: Tensor, fo: Tensor) -> None:
+        s, t = self.scale_shift(fo)
+        x.mul_(s).add_(t)
+
+    def uncouple_(self, y: Tensor, fo: Tensor) -> None:
+        s, t = self.scale_shift(fo)
+        y.sub_(t).div_(s)
+
+    def grad_fo(self, y: Tensor, fo: Tensor, g: Tensor) -> Tensor:
+        """d/draw = g · x · s(1 - s) = g · (y - t)(1 - s) and d/dt = g."""
+        s, t = self.scale_shift(fo)
+        return torch.cat([g * (y - t) * (1 - s), g], dim=1)
+
+    def grad_x_(self, g: Tensor, fo: Tensor) -> None:
+        g.mul_(self.scale_shift(fo)[0])  # dL/dx = dL/dy · s
+
+
+_RULES = {Coupling.ADDITIVE: AdditiveCoupling(), Coupling.AFFINE: AffineCoupling()}
 
 
 def couple(x: Tensor, fo: Tensor, coupling: Coupling | str = Coupling.ADDITIVE) -> Tensor:
@@ -105,54 +229,12 @@ def couple(x: Tensor, fo: Tensor, coupling: Coupling | str = Coupling.ADDITIVE) 
 
     Out of place, autograd-friendly.  ``x``: [B, C, ...]; ``fo``: [B, C, ...] or [B, 2·C, ...].
     """
-    if Coupling.parse(coupling) is Coupling.ADDITIVE:
-        return x + fo
-    s, t = _scale_shift(fo)
-    return x * s + t
+    return Coupling.parse(coupling).rule.couple(x, fo)
 
 
 def uncouple(y: Tensor, fo: Tensor, coupling: Coupling | str = Coupling.ADDITIVE) -> Tensor:
     """Inverse of :func:`couple`: ``x = y - fo`` or ``(y - t) / s``; out of place."""
-    if Coupling.parse(coupling) is Coupling.ADDITIVE:
-        return y - fo
-    s, t = _scale_shift(fo)
-    return (y - t) / s
-
-
-def _uncouple_(y: Tensor, fo: Tensor, coupling: Coupling) -> None:
-    """In place: ``y`` becomes the coupling's input half."""
-    if coupling is Coupling.ADDITIVE:
-        y.sub_(fo)
-    else:
-        s, t = _scale_shift(fo)
-        y.sub_(t).div_(s)
-
-
-def _couple_(x: Tensor, fo: Tensor, coupling: Coupling) -> None:
-    """In place: ``x`` becomes the coupled half."""
-    if coupling is Coupling.ADDITIVE:
-        x.add_(fo)
-    else:
-        s, t = _scale_shift(fo)
-        x.mul_(s).add_(t)
-
-
-def _grad_fo(y: Tensor, fo: Tensor, g: Tensor, coupling: Coupling) -> Tensor:
-    """dL/d(fo) of ``y = couple(x, fo)`` given ``g = dL/dy``, written with ``y`` instead of ``x``.
-
-    Additive: ``g`` itself.  Affine: d/draw = g · x · s(1 - s) = g · (y - t)(1 - s) and d/dt = g, so
-    the half ``x`` need not be reconstructed first (see NOTE [ whole-stack reversible function ]).
-    """
-    if coupling is Coupling.ADDITIVE:
-        return g
-    s, t = _scale_shift(fo)
-    return torch.cat([g * (y - t) * (1 - s), g], dim=1)
-
-
-def _grad_x_(g: Tensor, fo: Tensor, coupling: Coupling) -> None:
-    """In place: ``g = dL/dy`` becomes ``dL/dx`` for ``y = couple(x, fo)`` (times s if affine)."""
-    if coupling is Coupling.AFFINE:
-        g.mul_(_scale_shift(fo)[0])
+    return Coupling.parse(coupling).rule.uncouple(y, fo)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -196,8 +278,8 @@ def residual_stack(x: Tensor, f_blocks: Sequence[nn.Module], g_blocks: Sequence[
     c = Coupling.parse(coupling)
     x1, x2 = x.chunk(2, dim=1)
     for f, g in zip(f_blocks, g_blocks):
-        x1 = couple(x1, f(x2), c)
-        x2 = couple(x2, g(x1), c)
+        x1 = c.rule.couple(x1, f(x2))
+        x2 = c.rule.couple(x2, g(x1))
     return torch.cat([x1, x2], dim=1)
 
 
@@ -218,7 +300,7 @@ def residual_stack(x: Tensor, f_blocks: Sequence[nn.Module], g_blocks: Sequence[
 #       F half: the same with fo = F(x2), y1 -> x1, g1 -> dL/dx1, dL/dx2 added to g2.
 #     Each half-step finishes autograd.grad *before* the in-place inverse: the halves share one
 #     storage and version counter, so an in-place op first would trip autograd's saved-tensor
-#     check.  That is why the affine gradient is written with y instead of x (_grad_fo).
+#     check.  That is why the affine gradient is written with y instead of x (CouplingRule.grad_fo).
 #     F's and G's graphs live one half-step at a time, so the working set is y, g and one
 #     F or G graph: constant in depth.  Cost: one extra forward of every F and G (4/3 of plain).
 #   Per-block designs (a Function per block, MemCNN's) keep one output per block alive until the
@@ -235,8 +317,8 @@ class _ReversibleStackFn(torch.autograd.Function):
         for f, g in zip(f_blocks, g_blocks):
             if not settings.save_memory:
                 snapshots.append(z.clone())
-            _couple_(z1, f(z2), settings.coupling)
-            _couple_(z2, g(z1), settings.coupling)
+            settings.coupling.rule.couple_(z1, f(z2))
+            settings.coupling.rule.couple_(z2, g(z1))
         ctx.save_for_backward(z, *snapshots)
         return z
 
@@ -253,15 +335,15 @@ class _ReversibleStackFn(torch.autograd.Function):
         for i in range(depth - 1, -1, -1):
             f, gm = ctx.f_blocks[i], ctx.g_blocks[i]
             snap1, snap2 = snapshots[i].chunk(2, dim=1) if snapshots else (None, None)
-            _half_step_backward(gm, y1, y2, g2, g1, settings.coupling, grads, snap2)
-            _half_step_backward(f, y2, y1, g1, g2, settings.coupling, grads, snap1)
+            _half_step_backward(gm, y1, y2, g2, g1, settings.coupling.rule, grads, snap2)
+            _half_step_backward(f, y2, y1, g1, g2, settings.coupling.rule, grads, snap1)
         del y, y1, y2, snapshots
         dx = g if ctx.needs_input_grad[3] else None
         return (None, None, None, dx, *(grads.get(id(p)) for p in ctx.params))
 
 
 def _half_step_backward(fn: nn.Module, inp: Tensor, out: Tensor, g_out: Tensor, g_inp: Tensor,
-                        coupling: Coupling, grads: dict[int, Tensor], snapshot: Tensor | None) -> None:
+                        rule: CouplingRule, grads: dict[int, Tensor], snapshot: Tensor | None) -> None:
     """One half of a block in reverse: ``out = couple(prev, fn(inp))``.
 
     Afterwards ``out`` holds ``prev`` (reconstructed, or copied from ``snapshot`` in the no-savings
@@ -274,15 +356,15 @@ def _half_step_backward(fn: nn.Module, inp: Tensor, out: Tensor, g_out: Tensor, 
         # fn sees a (free) view, not the leaf: FlopCounterMode's module tracker registers grad hooks
         # on module inputs, and such hooks on a leaf fail inside torch.autograd.grad.
         fo = fn(inp_d.view_as(inp_d))
-    grad_fo = _grad_fo(out, fo.detach(), g_out, coupling)
+    grad_fo = rule.grad_fo(out, fo.detach(), g_out)
     d_inp, *d_params = torch.autograd.grad(fo, [inp_d, *params], grad_fo)
     fo = fo.detach()
     del grad_fo, inp_d
     if snapshot is None:
-        _uncouple_(out, fo, coupling)
+        rule.uncouple_(out, fo)
     else:
         out.copy_(snapshot)
-    _grad_x_(g_out, fo, coupling)
+    rule.grad_x_(g_out, fo)
     del fo
     g_inp.add_(d_inp)
     del d_inp
@@ -355,8 +437,8 @@ def reversible_stack_inverse(y: Tensor, f_blocks: Sequence[nn.Module], g_blocks:
     z = y.detach().clone(memory_format=torch.contiguous_format)
     z1, z2 = z.chunk(2, dim=1)
     for f, g in zip(reversed(tuple(f_blocks)), reversed(tuple(g_blocks))):
-        _uncouple_(z2, g(z1), c)
-        _uncouple_(z1, f(z2), c)
+        c.rule.uncouple_(z2, g(z1))
+        c.rule.uncouple_(z1, f(z2))
     return z
 
 

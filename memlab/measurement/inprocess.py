@@ -13,7 +13,7 @@ from ..technique import Technique, described
 from . import alloc_trace, resident
 from .categories import Probe, baseline_categories, categorise, refuses_saved_hooks
 from .devices import device_label, synchronize
-from .environment import environment, load_average
+from .environment import environment
 from ..record import Measurement, Timeline, TimelineEvent
 from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
 from .step_check import Float64Arbiter, Shadow, StepLog, build_problem, checker_for, compare_logs

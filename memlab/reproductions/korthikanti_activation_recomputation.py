@@ -166,7 +166,7 @@ def saved_tensors(c: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
 def paper_term(entry: dict[str, Any], c: dict[str, int]) -> str:
     """The paper's term a saved tensor of :func:`saved_tensors` stands for (or what the paper leaves out)."""
     s, b, h, a = c["seq"], c["batch"], c["hidden"], c["heads"]
-    by, shape, n = " ".join(entry["saved_by"]), entry["shape"], _numel(entry["shape"])
+    by, n = " ".join(entry["saved_by"]), _numel(entry["shape"])
     if "LayerNormBackward0.input" in by:
         return "LayerNorm input (LayerNorms, 2sbh)"
     if "LayerNormBackward0.result" in by:
@@ -266,11 +266,13 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     return report(ms, quick, saved_tensors(c), kept)
 
 
-def report(measurements: list, quick: bool, tensors: list[dict[str, Any]], kept: dict[str, int]) -> dict[str, Any]:
-    """The page's data: the measurements, one block's saved tensors and the kept bytes per layer."""
+def accounting(measurements: list, quick: bool, tensors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The per-layer numbers the page states (bytes), computed from the measurements and one block's
+    saved tensors: the configuration (``c``, ``s``, ``b``, ``h``, ``a``, ``sbh``), the measured
+    ``saved`` and ``temps`` per layer, the ``walked`` saved tensors, the LayerNorm statistics' element
+    size ``stats_bytes``, the paper's terms, the differences, memlab's ``predicted`` bytes and whether
+    all agree to the byte (``exact``)."""
     c = configs(quick)
-    s, b, h, a = c["seq"], c["batch"], c["hidden"], c["heads"]
-    sbh = s * b * h
     rows = {(m.technique, m.params["layers"]): m for m in measurements}
     saved = per_layer_category(rows, "saved_activations")
     temps = per_layer_category(rows, "temporaries")
@@ -278,46 +280,48 @@ def report(measurements: list, quick: bool, tensors: list[dict[str, Any]], kept:
     stats = next((t for t in tensors if any(w.startswith("NativeLayerNormBackward0.result1") for w in t["saved_by"])),
                  None)
     stats_bytes = {"bfloat16": 2, "float32": 4}.get(stats["dtype"], _ELEMENT) if stats else _ELEMENT
-    paper = paper_terms(c)
-    diffs = differences(c, stats_bytes)
     predicted = predicted_per_layer(c, stats_bytes)
-    exact = saved == predicted - _SCALE_BYTES and temps == _SCALE_BYTES and walked == predicted
+    return {"c": c, "s": c["seq"], "b": c["batch"], "h": c["hidden"], "a": c["heads"],
+            "sbh": c["seq"] * c["batch"] * c["hidden"], "saved": saved, "temps": temps, "walked": walked,
+            "stats_bytes": stats_bytes, "paper": paper_terms(c), "diffs": differences(c, stats_bytes),
+            "predicted": predicted,
+            "exact": saved == predicted - _SCALE_BYTES and temps == _SCALE_BYTES and walked == predicted}
 
-    def fmt(x):
-        return None if x is None else int(x)
 
-    terms = table("terms", "Per layer: the paper's terms beside memlab's (bytes, bfloat16, dropout 0.1)",
-                  ["term", "paper formula", "paper bytes", "memlab bytes", "difference", "the PyTorch tensor behind it"],
-                  [["attention (s·b·h terms)", "11sbh", paper["attention_sbh"], 14 * sbh,
-                    3 * sbh, "q kept twice (+2sbh), the residual dropout noise in 2 bytes (+sbh)"],
-                   ["attention (s² terms)", "5as²b", paper["attention_scores"], 6 * a * s * s * b + s * s + _SCALE_BYTES,
-                    a * s * s * b + s * s + _SCALE_BYTES,
-                    "attention dropout noise in 2 bytes (+as²b), the causal mask (+s²), the scale (+8)"],
-                   ["MLP", "19sbh", paper["mlp"], 20 * sbh, sbh, "the MLP dropout noise in 2 bytes (+sbh)"],
-                   ["LayerNorms", "4sbh", paper["layernorms"], 4 * sbh + 4 * s * b * stats_bytes,
-                    4 * s * b * stats_bytes, f"mean and rstd, {stats_bytes} bytes each per token, of both"],
-                   ["total", "sbh(34 + 5as/h)", sum(paper.values()), predicted, predicted - sum(paper.values()), ""],
-                   ["measured saved_activations per layer", "", None, fmt(saved),
-                    None if saved is None else saved - sum(paper.values()),
-                    "the category at the step's peak, 2 layers minus 1 (memlab.measure, isolated)"],
-                   ["measured temporaries per layer", "", None, fmt(temps), None,
-                    "the same difference in the temporaries category: the 8-byte scale (saved without hooks)"],
-                   ["one block's saved tensors, summed", "", None, walked, walked - sum(paper.values()),
-                    "the autograd graph walked, one entry per storage (table below)"]],
-                  f"s = {s}, b = {b}, h = {h}, a = {a} (sbh = {sbh:,} bytes at 1 byte per element; as/h = {a * s // h}, "
-                  "the paper's GPT-3 175B value). memlab bytes = paper bytes + the differences listed in the "
-                  "next table; equal to the measured figure to the byte: " + ("yes." if exact else "NO."))
-    diff_table = table("differences", "Every byte of difference, by the PyTorch tensor that causes it",
-                       ["difference", "bytes", "why"], [[n, v, why] for n, v, why in diffs])
-    walk = table("saved", "One block's saved tensors (the autograd graph, one row per storage)",
-                 ["saved by (node.attribute, Linear)", "shape", "dtype", "bytes", "the paper's term"],
-                 [["; ".join(t["saved_by"]), "x".join(map(str, t["shape"])) or "scalar", t["dtype"], t["bytes"],
-                   paper_term(t, c)] for t in tensors],
-                 "Parameters (weights, LayerNorm scale and shift) left out; a tensor saved as a view counts its "
-                 "whole storage (k and v are views of the heads-first copy, so the copy appears once, 3x q's size).")
-    rng = _rng_bytes(kept, sbh)
+def _whole(x):
+    return None if x is None else int(x)
+
+
+def _terms_table(f: dict[str, Any]) -> dict[str, Any]:
+    s, b, h, a, sbh, paper, stats_bytes = f["s"], f["b"], f["h"], f["a"], f["sbh"], f["paper"], f["stats_bytes"]
+    saved, predicted, walked = f["saved"], f["predicted"], f["walked"]
+    return table("terms", "Per layer: the paper's terms beside memlab's (bytes, bfloat16, dropout 0.1)",
+                 ["term", "paper formula", "paper bytes", "memlab bytes", "difference", "the PyTorch tensor behind it"],
+                 [["attention (s·b·h terms)", "11sbh", paper["attention_sbh"], 14 * sbh,
+                   3 * sbh, "q kept twice (+2sbh), the residual dropout noise in 2 bytes (+sbh)"],
+                  ["attention (s² terms)", "5as²b", paper["attention_scores"],
+                   6 * a * s * s * b + s * s + _SCALE_BYTES, a * s * s * b + s * s + _SCALE_BYTES,
+                   "attention dropout noise in 2 bytes (+as²b), the causal mask (+s²), the scale (+8)"],
+                  ["MLP", "19sbh", paper["mlp"], 20 * sbh, sbh, "the MLP dropout noise in 2 bytes (+sbh)"],
+                  ["LayerNorms", "4sbh", paper["layernorms"], 4 * sbh + 4 * s * b * stats_bytes,
+                   4 * s * b * stats_bytes, f"mean and rstd, {stats_bytes} bytes each per token, of both"],
+                  ["total", "sbh(34 + 5as/h)", sum(paper.values()), predicted, predicted - sum(paper.values()), ""],
+                  ["measured saved_activations per layer", "", None, _whole(saved),
+                   None if saved is None else saved - sum(paper.values()),
+                   "the category at the step's peak, 2 layers minus 1 (memlab.measure, isolated)"],
+                  ["measured temporaries per layer", "", None, _whole(f["temps"]), None,
+                   "the same difference in the temporaries category: the 8-byte scale (saved without hooks)"],
+                  ["one block's saved tensors, summed", "", None, walked, walked - sum(paper.values()),
+                   "the autograd graph walked, one entry per storage (table below)"]],
+                 f"s = {s}, b = {b}, h = {h}, a = {a} (sbh = {sbh:,} bytes at 1 byte per element; as/h = "
+                 f"{a * s // h}, the paper's GPT-3 175B value). memlab bytes = paper bytes + the differences listed in "
+                 "the next table; equal to the measured figure to the byte: " + ("yes." if f["exact"] else "NO."))
+
+
+def _recompute_table(f: dict[str, Any], kept: dict[str, int]) -> dict[str, Any]:
+    sbh, rng = f["sbh"], _rng_bytes(kept, f["sbh"])
     recompute_rows = [
-        ["no recomputation (eager_attention)", "sbh(34 + 5as/h)", sum(paper.values()), kept.get("eager_attention"),
+        ["no recomputation (eager_attention)", "sbh(34 + 5as/h)", sum(f["paper"].values()), kept.get("eager_attention"),
          "everything above, kept at the end of forward (the forward-kept trace includes the block's output: the "
          "next block's input, counted in that block)"],
         ["selective recomputation (paper) / selective_checkpoint (memlab)", "34sbh", 34 * sbh,
@@ -326,51 +330,78 @@ def report(measurements: list, quick: bool, tensors: list[dict[str, Any]], kept:
          f"2sbh: 20sbh + {rng:,} bytes, and recomputes LayerNorm, GELU and dropout too, where the paper keeps "
          "them; the paper's selective figure is memlab's eager row without its s² terms"],
         ["full recomputation (paper) / checkpoint_layer (memlab)", "2sbh", 2 * sbh, kept.get("checkpoint_layer"),
-         f"the block input 2sbh + {rng:,} bytes: torch.utils.checkpoint stashes the CPU RNG state (torch.get_rng_state(), "
-         "5,056 bytes) to replay dropout, and 8 bytes more"],
+         f"the block input 2sbh + {rng:,} bytes: torch.utils.checkpoint stashes the CPU RNG state "
+         "(torch.get_rng_state(), 5,056 bytes) to replay dropout, and 8 bytes more"],
     ]
-    recompute = table("recompute", "Recomputation: kept per layer at the end of forward (bytes)",
-                      ["strategy", "paper formula", "paper bytes", "memlab bytes", "note"], recompute_rows,
-                      "memlab bytes: the exact allocation trace of one forward, two layers minus one (bfloat16). "
-                      "torch.utils.checkpoint with use_reentrant=False keeps what it saves out of the "
-                      "saved_activations category, so these rows use the trace.")
-    at_scale = {**PAPER_SIZE, "dropout": DROPOUT}
-    big_paper, big_ours = sum(paper_terms(at_scale).values()), predicted_per_layer(at_scale)
+    return table("recompute", "Recomputation: kept per layer at the end of forward (bytes)",
+                 ["strategy", "paper formula", "paper bytes", "memlab bytes", "note"], recompute_rows,
+                 "memlab bytes: the exact allocation trace of one forward, two layers minus one (bfloat16). "
+                 "torch.utils.checkpoint with use_reentrant=False keeps what it saves out of the "
+                 "saved_activations category, so these rows use the trace.")
+
+
+def _tables(f: dict[str, Any], tensors: list[dict[str, Any]], kept: dict[str, int],
+            big_paper: int, big_ours: int) -> list[dict[str, Any]]:
+    """The terms, the differences, recomputation, one block's saved tensors and the paper's size."""
+    diff_table = table("differences", "Every byte of difference, by the PyTorch tensor that causes it",
+                       ["difference", "bytes", "why"], [[n, v, why] for n, v, why in f["diffs"]])
+    walk = table("saved", "One block's saved tensors (the autograd graph, one row per storage)",
+                 ["saved by (node.attribute, Linear)", "shape", "dtype", "bytes", "the paper's term"],
+                 [["; ".join(t["saved_by"]), "x".join(map(str, t["shape"])) or "scalar", t["dtype"], t["bytes"],
+                   paper_term(t, f["c"])] for t in tensors],
+                 "Parameters (weights, LayerNorm scale and shift) left out; a tensor saved as a view counts its "
+                 "whole storage (k and v are views of the heads-first copy, so the copy appears once, 3x q's size).")
     scale = table("scale", "At the paper's size (GPT-3 175B layer: s 2048, b 1, h 12288, a 96), from the formulas",
                   ["layer", "paper bytes", "memlab's exact model, bytes", "ratio"],
                   [["GPT-3 175B, one layer", big_paper, big_ours, round(big_ours / big_paper, 3)]],
                   "memlab's model = the paper's formula + the differences above, evaluated at the paper's size "
                   "(bfloat16 LayerNorm statistics); a prediction, not a measurement.")
-    verdict = "reproduced" if exact else "reproduced with caveat"
-    summary = " ".join([
+    return [_terms_table(f), diff_table, _recompute_table(f, kept), walk, scale]
+
+
+def _summary(f: dict[str, Any], kept: dict[str, int], big_paper: int, big_ours: int) -> str:
+    s, b, h, a, sbh, paper, saved = f["s"], f["b"], f["h"], f["a"], f["sbh"], f["paper"], f["saved"]
+    return " ".join([
         f"Claim: {CLAIM}",
-        f"Measured: in bfloat16 with dropout {DROPOUT} at s {s}, b {b}, h {h}, a {a} (as/h = {a * s // h}, as in GPT-3 "
-        f"175B), a layer keeps {fmt(saved):,} bytes ({mib(saved, 3)} MiB) of saved activations, measured; the paper's "
-        f"sbh(34 + 5as/h) is {sum(paper.values()):,} bytes ({round((saved or 0) / sum(paper.values()), 3)}x).",
-        "Every byte of the difference is a PyTorch tensor: " + "; ".join(f"{n} +{v:,}" for n, v, _ in diffs) + ".",
-        f"To the byte: paper + differences = {predicted:,} bytes = measured saved_activations per layer ({fmt(saved):,}) + "
-        f"measured temporaries per layer ({fmt(temps)}: the scale, which autograd saves without the saved-tensor "
-        f"hooks) = one block's saved tensors summed ({walked:,}): " + ("equal to the byte." if exact else "NOT equal."),
+        f"Measured: in bfloat16 with dropout {DROPOUT} at s {s}, b {b}, h {h}, a {a} (as/h = {a * s // h}, as in "
+        f"GPT-3 175B), a layer keeps {_whole(saved):,} bytes ({mib(saved, 3)} MiB) of saved activations, measured; "
+        f"the paper's sbh(34 + 5as/h) is {sum(paper.values()):,} bytes "
+        f"({round((saved or 0) / sum(paper.values()), 3)}x).",
+        "Every byte of the difference is a PyTorch tensor: " + "; ".join(f"{n} +{v:,}" for n, v, _ in f["diffs"]) + ".",
+        f"To the byte: paper + differences = {f['predicted']:,} bytes = measured saved_activations per layer "
+        f"({_whole(saved):,}) + measured temporaries per layer ({_whole(f['temps'])}: the scale, which autograd saves "
+        f"without the saved-tensor hooks) = one block's saved tensors summed ({f['walked']:,}): "
+        + ("equal to the byte." if f["exact"] else "NOT equal."),
         f"Recomputation: checkpoint_layer keeps {kept.get('checkpoint_layer'):,} bytes per layer (paper 2sbh = "
         f"{2 * sbh:,}); selective_checkpoint {kept.get('selective_checkpoint'):,} (paper's selective 34sbh = "
         f"{34 * sbh:,}; memlab's policy also recomputes LayerNorm, GELU and dropout).",
-        f"At the paper's size: at GPT-3 175B's s, b, h, a the same accounting gives {round(big_ours / 2**30, 2)} GiB per layer against "
-        f"the formula's {round(big_paper / 2**30, 2)} GiB ({round(big_ours / big_paper, 3)}x): the 2-byte CPU dropout "
-        "noise and the second copy of q are the bulk of it.",
+        f"At the paper's size: at GPT-3 175B's s, b, h, a the same accounting gives {round(big_ours / 2**30, 2)} GiB "
+        f"per layer against the formula's {round(big_paper / 2**30, 2)} GiB ({round(big_ours / big_paper, 3)}x): the "
+        "2-byte CPU dropout noise and the second copy of q are the bulk of it.",
         "Caveat: CPU, bfloat16 (CPU dropout keeps 2-byte noise where CUDA keeps a 1-byte mask); scaled from the paper's "
         "size keeping as/h; no tensor or sequence parallelism (t = 1).",
         checked_line(measurements),
     ])
+
+
+def report(measurements: list, quick: bool, tensors: list[dict[str, Any]], kept: dict[str, int]) -> dict[str, Any]:
+    """The page's data: the measurements, one block's saved tensors and the kept bytes per layer
+    (:func:`accounting` computes, :func:`_tables` and :func:`_summary` write)."""
+    f = accounting(measurements, quick, tensors)
+    s, b, a, sbh, paper, stats_bytes = f["s"], f["b"], f["a"], f["sbh"], f["paper"], f["stats_bytes"]
+    at_scale = {**PAPER_SIZE, "dropout": DROPOUT}
+    big_paper, big_ours = sum(paper_terms(at_scale).values()), predicted_per_layer(at_scale)
     labels = ["attention (sbh)", "attention (s²)", "MLP", "LayerNorms"]
     ours = [11 * sbh + 3 * sbh, 6 * a * s * s * b + s * s + _SCALE_BYTES, 20 * sbh, 4 * sbh + 4 * s * b * stats_bytes]
     return {
-        "verdict": verdict,
-        "summary": summary,
+        "verdict": "reproduced" if f["exact"] else "reproduced with caveat",
+        "summary": _summary(f, kept, big_paper, big_ours),
         "measurements": [m.to_dict() for m in measurements],
         "timelines": [],
-        "tables": [terms, diff_table, recompute, walk, scale],
-        "per_layer": {"paper_bytes": sum(paper.values()), "predicted_bytes": predicted, "measured_saved_bytes": saved,
-                      "walked_bytes": walked, "kept_bytes": kept, "config": c},
+        "tables": _tables(f, tensors, kept, big_paper, big_ours),
+        "per_layer": {"paper_bytes": sum(paper.values()), "predicted_bytes": f["predicted"],
+                      "measured_saved_bytes": f["saved"], "walked_bytes": f["walked"], "kept_bytes": kept,
+                      "config": f["c"]},
         "figure": {"type": "bar", "title": "Per layer: the paper's terms beside memlab's (KiB, bfloat16)",
                    "x_label": "term", "y_label": "bytes per layer, KiB", "x": labels,
                    "series": {"paper": [round(v / 1024, 1) for v in paper.values()],

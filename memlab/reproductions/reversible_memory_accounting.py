@@ -27,9 +27,9 @@ allocator's cache, the CUDA context) hide.  Here, on CPU with exact allocated by
 """
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Callable
 
-from ..units import MiB
 from ._papers import mib, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "REPORT", "reproduce", "memcnn_models"]
@@ -177,66 +177,115 @@ def _growth(m) -> int | None:
     return (max(a) - min(a)) if a else None
 
 
-def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -> dict[str, Any]:
-    """The page's data from the measurements :func:`reproduce` took."""
-    c = _configs(quick)
-    cfg, depths = c["nets"], c["depths"]
-    res, rev = nets["resnet"], nets["revnet"]
-    act = {n: (m.extra.get("activation_peak_bytes") if _ok(m) else None) for n, m in nets.items()}
-    tot = {n: (m.total_peak_bytes if _ok(m) else None) for n, m in nets.items()}
-    cud = {n: _cuda(m) for n, m in nets.items()}
-    act_ratio = ratio(act["resnet"], act["revnet"])
-    growth = {n: _growth(m) for n, m in nets.items()}
-    scale = MEMCNN_BATCH / cfg["batch"]
+# the sweep's figures are memory, listed (never ranked) for a row whose only fault is a wrong value:
+# MemCNN 1.5.2 doubles a leaf input's gradient (NOTE [ MemCNN 1.5.2 input gradient ]), its memory is real
+def _listed(m) -> bool:
+    return m is not None and m.status in ("ok", "mismatch")
 
-    def fmt(b):
-        return "-" if b is None else f"{b:,}"
 
-    # the sweep's figures are memory, listed (never ranked) for a row whose only fault is a wrong value:
-    # MemCNN 1.5.2 doubles a leaf input's gradient (NOTE [ MemCNN 1.5.2 input gradient ]), its memory is real
-    def _listed(m) -> bool:
-        return m is not None and m.status in ("ok", "mismatch")
+def _fmt(b) -> str:
+    return "-" if b is None else f"{b:,}"
 
-    def stack_act(name, d):
-        m = rows.get(name, {}).get(d)
+
+@dataclasses.dataclass(frozen=True)
+class _Figures:
+    """The numbers the page states, computed once from the measurements :func:`reproduce` took.
+
+    ``nets``: the report's networks by name (``resnet``, ``revnet``), ``rows``: the depth sweep's
+    measurements by technique and depth, ``leaky``/``clean``: the leak demonstration; ``act``/``tot``:
+    activation and total step peaks by network (bytes, None unless ok), ``cud``: predicted CUDA by
+    network (MiB, :func:`_cuda`), ``growth``: allocated-after-step spread by network (bytes),
+    ``per_step``: the leaky Function's growth per step (bytes), ``out_bytes``: one block's output
+    (bytes), ``scale``: MemCNN's batch over ours.
+    """
+
+    quick: bool
+    c: dict[str, Any]
+    nets: dict[str, Any]
+    model_bytes: dict[str, int]
+    memcnn: dict[str, dict[str, int]] | None
+    rows: dict[str, dict[int, Any]]
+    leaky: Any
+    clean: Any
+    act: dict[str, int | None]
+    tot: dict[str, int | None]
+    cud: dict[str, dict[str, float | None]]
+    growth: dict[str, int | None]
+    per_step: float
+    out_bytes: int
+
+    @property
+    def cfg(self) -> dict[str, Any]:
+        return self.c["nets"]
+
+    @property
+    def act_ratio(self) -> float | None:
+        return ratio(self.act["resnet"], self.act["revnet"])
+
+    @property
+    def res_ratio(self) -> float | None:
+        return ratio(self.cud["resnet"]["reserved_steady_mib"], self.cud["revnet"]["reserved_steady_mib"])
+
+    @property
+    def scale(self) -> float:
+        return MEMCNN_BATCH / self.cfg["batch"]
+
+    def stack_act(self, name: str, d: int) -> float | None:
+        m = self.rows.get(name, {}).get(d)
         return mib(m.extra.get("activation_peak_bytes")) if _listed(m) else None
 
-    def stack_total(name, d):
-        m = rows.get(name, {}).get(d)
+    def stack_total(self, name: str, d: int) -> float | None:
+        m = self.rows.get(name, {}).get(d)
         return mib(m.peak_allocated_bytes) if _listed(m) else None
 
-    def stack_status(name):
-        bad = sorted({m.status for m in rows.get(name, {}).values()} - {"ok"})
+    def stack_status(self, name: str) -> str:
+        bad = sorted({m.status for m in self.rows.get(name, {}).values()} - {"ok"})
         return "ok" if not bad else "/".join(bad)
 
-    def stack_label(name):
-        st = stack_status(name)
+    def stack_label(self, name: str) -> str:
+        st = self.stack_status(name)
         why = ": it doubles the input's gradient" if name == "memcnn" and st == "mismatch" else ""
         return name if st == "ok" else f"{name} (status {st}{why})"
 
-    lo, hi = depths[0], depths[-1]
-    per_step = (leaky.allocated_after_step_bytes[-1] - leaky.allocated_after_step_bytes[0]) / (LEAK_ITERATIONS - 1)
-    out_bytes = LEAK_CFG["batch"] * 2 * LEAK_CFG["width"] * 4
-    net_text = (f"memlab's resnet depth 32 vs revnet depth 38, basic blocks, width {cfg['width']}, "
-                f"{cfg['image']}x{cfg['image']} inputs, {cfg['classes']} classes, batch {cfg['batch']}, "
-                f"SGD with momentum, {c['net_iterations']} steps each")
-    m_rep = ""
-    if memcnn:
-        mb = (memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])
-        same = mb == (REPORT["resnet"]["model_bytes"], REPORT["revnet"]["model_bytes"])
-        sv = (memcnn["resnet32"].get("saved_bytes"), memcnn["revnet38"].get("saved_bytes"))
-        m_rep = (f" MemCNN's own ResNet32 / RevNet38 rebuilt here (MemCNN 1.5.2, its experiments.json layouts, "
-                 f"{cfg['classes']} classes) hold {fmt(mb[0])} / {fmt(mb[1])} bytes of parameters and buffers rounded "
-                 f"to the allocator's 512 bytes ({'exactly' if same else 'against'} the report's Model memory)"
-                 + (f", and their forward saves {mib(sv[0], 1)} / {mib(sv[1], 1)} MiB for backward at batch "
-                    f"{cfg['batch']} ({ratio(*sv)}x; a saved-tensor-hook count: the report's ActMem adds the input, "
-                    "gradients and momentum)" if None not in sv else "") + ".")
-    rc, vc = cud["resnet"], cud["revnet"]
-    res_ratio = ratio(rc["reserved_steady_mib"], vc["reserved_steady_mib"])
-    keeps = ("the caching allocator keeps the saving: reserved memory is the allocated peak rounded up to its "
-             "segments" if res_ratio is not None and act_ratio is not None and res_ratio >= 0.75 * act_ratio else
-             "the caching allocator's rounding and cached segments hide part of the saving")
-    # nvidia-smi = the allocator's reserved bytes + what lies outside it (CUDA context, cuDNN workspaces)
+    def predicted(self, key: str, hist: bool = False) -> Callable[[str], int | None]:
+        """Network name -> its ``predicted_cuda[key]`` (bytes; the warm-cache figure with ``hist``)."""
+        def get(n):
+            p = (self.nets[n].predicted_cuda or {}) if _ok(self.nets[n]) else {}
+            return (p.get("with_history") or {}).get(key) if hist else p.get(key)
+        return get
+
+
+def figures(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -> _Figures:
+    """The numbers of the page (computation only; :func:`report` writes them out)."""
+    return _Figures(
+        quick=quick, c=_configs(quick), nets=nets, model_bytes=model_bytes, memcnn=memcnn, rows=rows, leaky=leaky,
+        clean=clean, act={n: (m.extra.get("activation_peak_bytes") if _ok(m) else None) for n, m in nets.items()},
+        tot={n: (m.total_peak_bytes if _ok(m) else None) for n, m in nets.items()},
+        cud={n: _cuda(m) for n, m in nets.items()}, growth={n: _growth(m) for n, m in nets.items()},
+        per_step=(leaky.allocated_after_step_bytes[-1] - leaky.allocated_after_step_bytes[0]) / (LEAK_ITERATIONS - 1),
+        out_bytes=LEAK_CFG["batch"] * 2 * LEAK_CFG["width"] * 4)
+
+
+def _memcnn_text(f: _Figures) -> str:
+    """MemCNN's own networks rebuilt here, in one sentence ('' without MemCNN)."""
+    if not f.memcnn:
+        return ""
+    cfg, memcnn = f.cfg, f.memcnn
+    mb = (memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])
+    same = mb == (REPORT["resnet"]["model_bytes"], REPORT["revnet"]["model_bytes"])
+    sv = (memcnn["resnet32"].get("saved_bytes"), memcnn["revnet38"].get("saved_bytes"))
+    return (f" MemCNN's own ResNet32 / RevNet38 rebuilt here (MemCNN 1.5.2, its experiments.json layouts, "
+            f"{cfg['classes']} classes) hold {_fmt(mb[0])} / {_fmt(mb[1])} bytes of parameters and buffers rounded "
+            f"to the allocator's 512 bytes ({'exactly' if same else 'against'} the report's Model memory)"
+            + (f", and their forward saves {mib(sv[0], 1)} / {mib(sv[1], 1)} MiB for backward at batch "
+               f"{cfg['batch']} ({ratio(*sv)}x; a saved-tensor-hook count: the report's ActMem adds the input, "
+               "gradients and momentum)" if None not in sv else "") + ".")
+
+
+def _smi_text(f: _Figures) -> str:
+    """What nvidia-smi shows: the allocator's reserved bytes + what lies outside it (CUDA context, cuDNN
+    workspaces), the report's figures against the prediction."""
+    rc, vc = f.cud["resnet"], f.cud["revnet"]
     rev_reserved = [mib(b + REPORT["revnet"]["model_bytes"], 0) for b in (REVNET_RESERVED_BYTES[0],
                                                                           REVNET_RESERVED_BYTES[-1])]
     outside_rev = [REPORT["revnet"]["nvidia_smi_mib"] - r for r in reversed(rev_reserved)]
@@ -247,7 +296,7 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
         f"{rev_reserved[1]:.0f} MiB with "
         f"the model over its first steps, still growing) leaves {outside_rev[0]:.0f}-{outside_rev[1]:.0f} MiB of its "
         f"{REPORT['revnet']['nvidia_smi_mib']} MiB outside the allocator")
-    if not quick and rc["reserved_steady_mib"] is not None:
+    if not f.quick and rc["reserved_steady_mib"] is not None:
         outside_res = REPORT["resnet"]["nvidia_smi_mib"] - rc["reserved_steady_mib"]
         smi_text += (f"; ResNet32's {REPORT['resnet']['nvidia_smi_mib']} MiB less its predicted "
                      f"{rc['reserved_steady_mib']:.0f} MiB reserved leaves {outside_res:.0f} MiB, the same fixed "
@@ -257,28 +306,44 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
                      f"{rev_reserved[0]:.0f}-{rev_reserved[1]:.0f} MiB where memlab's reversible RevNet38 is "
                      f"predicted at {vc['reserved_steady_mib']:.0f} MiB: the behaviour MemCNN 1.3.1 fixed, by the "
                      "maintainer's account")
-    smi_text += "."
-    parts = [
-        f"Claim: {CLAIM} Configuration: CPU, float32; the report's networks: {net_text}"
-        + (" (quick mode: toy sizes)" if quick else f" (MemCNN's experiments.json batch for resnet32 and revnet38 on "
-           "CIFAR; memlab's RevNet38 has 32/64/128 channels per stage where MemCNN's has 32/64/112, its stage "
-           "transitions plain residual blocks)")
-        + f"; a residual_stack depth sweep (batch {c['stack']['batch']}, width {c['stack']['width']}, hidden "
-        f"{c['stack']['hidden']}, depth {', '.join(map(str, depths))}, {c['stack_iterations']} steps each); and a "
-        f"leak demonstration (depth {LEAK_CFG['depth']}, batch {LEAK_CFG['batch']}, width {LEAK_CFG['width']}, "
-        f"{LEAK_ITERATIONS} steps).",
-        f"Parameters: memlab ResNet32 {fmt(res.param_bytes)} bytes, RevNet38 {fmt(rev.param_bytes)} bytes "
-        f"({fmt(model_bytes['resnet'])} / {fmt(model_bytes['revnet'])} with buffers, rounded to 512 bytes; the "
-        f"report's Model memory: {fmt(REPORT['resnet']['model_bytes'])} / {fmt(REPORT['revnet']['model_bytes'])})."
-        + m_rep,
+    return smi_text + "."
+
+
+def _configuration_text(f: _Figures) -> str:
+    c, cfg, depths = f.c, f.cfg, f.c["depths"]
+    net_text = (f"memlab's resnet depth 32 vs revnet depth 38, basic blocks, width {cfg['width']}, "
+                f"{cfg['image']}x{cfg['image']} inputs, {cfg['classes']} classes, batch {cfg['batch']}, "
+                f"SGD with momentum, {c['net_iterations']} steps each")
+    return (f"Claim: {CLAIM} Configuration: CPU, float32; the report's networks: {net_text}"
+            + (" (quick mode: toy sizes)" if f.quick else " (MemCNN's experiments.json batch for resnet32 and "
+               "revnet38 on CIFAR; memlab's RevNet38 has 32/64/128 channels per stage where MemCNN's has 32/64/112, its stage "
+               "transitions plain residual blocks)")
+            + f"; a residual_stack depth sweep (batch {c['stack']['batch']}, width {c['stack']['width']}, hidden "
+            f"{c['stack']['hidden']}, depth {', '.join(map(str, depths))}, {c['stack_iterations']} steps each); and a "
+            f"leak demonstration (depth {LEAK_CFG['depth']}, batch {LEAK_CFG['batch']}, width {LEAK_CFG['width']}, "
+            f"{LEAK_ITERATIONS} steps).")
+
+
+def _network_texts(f: _Figures) -> list[str]:
+    """Parameters, activation peak, total step peak and predicted CUDA of the report's networks."""
+    res, rev, act, tot, act_ratio = f.nets["resnet"], f.nets["revnet"], f.act, f.tot, f.act_ratio
+    rc, vc, res_ratio = f.cud["resnet"], f.cud["revnet"], f.res_ratio
+    keeps = ("the caching allocator keeps the saving: reserved memory is the allocated peak rounded up to its "
+             "segments" if res_ratio is not None and act_ratio is not None and res_ratio >= 0.75 * act_ratio else
+             "the caching allocator's rounding and cached segments hide part of the saving")
+    return [
+        f"Parameters: memlab ResNet32 {_fmt(res.param_bytes)} bytes, RevNet38 {_fmt(rev.param_bytes)} bytes "
+        f"({_fmt(f.model_bytes['resnet'])} / {_fmt(f.model_bytes['revnet'])} with buffers, rounded to 512 bytes; the "
+        f"report's Model memory: {_fmt(REPORT['resnet']['model_bytes'])} / {_fmt(REPORT['revnet']['model_bytes'])})."
+        + _memcnn_text(f),
         f"Activation peak (saved activations and temporaries, exact): ResNet32 {mib(act['resnet'], 1)} MiB "
-        f"({fmt(act['resnet'])} bytes), RevNet38 {mib(act['revnet'], 1)} MiB ({fmt(act['revnet'])} bytes): "
-        f"{act_ratio}x less, beside the report's ActMem {fmt(REPORT['resnet']['actmem_bytes'])} / "
-        f"{fmt(REPORT['revnet']['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x"
+        f"({_fmt(act['resnet'])} bytes), RevNet38 {mib(act['revnet'], 1)} MiB ({_fmt(act['revnet'])} bytes): "
+        f"{act_ratio}x less, beside the report's ActMem {_fmt(REPORT['resnet']['actmem_bytes'])} / "
+        f"{_fmt(REPORT['revnet']['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x"
         + (f"; memlab's ratio is {100 * abs(act_ratio / REPORT_RATIO - 1):.0f}% "
            f"{'below' if act_ratio < REPORT_RATIO else 'above'} it" if act_ratio else "") + ")"
-        + (f"; scaled to batch {MEMCNN_BATCH}: {mib(act['resnet'] and act['resnet'] * scale, 1)} / "
-           f"{mib(act['revnet'] and act['revnet'] * scale, 1)} MiB" if scale != 1 else "") + ".",
+        + (f"; scaled to batch {MEMCNN_BATCH}: {mib(act['resnet'] and act['resnet'] * f.scale, 1)} / "
+           f"{mib(act['revnet'] and act['revnet'] * f.scale, 1)} MiB" if f.scale != 1 else "") + ".",
         f"Total step peak (parameters, gradients, momentum, input and activations): ResNet32 {mib(tot['resnet'], 1)} "
         f"MiB vs RevNet38 {mib(tot['revnet'], 1)} MiB ({ratio(tot['resnet'], tot['revnet'])}x)"
         + (f"; activations are {100 * act['resnet'] / tot['resnet']:.0f}% / {100 * act['revnet'] / tot['revnet']:.0f}% "
@@ -291,19 +356,29 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
         f"{rc['reserved_peak_mib']} vs {vc['reserved_peak_mib']} MiB on a fresh cache and "
         f"{rc['reserved_steady_mib']} vs {vc['reserved_steady_mib']} MiB in a process whose warm-up step filled the "
         f"cache ({res_ratio}x): {keeps}.",
-        smi_text,
-        f"Allocated after each step: ResNet32 varies by {growth['resnet']} bytes, RevNet38 by {growth['revnet']} bytes "
-        f"over {c['net_iterations']} steps (status {res.status} / {rev.status}).",
-        f"residual_stack activation peak (MiB) at depth {lo} -> {hi}: residual {stack_act('residual', lo)} -> "
-        f"{stack_act('residual', hi)}, memlab reversible {stack_act('reversible', lo)} -> {stack_act('reversible', hi)}"
-        + "".join(f", {stack_label(n)} {stack_act(n, lo)} -> {stack_act(n, hi)}" for n in ("memcnn", "revlib")
+    ]
+
+
+def _summary(f: _Figures) -> str:
+    """The page's summary: claim and configuration, the networks, nvidia-smi, growth, the sweep, the leak."""
+    c, rows = f.c, f.rows
+    lo, hi = c["depths"][0], c["depths"][-1]
+    res, rev, leaky = f.nets["resnet"], f.nets["revnet"], f.leaky
+    parts = [
+        _configuration_text(f), *_network_texts(f), _smi_text(f),
+        f"Allocated after each step: ResNet32 varies by {f.growth['resnet']} bytes, RevNet38 by "
+        f"{f.growth['revnet']} bytes over {c['net_iterations']} steps (status {res.status} / {rev.status}).",
+        f"residual_stack activation peak (MiB) at depth {lo} -> {hi}: residual {f.stack_act('residual', lo)} -> "
+        f"{f.stack_act('residual', hi)}, memlab reversible {f.stack_act('reversible', lo)} -> "
+        f"{f.stack_act('reversible', hi)}"
+        + "".join(f", {f.stack_label(n)} {f.stack_act(n, lo)} -> {f.stack_act(n, hi)}" for n in ("memcnn", "revlib")
                   if n in rows)
-        + f"; total peak residual {stack_total('residual', hi)} vs reversible {stack_total('reversible', hi)} MiB at "
-        f"depth {hi}: in this MLP stack the step's peak is at the end of backward, where parameter gradients, not "
-        "activations, dominate.",
-        f"Leak: reversible's after-step allocated bytes vary by {_growth(clean)} bytes over {LEAK_ITERATIONS} steps; "
-        f"a per-block Function with ctx.y = y grows by {per_step:.0f} bytes per step on average (depth "
-        f"{LEAK_CFG['depth']} x {out_bytes} bytes of block output per step, less whatever the garbage collector "
+        + f"; total peak residual {f.stack_total('residual', hi)} vs reversible {f.stack_total('reversible', hi)} "
+        f"MiB at depth {hi}: in this MLP stack the step's peak is at the end of backward, where parameter gradients, "
+        "not activations, dominate.",
+        f"Leak: reversible's after-step allocated bytes vary by {_growth(f.clean)} bytes over {LEAK_ITERATIONS} steps; "
+        f"a per-block Function with ctx.y = y grows by {f.per_step:.0f} bytes per step on average (depth "
+        f"{LEAK_CFG['depth']} x {f.out_bytes} bytes of block output per step, less whatever the garbage collector "
         f"happened to reclaim; status {leaky.status}).",
         "Caveat: CPU only (no nvidia-smi here; the CUDA figures are predicted, not measured, and leave out the "
         "context and workspaces); memlab's networks are its own (frozen-statistics norm, 1x1 projection shortcuts), "
@@ -311,34 +386,33 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
         "MemCNN 1.2, and MemCNN 1.5.2 itself stays flat.",
         "Verdict: reproduced with caveat.",
     ]
+    return " ".join(parts)
 
-    def net_row(label, get, report_key=None, digits=2):
-        vals = [get("resnet"), get("revnet")]
-        rep = [REPORT[n][report_key] for n in NETS] if report_key else [None, None]
-        if report_key == "nvidia_smi_mib":
-            rep_mib = rep
-        else:
-            rep_mib = [mib(v, digits) for v in rep]
-        return [label, rep_mib[0], rep_mib[1], ratio(rep[0], rep[1]) if report_key else None,
-                mib(vals[0], digits), mib(vals[1], digits), ratio(vals[0], vals[1])]
 
-    def pc_bytes(key, hist=False):
-        def get(n):
-            p = (nets[n].predicted_cuda or {}) if _ok(nets[n]) else {}
-            return (p.get("with_history") or {}).get(key) if hist else p.get(key)
-        return get
+def _net_row(label: str, vals: list, report_key: str | None = None, digits: int = 2) -> list:
+    """One row of the report table: the report's ResNet32, RevNet38 and ratio beside memlab's (MiB)."""
+    rep = [REPORT[n][report_key] for n in NETS] if report_key else [None, None]
+    rep_mib = rep if report_key == "nvidia_smi_mib" else [mib(v, digits) for v in rep]
+    return [label, rep_mib[0], rep_mib[1], ratio(rep[0], rep[1]) if report_key else None,
+            mib(vals[0], digits), mib(vals[1], digits), ratio(vals[0], vals[1])]
+
+
+def _net_rows(f: _Figures) -> list[list]:
+    def row(label, get, report_key=None, digits=2):
+        return _net_row(label, [get("resnet"), get("revnet")], report_key, digits)
 
     net_rows = [
-        net_row("parameters (report: Model memory, params + buffers as allocated)", lambda n: nets[n].param_bytes,
-                "model_bytes", 3),
-        net_row("parameters + buffers, rounded to 512 B", lambda n: model_bytes[n], "model_bytes", 3),
-        net_row("activation peak (report: ActMem)", lambda n: act[n], "actmem_bytes"),
-        net_row("total step peak", lambda n: tot[n]),
-        net_row("predicted CUDA allocated peak", pc_bytes("allocated_peak_total_bytes")),
-        net_row("predicted CUDA reserved peak, fresh cache", pc_bytes("reserved_peak_bytes")),
-        net_row("predicted CUDA reserved peak, warm cache (report: nvidia-smi, context included)",
-                pc_bytes("reserved_peak_bytes", hist=True), "nvidia_smi_mib"),
+        row("parameters (report: Model memory, params + buffers as allocated)", lambda n: f.nets[n].param_bytes,
+            "model_bytes", 3),
+        row("parameters + buffers, rounded to 512 B", lambda n: f.model_bytes[n], "model_bytes", 3),
+        row("activation peak (report: ActMem)", lambda n: f.act[n], "actmem_bytes"),
+        row("total step peak", lambda n: f.tot[n]),
+        row("predicted CUDA allocated peak", f.predicted("allocated_peak_total_bytes")),
+        row("predicted CUDA reserved peak, fresh cache", f.predicted("reserved_peak_bytes")),
+        row("predicted CUDA reserved peak, warm cache (report: nvidia-smi, context included)",
+            f.predicted("reserved_peak_bytes", hist=True), "nvidia_smi_mib"),
     ]
+    memcnn = f.memcnn
     if memcnn:
         net_rows.insert(2, ["MemCNN's own networks: params + buffers, rounded to 512 B",
                             mib(REPORT["resnet"]["model_bytes"], 3), mib(REPORT["revnet"]["model_bytes"], 3),
@@ -351,9 +425,16 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
                                 round(REPORT_RATIO, 2), mib(memcnn["resnet32"]["saved_bytes"]),
                                 mib(memcnn["revnet38"]["saved_bytes"]),
                                 ratio(memcnn["resnet32"]["saved_bytes"], memcnn["revnet38"]["saved_bytes"])])
+    return net_rows
+
+
+def _tables(f: _Figures) -> list[dict[str, Any]]:
+    """The report's figures beside memlab's, and the residual_stack depth sweep."""
+    c, cfg, depths, rows = f.c, f.cfg, f.c["depths"], f.rows
+    hi = depths[-1]
     report_table = table("report", "The report's figures beside memlab's (MiB)", [
         "quantity", "report ResNet32", "report RevNet38", "report ratio", "memlab ResNet32", "memlab RevNet38",
-        "memlab ratio"], net_rows,
+        "memlab ratio"], _net_rows(f),
         f"Report: MemCNN 1.2.0's trainer on a GPU (CIFAR-100, batch {MEMCNN_BATCH}); Model memory and ActMem are "
         "torch.cuda.memory_allocated() figures, nvidia-smi includes the CUDA context. memlab: CPU, float32, batch "
         f"{cfg['batch']}, exact allocation trace; predicted CUDA is the caching allocator replayed on it (context and "
@@ -361,46 +442,54 @@ def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -
     sweep_table = table("depth", "residual_stack: activation peak and total peak (MiB) against depth", [
         "technique", "status", *[f"activation, depth {d}" for d in depths], f"total peak, depth {hi}",
         f"predicted CUDA reserved, depth {hi}"],
-        [[n, stack_status(n), *[stack_act(n, d) for d in depths], stack_total(n, hi),
+        [[n, f.stack_status(n), *[f.stack_act(n, d) for d in depths], f.stack_total(n, hi),
           _cuda(rows[n].get(hi), ("ok", "mismatch"))["reserved_peak_mib"]] for n in rows],
         f"CPU, float32, batch {c['stack']['batch']}, width {c['stack']['width']}, hidden {c['stack']['hidden']}, "
         f"{c['stack_iterations']} steps per point.")
+    return [report_table, sweep_table]
+
+
+def _figure(f: _Figures) -> dict[str, Any]:
+    """The bar chart: memlab's networks (and, in full mode, the report's) by figure, MiB."""
+    def bars(n):
+        return [mib(f.nets[n].param_bytes), mib(f.act[n]), mib(f.tot[n]),
+                mib(f.predicted("allocated_peak_total_bytes")(n)), mib(f.predicted("reserved_peak_bytes", True)(n))]
 
     x = ["parameters", "activation peak", "total step peak", "predicted CUDA allocated peak",
          "predicted CUDA reserved peak (warm cache)"]
-    series = {
-        "memlab ResNet32": [mib(nets["resnet"].param_bytes), mib(act["resnet"]), mib(tot["resnet"]),
-                            mib(pc_bytes("allocated_peak_total_bytes")("resnet")),
-                            mib(pc_bytes("reserved_peak_bytes", True)("resnet"))],
-        "memlab RevNet38": [mib(nets["revnet"].param_bytes), mib(act["revnet"]), mib(tot["revnet"]),
-                            mib(pc_bytes("allocated_peak_total_bytes")("revnet")),
-                            mib(pc_bytes("reserved_peak_bytes", True)("revnet"))],
-    }
-    if not quick:
+    series = {"memlab ResNet32": bars("resnet"), "memlab RevNet38": bars("revnet")}
+    if not f.quick:
         series["report ResNet32"] = [mib(REPORT["resnet"]["model_bytes"]), mib(REPORT["resnet"]["actmem_bytes"]),
                                      None, None, None]
         series["report RevNet38"] = [mib(REPORT["revnet"]["model_bytes"]), mib(REPORT["revnet"]["actmem_bytes"]),
                                      None, None, None]
+    return {"type": "bar", "title": "ResNet32 vs RevNet38 (the report's networks): where the saving shows",
+            "x_label": "figure", "y_label": "MiB", "x": x, "series": series, "log_x": False, "log_y": False}
+
+
+def report(nets, model_bytes, memcnn, rows, leaky, clean, quick: bool = False) -> dict[str, Any]:
+    """The page's data from the measurements :func:`reproduce` took: :func:`figures` computes the
+    numbers, the ``_summary``, ``_tables`` and ``_figure`` helpers write them out."""
+    f = figures(nets, model_bytes, memcnn, rows, leaky, clean, quick)
+    c = f.c
     measurements = [m.to_dict() for m in nets.values()]
     measurements += [m.to_dict() for r in rows.values() for m in r.values()]
     measurements += [leaky.to_dict(), clean.to_dict()]
-    predicted = {f"{n} depth {REPORT[n]['depth']}": cud[n] for n in NETS}
+    predicted = {f"{n} depth {REPORT[n]['depth']}": f.cud[n] for n in NETS}
     predicted.update({f"{n} depth {d}": _cuda(m, ("ok", "mismatch")) for n, r in rows.items() for d, m in r.items()})
     return {
         "verdict": "reproduced with caveat",
-        "summary": " ".join(parts),
+        "summary": _summary(f),
         "measurements": measurements,
         "timelines": [],
-        "tables": [report_table, sweep_table],
+        "tables": _tables(f),
         "configuration": {
-            "report_networks": {**cfg, "depths": {n: REPORT[n]["depth"] for n in NETS}, "optimizer": "sgd_momentum",
+            "report_networks": {**f.cfg, "depths": {n: REPORT[n]["depth"] for n in NETS}, "optimizer": "sgd_momentum",
                                 "iterations": c["net_iterations"]},
-            "depth_sweep": {**c["stack"], "depths": list(depths), "iterations": c["stack_iterations"]},
+            "depth_sweep": {**c["stack"], "depths": list(c["depths"]), "iterations": c["stack_iterations"]},
             "leak": {**LEAK_CFG, "iterations": LEAK_ITERATIONS},
             "memcnn_models": memcnn, "memlab_model_bytes_rounded": model_bytes,
             "dtype": "float32", "device": "cpu"},
         "predicted_cuda": predicted,
-        "figure": {"type": "bar", "title": "ResNet32 vs RevNet38 (the report's networks): where the saving shows",
-                   "x_label": "figure", "y_label": "MiB", "x": x, "series": series, "log_x": False,
-                   "log_y": False},
+        "figure": _figure(f),
     }

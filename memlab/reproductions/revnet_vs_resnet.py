@@ -54,22 +54,20 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
                    for depth, block in nets for name in ("resnet", "revnet")], quick)
 
 
-def report(measurements: list, quick: bool = False) -> dict[str, Any]:
-    """The page's data from the measurements :func:`reproduce` took (``Measurement`` objects)."""
-    cfg, nets = _configs(quick)
-    got: dict[tuple[int, str], Any] = {(m.params["depth"], m.technique): m for m in measurements}
+def _ok(m) -> bool:
+    return m.status == "ok"
 
-    def ok(m):
-        return m.status == "ok"
 
+def _compare(got: dict[tuple[int, str], Any], nets, cfg: dict[str, Any]) -> tuple[list, list, list[str]]:
+    """Per network pair: memlab's row, the row beside MemCNN's table (depths it lists), one summary line."""
     rows, paper_rows, lines = [], [], []
     for depth, block in nets:
         res, rev = got[depth, "resnet"], got[depth, "revnet"]
         a_res, a_rev = activation(res), activation(rev)
-        t_res = res.total_peak_bytes if ok(res) else None
-        t_rev = rev.total_peak_bytes if ok(rev) else None
-        time_ratio = ratio(rev.step_time_s, res.step_time_s) if ok(res) and ok(rev) else None
-        recompute = round(rev.relative_step_time, 2) if ok(rev) and rev.relative_step_time else None
+        t_res = res.total_peak_bytes if _ok(res) else None
+        t_rev = rev.total_peak_bytes if _ok(rev) else None
+        time_ratio = ratio(rev.step_time_s, res.step_time_s) if _ok(res) and _ok(rev) else None
+        recompute = round(rev.relative_step_time, 2) if _ok(rev) and rev.relative_step_time else None
         loads = [x for m in (res, rev) for x in (m.load_avg_before, m.load_avg_after) if x is not None]
         rows.append([f"ResNet-{depth} / RevNet-{depth} ({block})", mib(a_res), mib(a_rev), ratio(a_res, a_rev),
                      mib(t_res), mib(t_rev), ratio(t_res, t_rev), time_ratio, recompute,
@@ -83,6 +81,10 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         lines.append(f"{depth} layers: activation {mib(a_res)} vs {mib(a_rev)} MiB ({ratio(a_res, a_rev)}x less), "
                      f"total peak {ratio(t_res, t_rev)}x less, RevNet step {time_ratio}x ResNet's "
                      f"({recompute}x its own plain-autograd step)")
+    return rows, paper_rows, lines
+
+
+def _tables(rows: list, paper_rows: list, cfg: dict[str, Any]) -> list[dict[str, Any]]:
     paper = table("paper", "MemCNN's table beside memlab's ratios",
                   ["networks", "MemCNN ResNet MB", "MemCNN RevNet MB", "MemCNN memory ratio", "MemCNN time ratio",
                    "memlab ResNet activation MiB at batch 128", "memlab RevNet activation MiB at batch 128",
@@ -97,7 +99,12 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         "RevNet recompute (/ plain-autograd RevNet)", "max load average"], rows,
         f"CPU, float32, batch {cfg['batch']}, width {cfg['width']}, {cfg['image']}x{cfg['image']} inputs, SGD. "
         + BATCH_NOTE)
-    # within 35% of MemCNN's ratio: memory (ResNet / RevNet activations) and time (RevNet / ResNet step)
+    return [paper, ours]
+
+
+def _judge(rows: list, nets, quick: bool) -> tuple[str, bool, bool, bool]:
+    """``(verdict, memory within 35%, time within 35%, a memory saving at least as large as claimed)``:
+    memlab's ratios against MemCNN's, memory (ResNet / RevNet activations) and time (RevNet / ResNet step)."""
     mem = [(r[3], PAPER[d][0] / PAPER[d][1]) for r, (d, _) in zip(rows, nets) if d in PAPER]
     tim = [(r[7], PAPER[d][2]) for r, (d, _) in zip(rows, nets) if d in PAPER]
     close = lambda pairs: bool(pairs) and all(m is not None and abs(m / p - 1) <= 0.35 for m, p in pairs)  # noqa: E731
@@ -106,9 +113,14 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
     at_least = bool(mem) and all(m is not None and m >= 0.65 * p for m, p in mem)
     verdict = ("reproduced" if memory_ok and time_ok else "reproduced with caveat" if at_least or quick
                else "not reproduced on this device")
+    return verdict, memory_ok, time_ok, at_least
+
+
+def _summary(lines: list[str], paper_rows: list, cfg: dict[str, Any], memory_ok: bool, time_ok: bool,
+             at_least: bool) -> str:
     big = [r for r in paper_rows if r[5] is not None and r[6] is not None]
     scaled = "; ".join(f"{r[0]}: {r[5]:.0f} / {r[6]:.0f} MiB beside MemCNN's {r[1]} / {r[2]} MB" for r in big)
-    summary = " ".join(part for part in [
+    return " ".join(part for part in [
         f"Claim: {CLAIM}",
         "memlab (CPU, exact): " + "; ".join(lines) + ".",
         "MemCNN: 164 layers 2.5x at 1.47x, 110 layers 1.9x at 1.30x.",
@@ -128,15 +140,23 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         "(frozen-statistics norm, 1x1 projection shortcuts, RevNet transitions as plain residual blocks), so "
         "the ratios, not the MB, are what compare.",
     ])
-    labels = [r[0] for r in rows]
+
+
+def report(measurements: list, quick: bool = False) -> dict[str, Any]:
+    """The page's data from the measurements :func:`reproduce` took (``Measurement`` objects):
+    :func:`_compare` and :func:`_judge` compute, :func:`_tables` and :func:`_summary` write."""
+    cfg, nets = _configs(quick)
+    got: dict[tuple[int, str], Any] = {(m.params["depth"], m.technique): m for m in measurements}
+    rows, paper_rows, lines = _compare(got, nets, cfg)
+    verdict, memory_ok, time_ok, at_least = _judge(rows, nets, quick)
     return {
         "verdict": verdict,
-        "summary": summary,
+        "summary": _summary(lines, paper_rows, cfg, memory_ok, time_ok, at_least),
         "measurements": [m.to_dict() for m in got.values()],
         "timelines": [],
-        "tables": [paper, ours],
+        "tables": _tables(rows, paper_rows, cfg),
         "figure": {"type": "bar", "title": "Activation peak: ResNet vs RevNet", "x_label": "networks",
-                   "y_label": "activation peak, MiB", "x": labels,
+                   "y_label": "activation peak, MiB", "x": [r[0] for r in rows],
                    "series": {"ResNet": [r[1] for r in rows], "RevNet": [r[2] for r in rows]},
                    "log_x": False, "log_y": False},
     }

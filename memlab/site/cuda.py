@@ -61,7 +61,7 @@ def predicted_chart(page: Page, rows: pd.DataFrame, variants: pd.Series, swept: 
     if swept:
         fig = F.memory_vs_param(rows, variants, swept, "predicted_cuda_reserved_bytes", "predicted GPU reserved (MiB)",
                                 colors, floor_column="total_peak_bytes", floor_name="measured CPU total peak")
-        caption = ("Predicted, not measured: PyTorch's CUDA caching allocator (memlab.cuda_model, default "
+        caption = ("Predicted, not measured: PyTorch's CUDA caching allocator (memlab.cuda.model, default "
                    "PYTORCH_CUDA_ALLOC_CONF) replayed on each row's exact CPU allocation trace gives the step's "
                    "max_memory_reserved() (solid); dotted: the measured CPU total peak of the same step (allocated "
                    "bytes, baseline included). The gap is the allocator's rounding, segments and fragmentation; the "

@@ -631,19 +631,6 @@ def _rounded(v: float, digits: int) -> float | None:
     return round(v, digits) if math.isfinite(v) else None
 
 
-def _utc(ms: Any) -> str | None:
-    """Milliseconds since the epoch as a UTC date; None when unknown or beyond the calendar."""
-    import datetime as _dt
-
-    n = _num(ms)
-    if n is None:
-        return None
-    try:
-        return _dt.datetime.fromtimestamp(n / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    except (OverflowError, ValueError, OSError):
-        return None
-
-
 def _event_hover(e: dict, i: int) -> str:
     sign = "+" if e["delta_bytes"] >= 0 else "-"
     stack = " › ".join(esc(s) for s in e["stack"]) or "?"

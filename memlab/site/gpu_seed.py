@@ -5,7 +5,7 @@ The seed pages otherwise show CUDA figures predicted by :mod:`memlab.cuda.model`
 measured the same configuration, the reader sees both and the error, so a prediction the GPU
 contradicts is never left standing alone.  A configuration matches when its technique, parameters,
 mode and optimizer equal a CPU float32 measurement of the seed (the configurations
-:func:`memlab.gpu_check.configurations` takes from the seeds).
+:func:`memlab.cuda.gpu_check.configurations` takes from the seeds).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
             column("gpu", "machine (GPU)"), column("status", "status", kind="status"),
             column("measured", "allocated peak, measured", num=True,
                    title="max_memory_allocated() during the step minus memory_allocated() before it"),
-            column("predicted", "allocated peak, predicted", num=True, title="memlab.cuda_model on the CPU trace"),
+            column("predicted", "allocated peak, predicted", num=True, title="memlab.cuda.model on the CPU trace"),
             column("err", "error", num=True, title="(predicted − measured) / measured")]
     cells, records = [], []
     for gpu, r in rows:

@@ -5,7 +5,7 @@ plain text (the templates escape it).  Memory in MiB as the tables show it.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable
 
 import pandas as pd
 
