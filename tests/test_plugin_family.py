@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from memlab.advisor import load_models, predict, predict_time
+from test_benchmarks import _asv
 from test_site_browser import _close, _evaluate, _visit, browser, served  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,6 +224,21 @@ def test_benchmarked_by_asv_through_memlab_plugins(built, tmp_path):
                                                           "track_relative_step_time", "time_step")} <= set(got["names"])
     m = json.loads(_memlab("measure", "two_layer_recompute", "--plugin", str(plugin), "--json").stdout)
     assert got["allocated"] == m["peak_allocated_bytes"] > 0
+
+
+@pytest.mark.asv
+def test_asv_run_measures_the_plugin_family(built, tmp_path):
+    """``asv run --quick --dry-run`` itself (this venv, nothing saved): both techniques of the plug-in's
+    workload measured through asv's fork server, none failed."""
+    _, plugin, _, _ = built
+    out = _asv(tmp_path, "run", "--python=same", "--quick", "--dry-run", "--show-stderr", "--machine", "memlab-test",
+               "-b", r"bench_plugins\.PluginTwoLayer\.track_peak_allocated", timeout=300,
+               env={"MEMLAB_PLUGINS": str(plugin), "MEMLAB_ASV_DEVICES": "cpu"})
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    for name in ("two_layer_plain", "two_layer_recompute"):  # asv's table: the technique, then its bytes
+        assert re.search(name + r"\s+[\d.]+[kMG]", text), text
+    assert "failed" not in text, text
 
 
 def test_without_plugins_the_plugin_benchmarks_define_nothing():
