@@ -179,7 +179,8 @@ def test_transformer_first_recommendation_and_its_chunk_measured_fit_the_budget(
 # -- the command ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv,match", [
-    (["--family", "nosuch", "--budget", "1GiB"], "unknown family 'nosuch'; modelled families (sgd): chunking, reversible"),
+    (["--family", "nosuch", "--budget", "1GiB"], "unknown family 'nosuch'; modelled families (sgd): chunking, resnet, "
+                                                 "reversible, tensor_train, transformer"),
     (["--family", "nosuch", "--fit"], "family 'nosuch' is not a known family; declared: chunking"),
     (["--family", "chunking", "--budget", "1GiB", "--param", "rank=4"], "family 'chunking' has no parameter 'rank'"),
     (["--family", "chunking", "--budget", "lots"], "--budget 'lots' is not a memory size"),

@@ -42,6 +42,9 @@ QUERIES = [
     # a knob over a product of sizes (ChunksOf: chunk splits batch * seq tokens), tried and given
     ("transformer", {"seq": 4096, "batch": 8, "vocab": 32000}, {}, "24GiB", "sgd", "cuda"),
     ("transformer", {"seq": 256, "batch": 4, "vocab": 2048}, {"chunk": 100}, "1GiB", "adam", "cpu"),
+    # a counted size of the form 6k + 2 (Count(per=6, offset=2)), and a chunked batch held at one chunk size
+    ("resnet", {"depth": 110, "batch": 64}, {}, "64MiB", "sgd", "cpu"),
+    ("tensor_train", {"batch": 1000}, {"chunk_size": 100}, "1GiB", "adam", "cuda"),
     ("reversible", {"depth": 4096, "batch": 10**6, "width": 10**6, "hidden": 10**6}, {}, "3e20", "adam", "cpu"),
 ]
 #: a budget nothing meets: Python refuses it (AdviceError); the page says the same smallest need

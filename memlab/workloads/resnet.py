@@ -43,8 +43,8 @@ from ..params import Param, check_steps
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["ResNet", "ResNetAdvisorModel", "ResNetModel", "RevNetModel", "FrozenNorm", "ResBlock", "branch", "build_revnet",
-           "blocks_per_stage", "BLOCKS"]
+__all__ = ["ResNet", "ResNetAdvisorModel", "ResNetModel", "RevNetModel", "FrozenNorm", "ResBlock", "branch",
+           "build_revnet", "blocks_per_stage", "BLOCKS"]
 
 BLOCKS = ("basic", "bottleneck")
 _LAYERS_PER_BLOCK = {"basic": 6, "bottleneck": 9}  # weighted layers per block, times 3 stages
