@@ -53,8 +53,8 @@ data: install
 	OMP_NUM_THREADS=1 $(BIN)/memlab reproduce --out data/reproductions
 
 ## memory models for memlab advise (data/models/*.json) of every family that declares one (memlab.AdvisorModel):
-## exact traces + held-out measurements; chunking + reversible ~10 min on 2 cores, tensor_train's SGD
-## models alone took 12.7 min at load ~13 (not yet in data/models); `--family NAME` fits one and keeps the rest
+## exact traces + held-out measurements; chunking + reversible ~10 min on 2 cores; tensor_train 288 s and
+## resnet 1146 s (SGD and Adam) at load 20-29; `--family NAME` fits one and keeps the rest
 models: install
 	$(BIN)/memlab advise --fit
 

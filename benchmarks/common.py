@@ -156,6 +156,7 @@ gc.freeze()  # NOTE [ warm the fork server ]: forked combinations' gc.collect() 
 
 __all__ = [
     "DEVICES", "DEVICES_ENV", "DTYPE", "MODE", "BenchmarkFailure", "devices_from_env", "plugin_techniques",
+    "plugin_workloads",
     "technique_list", "class_params", "MemlabBenchmark", "ComplexityBenchmark",
 ]
 
@@ -259,6 +260,30 @@ def _workload_ref(node: ast.ClassDef) -> str | None:
     return None
 
 
+def _workload_classes(classes: Sequence[ast.ClassDef]) -> dict[str, str]:
+    """``{class name: workload name}`` of the classes declared ``class X(..., name="...", family="...")``."""
+    return {n.name: _keyword(n, "name") for n in classes if _keyword(n, "name") and _keyword(n, "family")}
+
+
+def _plugin_paths(environ: Mapping[str, str] | None) -> list[str]:
+    environ = os.environ if environ is None else environ
+    return [os.path.expanduser(p.strip()) for p in environ.get("MEMLAB_PLUGINS", "").split(os.pathsep) if p.strip()]
+
+
+def plugin_workloads(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Sorted names of the workloads the ``MEMLAB_PLUGINS`` files define (a plug-in family's own),
+    read from their source like :func:`plugin_techniques` (NOTE [ params must not depend on the
+    installed memlab ]); a file that does not parse defines none."""
+    names = set()
+    for path in _plugin_paths(environ):
+        try:
+            tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        names.update(_workload_classes([n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]).values())
+    return sorted(names)
+
+
 def _plugin_file_techniques(path: str) -> list[tuple[str, str | None]]:
     """``(technique name, workload name or None if unknown)`` for the classes a plug-in defines.
 
@@ -270,8 +295,7 @@ def _plugin_file_techniques(path: str) -> list[tuple[str, str | None]]:
     except (OSError, SyntaxError, ValueError):
         return []
     classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
-    local_workloads = {n.name: _keyword(n, "name") for n in classes
-                       if _keyword(n, "name") and _keyword(n, "family")}
+    local_workloads = _workload_classes(classes)
     out = []
     for node in classes:
         name, ref = _keyword(node, "name"), _workload_ref(node)
@@ -289,13 +313,11 @@ def plugin_techniques(workload: str, environ: Mapping[str, str] | None = None) -
     A technique whose workload cannot be told from the source is included; ``setup`` skips it for
     the wrong workload.
     """
-    environ = os.environ if environ is None else environ
     names = set()
-    for path in environ.get("MEMLAB_PLUGINS", "").split(os.pathsep):
-        if path.strip():
-            for name, wl in _plugin_file_techniques(os.path.expanduser(path.strip())):
-                if wl is None or wl == workload:
-                    names.add(name)
+    for path in _plugin_paths(environ):
+        for name, wl in _plugin_file_techniques(path):
+            if wl is None or wl == workload:
+                names.add(name)
     return sorted(names)
 
 

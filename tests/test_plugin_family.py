@@ -4,13 +4,16 @@ The file is written to a temporary folder and every step runs through the comman
 process (so the plug-in never enters this session's registry): checked, measured, swept, its advisor
 model fitted on its tiny declared grid (``memlab advise --fit --family``), advised from the model
 file alone (no ``--plugin``: the declaration travels in the file), and drawn on the site with its
-own family page and on the Choose page, where the browser's evaluation agrees with Python's.
-About 2 minutes on 2 loaded cores (the fit: ~1 minute).
+own family page and on the Choose page, where the browser's evaluation agrees with Python's; and
+benchmarked by asv: with the file in ``MEMLAB_PLUGINS`` asv's own discovery finds a benchmark class for
+the family's workload (``benchmarks/bench_plugins.py``) whose combination measures what
+``memlab measure`` does.  About 2 minutes on 2 loaded cores (the fit: ~1 minute).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from memlab.advisor import load_models, predict, predict_time
+from test_benchmarks import _asv
 from test_site_browser import _close, _evaluate, _visit, browser, served  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,3 +189,62 @@ def test_the_browser_evaluates_the_plugin_model_as_python_does(built, browser, s
                 assert js["time"] == predict_time(fam, entry, p)
     finally:
         _close(browser, session)
+
+
+ASV_PROBE = """
+import json, sys
+sys.path.insert(0, {root!r})
+from asv_runner import discovery
+names = sorted(b.name for b in discovery.disc_benchmarks({bench!r}))
+from benchmarks import bench_plugins
+cls = getattr(bench_plugins, "PluginTwoLayer")
+b = cls()
+b.setup({cache!r}, "two_layer_recompute", "cpu")
+value = b.track_peak_allocated({cache!r}, "two_layer_recompute", "cpu")
+print(json.dumps({{"names": [n for n in names if n.startswith("bench_plugins.")], "params": cls.params,
+                  "param_names": cls.param_names, "allocated": value}}))
+"""
+
+
+def test_benchmarked_by_asv_through_memlab_plugins(built, tmp_path):
+    """asv's discovery (``asv_runner``, as ``asv run`` calls it) in a fresh process with the plug-in in
+    ``MEMLAB_PLUGINS``: a benchmark class for the family's workload with both techniques, every metric
+    of the built-in classes, and a combination that measures the bytes ``memlab measure`` gives."""
+    pytest.importorskip("asv_runner.discovery")
+    _, plugin, _, _ = built
+    code = ASV_PROBE.format(root=str(ROOT), bench=str(ROOT / "benchmarks"), cache=str(tmp_path))
+    env = {**os.environ, "MEMLAB_PLUGINS": str(plugin), "MEMLAB_ASV_DEVICES": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["param_names"] == ["technique", "device"]
+    assert got["params"] == [["two_layer_plain", "two_layer_recompute"], ["cpu"]]
+    assert {f"bench_plugins.PluginTwoLayer.{m}" for m in ("track_peak_allocated", "track_predicted_cuda_reserved",
+                                                          "track_relative_step_time", "time_step")} <= set(got["names"])
+    m = json.loads(_memlab("measure", "two_layer_recompute", "--plugin", str(plugin), "--json").stdout)
+    assert got["allocated"] == m["peak_allocated_bytes"] > 0
+
+
+@pytest.mark.asv
+def test_asv_run_measures_the_plugin_family(built, tmp_path):
+    """``asv run --quick --dry-run`` itself (this venv, nothing saved): both techniques of the plug-in's
+    workload measured through asv's fork server, none failed."""
+    _, plugin, _, _ = built
+    out = _asv(tmp_path, "run", "--python=same", "--quick", "--dry-run", "--show-stderr", "--machine", "memlab-test",
+               "-b", r"bench_plugins\.PluginTwoLayer\.track_peak_allocated", timeout=300,
+               env={"MEMLAB_PLUGINS": str(plugin), "MEMLAB_ASV_DEVICES": "cpu"})
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    for name in ("two_layer_plain", "two_layer_recompute"):  # asv's table: the technique, then its bytes
+        assert re.search(name + r"\s+[\d.]+[kMG]", text), text
+    assert "failed" not in text, text
+
+
+def test_without_plugins_the_plugin_benchmarks_define_nothing():
+    """The built-in suite is unchanged when no plug-in is named (asv's benchmark list stays the same)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import bench_plugins
+
+    assert bench_plugins.plugin_classes({}) == {}
+    assert bench_plugins.class_name("two_layer") == "PluginTwoLayer"

@@ -42,6 +42,9 @@ QUERIES = [
     # a knob over a product of sizes (ChunksOf: chunk splits batch * seq tokens), tried and given
     ("transformer", {"seq": 4096, "batch": 8, "vocab": 32000}, {}, "24GiB", "sgd", "cuda"),
     ("transformer", {"seq": 256, "batch": 4, "vocab": 2048}, {"chunk": 100}, "1GiB", "adam", "cpu"),
+    # a counted size of the form 6k + 2 (Count(per=6, offset=2)), and a chunked batch held at one chunk size
+    ("resnet", {"depth": 110, "batch": 64}, {}, "64MiB", "sgd", "cpu"),
+    ("tensor_train", {"batch": 1000}, {"chunk_size": 100}, "1GiB", "adam", "cuda"),
     ("reversible", {"depth": 4096, "batch": 10**6, "width": 10**6, "hidden": 10**6}, {}, "3e20", "adam", "cpu"),
 ]
 #: a budget nothing meets: Python refuses it (AdviceError); the page says the same smallest need
@@ -76,9 +79,14 @@ def _points(family: str, entry: dict, rng: random.Random, count: int) -> list[di
     fam = load_models("sgd", MODELS)["families"][family]
     specs = {**fam["sizes"], **{k: fam["knobs"][k] for k in entry["knobs"]}}
     out = []
+    loop = fam["declaration"]["loop"]
     for i in range(count):
         hi = 10 ** rng.uniform(0, 7) if i % 2 else 60
-        out.append({k: max(s["low"], min(s["high"], int(rng.uniform(1, hi)))) for k, s in specs.items()})
+        point = {k: max(s["low"], min(s["high"], int(rng.uniform(1, hi)))) for k, s in specs.items()}
+        if loop["kind"] == "count":  # a counted size takes per * k + offset values only (a 6k+2 ResNet)
+            per, offset = loop.get("per", 1), loop.get("offset", 0)
+            point[loop["size"]] = offset + per * max(1, (point[loop["size"]] - offset) // per)
+        out.append(point)
     return out
 
 
@@ -141,7 +149,7 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     assert "cpu-float32-adam.json" in lines
     compact, _ = compact_models(good, "x")
     assert [e["label"] for e in compact["families"]["chunking"]["entries"]].count("slice_loop") == 0
-    assert set(compact["families"]) == {"chunking", "reversible", "transformer"}
+    assert set(compact["families"]) == {"chunking", "resnet", "reversible", "tensor_train", "transformer"}
     methodology = (tmp_path / "b" / "methodology.html").read_text()
     assert "without an advisor declaration" in methodology
 

@@ -63,6 +63,12 @@ def _from_json_value(v: Any) -> Any:
     return tuple(_from_json_value(x) for x in v) if isinstance(v, list) else v
 
 
+def _to_json_value(v: Any) -> Any:
+    """A parameter value as JSON holds it: tuples (mode tuples) as lists, so ``to_json`` equals what a
+    model file reads back; :func:`_from_json_value` undoes it."""
+    return [_to_json_value(x) for x in v] if isinstance(v, (tuple, list)) else v
+
+
 @dataclass(frozen=True)
 class Entry:
     """One modelled technique configuration.
@@ -85,7 +91,8 @@ class Entry:
         return f"{self.technique}[{extra}]" if extra else self.technique
 
     def to_json(self) -> dict[str, Any]:
-        return {"technique": self.technique, "fixed": dict(self.fixed), "knobs": list(self.knobs)}
+        return {"technique": self.technique, "fixed": {k: _to_json_value(v) for k, v in self.fixed.items()},
+                "knobs": list(self.knobs)}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Entry":
@@ -245,7 +252,8 @@ class Declaration:
     def to_json(self) -> dict[str, Any]:
         """The declaration as written into a model file (``families.<name>.declaration``)."""
         return {"family": self.name, "workload": self.workload, "sizes": list(self.sizes),
-                "workload_fixed": dict(self.workload_fixed), "entries": [e.to_json() for e in self.entries],
+                "workload_fixed": {k: _to_json_value(v) for k, v in self.workload_fixed.items()},
+                "entries": [e.to_json() for e in self.entries],
                 "loop": self.loop.to_json(), "time_sizes": [dict(p) for p in self.time_sizes], "work": self.work,
                 "time_chunks": list(self.time_chunks), "held_out": {k: list(v) for k, v in self.held_out.items()},
                 "max_degree": self.max_degree, "max_quantum": self.max_quantum, "declared_by": self.declared_by,

@@ -30,11 +30,12 @@ def mismatch(decl: Declaration, fam: Mapping[str, Any]) -> str | None:
         return f"workload {fam.get('workload')!r} in the file, {decl.workload!r} declared"
     if set(fam.get("sizes") or {}) != set(decl.sizes):
         return f"sizes {sorted(fam.get('sizes') or {})} in the file, {list(decl.sizes)} declared"
-    if dict(fam.get("workload_fixed") or {}) != dict(decl.workload_fixed):
+    as_json = decl.to_json()  # the file's values are JSON's: a mode tuple reads back as a list
+    if dict(fam.get("workload_fixed") or {}) != as_json["workload_fixed"]:
         return f"workload_fixed {fam.get('workload_fixed')!r} in the file, {dict(decl.workload_fixed)!r} declared"
     fitted = [(e.get("label"), e.get("technique"), dict(e.get("fixed") or {}), list(e.get("knobs") or []))
               for e in fam.get("entries") or []]
-    declared = [(e.label, e.technique, dict(e.fixed), list(e.knobs)) for e in decl.entries]
+    declared = [(e.label, j["technique"], j["fixed"], j["knobs"]) for e, j in zip(decl.entries, as_json["entries"])]
     if fitted != declared:
         return f"entries {[f[0] for f in fitted]} in the file, {[d[0] for d in declared]} declared"
     return None

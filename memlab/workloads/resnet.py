@@ -37,13 +37,14 @@ import torch
 import torch.nn.functional as F_
 from torch import nn
 
+from ..advisor.declaration import AdvisorModel, Count, Entry
 from ..functional.reversible import residual_stack, reversible_stack
 from ..params import Param, check_steps
 from ..workload import DEFAULT_TOLERANCES, Problem, Workload
 from .seeding import seeded_randn
 
-__all__ = ["ResNet", "ResNetModel", "RevNetModel", "FrozenNorm", "ResBlock", "branch", "build_revnet",
-           "blocks_per_stage", "BLOCKS"]
+__all__ = ["ResNet", "ResNetAdvisorModel", "ResNetModel", "RevNetModel", "FrozenNorm", "ResBlock", "branch",
+           "build_revnet", "blocks_per_stage", "BLOCKS"]
 
 BLOCKS = ("basic", "bottleneck")
 _LAYERS_PER_BLOCK = {"basic": 6, "bottleneck": 9}  # weighted layers per block, times 3 stages
@@ -276,3 +277,33 @@ class ResNet(Workload, name="resnet", family="resnet"):
 
     def reference(self, problem):
         return problem.model(problem.inputs["x"])
+
+
+class ResNetAdvisorModel(AdvisorModel, family="resnet"):
+    """The resnet family's advisor model: basic blocks of width 16 (the CIFAR networks') on 8x8 images,
+    sizes ``depth, batch``; ``depth = 6k + 2`` counts ``k`` blocks per stage (``Count``).
+
+    What is exact and what is not (traces of one step, ``memlab.advisor.trace.raw_trace``):
+
+    * at width 16 every allocation of the step is ``q * batch`` or a constant for batch 5 to 160
+      (the same 380 step events at depth 8, the same 1424 at depth 26): the batch is a size;
+    * the width is not: oneDNN picks its convolution kernels by the channel count, and the step
+      allocates a different number of convolution buffers at different widths (23 ``mkldnn_convolution``
+      allocations at width 7, 25 at 13, 28 at 19 and 23, depth 8, 8x8 images), so the width is held at 16;
+    * the image side is held too: the second and third stages halve it (``image / 2``, ``image / 4``
+      rounded), no monomial of it;
+    * ``resnet_checkpoint_sqrt`` is left out: its ``round(sqrt(3k))`` segments are no repeated loop
+      body; the RevNet techniques are left out: they need an even ``k`` (``depth = 12j + 2``), a
+      second loop count over the same size.
+    """
+
+    workload = ResNet
+    sizes = ("depth", "batch")
+    workload_fixed = {"block": "basic", "width": 16, "image": 8, "classes": 10}
+    loop = Count("depth", per=6, offset=2)
+    entries = (Entry("resnet"), Entry("resnet_checkpoint_block"))
+    held_out = {"batch": (2, 40)}
+    time_sizes = ({"depth": 20, "batch": 16}, {"depth": 32, "batch": 64})
+    work = "depth*batch"
+    max_degree = 2
+    max_quantum = 1 << 14
