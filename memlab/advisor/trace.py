@@ -216,6 +216,67 @@ def _solve_poly(sizes: Sequence[int], points: Sequence[Mapping[str, int]], lib,
     return [(m, int(c)) for m, c in zip(lib, coef) if c != 0]
 
 
+def _traced_alike(technique_name: str, fixed: Mapping[str, Any], to_params, optimizer: str,
+                  pts: Sequence[Mapping[str, int]], labels: Sequence[Mapping[str, int]], before=()) -> list:
+    """Raw traces at ``pts`` after those ``before`` (at the first points of ``labels``), all of one
+    structure: the same event count, and each event the same sign, category, phase and op at every point.
+
+    Raises:
+        IdentificationError: naming the points (``labels``) or the event that differs.
+    """
+    traces = [*before, *(raw_trace(technique_name, {**fixed, **to_params(p)}, optimizer) for p in pts)]
+    lengths = {len(t) for t in traces}
+    if len(lengths) != 1:
+        raise IdentificationError(f"{technique_name}: traces at {list(labels)} have {sorted(lengths)} events")
+    for evs in zip(*traces):
+        if len({(d > 0, cat, ph, op) for d, cat, ph, op in evs}) != 1:
+            raise IdentificationError(f"{technique_name}: event differs between size points: {evs}")
+    return traces
+
+
+def _net_build_events(pre: list[int], everything: list, all_points, lib, max_quantum: int, max_degree: int,
+                      variables) -> list[SymEvent]:
+    """The build and warm-up events ``pre`` that are no polynomial, replaced by their net bytes per
+    category, each solved as a polynomial (NOTE [ polynomial allocations ]); a zero net adds nothing."""
+    nets: dict[str, list[int]] = {}
+    for i in pre:
+        net = nets.setdefault(everything[0][i][1], [0] * len(everything))
+        for j, t in enumerate(everything):
+            net[j] += t[i][0]
+    out = []
+    for cat, net in sorted(nets.items()):
+        if any(net):
+            solved = _solve_poly(net, all_points, lib, max_quantum)
+            if solved is None:
+                raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches the "
+                                          f"net {cat} bytes {net} of the build and warm-up at {all_points}")
+            out.append(SymEvent(1, solved[0][1], solved[0][0], cat, "pre", "(net of build and warm-up)",
+                                tuple(solved[1:])))
+    return out
+
+
+def _solve_step_events(failed: list[int], found: list, everything: list, all_points, lib, max_quantum: int,
+                       max_degree: int, variables) -> tuple[dict[int, list], dict[int, int]]:
+    """Each step event of ``failed`` as a polynomial of the sizes (``found[i]`` its leading term, in
+    place), or, when none and small, as its largest size (an upper bound); returns ``(further terms,
+    bounds)`` by event index (NOTE [ polynomial allocations ])."""
+    terms: dict[int, list] = {}
+    bounds: dict[int, int] = {}
+    for i in failed:
+        sizes = [abs(t[i][0]) for t in everything]
+        solved = _solve_poly(sizes, all_points, lib, max_quantum)
+        if solved is None and max(sizes) <= SMALL_BOUND_BYTES:
+            found[i], bounds[i] = (max(sizes), ()), max(sizes) - min(sizes)
+            continue
+        if solved is None:
+            raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches "
+                                      f"allocation sizes {sizes} at {all_points} "
+                                      f"({everything[0][i][3]}, {everything[0][i][2]})")
+        solved.sort(key=lambda mc: (mc[1] <= 0, -len(mc[0]), mc[0]))  # a positive, highest-degree term first
+        found[i], terms[i] = (solved[0][1], solved[0][0]), solved[1:]
+    return terms, bounds
+
+
 def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequence[Mapping[str, int]],
                    variables: Sequence[str], to_params, optimizer: str = "sgd", *, max_degree: int = MAX_DEGREE,
                    max_quantum: int = MAX_QUANTUM,
@@ -236,18 +297,7 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
         IdentificationError: the traces differ in structure or an allocation is not a monomial (nor,
             with ``extra_points``, a polynomial of the sizes).
     """
-    def traced(pts, before=()):
-        traces = [*before, *(raw_trace(technique_name, {**fixed, **to_params(p)}, optimizer) for p in pts)]
-        pts = [*points[:len(before)], *pts]
-        lengths = {len(t) for t in traces}
-        if len(lengths) != 1:
-            raise IdentificationError(f"{technique_name}: traces at {list(pts)} have {sorted(lengths)} events")
-        for evs in zip(*traces):
-            if len({(d > 0, cat, ph, op) for d, cat, ph, op in evs}) != 1:
-                raise IdentificationError(f"{technique_name}: event differs between size points: {evs}")
-        return traces
-
-    traces = traced(points)
+    traces = _traced_alike(technique_name, fixed, to_params, optimizer, points, points)
     lib = monomial_library(variables, max_degree)
     found: list[tuple[int, tuple[str, ...]] | IdentificationError] = []
     for evs in zip(*traces):
@@ -264,7 +314,8 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
         if not extra_points:
             raise found[failed[0]]
         all_points = [*points, *extra_points]
-        everything = traced(extra_points, before=traces)  # the same structure at every point
+        # the same structure at every point
+        everything = _traced_alike(technique_name, fixed, to_params, optimizer, extra_points, all_points, traces)
         for i, f in enumerate(found):  # a reading from two points that fails at the others is solved too
             if not isinstance(f, IdentificationError) and any(
                     abs(t[i][0]) != f[0] * mono_value(f[1], p) for t, p in zip(everything, all_points)):
@@ -272,32 +323,9 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
         # build and warm-up events enter the models only through the live bytes when the step starts:
         # those that are no polynomial (oneDNN's size-dependent kernels) are read by their net per category
         pre = [i for i in failed if traces[0][i][2] == "pre"]
-        failed = [i for i in failed if i not in pre]
-        nets: dict[str, list[int]] = {}
-        for i in pre:
-            net = nets.setdefault(traces[0][i][1], [0] * len(everything))
-            for j, t in enumerate(everything):
-                net[j] += t[i][0]
-        for cat, net in sorted(nets.items()):
-            if any(net):
-                solved = _solve_poly(net, all_points, lib, max_quantum)
-                if solved is None:
-                    raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches the "
-                                              f"net {cat} bytes {net} of the build and warm-up at {all_points}")
-                net_events.append(SymEvent(1, solved[0][1], solved[0][0], cat, "pre", "(net of build and warm-up)",
-                                           tuple(solved[1:])))
-        for i in failed:
-            sizes = [abs(t[i][0]) for t in everything]
-            solved = _solve_poly(sizes, all_points, lib, max_quantum)
-            if solved is None and max(sizes) <= SMALL_BOUND_BYTES:
-                found[i], bounds[i] = (max(sizes), ()), max(sizes) - min(sizes)
-                continue
-            if solved is None:
-                raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches "
-                                          f"allocation sizes {sizes} at {all_points} "
-                                          f"({traces[0][i][3]}, {traces[0][i][2]})")
-            solved.sort(key=lambda mc: (mc[1] <= 0, -len(mc[0]), mc[0]))  # a positive, highest-degree term first
-            found[i], terms[i] = (solved[0][1], solved[0][0]), solved[1:]
+        net_events = _net_build_events(pre, everything, all_points, lib, max_quantum, max_degree, variables)
+        terms, bounds = _solve_step_events([i for i in failed if i not in pre], found, everything, all_points,
+                                           lib, max_quantum, max_degree, variables)
     out = []
     for i, evs in enumerate(zip(*traces)):
         if i in pre:
