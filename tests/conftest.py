@@ -16,3 +16,18 @@ def patterns():
     import sys
 
     return next(m for n, m in sys.modules.items() if n.startswith("memlab_plugin_") and n.endswith("_patterns"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _frozen_heap():
+    """Keep what exists when a test module starts (torch, every collected test module, pytest itself)
+    out of the garbage collector's scans, as memlab's fork server and workers do for their children
+    (NOTE [ fork server ]): an in-process measurement calls ``gc.collect()`` a dozen times, each a
+    scan of the whole heap (~0.1-0.2 s in a pytest process) unless it is frozen.  Objects created by
+    the tests themselves stay collectable; a library call that unfreezes (the advisor's fit) is
+    followed by a fresh freeze at the next module."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    yield
