@@ -18,16 +18,17 @@ def patterns():
     return next(m for n, m in sys.modules.items() if n.startswith("memlab_plugin_") and n.endswith("_patterns"))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _frozen_heap():
+@pytest.fixture(scope="module")
+def frozen_heap():
     """Keep what exists when a test module starts (torch, every collected test module, pytest itself)
     out of the garbage collector's scans, as memlab's fork server and workers do for their children
     (NOTE [ fork server ]): an in-process measurement calls ``gc.collect()`` a dozen times, each a
-    scan of the whole heap (~0.1-0.2 s in a pytest process) unless it is frozen.  Objects created by
-    the tests themselves stay collectable; a library call that unfreezes (the advisor's fit) is
-    followed by a fresh freeze at the next module."""
+    scan of the whole heap (0.05-0.09 s in a pytest process) unless it is frozen.  Objects created by
+    the tests themselves stay collectable.  A module that measures in process uses it with
+    ``pytestmark = pytest.mark.usefixtures("frozen_heap")``."""
     import gc
 
     gc.collect()
     gc.freeze()
     yield
+    gc.unfreeze()  # the next module starts with the collector as it was

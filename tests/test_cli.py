@@ -7,6 +7,8 @@ import pytest
 
 from memlab.cli import main
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 
 @pytest.mark.parametrize("argv,match", [
     (["measure", "nope"], "unknown technique 'nope'; available:"),
