@@ -48,8 +48,8 @@ def test_console_script_error_has_no_traceback():
 
 def test_measure_json_and_human_output(capsys):
     assert main(["measure", "slice_loop", "--param", "n=64", "--param", "d=8", "--param", "hidden=16",
-                 "--param", "chunk_size=20", "--iterations", "1", "--repeats", "1", "--time-budget", "0", "--in-process",
-                 "--json"]) == 0
+                 "--param", "chunk_size=20", "--iterations", "1", "--repeats", "1", "--time-budget", "0",
+                 "--in-process", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert isinstance(rec["peak_allocated_bytes"], int) and rec["params"]["chunk_size"] == 20
     assert main(["measure", "unchunked", "--param", "n=64", "--param", "d=8", "--param", "hidden=16",
