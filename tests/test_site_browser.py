@@ -638,15 +638,11 @@ def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_p
             assert drawn["with"].get(tech) == colors == {before[tech]}, (tech, colors, drawn["with"].get(tech))
     problems = []
     for page in sorted(p.name for p in (tmp_path / "with").glob("*.html")):
-        # loaded 1024 px wide, then widened to 1400 px in the same tab (the page's resize handlers and
-        # plotly's responsive charts lay it out again): one load per page instead of one per width
-        state, errors, session = _visit(browser, url(page), 1024)
         for width in (1024, 1400):
-            if width != 1024:
-                _at_width(browser, session, width)
-                errors = browser.errors(session)
-            assert errors == [], f"{page} at {width} px: {errors}"
+            state, errors, session = _visit(browser, url(page), width)
+            assert errors == [], f"{page}: {errors}"
             problems += [f"{page} at {width} px: {p}" for p in _evaluate(browser, session, _OVERFLOW_JS)]
-        problems += [f"{page}: {p}" for p in _evaluate(browser, session, _PROMISES_JS)]
-        _close(browser, session)
+            if width == 1400:
+                problems += [f"{page}: {p}" for p in _evaluate(browser, session, _PROMISES_JS)]
+            _close(browser, session)
     assert problems == [], "\n".join(problems)
