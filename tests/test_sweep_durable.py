@@ -324,7 +324,7 @@ def test_out_symlinked_to_a_sweep_an_empty_or_no_file_is_used(fake, tmp_path, ca
 def test_closed_stdout_never_stops_the_sweep(tmp_path, technique, close_stderr, code, summary):
     out, err_file = tmp_path / "piped.jsonl", tmp_path / "stderr.txt"
     argv = [sys.executable, "-m", "memlab", "sweep", "--plugin", str(HELPERS), "--technique", technique,
-            "--in-process", "--iterations", "1", "--repeats", "1", "--time-budget", "0", "--out", str(out)]
+            "--in-process", "--iterations", "1", "--repeats", "1", "--out", str(out)]
     with open(err_file, "wb") as err:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE if close_stderr else err)
