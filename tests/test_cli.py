@@ -7,6 +7,8 @@ import pytest
 
 from memlab.cli import main
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 
 @pytest.mark.parametrize("argv,match", [
     (["measure", "nope"], "unknown technique 'nope'; available:"),
@@ -46,11 +48,12 @@ def test_console_script_error_has_no_traceback():
 
 def test_measure_json_and_human_output(capsys):
     assert main(["measure", "slice_loop", "--param", "n=64", "--param", "d=8", "--param", "hidden=16",
-                 "--param", "chunk_size=20", "--iterations", "1", "--repeats", "1", "--in-process", "--json"]) == 0
+                 "--param", "chunk_size=20", "--iterations", "1", "--repeats", "1", "--time-budget", "0",
+                 "--in-process", "--json"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert isinstance(rec["peak_allocated_bytes"], int) and rec["params"]["chunk_size"] == 20
     assert main(["measure", "unchunked", "--param", "n=64", "--param", "d=8", "--param", "hidden=16",
-                 "--iterations", "1", "--repeats", "1", "--in-process"]) == 0
+                 "--iterations", "1", "--repeats", "1", "--time-budget", "0", "--in-process"]) == 0
     out = capsys.readouterr().out
     assert "MiB" in out and "VmHWM" in out
     for internal in ("flop_step_s", "predict_cuda_s", "recorded_steps_s", "reference_check_s", "resident_step_s"):
@@ -60,7 +63,7 @@ def test_measure_json_and_human_output(capsys):
 def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
     out = tmp_path / "s.jsonl"
     assert main(["sweep", "--technique", "unchunked", "--quick", "--out", str(out),
-                 "--iterations", "1", "--repeats", "1"]) == 0
+                 "--iterations", "1", "--repeats", "1", "--time-budget", "0"]) == 0
     lines = out.read_text().splitlines()
     assert len(lines) >= 1 and all(json.loads(l)["status"] == "ok" for l in lines)
     text = capsys.readouterr()

@@ -12,6 +12,7 @@ from memlab.measurement.step_check import Shadow, StepLog, checker_for, compare_
 from memlab.measurement.timing import family_baseline
 
 LATER = Path(__file__).parent / "plugins" / "later_steps.py"
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 SMALL = dict(n=512, d=64, hidden=128)
 FAST = dict(iterations=5, repeats=3, time_budget=0)
 

@@ -8,6 +8,7 @@ import memlab
 from memlab.measurement.runner import shutdown_server
 
 STATEFUL = Path(__file__).parent / "plugins" / "stateful.py"
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 FAST = {"iterations": 2, "repeats": 1, "time_budget": 0}
 #: the float64 reference check is maths, not isolation: left out of the fork-vs-spawn comparison for time
 NO_CHECK = {**FAST, "check": False}

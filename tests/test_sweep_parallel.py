@@ -11,8 +11,7 @@ from process_checks import assert_process_ended
 from memlab.measurement import runner
 from memlab.sweep import SweepPoint, check_jobs, run_sweep
 
-POINTS = [SweepPoint("slice_loop", {"n": 256, "d": 16, "hidden": 32, "chunk_size": c}) for c in (32, 64, 128)] + \
-         [SweepPoint("unchunked", {"n": 256, "d": 16, "hidden": 32})]
+POINTS = [SweepPoint("slice_loop", {"n": 256, "d": 16, "hidden": 32, "chunk_size": c}) for c in (32, 64, 128, 256)]
 FAST = {"iterations": 1, "repeats": 1, "time_budget": 0, "check": False}
 
 
@@ -20,7 +19,11 @@ def _key(m):
     return m.technique, json.dumps(m.params, sort_keys=True)
 
 
-def test_two_jobs_give_the_same_bytes_as_one_and_run_at_once(monkeypatch):
+def test_two_jobs_give_the_same_bytes_as_one_run_at_once_and_write_every_row(monkeypatch, tmp_path):
+    """``memlab sweep --jobs 2`` (the CLI, in this process) against the same points one at a time:
+    the same bytes, two worker threads each with its own server, every row written once."""
+    from memlab.record import Measurement
+
     serial = {_key(m): m for m in run_sweep(POINTS, None, **FAST)}
     seen_threads = set()
     real = runner._server_for
@@ -30,7 +33,13 @@ def test_two_jobs_give_the_same_bytes_as_one_and_run_at_once(monkeypatch):
         return real(env)
 
     monkeypatch.setattr(runner, "_server_for", spy)
-    parallel = {_key(m): m for m in run_sweep(POINTS, None, jobs=2, **FAST)}
+    out = tmp_path / "s.jsonl"
+    assert main(["sweep", "--technique", "slice_loop", "--grid", "n=256", "--grid", "d=16", "--grid", "hidden=32",
+                 "--grid", "chunk_size=32,64,128,256", "--iterations", "1", "--repeats", "1", "--time-budget", "0",
+                 "--jobs", "2", "--out", str(out)]) == 0  # POINTS
+    rows = [Measurement.from_dict(json.loads(line)) for line in out.read_text().splitlines()]
+    parallel = {_key(m): m for m in rows}
+    assert len(rows) == len(parallel) == len(POINTS)  # every row, each once
     assert parallel.keys() == serial.keys()
     for key, m in parallel.items():
         assert m.status == "ok"
@@ -39,15 +48,6 @@ def test_two_jobs_give_the_same_bytes_as_one_and_run_at_once(monkeypatch):
     assert len(seen_threads) == 2  # two worker threads, each with its own server
     # each worker stopped the server it started when it ran out of points
     assert not (set(runner._servers) & seen_threads)
-
-
-def test_parallel_sweep_writes_every_row(tmp_path):
-    out = tmp_path / "s.jsonl"
-    assert main(["sweep", "--technique", "unchunked", "--grid", "n=64,128,256", "--grid", "d=8", "--grid",
-                 "hidden=16", "--iterations", "1", "--repeats", "1", "--time-budget", "0", "--jobs", "2",
-                 "--out", str(out)]) == 0
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted(r["params"]["n"] for r in rows) == [64, 128, 256]
 
 
 @pytest.mark.parametrize("jobs,device,match", [(0, "cpu", "jobs=0 is not valid"), (65, "cpu", "1 to 64"),
