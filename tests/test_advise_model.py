@@ -163,6 +163,17 @@ def test_fit_skips_an_unidentified_entry_and_says_why(model_file, monkeypatch):
         fit.fit_family(only_bf16, "sgd", say=said.append, skip_unidentified=True)
 
 
+def _loading(base, module: str) -> str:
+    """A model file's text that takes ``build`` and ``batch`` from the file ``base``, loaded by path."""
+    return f'''
+import importlib.util
+_spec = importlib.util.spec_from_file_location({module!r}, {str(base)!r})
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+build, batch = base.build, base.batch
+'''
+
+
 def test_cache_key_follows_the_fitting_sources_and_a_sibling_file_not_the_commit(model_file):
     from memlab.model_advice import keyed_files
 
@@ -171,13 +182,7 @@ def test_cache_key_follows_the_fitting_sources_and_a_sibling_file_not_the_commit
             "workloads/model_file.py", "model_advice.py"} <= names
     assert not any(n.startswith(("site/", "sweep/", "reproductions/")) or n == "cli.py" for n in names)
     base = model_file("adv_base.py", TINY)
-    child = model_file("adv_child.py", f'''
-import importlib.util
-_spec = importlib.util.spec_from_file_location("_adv_base", {str(base)!r})
-base = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(base)
-build, batch = base.build, base.batch
-''')
+    child = model_file("adv_child.py", _loading(base, "_adv_base"))
     decl = model_declaration(child)
     first = cache_dir_for(child, decl, "sgd", Path("/c"))
     base.write_text(TINY + "\n# the sibling edited\n")
@@ -259,13 +264,7 @@ def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_
     from memlab.model_advice import advise_model
 
     base = model_file("adv_idx_base.py", TINY)
-    path = model_file("adv_idx.py", f'''
-import importlib.util
-_spec = importlib.util.spec_from_file_location("_adv_idx_base", {str(base)!r})
-base = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(base)
-build, batch = base.build, base.batch
-''')
+    path = model_file("adv_idx.py", _loading(base, "_adv_idx_base"))
 
     def fake_fit_entry(fam, entry, optimizer, **kw):  # a peak of 1000 bytes per sample plus 500
         return {"technique": entry.technique, "label": entry.label, "fixed": {}, "knobs": [],

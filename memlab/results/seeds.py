@@ -47,6 +47,19 @@ def _figure(fig: Any, report: FileProblems) -> dict[str, Any] | None:
             "series": {k: [y if _is_number(y) else None for y in v] for k, v in fig["series"].items()}}
 
 
+def _kept(items: list, problems_of, kind: str, report) -> list[tuple[int, Any]]:
+    """``(index, item)`` of each item ``problems_of`` finds nothing wrong with; every other one is
+    reported by its index (``"<kind> <i> invalid (...); left out"``) and left out."""
+    out = []
+    for i, item in enumerate(items):
+        bad = problems_of(item)
+        if bad:
+            report(f"{kind} {i} invalid ({'; '.join(bad)}); left out")
+            continue
+        out.append((i, item))
+    return out
+
+
 def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     """Read seed-reproduction JSON files (see :mod:`memlab.reproductions` for the contract).
 
@@ -78,20 +91,10 @@ def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
                 report(f"seed {seed!r} was already read from another file; skipped")
                 continue
             seen.add(seed)
-            rows = []
-            for i, rec in enumerate(data.get("measurements", [])):
-                bad = validate_measurement(rec)
-                if bad:
-                    report(f"measurement {i} invalid ({'; '.join(bad)}); left out")
-                    continue
-                rows.append(measurement_row(rec, shown_path(path.stem), shown_path(path), i))
-            timelines = []
-            for i, t in enumerate(data.get("timelines", [])):
-                bad = timeline_problems(t)
-                if bad:
-                    report(f"timeline {i} invalid ({'; '.join(bad)}); left out")
-                    continue
-                timelines.append({**t, "source": shown_path(path)})
+            rows = [measurement_row(rec, shown_path(path.stem), shown_path(path), i)
+                    for i, rec in _kept(data.get("measurements", []), validate_measurement, "measurement", report)]
+            timelines = [{**t, "source": shown_path(path)}
+                         for _, t in _kept(data.get("timelines", []), timeline_problems, "timeline", report)]
             env = data.get("environment")
             out.append({**data, "seed": seed, "source": shown_path(path), "timelines": timelines,
                         "quick": data.get("quick") is True, "figure": _figure(data.get("figure"), report),
