@@ -12,7 +12,7 @@ from memlab.functional.attention import chunked_attention, eager_attention, sdpa
 from memlab.functional.lm_loss import chunked_lm_loss, plain_lm_loss
 from memlab.measurement.alloc_trace import trace_allocations
 from memlab.techniques.transformer import save_matmuls
-from memlab.techniques.transformer_bytes import loss_peak_bytes
+from memlab.techniques.transformer_bytes import loss_peak_bytes, measured_loss_peak
 from memlab.workloads.transformer import Transformer
 
 CPU = torch.device("cpu")
@@ -186,28 +186,6 @@ def test_the_saving_paths_keep_less():
     assert kept["chunked_lm_loss"] < kept["eager_attention"]
 
 
-def _loss_peak(fn, h, w, tg, go) -> int:
-    """The loss head's activation peak: live bytes above the start, forward and backward, the final
-    gradients' storages excluded (NOTE [ loss peak ])."""
-    def step():
-        out = fn(h, w, tg)
-        out.backward(go)
-        del out
-
-    step()
-    h.grad = w.grad = None
-    events, _ = trace_allocations(step, CPU, 1)
-    grads = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
-    h.grad = w.grad = None
-    last = {e.address: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.address in grads}
-    live = held = peak = 0
-    for i, e in enumerate(events):
-        live += e.delta_bytes
-        held += e.delta_bytes if i in set(last.values()) else 0
-        peak = max(peak, live - held)
-    return peak
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize("n, chunk", [(64, 16), (100, 30), (20, 64)])
 def test_loss_peak_is_exactly_the_formula(n, chunk, dtype):
@@ -217,9 +195,9 @@ def test_loss_peak_is_exactly_the_formula(n, chunk, dtype):
     w = torch.randn(1000, 16, generator=g).to(dtype).requires_grad_()
     tg, go = torch.randint(1000, (n,), generator=g), torch.rand(n, generator=g).to(dtype)
     e = h.element_size()
-    assert _loss_peak(plain_lm_loss, h, w, tg, go) == loss_peak_bytes(c, e, "plain")
+    assert measured_loss_peak(plain_lm_loss, h, w, tg, go) == loss_peak_bytes(c, e, "plain")
     chunked = lambda a, b, t: chunked_lm_loss(a, b, t, chunk=chunk)  # noqa: E731
-    assert _loss_peak(chunked, h, w, tg, go) == loss_peak_bytes(c, e, "chunked", chunk)
+    assert measured_loss_peak(chunked, h, w, tg, go) == loss_peak_bytes(c, e, "chunked", chunk)
 
 
 def test_seq_exponents():

@@ -64,31 +64,14 @@ def loss_head_peak(kind: str, n: int, v: int, d: int, chunk: int = CHUNK, seed: 
     import torch
 
     from ..functional.lm_loss import chunked_lm_loss, plain_lm_loss
-    from ..measurement.alloc_trace import trace_allocations
+    from ..techniques.transformer_bytes import measured_loss_peak
 
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n, d, generator=g).requires_grad_()
     w = (torch.randn(v, d, generator=g) / d ** 0.5).requires_grad_()
     tg, go = torch.randint(v, (n,), generator=g), torch.rand(n, generator=g)
     fn = plain_lm_loss if kind == "plain" else (lambda a, b, t: chunked_lm_loss(a, b, t, chunk=chunk))
-
-    def step():
-        out = fn(h, w, tg)
-        out.backward(go)
-        del out
-
-    step()
-    h.grad = w.grad = None
-    events, _ = trace_allocations(step, torch.device("cpu"), 1)
-    grads = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
-    h.grad = w.grad = None
-    last = set({e.address: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.address in grads}.values())
-    live = held = peak = 0
-    for i, e in enumerate(events):
-        live += e.delta_bytes
-        held += e.delta_bytes if i in last else 0
-        peak = max(peak, live - held)
-    return peak
+    return measured_loss_peak(fn, h, w, tg, go)
 
 
 def paper_scale(chunk: int, e: int = 4) -> dict[str, int]:

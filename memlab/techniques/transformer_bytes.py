@@ -43,7 +43,8 @@ from typing import Mapping
 
 import torch
 
-__all__ = ["ATTENTION_KINDS", "LOSS_KINDS", "layer_terms", "head_terms", "loss_peak_bytes", "rng_state_bytes"]
+__all__ = ["ATTENTION_KINDS", "LOSS_KINDS", "layer_terms", "head_terms", "loss_peak_bytes", "measured_loss_peak",
+           "rng_state_bytes"]
 
 ATTENTION_KINDS = ("eager", "sdpa_math", "flash", "chunked", "checkpointed", "selective")
 LOSS_KINDS = ("plain", "chunked")
@@ -118,3 +119,32 @@ def loss_peak_bytes(c: Mapping, e: int, loss: str, chunk: int | None = None) -> 
                          f"{', '.join(LOSS_KINDS)}")
     rows = min(chunk, n)
     return rows * c["vocab"] * e + rows * c["hidden"] * e + 2 * n * e
+
+
+def measured_loss_peak(fn, h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, grad_out: torch.Tensor) -> int:
+    """The loss head's activation peak, measured (the figure :func:`loss_peak_bytes` predicts), bytes.
+
+    ``fn(h, w, targets)`` is the loss head (``h`` [N, D] leaf, ``w`` [V, D] leaf, ``targets`` [N]) and
+    ``grad_out`` [N] its upstream gradient.  One warm-up step, then one step traced on the CPU: live
+    bytes above the start, forward and backward, with the storages of the final gradients of ``h`` and
+    ``w`` left out (NOTE [ loss peak ]).  Both gradients are cleared after.
+    """
+    from ..measurement.alloc_trace import trace_allocations
+
+    def step():
+        out = fn(h, w, targets)
+        out.backward(grad_out)
+        del out
+
+    step()
+    h.grad = w.grad = None
+    events, _ = trace_allocations(step, torch.device("cpu"), 1)
+    grads = {h.grad.untyped_storage().data_ptr(), w.grad.untyped_storage().data_ptr()}
+    h.grad = w.grad = None
+    last = set({e.address: i for i, e in enumerate(events) if e.delta_bytes > 0 and e.address in grads}.values())
+    live = held = peak = 0
+    for i, e in enumerate(events):
+        live += e.delta_bytes
+        held += e.delta_bytes if i in last else 0
+        peak = max(peak, live - held)
+    return peak
