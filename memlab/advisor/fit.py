@@ -21,8 +21,6 @@ from .structure import infer_loops, loop_baseline, pieces_of, prune, split_basel
 __all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term"]
 
 OPTIMIZERS_FITTED = ("sgd", "adam")
-#: timed rounds at least, and CPU seconds of timing at most, of each time point (memlab.measure's defaults)
-TIME_POINT_REPEATS, TIME_POINT_BUDGET_S = 5, 2.0
 #: raw-trace held-out points per model (exact replays at random sizes and loop counts)
 TRACED_HELD_OUT = 12
 
@@ -169,11 +167,11 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
     for p, kind in _measured_points(fam, entry, optimizer, seed):
         params = {**fam.workload_fixed, **entry.fixed, **p}
         small = kind == "small"
-        # a time point is timed as memlab.measure times by default (NOTE [ when to stop timing ]): at
-        # three rounds and no budget an entry's points scattered by ±12% (eager_attention over itself:
-        # 1.117 and 0.888), more than the 10% the time column is held to
-        m = measure_fn(entry.technique, iterations=2, repeats=1 if small else TIME_POINT_REPEATS,
-                       time_budget=0 if small else TIME_POINT_BUDGET_S, check=small, optimizer=optimizer, **params)
+        # a time point is timed with memlab.measure's default repeats and budget (NOTE [ when to stop
+        # timing ]): at three rounds and no budget an entry's points scattered by ±12% (eager_attention
+        # over itself: 1.117 and 0.888), more than the 10% the time column is held to
+        timing = {"repeats": 1, "time_budget": 0} if small else {}
+        m = measure_fn(entry.technique, iterations=2, check=small, optimizer=optimizer, **timing, **params)
         statuses.add(m.status)
         if m.status != "ok":
             rows.append({"params": p, "status": m.status, "error": m.error})
