@@ -348,3 +348,20 @@ def test_each_machine_has_its_own_axis_with_its_gaps_and_a_range_slider_when_lon
     # one x-axis per chart, anchored under the bottom panel; every panel's traces on it
     assert all(t["xaxis"] == "x" for t in figs["big"]["data"]) and "xaxis2" not in big
     assert big["xaxis"]["anchor"] == f"y{len(TECHS)}"
+
+
+def test_a_chart_first_shows_the_commits_that_hold_its_benchmark(tmp_path):
+    """Issue 30, items 4-5: the time history covers the last 10 of 50 commits the memory history
+    covers; its chart opens on those 10 (the slider still spans all 50), the memory chart on all 50."""
+    known = [(f"{k:08x}" * 5, f"subject {k}") for k in range(1, 51)]
+    every = [h for h, _ in known]
+    timed = [x if x != x else 0.01 for x in _values(BASE)]
+    write_tree(tmp_path, every, {c: {MEM: _values(BASE), **({TIME: timed} if i >= 40 else {})}
+                                 for i, c in enumerate(every)})
+    frame, failures = _loaded(tmp_path)
+    order = H.machine_order(frame, failures, "box", known)
+    figs = {b: history_figure(frame[frame["benchmark"] == b], order, {}) for b in (MEM, TIME)}
+    mem, time_ = figs[MEM]["layout"]["xaxis"], figs[TIME]["layout"]["xaxis"]
+    assert mem["range"] == [-0.5, 49.5] and time_["range"] == [39.5, 49.5]
+    assert mem["rangeslider"]["range"] == time_["rangeslider"]["range"] == [-0.5, 49.5]
+    assert len(time_["categoryarray"]) == 50

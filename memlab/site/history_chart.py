@@ -11,7 +11,10 @@ combination of the other parameters and benchmark version, in the technique's co
   categories, labelled ``+N`` on top (hover: which commits);
 * a benchmark version bump is a dashed vertical line labelled ``version V``; the new version's
   points are a new trace, never joined to the old ones;
-* more than :data:`RANGE_SLIDER_FROM` commits get plotly's range slider under the axis.
+* more than :data:`RANGE_SLIDER_FROM` commits get plotly's range slider under the axis;
+* the axis first shows the commits from the first to the last that hold this benchmark (a time
+  history of the last 50 commits is not squeezed into the right fifth of a 244-commit memory
+  history); the range slider and the categories still span all of the machine's commits.
 """
 from __future__ import annotations
 
@@ -139,9 +142,12 @@ def _marks(order: Sequence[H.Commit], gaps: Sequence[tuple[int, int]],
     return shapes, labels
 
 
-def _x_axis(order: Sequence[H.Commit], bottom: str) -> dict[str, Any]:
+def _x_axis(order: Sequence[H.Commit], bottom: str, span: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The commit axis: every commit of ``order`` a category; shown at first from ``span`` (the first
+    and last position holding this benchmark; default all), the range slider spanning them all."""
+    lo, hi = span if span is not None else (0, len(order) - 1)
     axis = {"type": "category", "categoryorder": "array", "categoryarray": [F.value(c.short) for c in order],
-            "range": [-0.5, len(order) - 0.5], "anchor": bottom, "tickangle": -60, "automargin": True,
+            "range": [lo - 0.5, hi + 0.5], "anchor": bottom, "tickangle": -60, "automargin": True,
             "title": {"text": "commit measured on this machine, oldest first (history order; hover for its subject)"}}
     if len(order) > RANGE_SLIDER_FROM:
         axis["rangeslider"] = {"visible": True, "thickness": 0.06, "range": [-0.5, len(order) - 0.5]}
@@ -200,9 +206,10 @@ def history_figure(frame: pd.DataFrame, order: Sequence[H.Commit], colors: dict[
         titles.append(_panel_title(panel.technique, color, top, colors))
     shapes, marks = _marks(order, gaps, versions)
     traces += _legend_entries(labels, style, failed_any)
+    held = [c.position for p in panels for ln in p.lines for c, _ in list(ln.points) + list(ln.failed)]
     slider = len(order) > RANGE_SLIDER_FROM
     # labels of gaps (20 px) and versions (36 px) above the top panel's title, below plotly's toolbar (top 96 px)
-    layout.update(xaxis=_x_axis(order, f"y{n}" if n > 1 else "y"), hovermode="closest", annotations=titles + marks,
+    layout.update(xaxis=_x_axis(order, f"y{n}" if n > 1 else "y", (min(held), max(held)) if held else None), hovermode="closest", annotations=titles + marks,
                   shapes=shapes, height=170 + 190 * n + (70 if slider else 0),
                   margin={"l": 90, "r": 20, "t": 96, "b": 110}, legend={"orientation": "v", "title": {"text": "parameters"}})
     return {"data": traces, "layout": layout}
