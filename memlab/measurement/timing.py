@@ -78,6 +78,21 @@ WALL_BUDGET_FACTOR = 10
 # stable at once), and the relative time of slice_loop at n=4000, chunk 100 then moved 7% between
 # three runs of one configuration (memlab bench-harness, load 4-11); its ratio is what users read.
 
+# NOTE [ the noise floor of a memory-bound step ]
+# What is left of run-to-run spread once the phase is pinned, in CPU time, idle, is the step's own
+# user time.  slice_loop at n=4000, chunk 100 (40 chunk gradients, each a 4 MB zero-filled tensor
+# plus a 4 MB add: memory-bound) against unchunked (two GEMMs), 40 interleaved rounds per process,
+# per-step getrusage(RUSAGE_THREAD), 5 December 2026, load 0.6-1.0: zero minor page faults and zero
+# system time in every timed step of either; the reference steps steady (median 136.5-137.5 ms in
+# six processes), the technique's per-round ratio scattering with sd 3.0-6.3% whether the every-step
+# check ran (1.393, 1.355, 1.340) or not (``check=False``: 1.359, 1.325, 1.358).  So the scatter is
+# neither the allocator, the kernel, the check nor the other CPU: it is the memory-bound step's speed
+# itself, which drifts over minutes (200-round series: 20-round medians CV 1.9-2.3%; whole-series
+# medians 1.357-1.399), consistent with memory bandwidth shared beyond this VM.  More rounds in one
+# process do not remove a drift that is slower than the process (a 4x budget read 1.398 and 1.315).
+# The asv time history measures it across fresh processes: 50 idle runs of slice_loop at chunk 500
+# have a CV of 1.2% and 3 of them differ by more than 5% with probability 0.06 (results/README.md).
+
 
 def family_baseline(technique: Technique) -> Technique | None:
     """The baseline technique of ``technique``'s workload at the same workload configuration, or
