@@ -236,3 +236,16 @@ def test_peers_refuse_affine_coupling():
 def test_full_sweep_grid_spans_depths_4_to_64():
     """(Every grid is valid for every technique: tests/test_families.py, for every family.)"""
     assert {c["depth"] for c in ResidualStack.sweep_grid(False)} >= {4, 64}
+
+
+@pytest.mark.parametrize("coupling", ["additive", "affine"])
+@pytest.mark.parametrize("name", ["residual", "checkpoint_block", "reversible", "reversible_nosave"])
+def test_each_further_block_costs_exactly_the_expected_bytes(name, coupling):
+    """The expectation's per-block part is exact: 4 more blocks add 4 times it, to the byte (affine
+    couplings save their scale s; checkpointing stashes the CPU RNG state per block)."""
+    def measured(depth):
+        m = memlab.measure(name, isolate=False, iterations=1, repeats=1, time_budget=0, check=False,
+                           depth=depth, batch=64, width=32, hidden=64, coupling=coupling)
+        return m.extra["activation_peak_bytes"], m.extra["expected_activation_bytes"][name]
+    (a4, e4), (a8, e8) = measured(4), measured(8)
+    assert a8 - a4 == e8 - e4, (a4, a8, e4, e8)

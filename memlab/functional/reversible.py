@@ -117,10 +117,13 @@ class CouplingRule(abc.ABC):
         fo_channels: channels of ``fo`` per channel of a half (1 additive, 2 affine).
         saved_for_backward: what plain autograd saves for one coupling (the statement
             :meth:`saved_bytes` counts; a test checks it with saved-tensor hooks).
+        new_saved_halves: of those, the tensors a stack does not keep anyway, in halves (the input
+            half ``x`` is the previous block's output, kept for it: affine's new one is ``s``).
     """
 
     fo_channels: int = 1
     saved_for_backward: str = ""
+    new_saved_halves: int = 0
 
     @abc.abstractmethod
     def saved_bytes(self, half_bytes: int) -> int:
@@ -186,6 +189,7 @@ class AffineCoupling(CouplingRule):
     fo_channels = 2
     saved_for_backward = ("x and s, [B, C, ...] each: the product saves both, the sigmoid its output s "
                           "(one storage); the shift and the split save nothing")
+    new_saved_halves = 1
 
     def saved_bytes(self, half_bytes: int) -> int:
         return 2 * half_bytes

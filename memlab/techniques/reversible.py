@@ -43,14 +43,18 @@ def stack_facts(technique: Technique, problem, path: str) -> dict[str, Any]:
     hidden = cfg["batch"] * cfg["hidden"] * spatial * es
     fo = Coupling(cfg["coupling"]).out_channels(cfg["width"]) * cfg["batch"] * spatial * es
     depth = cfg["depth"]
+    # torch.utils.checkpoint (preserve_rng_state) stashes the CPU generator's state per checkpointed
+    # call: a 5,056-byte tensor on CPU; on CUDA it is host memory, outside the device's figures
+    rng_state = torch.get_rng_state().numel() if x.device.type == "cpu" else 0
     facts = {
         "path": path,
         "x_bytes": 2 * half,
         "expected_activation_bytes": {
             # saved per block plus the concatenated output
             "residual": depth * sum(per_block.values()) + 2 * half,
-            # the two input halves of every block plus the output; one block's graph during backward
-            "checkpoint_block": depth * 2 * half + 2 * half + sum(per_block.values()),
+            # the two input halves and the RNG state of every block plus the output; one block's
+            # graph during backward
+            "checkpoint_block": depth * (2 * half + rng_state) + 2 * half + sum(per_block.values()),
             # output + reconstruction copy + gradient buffer + one F or G graph in backward (its
             # ReLU output and that output's gradient, [B, hidden] each, and its output fo)
             "reversible": 3 * 2 * half + 2 * hidden + fo,

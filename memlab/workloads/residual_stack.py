@@ -63,14 +63,19 @@ def _make_fn(gen, block: str, width: int, hidden: int, out: int, scale_last: flo
 
 
 def activation_bytes_per_block(config: dict, element_size: int) -> dict[str, int]:
-    """Analytic bytes plain autograd saves per block (ReLU outputs, y1 and y2), for ``describe``.
+    """Analytic bytes plain autograd saves per block (ReLU outputs, y1 and y2, the couplings' own), for
+    ``describe``.
 
     ``relu``: the two [B, hidden, ...] ReLU outputs (saved by ReLU and the second layer);
-    ``halves``: y1 and y2, [B, C, ...] each (saved by the next layer / kept by the next block).
+    ``halves``: y1 and y2, [B, C, ...] each (saved by the next layer / kept by the next block);
+    ``coupling``: what the two couplings save beyond those halves (``CouplingRule.new_saved_halves``:
+    0 additive, the scale ``s`` [B, C, ...] of each affine coupling).
     """
     spatial = 1 if config["block"] == "mlp" else config["spatial"] ** 2
     b, c, h = config["batch"], config["width"], config["hidden"]
-    return {"relu": 2 * b * h * spatial * element_size, "halves": 2 * b * c * spatial * element_size}
+    half = b * c * spatial * element_size
+    return {"relu": 2 * b * h * spatial * element_size, "halves": 2 * half,
+            "coupling": 2 * Coupling(config["coupling"]).rule.new_saved_halves * half}
 
 
 class ResidualStack(Workload, name="residual_stack", family="reversible"):
