@@ -193,6 +193,8 @@ def test_the_entries_exact_at_one_thread_only_are_modelled():
     ("sgd", "reversible", "reversible", 14),
     ("adam", "reversible", "checkpoint_block", 15),
     ("sgd", "transformer", "chunked_lm_loss", 16),
+    ("sgd", "transformer", "chunked_attention", 17),
+    ("adam", "transformer", "chunked_attention", 18),
 ])
 def test_fit_reproduces_new_held_out_measurements(optimizer, family, label, seed):
     """Points the fit never saw (another seed, loop counts up to 40) are predicted within the stated
@@ -283,6 +285,28 @@ def test_transformer_layers_is_a_size_and_every_entry_measured_at_9_layers_is_ex
                      "sgd")
         assert m.status == "ok" and m.total_peak_bytes == c["total_peak_bytes"], (label, c["knobs"])
         assert {k: m.peak_by_category_bytes.get(k, 0) for k in c["peak_by_category_bytes"]} == c["peak_by_category_bytes"]
+
+
+def test_transformer_answer_with_a_block_measured_is_exact_and_fits():
+    """A budget under eager attention's need and over chunked_attention's smallest: the answer holds
+    chunked_attention with a block (its blocks grow with their index: NOTE [ growing loop bodies ]); that
+    setting and the first answer, measured at 7 layers and seq 160 (7x the traced seq), are what the
+    model said, to the byte, and within the budget."""
+    pairs = ["seq=160", "batch=2", "vocab=128", "layers=7"]
+    everything = advise("transformer", 1 << 40, pairs)["fits"]
+    eager = next(c["need_bytes"] for c in everything if c["label"] == "eager_attention")
+    blocked = min((c for c in everything if c["label"] == "chunked_attention"), key=lambda c: c["need_bytes"])
+    assert blocked["need_bytes"] < eager
+    budget = (blocked["need_bytes"] + eager) // 2
+    a = advise("transformer", budget, pairs)
+    assert any(c["label"] == "chunked_attention" and c["knobs"].get("block") for c in a["fits"])
+    assert not any(c["label"] == "eager_attention" for c in a["fits"])
+    models = load_models("sgd")
+    for c in {id(x): x for x in (a["fits"][0], blocked)}.values():
+        entry = _entry(models, "transformer", c["label"])
+        m = _measure(entry, "transformer", models, {k: v for k, v in c["params"].items() if k not in entry["fixed"]},
+                     "sgd")
+        assert m.status == "ok" and m.total_peak_bytes == c["total_peak_bytes"] <= budget, (c["label"], c["knobs"])
 
 
 def test_transformer_advice_at_seq_4096_and_12_layers_names_a_technique(capsys):

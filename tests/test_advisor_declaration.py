@@ -135,6 +135,7 @@ def test_the_transformer_fits_each_entry_with_its_knobs_loop():
     # layers is a size, the outer loop around each entry's own (NOTE [ outer loops ])
     assert d.sizes == ("seq", "batch", "vocab", "layers") and "layers" not in d.workload_fixed
     assert d.loop.kind == "repeated" and d.loop.outer_size() == "layers"
+    assert {e.label: e.knobs for e in d.entries}["chunked_attention"] == ("block",)  # NOTE [ growing loop bodies ]
     for entry in d.entries:
         one = d.for_entry(entry)
         assert one.loop == d.loop.for_knobs(entry.knobs) and one.entries == (entry,)
@@ -144,7 +145,7 @@ def test_the_transformer_fits_each_entry_with_its_knobs_loop():
             for point in one.trace_points(k, chunked, lambda pts, v: True):
                 k_got, values = one.loop_of({**one.to_params(k, point, chunked), "layers": 7}, chunked)
                 assert k_got == k and values["layers"] == 7, (entry.label, k, point)
-    with pytest.raises(ValueError, match=r"has knobs \['rows'\]; the 'repeated' loop supports \['chunk'\]"):
+    with pytest.raises(ValueError, match=r"has knobs \['rows'\]; the 'repeated' loop supports \['block', 'chunk'\]"):
         dataclasses.replace(d, entries=(*d.entries, Entry("eager_attention", {"hidden": 32}, knobs=("rows",))))
 
 

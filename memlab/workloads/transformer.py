@@ -261,21 +261,24 @@ class TransformerModel(AdvisorModel, family="transformer"):
     :mod:`memlab.advisor.fit`): each layer one more body of forward, backward and the optimizer's
     updates; 1, 2 and 3 layers are exact classes, from 4 on the pieces are polynomials in ``layers``.
     Inside it, the knob an entry searches chunks its own rows (:class:`~memlab.advisor.loops.ChunksOf`):
-    ``chunked_lm_loss``'s ``chunk`` splits the ``batch * seq`` tokens (the loss, after the layers).
+    ``chunked_lm_loss``'s ``chunk`` splits the ``batch * seq`` tokens (the loss, after the layers),
+    ``chunked_attention``'s ``block`` the ``seq`` queries of every layer's attention: causal, so block ``i``
+    scores its rows against keys ``[0, (i + 1) * block)`` and its tensors grow with its index, a loop of
+    growing bodies (NOTE [ growing loop bodies ] in :mod:`memlab.advisor.structure`; NOTE [ query-blocked
+    attention ] in :mod:`memlab.functional.attention` lists its allocations), inside the outer loop.
 
     Held fixed, and why: ``hidden`` and ``heads`` (a fixed width keeps every tensor a monomial of degree
-    <= 3 in the sizes).  Left out: ``chunked_attention`` (its blocks are causal: block ``i`` scores
-    its rows against keys ``[0, (i + 1) * block)``, so its tensors grow with the block's index),
-    ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by blocks it picks from ``seq``: no
-    monomial, NOTE [ SDPA on this CPU build ]), ``autocast_bf16`` and ``offload_activations`` (CUDA only).
+    <= 3 in the sizes).  Left out: ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by
+    blocks it picks from ``seq``: no monomial, NOTE [ SDPA on this CPU build ]), ``autocast_bf16`` and
+    ``offload_activations`` (CUDA only).
     """
 
     workload = Transformer
     sizes = ("seq", "batch", "vocab", "layers")
     workload_fixed = {"hidden": 64, "heads": 4, "dropout": 0.0}
-    loop = Repeated("layers", ChunksOf({"chunk": "batch*seq"}, k_max=24), k_max=12)
+    loop = Repeated("layers", ChunksOf({"chunk": "batch*seq", "block": "seq"}, k_max=24), k_max=12)
     entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
-               Entry("chunked_lm_loss", knobs=("chunk",)))
+               Entry("chunked_lm_loss", knobs=("chunk",)), Entry("chunked_attention", knobs=("block",)))
     held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
     # the second time size at 24 layers: 4x the largest traced count (6), a measured held-out point there
     time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024, "layers": 2},
