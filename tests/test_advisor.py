@@ -15,7 +15,7 @@ from memlab.advisor import AdviceError, advise, load_models, parse_budget, predi
 from memlab.advisor.declaration import Chunks
 from memlab.advisor.fit import declaration_of
 from memlab.advisor.model import MODELS_DIR, eval_poly
-from memlab.advisor.structure import infer_loops, pieces_of, prune, total_poly
+from memlab.advisor.structure import StructureError, infer_loops, pieces_of, prune, total_poly
 from memlab.advisor.trace import SymEvent
 from memlab.cli import main
 
@@ -62,6 +62,98 @@ def test_loop_structure_gives_k_linear_pieces():
         assert peak == 4 * (2 * 1000 * 8 + (k + 1) * 10 * 32)
 
 
+def _toy_layers(p):
+    """A toy step as ``raw_trace`` gives it, ``[(delta_bytes, category, phase, op)]``: ``layers`` layers,
+    each keeping an [n, d] activation and, inside, causal query blocks of ``chunk`` rows whose scores
+    grow with the block (block i: chunk x (i + 1) * chunk; the last: last x n), then the backward
+    freeing each layer's activation after the same blocks and a [d, d] gradient per layer."""
+    n, d, layers = p["n"], p["d"], p["layers"]
+    c = min(p.get("chunk", n), n)
+    k = -(-n // c)
+    blocks = [(c, (i + 1) * c) for i in range(k - 1)] + [(n - (k - 1) * c, n)]
+
+    def attend(phase):
+        out = []
+        for r, r1 in blocks:
+            out += [(4 * r * r1, "temporaries", phase, "scores"), (8 * r1, "temporaries", phase, "cols"),
+                    (-8 * r1, "temporaries", phase, "cols"), (-4 * r * r1, "temporaries", phase, "scores")]
+        return out
+
+    ev = [(4 * d * d * layers, "parameters", "pre", "w"), (4 * n * d, "inputs", "pre", "x")]
+    for _ in range(layers):
+        ev += [(4 * n * d, "saved_activations", "forward", "act"), *attend("forward")]
+    for _ in range(layers):
+        ev += [(4 * d * d, "gradients", "backward", "dw"), *attend("backward"),
+               (-4 * n * d, "saved_activations", "backward", "act")]
+    return ev + [(-4 * d * d, "gradients", "optimizer", "dw")] * layers  # one update per layer's weight
+
+
+def _toy_peak(events):
+    live, best = {}, None
+    for delta, cat, phase, _op in events:
+        if phase != "pre" and best is None:
+            best = (sum(live.values()), dict(live))
+        live[cat] = live.get(cat, 0) + delta
+        if phase != "pre" and sum(live.values()) > best[0]:
+            best = (sum(live.values()), dict(live))
+    return best
+
+
+def test_growing_loop_bodies_and_an_outer_loop_fit_exactly(monkeypatch):
+    """NOTE [ growing loop bodies ] and NOTE [ outer loops ]: blocks whose scores grow with their index,
+    inside each of ``layers`` layers (an outer loop), are fitted from traces at 1-6 layers and 1-6 blocks
+    and predicted to the byte, every category, at 24 layers and 30 blocks."""
+    from types import SimpleNamespace
+
+    from memlab.advisor import trace as trace_mod
+    from memlab.advisor.declaration import Declaration, Entry, Repeated
+    from memlab.advisor.fit import fit_entry
+
+    monkeypatch.setattr(trace_mod, "raw_trace", lambda name, params, optimizer="sgd": _toy_layers(params))
+
+    def measure(technique, **kw):
+        total, cats = _toy_peak(_toy_layers(kw))
+        return SimpleNamespace(status="ok", error=None, total_peak_bytes=total, peak_by_category_bytes=cats,
+                               predicted_cuda=None, relative_step_time=None)
+
+    entry = Entry("toy", knobs=("chunk",))
+    fam = Declaration(name="toy", workload="toy", sizes=("n", "d", "layers"), workload_fixed={}, entries=(entry,),
+                      loop=Repeated("layers", Chunks("n", "chunk")), time_sizes=(), work="n*d")
+    model = fit_entry(fam, entry, "sgd", measure_fn=measure)
+    general = [c for c in model["classes"] if "k_min" in c and c.get("outer", {}).get("k_min") == 4]
+    assert len(general) == 1 and any("layers" in mono for piece in general[0]["pieces"] for p in piece.values()
+                                     for mono in p)
+    assert model["held_out_traced"]["max_abs_error_bytes"] == 0 and model["held_out_traced"]["categories_exact"]
+    for p in ({"n": 30 * 7 - 3, "d": 5, "layers": 24, "chunk": 7}, {"n": 40, "d": 9, "layers": 2, "chunk": 9},
+              {"n": 12, "d": 3, "layers": 5, "chunk": 5}, {"n": 64, "d": 4, "layers": 13, "chunk": 64}):
+        total, cats = _toy_peak(_toy_layers(p))
+        pred = predict(fam, model, p)
+        assert pred["total_peak_bytes"] == total, p
+        assert {c: v for c, v in pred["peak_by_category_bytes"].items() if v} == {c: v for c, v in cats.items() if v}
+
+
+
+def test_growing_bodies_are_refused_as_plain_loops_and_read_with_their_growth():
+    def blocks(k):
+        ev = []
+        for i in range(k - 1):
+            ev += [_ev(1, ("chunk", "chunk"), q=4 * (i + 1)), _ev(1, ("chunk",), q=8), _ev(-1, ("chunk",), q=8),
+                   _ev(-1, ("chunk", "chunk"), q=4 * (i + 1))]
+        return ev + [_ev(1, ("last", "n")), _ev(-1, ("last", "n"))]
+
+    steps = {k: blocks(k) for k in (3, 4, 5, 6)}
+    checks = [(5, steps[5]), (6, steps[6])]
+    with pytest.raises(StructureError):
+        infer_loops(steps[3], steps[4], 3, checks)
+    st = infer_loops(steps[3], steps[4], 3, checks, grow=True)
+    assert [i.growth for i in st.insertions] == [(4, 0, 0, 4)]  # q grows; the free has sign -1
+    pieces = prune(pieces_of({}, st.base, st))
+    for k in (4, 5, 9, 40):
+        vals = {"chunk": 7, "last": 3, "n": 7 * (k - 1) + 3, "m": k - 4}
+        peak = max(eval_poly({"*".join(m) or "1": c for m, c in total_poly(p).items()}, vals) for p in pieces)
+        assert peak == max(4 * 7 * 7 * (k - 1) + 8 * 7, 4 * 3 * vals["n"])  # the last full block or the last
+
+
 # -- the committed models ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module", params=OPTIMIZERS)
@@ -101,6 +193,8 @@ def test_the_entries_exact_at_one_thread_only_are_modelled():
     ("sgd", "reversible", "reversible", 14),
     ("adam", "reversible", "checkpoint_block", 15),
     ("sgd", "transformer", "chunked_lm_loss", 16),
+    ("sgd", "transformer", "chunked_attention", 17),
+    ("adam", "transformer", "chunked_attention", 18),
 ])
 def test_fit_reproduces_new_held_out_measurements(optimizer, family, label, seed):
     """Points the fit never saw (another seed, loop counts up to 40) are predicted within the stated
@@ -174,6 +268,59 @@ def test_transformer_first_recommendation_and_its_chunk_measured_fit_the_budget(
     m = _measure(entry, "transformer", models, {k: v for k, v in first["params"].items() if k not in entry["fixed"]},
                  "sgd")
     assert m.status == "ok" and m.total_peak_bytes == first["total_peak_bytes"] <= budget
+
+
+def test_transformer_layers_is_a_size_and_every_entry_measured_at_9_layers_is_exact():
+    """``--param layers=N`` is a size of the transformer models (an outer loop: NOTE [ outer loops ]), not
+    refused as a fixed parameter: every entry's cheapest setting at 9 layers (1.5x the traced 6), and
+    its knob's, measured, is what the model said, to the byte, every category."""
+    pairs = ["seq=40", "batch=3", "vocab=300", "layers=9"]
+    a = advise("transformer", 1 << 40, pairs)
+    assert a["sizes"]["layers"] == 9
+    models = load_models("sgd")
+    for label in dict.fromkeys(c["label"] for c in a["fits"]):
+        c = min((c for c in a["fits"] if c["label"] == label), key=lambda c: c["need_bytes"])
+        entry = _entry(models, "transformer", label)
+        m = _measure(entry, "transformer", models, {k: v for k, v in c["params"].items() if k not in entry["fixed"]},
+                     "sgd")
+        assert m.status == "ok" and m.total_peak_bytes == c["total_peak_bytes"], (label, c["knobs"])
+        assert {k: m.peak_by_category_bytes.get(k, 0) for k in c["peak_by_category_bytes"]} == c["peak_by_category_bytes"]
+
+
+def test_transformer_answer_with_a_block_measured_is_exact_and_fits():
+    """A budget under eager attention's need and over chunked_attention's smallest: the answer holds
+    chunked_attention with a block (its blocks grow with their index: NOTE [ growing loop bodies ]); that
+    setting and the first answer, measured at 7 layers and seq 160 (7x the traced seq), are what the
+    model said, to the byte, and within the budget."""
+    pairs = ["seq=160", "batch=2", "vocab=128", "layers=7"]
+    everything = advise("transformer", 1 << 40, pairs)["fits"]
+    eager = next(c["need_bytes"] for c in everything if c["label"] == "eager_attention")
+    blocked = min((c for c in everything if c["label"] == "chunked_attention"), key=lambda c: c["need_bytes"])
+    assert blocked["need_bytes"] < eager
+    budget = (blocked["need_bytes"] + eager) // 2
+    a = advise("transformer", budget, pairs)
+    assert any(c["label"] == "chunked_attention" and c["knobs"].get("block") for c in a["fits"])
+    assert not any(c["label"] == "eager_attention" for c in a["fits"])
+    models = load_models("sgd")
+    for c in {id(x): x for x in (a["fits"][0], blocked)}.values():
+        entry = _entry(models, "transformer", c["label"])
+        m = _measure(entry, "transformer", models, {k: v for k, v in c["params"].items() if k not in entry["fixed"]},
+                     "sgd")
+        assert m.status == "ok" and m.total_peak_bytes == c["total_peak_bytes"] <= budget, (c["label"], c["knobs"])
+
+
+def test_transformer_advice_at_seq_4096_and_12_layers_names_a_technique(capsys):
+    argv = ["advise", "--family", "transformer", "--budget", "24GiB", "--device", "cuda", "--param", "seq=4096",
+            "--param", "layers=12"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "layers=12" in out and "seq=4096" in out
+    a = advise("transformer", "24GiB", ["seq=4096", "layers=12"], device="cuda")
+    assert a["fits"] and all(c["need_bytes"] <= 24 << 30 for c in a["fits"])
+    deeper = advise("transformer", 1 << 50, ["seq=4096", "layers=24"], device="cuda")["fits"]
+    shallow = advise("transformer", 1 << 50, ["seq=4096", "layers=12"], device="cuda")["fits"]
+    need = {c["label"]: c["need_bytes"] for c in shallow if not c["knobs"]}
+    assert all(c["need_bytes"] > need[c["label"]] for c in deeper if c["label"] in need)  # layers count
 
 
 # -- the command ---------------------------------------------------------------------------------

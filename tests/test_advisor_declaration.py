@@ -132,15 +132,20 @@ def test_chunks_of_gives_each_knob_its_own_rows():
 
 def test_the_transformer_fits_each_entry_with_its_knobs_loop():
     d = declaration_of("transformer")
-    assert d.sizes == ("seq", "batch", "vocab") and d.workload_fixed["layers"] == 2
+    # layers is a size, the outer loop around each entry's own (NOTE [ outer loops ])
+    assert d.sizes == ("seq", "batch", "vocab", "layers") and "layers" not in d.workload_fixed
+    assert d.loop.kind == "repeated" and d.loop.outer_size() == "layers"
+    assert {e.label: e.knobs for e in d.entries}["chunked_attention"] == ("block",)  # NOTE [ growing loop bodies ]
     for entry in d.entries:
         one = d.for_entry(entry)
         assert one.loop == d.loop.for_knobs(entry.knobs) and one.entries == (entry,)
+        assert Loop.from_json(json.loads(json.dumps(one.loop.to_json()))) == one.loop
         chunked = bool(entry.knobs)
         for k in range(1, (BASE_K + 4) if chunked else 2):
             for point in one.trace_points(k, chunked, lambda pts, v: True):
-                assert one.loop_of(one.to_params(k, point, chunked), chunked)[0] == k, (entry.label, k, point)
-    with pytest.raises(ValueError, match=r"has knobs \['rows'\]; the 'chunks_of' loop supports \['chunk'\]"):
+                k_got, values = one.loop_of({**one.to_params(k, point, chunked), "layers": 7}, chunked)
+                assert k_got == k and values["layers"] == 7, (entry.label, k, point)
+    with pytest.raises(ValueError, match=r"has knobs \['rows'\]; the 'repeated' loop supports \['block', 'chunk'\]"):
         dataclasses.replace(d, entries=(*d.entries, Entry("eager_attention", {"hidden": 32}, knobs=("rows",))))
 
 

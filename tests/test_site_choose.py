@@ -42,6 +42,9 @@ QUERIES = [
     # a knob over a product of sizes (ChunksOf: chunk splits batch * seq tokens), tried and given
     ("transformer", {"seq": 4096, "batch": 8, "vocab": 32000}, {}, "24GiB", "sgd", "cuda"),
     ("transformer", {"seq": 256, "batch": 4, "vocab": 2048}, {"chunk": 100}, "1GiB", "adam", "cpu"),
+    # an outer loop (Repeated: layers), exact classes and the general one where layers is a variable
+    ("transformer", {"seq": 4096, "batch": 2, "vocab": 512, "layers": 12}, {}, "24GiB", "sgd", "cuda"),
+    ("transformer", {"seq": 300, "batch": 3, "vocab": 700, "layers": 3}, {}, "64MiB", "adam", "cpu"),
     # a counted size of the form 6k + 2 (Count(per=6, offset=2)), and a chunked batch held at one chunk size
     ("resnet", {"depth": 110, "batch": 64}, {}, "64MiB", "sgd", "cpu"),
     ("tensor_train", {"batch": 1000}, {"chunk_size": 100}, "1GiB", "adam", "cuda"),

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ..registry import register_advisor
-from .loops import Chunks, ChunksOf, Count, Loop, NoLoop, ProductChunks
+from .loops import Chunks, ChunksOf, Count, Loop, NoLoop, ProductChunks, Repeated
 
 __all__ = ["AdvisorModel", "Declaration", "Entry", "Loop", "NoLoop", "Chunks", "Count", "ChunksOf", "ProductChunks",
+           "Repeated",
            "BASE_K", "fitted_range",
            "as_declaration"]
 
@@ -134,8 +135,8 @@ class Declaration:
         who = f"advisor model of family {self.name!r}"
         if not self.sizes or not all(isinstance(s, str) and s.isidentifier() for s in self.sizes):
             raise ValueError(f"{who}: sizes={self.sizes!r} must be a non-empty tuple of parameter names")
-        if set(self.sizes) & {"k", "m", "chunk", "last"}:
-            raise ValueError(f"{who}: sizes={self.sizes!r} may not use the loop variable names k, m, chunk, last")
+        if set(self.sizes) & {"k", "m", "mo", "chunk", "last"}:
+            raise ValueError(f"{who}: sizes={self.sizes!r} may not use the loop variable names k, m, mo, chunk, last")
         missing = [s for s in self.loop.loop_sizes() if s not in self.sizes]
         if missing:
             raise ValueError(f"{who}: loop {self.loop!r} reads {missing}, which is not in sizes={self.sizes!r}")

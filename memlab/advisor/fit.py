@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from .declaration import BASE_K, Declaration, Entry, fitted_range
 from .model import CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, encode_poly, eval_poly, mmapped_bytes, models_path, predict
-from .structure import infer_loops, loop_baseline, pieces_of, prune, split_baseline
+from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
+                        poly_substitute, prune, split_baseline)
 
 __all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term"]
 
@@ -40,22 +41,74 @@ def declaration_of(family: str) -> Declaration:
     return get_advisor(family).declaration()
 
 
-def _allocations(step, bodies=()) -> list[list]:
-    """The allocations of a traced step as ``[q, monomial, a, b]``: ``a + b * m`` allocations of ``q *
-    monomial`` bytes (``b`` counts those of the loop ``bodies``, which run ``m + 1`` more times than in
-    ``step``), for the page-fault term of the time model (NOTE [ page faults in the time model ])."""
-    counts: dict[tuple, list[int]] = {}
-    for e in step:
-        if e.sign > 0:
-            counts.setdefault((e.q, e.mono), [0, 0])[0] += 1
-    for unit in bodies:
-        for e in unit:
-            if e.sign > 0:
-                c = counts.setdefault((e.q, e.mono), [0, 0])
-                c[0] += 1
-                c[1] += 1
-    return [[q, "*".join(mono) or "1", a, b] for (q, mono), (a, b) in
-            sorted(counts.items(), key=lambda kv: (len(kv[0][1]), kv[0][1], kv[0][0]))]
+def _allocations(items, outer: str | None = None) -> list[list]:
+    """The allocations of a traced step's ``items`` (events, and loops: :meth:`LoopStructure.items`) as
+    ``[q, monomial, a, b]``: ``a + b * m`` allocations of ``q * monomial`` bytes (a loop's body runs
+    ``m + 1`` more times than in the base trace), or, with an outer loop's copies in the count,
+    ``[q, monomial, count]`` with the count a polynomial of ``m`` and the outer size ``outer`` (NOTE [
+    outer loops ]); for the page-fault term of the time model (NOTE [ page faults in the time model ]).
+    A growing body's allocations (NOTE [ growing loop bodies ]) are listed at their first copy's size."""
+    counts: dict[tuple, dict] = {}
+
+    def walk(seq, mult: dict) -> None:
+        for e in seq:
+            if isinstance(e, Insertion):
+                walk(e.unit, poly_add(mult, poly_scale(mult, e.var)))
+            elif e.sign > 0:
+                counts[(e.q, e.mono)] = poly_add(counts.get((e.q, e.mono), {}), mult)
+
+    walk(items, {(): 1})
+    out = []
+    for (q, mono), n in sorted(counts.items(), key=lambda kv: (len(kv[0][1]), kv[0][1], kv[0][0])):
+        if set(n) <= {(), (LOOP_VAR,)}:
+            out.append([q, "*".join(mono) or "1", n.get((), 0), n.get((LOOP_VAR,), 0)])
+        else:
+            out.append([q, "*".join(mono) or "1", encode_poly(poly_substitute(n, OUTER_VAR, outer, BASE_K + 1))])
+    return out
+
+
+# NOTE [ outer loops ]
+# A transformer's step repeats its layers (forward, backward, the optimizer's per-parameter updates),
+# and an entry with a knob loops inside or beside them too: the query blocks of chunked_attention inside
+# every layer, the loss chunks of chunked_lm_loss after them.  The outer loop (``Repeated``) is found
+# the way an inner one is (NOTE [ advisor models ], step 2), one level up: for each class of the inner
+# loop, the step is traced at outer counts 3 to 6 and each trace read as its inner structure (events,
+# and each inner loop as one item: ``LoopStructure.items``); the items one more layer inserts are the
+# outer body, checked at counts 5 and 6 item for item.  The pieces then run every loop at its first and
+# last copy (an inner loop inside an outer body at the four corners), with the outer copies
+# ``mo = layers - 4 >= 0`` written out in the size itself (``poly_substitute``: the monomials read
+# ``layers*batch*seq``), after pruning, which needs every variable >= 0.  Outer counts 1, 2 and 3 are
+# exact classes of their own, as for an inner loop.
+
+
+def _inner_classes(fam: Declaration, entry: Entry, trace, count: int | None) -> list[tuple[dict, dict, list]]:
+    """``(class key, baseline, items)`` of each inner class at outer ``count`` (None: no outer loop):
+    ``k = 1 .. BASE_K`` exact (items: the step's events), and the general class (items: its events and
+    loops)."""
+    chunked = bool(entry.knobs)
+    out = []
+    for k in range(1, (BASE_K if fam.loop.looped(chunked) else 1) + 1):
+        baseline, step = trace(k, count)
+        out.append(({"k": k}, baseline, step))
+    if fam.loop.looped(chunked):
+        steps = {k: trace(k, count)[1] for k in range(BASE_K, BASE_K + 4)}
+        structure = infer_loops(steps[BASE_K], steps[BASE_K + 1], BASE_K,
+                                [(k, steps[k]) for k in range(BASE_K + 2, BASE_K + 4)], grow=True)
+        baseline = loop_baseline({k: trace(k, count)[0] for k in steps}, BASE_K)
+        out.append(({"k_min": BASE_K + 1, "loop_bodies": len(structure.insertions)}, baseline, structure.items()))
+    return out
+
+
+def _class(key: dict, baseline: dict, items: list, outer: str | None = None) -> dict:
+    """One model class: its pruned pieces, its allocations and any bounded allocation; with ``outer``
+    the pieces' outer copies written in the outer size (NOTE [ outer loops ])."""
+    pieces = prune(pieces_of(baseline, items))
+    if outer:
+        pieces = [{c: poly_substitute(p, OUTER_VAR, outer, BASE_K + 1) for c, p in piece.items()} for piece in pieces]
+    bounded = [{"op": e.op, "phase": e.phase, "bytes": e.q, "spread_bytes": e.bound}
+               for e in items if not isinstance(e, Insertion) and e.bound] if "k" in key else []
+    return {**key, "pieces": [_encode_piece(p) for p in pieces], "allocations": _allocations(items, outer),
+            **({"bounded": bounded} if bounded else {})}
 
 
 def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
@@ -63,44 +116,40 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
     from .trace import check_distinct, monomial_library, symbolic_trace
 
     chunked = bool(entry.knobs)
-    fixed = {**fam.workload_fixed, **entry.fixed}
-    looped = fam.loop.looped(chunked)
+    outer = fam.loop.outer_size()
     traced: list[dict] = []
-    step_of: dict[int, tuple] = {}
+    cache: dict[tuple, tuple] = {}
 
     def distinct(points, variables) -> bool:
         return check_distinct(points, variables, max_degree=fam.max_degree)
 
-    def trace(k: int):
-        variables = fam.class_variables(k, chunked)
-        pts = fam.trace_points(k, chunked, distinct)
-        params = [fam.to_params(k, p, chunked) for p in pts]
-        traced.extend(params)
-        # traced only when an allocation is no single monomial (NOTE [ polynomial allocations ])
-        further = fam.further_points(k, chunked, pts, len(monomial_library(variables, fam.max_degree)) - 1)
-        events = symbolic_trace(entry.technique, fixed, pts, variables, lambda p: fam.to_params(k, p, chunked),
-                                optimizer, max_degree=fam.max_degree, max_quantum=fam.max_quantum,
-                                extra_points=further)
-        return split_baseline(events)
+    def trace(k: int, count: int | None):
+        if (k, count) not in cache:
+            at = {outer: count} if outer else {}
+            variables = fam.class_variables(k, chunked)
+            pts = fam.trace_points(k, chunked, distinct)
+            traced.extend({**fam.to_params(k, p, chunked), **at} for p in pts)
+            # traced only when an allocation is no single monomial (NOTE [ polynomial allocations ])
+            further = fam.further_points(k, chunked, pts, len(monomial_library(variables, fam.max_degree)) - 1)
+            events = symbolic_trace(entry.technique, {**fam.workload_fixed, **entry.fixed, **at}, pts, variables,
+                                    lambda p: fam.to_params(k, p, chunked), optimizer, max_degree=fam.max_degree,
+                                    max_quantum=fam.max_quantum, extra_points=further)
+            cache[(k, count)] = split_baseline(events)
+        return cache[(k, count)]
 
-    classes = []
-    for k in range(1, (BASE_K if looped else 1) + 1):
-        baseline, step = step_of.setdefault(k, trace(k))
-        bounded = [{"op": e.op, "phase": e.phase, "bytes": e.q, "spread_bytes": e.bound} for e in step if e.bound]
-        classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))],
-                        "allocations": _allocations(step), **({"bounded": bounded} if bounded else {})})
-    if looped:
-        for k in range(BASE_K, BASE_K + 4):
-            if k not in step_of:
-                step_of[k] = trace(k)
-        steps = {k: step_of[k][1] for k in range(BASE_K, BASE_K + 4)}
-        structure = infer_loops(steps[BASE_K], steps[BASE_K + 1], BASE_K,
-                                [(k, steps[k]) for k in range(BASE_K + 2, BASE_K + 4)])
-        baseline = loop_baseline({k: step_of[k][0] for k in steps}, BASE_K)
-        pieces = prune(pieces_of(baseline, structure.base, structure))
-        classes.append({"k_min": BASE_K + 1, "loop_bodies": len(structure.insertions),
-                        "pieces": [_encode_piece(p) for p in pieces],
-                        "allocations": _allocations(structure.base, [i.unit for i in structure.insertions])})
+    if outer is None:
+        return [_class(key, b, items) for key, b, items in _inner_classes(fam, entry, trace, None)], traced
+    by_count = {n: _inner_classes(fam, entry, trace, n) for n in range(1, BASE_K + 4)}
+    classes = [_class({**key, "outer": {"size": outer, "k": n}}, b, items)
+               for n in range(1, BASE_K + 1) for key, b, items in by_count[n]]
+    for i, (key, _b, _items) in enumerate(by_count[BASE_K + 1]):
+        seqs = {n: by_count[n][i] for n in range(BASE_K, BASE_K + 4)}
+        structure = infer_loops(seqs[BASE_K][2], seqs[BASE_K + 1][2], BASE_K,
+                                [(n, seqs[n][2]) for n in range(BASE_K + 2, BASE_K + 4)], var=OUTER_VAR)
+        baseline = loop_baseline({n: s[1] for n, s in seqs.items()}, BASE_K, var=OUTER_VAR)
+        outer_key = {"size": outer, "k_min": BASE_K + 1, "loop_bodies": len(structure.insertions)}
+        classes.append(_class({**{k: v for k, v in key.items() if k != "loop_bodies"}, "outer": outer_key},
+                              baseline, structure.items(), outer))
     return classes, traced
 
 
@@ -326,7 +375,8 @@ def fault_term(fam: Declaration, entries: list[dict], *, say: Callable[[str], No
             best = min(fine + [best], key=loss)
         say(f"  page-fault term: f = {best:.4g} (baseline work units per mapped byte); squared relative "
             f"error {losses[0]:.4g} without it, {loss(best):.4g} with it")
-    baseline_classes = [{key: c[key] for key in ("k", "k_min", "allocations") if key in c} for c in base["classes"]]
+    baseline_classes = [{key: c[key] for key in ("k", "k_min", "outer", "allocations") if key in c}
+                        for c in base["classes"]]
     for e, d in timed:
         t = time_model(fam, d, e["time"]["points"], best)
         if best:

@@ -12,7 +12,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from ..params import check_steps
 
-__all__ = ["Loop", "NoLoop", "Chunks", "Count", "ProductChunks", "ChunksOf"]
+__all__ = ["Loop", "NoLoop", "Chunks", "Count", "ProductChunks", "ChunksOf", "Repeated"]
 
 
 # -- loops ----------------------------------------------------------------------------------------
@@ -43,6 +43,10 @@ class Loop:
     def looped(self, chunked: bool) -> bool:
         """Whether the configuration has loop classes beyond ``k = 1``."""
         return False
+
+    def outer_size(self) -> str | None:
+        """The size counting an outer loop around this one (:class:`Repeated`); None: no outer loop."""
+        return None
 
     def loop_of(self, params: Mapping[str, int], sizes: Sequence[str], chunked: bool) -> tuple[int, dict[str, int]]:
         """``(k, variables)``: the loop count and the values the pieces are written in."""
@@ -403,3 +407,97 @@ class ChunksOf(Loop, kind="chunks_of"):
     def page_rule(self, sizes):
         return {"kind": self.kind, "knobs": {k: rows.split("*") for k, rows in self.rows.items()},
                 "sizes": list(sizes), "order": list(sizes)}
+
+
+class Repeated(Loop, kind="repeated"):
+    """An outer loop around another: ``size`` counts repeated bodies (a transformer's ``layers``), each
+    holding whatever the ``inner`` loop gives (a layer's attention blocks, or nothing), and the inner
+    loop's own chunks (the loss's) may lie outside them.
+
+    A model class is one of the inner loop's (``k``, ``k_min``) at one outer count or at every count of
+    at least ``BASE_K + 1`` (``outer``: ``{"size", "k"}`` or ``{"size", "k_min"}``); in the general outer
+    class the size itself is a variable of the pieces (its bodies' copies ``size - BASE_K - 1 >= 0``
+    written out in the size: NOTE [ outer loops ] in :mod:`memlab.advisor.fit`).  The inner loop's
+    variables are those of its own kind, over the other sizes.
+
+    Args:
+        size: the size that counts the outer bodies (>= 1).
+        inner: the loop inside (:class:`NoLoop`, :class:`ChunksOf`...; a model file's object is read back).
+        counts: outer counts a held-out point draws from (plus one in ``[4, k_max]``).
+        k_max: the largest held-out outer count.
+    """
+
+    def __init__(self, size: str, inner: "Loop | Mapping[str, Any]" = None, counts: tuple[int, ...] = (1, 2, 3, 4, 5),
+                 k_max: int = 12):
+        self.size, self.counts, self.k_max = size, tuple(counts), int(k_max)
+        inner = NoLoop() if inner is None else inner
+        self.inner = inner if isinstance(inner, Loop) else Loop.from_json(inner)
+        if isinstance(self.inner, Repeated):
+            raise ValueError(f"Repeated({size!r}) inside another Repeated: one outer loop per family")
+
+    def _sizes(self, sizes: Sequence[str]) -> list[str]:
+        return [s for s in sizes if s != self.size]
+
+    @property
+    def knob(self):  # the inner loop's knob (an entry's loop, after for_knobs)
+        return self.inner.knob
+
+    def outer_size(self) -> str:
+        return self.size
+
+    def knob_for_count(self, params: Mapping[str, int], k: int) -> int:
+        return self.inner.knob_for_count(params, k)
+
+    def loop_sizes(self):
+        return (self.size, *self.inner.loop_sizes())
+
+    def looped(self, chunked):
+        return self.inner.looped(chunked)
+
+    def check(self, params):
+        check_steps(self.size, int(params[self.size]), 1, 0, rule="is not a whole count >= 1")
+        self.inner.check(params)
+
+    def loop_of(self, params, sizes, chunked):
+        k, values = self.inner.loop_of(params, self._sizes(sizes), chunked)
+        return k, {**values, self.size: int(params[self.size])}
+
+    def class_variables(self, sizes, k, chunked):
+        return self.inner.class_variables(self._sizes(sizes), k, chunked)
+
+    def values_needed(self, sizes, k, chunked):
+        return self.inner.values_needed(self._sizes(sizes), k, chunked)
+
+    def trace_point(self, sizes, k, chunked, vals):
+        return self.inner.trace_point(self._sizes(sizes), k, chunked, vals)
+
+    def to_params(self, sizes, k, point, chunked):
+        out = self.inner.to_params(self._sizes(sizes), k, point, chunked)
+        return {**out, self.size: point[self.size]} if self.size in point else out
+
+    def held_out(self, rng, draw_others, ranges, chunked, scale):
+        count = rng.choice([*self.counts, rng.randint(4, self.k_max)])
+        return {**self.inner.held_out(rng, draw_others, ranges, chunked, scale), self.size: count}
+
+    def knob_candidates(self, params, low, high):
+        return self.inner.knob_candidates(params, low, high)
+
+    def knobs(self):
+        return self.inner.knobs()
+
+    def for_knobs(self, knobs):
+        inner = self.inner.for_knobs(knobs)
+        return self if inner is self.inner else Repeated(self.size, inner, self.counts, self.k_max)
+
+    def variable_docs(self):
+        return {**self.inner.variable_docs(),
+                self.size: f"{self.size}: selects the outer class ({self.size} = 1, 2, 3 exact; >= 4 general, "
+                           f"where it is a variable of the pieces)"}
+
+    def to_json(self):
+        return {"kind": self.kind, "size": self.size, "inner": self.inner.to_json(), "counts": list(self.counts),
+                "k_max": self.k_max}
+
+    def page_rule(self, sizes):
+        return {"kind": self.kind, "count": self.size, "inner": self.inner.page_rule(self._sizes(sizes)),
+                "sizes": list(self._sizes(sizes)), "order": list(sizes)}

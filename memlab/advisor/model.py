@@ -36,7 +36,12 @@ Instead the models are built from the exact allocation trace itself (:mod:`memla
 2. For the loop classes, trace ``k = 3`` and ``k = 4``: the difference is the loop bodies (one more
    iteration of each loop); checked by reproducing the traces at ``k = 5`` and ``k = 6`` event for
    event.  Inside a run of loop bodies the live bytes grow linearly with the body's index, so the
-   maximum over the ``m + 1`` extra bodies is at the first or the last: both are pieces.
+   maximum over the ``m + 1`` extra bodies is at the first or the last: both are pieces.  Bodies
+   whose sizes grow with their index by a fixed step (causal attention's query blocks) are a loop
+   too (NOTE [ growing loop bodies ] in :mod:`memlab.advisor.structure`), and a loop around the
+   others (a transformer's ``layers``) is found the same way one level up, its classes keyed by its
+   count too (``outer``) and its general class written in the size itself (NOTE [ outer loops ] in
+   :mod:`memlab.advisor.fit`).
 3. Sum the events into the live bytes after each event (pieces), drop duplicates and pieces that
    another dominates coefficient-wise (every variable is >= 0).
 
@@ -105,7 +110,18 @@ class Prediction(dict):
     """``total_peak_bytes``, ``peak_by_category_bytes``, ``k`` and the class used (a dict, JSON-ready)."""
 
 
-def _class_for(classes: list[dict], k: int) -> tuple[dict, dict[str, int]]:
+def _outer_ok(c: Mapping[str, Any], values: Mapping[str, int]) -> bool:
+    """Whether class ``c`` covers the outer loop's count in ``values`` (a class without ``outer`` covers
+    any: a family without an outer loop, :class:`~memlab.advisor.loops.Repeated`)."""
+    o = c.get("outer")
+    if not o:
+        return True
+    n = values[o["size"]]
+    return n == o["k"] if "k" in o else n >= o["k_min"]
+
+
+def _class_for(classes: list[dict], k: int, values: Mapping[str, int] | None = None) -> tuple[dict, dict[str, int]]:
+    classes = [c for c in classes if _outer_ok(c, values or {})]
     for c in classes:
         if c.get("k") == k:
             return c, {}
@@ -125,7 +141,7 @@ def predict(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any], p
             file (``models["families"][name]``, which carries the declaration).
     """
     k, values = as_declaration(family).loop_of(params, chunked=bool(entry.get("knobs")))
-    cls, extra = _class_for(entry["classes"], k)
+    cls, extra = _class_for(entry["classes"], k, values)
     values = {**values, **extra}
     best = None
     for piece in cls["pieces"]:
@@ -184,18 +200,21 @@ def mmapped_bytes(classes: list[Mapping[str, Any]], k: int, values: Mapping[str,
     """Bytes a step allocates in allocations of at least ``ceiling`` bytes each (every one a fresh
     ``mmap`` under glibc: page-faulted in on every step), from the class of loop count ``k`` of a model
     entry's ``classes`` (their ``allocations``: ``[q, monomial, a, b]``, ``a + b * m`` allocations of
-    ``q * monomial`` bytes); ``values``: the loop's variables (:meth:`Declaration.loop_of`).  None when
+    ``q * monomial`` bytes, or ``[q, monomial, count]`` with ``count`` an encoded polynomial of ``m`` and an
+    outer loop's size); ``values``: the loop's variables (:meth:`Declaration.loop_of`).  None when
     the class lists no allocations (a model fitted before they were recorded)."""
-    cls, extra = _class_for(list(classes), k)
+    cls, extra = _class_for(list(classes), k, values)
     allocations = cls.get("allocations")
     if allocations is None:
         return None
     m = extra.get("m", 0)
     total = 0
-    for q, mono, a, b in allocations:
+    for q, mono, *count in allocations:
         size = eval_poly({mono: q}, values)
         if size >= ceiling:
-            total += (a + b * m) * size
+            # [a, b]: a + b * m allocations; [poly]: a count polynomial of m and the outer size (NOTE [ outer loops ])
+            n = eval_poly(count[0], {**values, "m": m}) if len(count) == 1 else count[0] + count[1] * m
+            total += n * size
     return total
 
 

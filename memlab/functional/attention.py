@@ -93,7 +93,8 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p
 # tensors and the three gradients: one block's S/P and dP/dS, O(block·T).  No dropout: a dropout
 # mask drawn per block would differ from the eager reference's draw (the techniques refuse it).
 #
-# The blocks are not one repeated loop body: block i (0-based) has rows r = block and keys
+# The blocks are not one repeated loop body (the advisor reads them as a loop of growing bodies: NOTE [ growing
+# loop bodies ] in memlab.advisor.structure): block i (0-based) has rows r = block and keys
 # r1 = (i + 1)·block, the last block r = T - (k - 1)·block and r1 = T (k = ceil(T / block)).  Traced
 # (float32, e = 4; B·H = 6, d = 5, T = 23, block 7: r1 = 7, 14, 21, 23), each forward block allocates the
 # scores B·H·r·r1·e (``q kᵀ``), the int64 row and column indices 8·r and 8·r1, the bool mask r·r1,

@@ -49,8 +49,9 @@ __all__ = ["PAGE_LOOP_KINDS", "loop_rule", "load_models", "compact_models", "add
 #: the loop kinds ``choose.js`` evaluates (``loopOf``): ``none`` (k = 1, variables the sizes),
 #: ``chunks`` (k = ceil(rows / min(knob, rows)), variables the sizes plus ``chunk`` and ``last``) and
 #: ``count`` (k = (size - offset) / per, variables the other sizes) and ``chunks_of`` (each knob chunks
-#: its own rows, a size or a product of sizes; variables as ``chunks``)
-PAGE_LOOP_KINDS = ("none", "chunks", "count", "chunks_of")
+#: its own rows, a size or a product of sizes; variables as ``chunks``) and ``repeated`` (an outer loop
+#: counted by a size around one of the others, its rule ``inner``; the size a variable too)
+PAGE_LOOP_KINDS = ("none", "chunks", "count", "chunks_of", "repeated")
 _MONOMIAL = re.compile(r"^(1|[a-z_]+(\*[a-z_]+)*)$")
 _TIME_KEYS = ("r", "c", "o")
 
@@ -76,10 +77,12 @@ def _poly_ok(poly: Any, variables: set[str]) -> bool:
 
 
 def _allocations_ok(classes: Any, variables: set[str]) -> bool:
-    """Each class lists its ``allocations`` as ``[q, monomial, a, b]`` (NOTE [ page faults in the time model ])."""
+    """Each class lists its ``allocations`` as ``[q, monomial, a, b]`` or ``[q, monomial, count polynomial]``
+    (NOTE [ page faults in the time model ], NOTE [ outer loops ])."""
     return isinstance(classes, list) and bool(classes) and all(
         isinstance(c, dict) and (_int(c.get("k")) or _int(c.get("k_min"))) and isinstance(c.get("allocations"), list)
-        and all(isinstance(x, list) and len(x) == 4 and _poly_ok({x[1]: x[0]}, variables) and _int(x[2]) and _int(x[3])
+        and all(isinstance(x, list) and len(x) in (3, 4) and _poly_ok({x[1]: x[0]}, variables)
+                and (_poly_ok(x[2], variables | {"m"}) if len(x) == 3 else _int(x[2]) and _int(x[3]))
                 for x in c["allocations"]) for c in classes)
 
 
@@ -166,12 +169,13 @@ def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[st
                 and all(map(_spec_ok, knobs.values())) and isinstance(f.get("entries"), list)):
             problems.append(f"{name}: family {fam!r} has malformed sizes, knobs or entries; left out")
             continue
-        need = set(loop["sizes"]) | {loop.get("rows"), loop.get("count")} - {None}
-        loop_knobs = {loop["knob"]} if loop["kind"] == "chunks" else set(loop.get("knobs") or ())
+        rule = loop["inner"] if loop["kind"] == "repeated" else loop
+        need = set(loop["sizes"]) | {rule.get("rows"), loop.get("count")} - {None}
+        loop_knobs = {rule["knob"]} if rule["kind"] == "chunks" else set(rule.get("knobs") or ())
         if not need <= set(sizes) or not loop_knobs <= set(knobs):
             problems.append(f"{name}: family {fam!r} lacks the sizes its loop rule needs; left out")
             continue
-        variables = set(sizes) | ({"chunk", "last"} if loop["kind"] in ("chunks", "chunks_of") else set())
+        variables = set(sizes) | ({"chunk", "last"} if rule["kind"] in ("chunks", "chunks_of") else set())
         entries = []
         for entry in f["entries"]:
             why = _entry_problem(entry, variables, set(sizes), set(knobs))

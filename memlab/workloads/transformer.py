@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..advisor.declaration import AdvisorModel, ChunksOf, Entry
+from ..advisor.declaration import AdvisorModel, ChunksOf, Entry, Repeated
 from ..functional.attention import eager_attention
 from ..functional.lm_loss import plain_lm_loss
 from ..params import Param, check_steps
@@ -255,30 +255,34 @@ class Transformer(Workload, name="transformer", family="transformer"):
 
 class TransformerModel(AdvisorModel, family="transformer"):
     """The transformer family's advisor model (NOTE [ advisor models ] in :mod:`memlab.advisor.model`):
-    sizes ``seq, batch, vocab`` at 2 layers of width 64 (4 heads), dropout 0.
+    sizes ``seq, batch, vocab, layers`` at width 64 (4 heads), dropout 0.
 
-    The knob is ``chunked_lm_loss``'s ``chunk``, which splits the ``batch * seq`` tokens
-    (:class:`~memlab.advisor.loops.ChunksOf`, where each knob chunks its own rows: a product of sizes
-    here).
+    ``layers`` is an outer loop (:class:`~memlab.advisor.loops.Repeated`, NOTE [ outer loops ] in
+    :mod:`memlab.advisor.fit`): each layer one more body of forward, backward and the optimizer's
+    updates; 1, 2 and 3 layers are exact classes, from 4 on the pieces are polynomials in ``layers``.
+    Inside it, the knob an entry searches chunks its own rows (:class:`~memlab.advisor.loops.ChunksOf`):
+    ``chunked_lm_loss``'s ``chunk`` splits the ``batch * seq`` tokens (the loss, after the layers),
+    ``chunked_attention``'s ``block`` the ``seq`` queries of every layer's attention: causal, so block ``i``
+    scores its rows against keys ``[0, (i + 1) * block)`` and its tensors grow with its index, a loop of
+    growing bodies (NOTE [ growing loop bodies ] in :mod:`memlab.advisor.structure`; NOTE [ query-blocked
+    attention ] in :mod:`memlab.functional.attention` lists its allocations), inside the outer loop.
 
-    Held fixed, and why: ``layers`` (each layer is one more loop of the step, and a chunked entry's
-    chunks are a second loop: a model varying both needs two loop counts, which the model form does
-    not have yet), ``hidden`` and ``heads`` (a fixed width keeps every tensor a monomial of degree
-    <= 3 in the sizes).  Left out: ``chunked_attention`` (its blocks are causal: block ``i`` scores
-    its rows against keys ``[0, (i + 1) * block)``, so its tensors grow with the block's index and the
-    blocks are no repeated loop body: ``StructureError`` from :func:`~memlab.advisor.structure.infer_loops`),
-    ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by blocks it picks from ``seq``: no
-    monomial, NOTE [ SDPA on this CPU build ]), ``autocast_bf16`` and ``offload_activations`` (CUDA only).
+    Held fixed, and why: ``hidden`` and ``heads`` (a fixed width keeps every tensor a monomial of degree
+    <= 3 in the sizes).  Left out: ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by
+    blocks it picks from ``seq``: no monomial, NOTE [ SDPA on this CPU build ]), ``autocast_bf16`` and
+    ``offload_activations`` (CUDA only).
     """
 
     workload = Transformer
-    sizes = ("seq", "batch", "vocab")
-    workload_fixed = {"layers": 2, "hidden": 64, "heads": 4, "dropout": 0.0}
-    loop = ChunksOf({"chunk": "batch*seq"}, k_max=24)
+    sizes = ("seq", "batch", "vocab", "layers")
+    workload_fixed = {"hidden": 64, "heads": 4, "dropout": 0.0}
+    loop = Repeated("layers", ChunksOf({"chunk": "batch*seq", "block": "seq"}, k_max=24), k_max=12)
     entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
-               Entry("chunked_lm_loss", knobs=("chunk",)))
+               Entry("chunked_lm_loss", knobs=("chunk",)), Entry("chunked_attention", knobs=("block",)))
     held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
-    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024}, {"seq": 256, "batch": 4, "vocab": 2048})
+    # the second time size at 24 layers: 4x the largest traced count (6), a measured held-out point there
+    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024, "layers": 2},
+                  {"seq": 256, "batch": 4, "vocab": 2048, "layers": 24})
     work = "batch*seq"
     time_chunks = (1, 4, 16)
     max_quantum = 1 << 12

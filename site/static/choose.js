@@ -91,15 +91,28 @@ var memlabChoose = (function () {
       return {k: kk, values: values};
     }
     if (loop.kind === "none") { return {k: 1, values: values}; }
+    if (loop.kind === "repeated") {            // an outer loop around the inner one (memlab.advisor.loops.Repeated)
+      var inner = loopOf(loop.inner, params, chunked);
+      inner.values[loop.count] = params[loop.count];
+      return inner;
+    }
     throw new Error("loop kind " + loop.kind + " is not one this page evaluates");
   }
 
   function rowsOf(loop, knob, sizes) {        // the rows ``knob`` splits: a size, or a product of sizes
+    if (loop.kind === "repeated") { return rowsOf(loop.inner, knob, sizes); }
     if (loop.kind === "chunks") { return sizes[loop.rows]; }
     return loop.knobs[knob].reduce(function (n, s) { return n * sizes[s]; }, 1);
   }
 
-  function classFor(classes, k) {
+  function outerOk(c, values) {              // memlab.advisor.model._outer_ok: the outer loop's class
+    if (!c.outer) { return true; }
+    var n = values[c.outer.size];
+    return c.outer.k !== undefined ? n === c.outer.k : n >= c.outer.k_min;
+  }
+
+  function classFor(classes, k, values) {
+    classes = classes.filter(function (c) { return outerOk(c, values || {}); });
     for (var i = 0; i < classes.length; i++) {
       if (classes[i].k === k) { return {cls: classes[i], extra: {}}; }
     }
@@ -112,7 +125,7 @@ var memlabChoose = (function () {
 
   function predict(fam, entry, params) {
     var lk = loopOf(fam.loop, params, entry.knobs.length > 0);
-    var found = classFor(entry.classes, lk.k);
+    var found = classFor(entry.classes, lk.k, lk.values);
     var values = Object.assign({}, lk.values, found.extra);
     var best = null;
     found.cls.pieces.forEach(function (piece) {
@@ -127,14 +140,17 @@ var memlabChoose = (function () {
 
   // memlab.advisor.model.mmapped_bytes: bytes in allocations of at least `ceiling` (BigInt), or null
   function mmappedBytes(classes, k, values, ceiling) {
-    var found = classFor(classes, k);
+    var found = classFor(classes, k, values);
     if (!found.cls.allocations) { return null; }
     var m = BigInt(found.extra.m === undefined ? 0 : found.extra.m), total = 0n;
+    var withM = Object.assign({}, values, {m: found.extra.m === undefined ? 0 : found.extra.m});
     found.cls.allocations.forEach(function (x) {
       var poly = {};
       poly[x[1]] = x[0];
       var size = evalPoly(poly, values);
-      if (size >= ceiling) { total += (BigInt(x[2]) + BigInt(x[3]) * m) * size; }
+      if (size >= ceiling) {                  // [q, mono, a, b]: a + b m copies; [q, mono, count polynomial]
+        total += (x.length === 3 ? evalPoly(x[2], withM) : BigInt(x[2]) + BigInt(x[3]) * m) * size;
+      }
     });
     return total;
   }
@@ -261,7 +277,8 @@ var memlabChoose = (function () {
           settings = [one];
         } else {
           var spec = fam.knobs[knob];
-          settings = ["chunks", "chunks_of"].indexOf(fam.loop.kind) < 0 ? []
+          var rule = fam.loop.kind === "repeated" ? fam.loop.inner : fam.loop;
+          settings = ["chunks", "chunks_of"].indexOf(rule.kind) < 0 ? []
             : knobCandidates(rowsOf(fam.loop, knob, sizes), spec.low, spec.high)
             .map(function (c) { var s = {}; s[knob] = c; return s; });
         }
