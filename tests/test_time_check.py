@@ -39,3 +39,24 @@ def test_a_file_that_is_not_a_check_is_named_and_kept(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="time-check-sgd.json: not a time-check file"):
         time_check.main(["--family", "transformer", "--out", str(out)])
     assert out.read_text() == "{not json"
+
+
+def test_five_held_out_settings_per_family_none_of_them_a_fitted_time_point():
+    from memlab.advisor.model import load_models
+
+    families = {f for f, _, _ in time_check.HELD_OUT}
+    assert families == {"chunking", "reversible", "transformer", "tensor_train", "resnet"}
+    models = load_models("sgd")
+    for family in families:
+        assert sum(f == family for f, _, _ in time_check.HELD_OUT) == 5, family
+    for family, label, params in time_check.HELD_OUT:
+        entry = next(e for e in models["families"][family]["entries"] if e["label"] == label)
+        assert not entry.get("baseline"), (family, label)   # the baseline is 1 by definition: nothing to check
+        fitted = [p["params"] for p in entry["time"]["points"]]
+        assert params not in fitted, (family, label, params)
+
+
+@pytest.mark.parametrize("family", ["tensor_train", "resnet"])
+def test_the_new_families_are_predicted_at_each_held_out_setting(family):
+    rows = time_check.check_times("sgd", measure_fn=_fake_measure, families=(family,), say=lambda s: None)
+    assert len(rows) == 5 and all(r["predicted"] is not None and r["predicted"] > 0 for r in rows)

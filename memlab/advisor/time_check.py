@@ -1,7 +1,7 @@
 """The advisor's relative-time column checked at held-out settings (``python -m memlab.advisor.time_check``).
 
 Each setting below is none of the points the time model was fitted on (NOTE [ advisor time model ] in
-:mod:`memlab.advisor.fit`: three sizes per family): larger steps, other chunk counts, other shapes.
+:mod:`memlab.advisor.fit`: the family's ``time_sizes``): larger steps, other chunk counts, other shapes.
 Each is measured with memlab's default timed phase (one intra-op thread, thread CPU time against the
 family baseline, interleaved) and compared with :func:`memlab.advisor.model.predict_time` from the
 committed models; the table is written to ``data/models/time-check-<optimizer>.json``.  The goal is
@@ -26,6 +26,7 @@ GOAL = 0.10
 
 #: ``(family, entry label, parameters)``: five settings per family, none of them a fitted time point
 HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
+    # a family's baseline is 1 by definition (predict_time): the settings are its other entries'
     ("chunking", "slice_loop", {"n": 4096, "d": 256, "hidden": 1024, "chunk_size": 512}),
     ("chunking", "checkpoint_chunk", {"n": 16384, "d": 128, "hidden": 512, "chunk_size": 2048}),
     ("chunking", "slice_accumulate[backward=manual]", {"n": 8192, "d": 256, "hidden": 1024, "chunk_size": 1024}),
@@ -34,14 +35,27 @@ HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("reversible", "checkpoint_block", {"depth": 32, "batch": 256, "width": 256, "hidden": 512}),
     ("reversible", "reversible", {"depth": 16, "batch": 512, "width": 256, "hidden": 512}),
     ("reversible", "reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
-    ("reversible", "residual", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
+    ("reversible", "reversible", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
     ("reversible", "checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
-    # the transformer's baseline (eager_attention) is 1 by definition: the five are the other entries
     ("transformer", "checkpoint_layer", {"seq": 384, "batch": 2, "vocab": 1024}),
     ("transformer", "checkpoint_layer", {"seq": 128, "batch": 8, "vocab": 4096}),
     ("transformer", "selective_checkpoint", {"seq": 256, "batch": 8, "vocab": 1024}),
     ("transformer", "chunked_lm_loss", {"seq": 256, "batch": 2, "vocab": 4096, "chunk": 128}),
     ("transformer", "chunked_lm_loss", {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64}),
+    # tensor_train: rank and modes are fixed (TTLinearModel), so the batch and the chunk vary: larger
+    # steps than the fitted 256 and 1,024 rows, other chunk counts than 1, 4, 16
+    ("tensor_train", "tt_factorized", {"batch": 4096}),
+    ("tensor_train", "tt_reconstructed", {"batch": 2048}),
+    ("tensor_train", "tt_chunked", {"batch": 2048, "chunk_size": 256}),
+    ("tensor_train", "tt_chunked", {"batch": 4096, "chunk_size": 512}),
+    ("tensor_train", "tt_chunked", {"batch": 8192, "chunk_size": 2048}),
+    # resnet: width 16 and 8x8 images are fixed (ResNetAdvisorModel); the baseline (resnet) is 1 by
+    # definition, so the five are resnet_checkpoint_block at other depths and batches than 20x16, 32x64
+    ("resnet", "resnet_checkpoint_block", {"depth": 44, "batch": 64}),
+    ("resnet", "resnet_checkpoint_block", {"depth": 56, "batch": 32}),
+    ("resnet", "resnet_checkpoint_block", {"depth": 20, "batch": 256}),
+    ("resnet", "resnet_checkpoint_block", {"depth": 26, "batch": 128}),
+    ("resnet", "resnet_checkpoint_block", {"depth": 110, "batch": 16}),
 )
 
 
@@ -73,7 +87,8 @@ def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, m
         error = None if predicted is None or not measured else (predicted - measured) / measured
         rows.append({"family": family, "label": label, "params": params, "predicted": predicted,
                      "measured": measured, "relative_to": m.relative_to, "status": m.status,
-                     "error": error, "load_avg": [m.load_avg_before, m.load_avg_after]})
+                     "error": error, "load_avg": [m.load_avg_before, m.load_avg_after],
+                     "timing_cpu": (getattr(m, "environment", None) or {}).get("timing_cpu")})
         say(f"{family:10} {label:34} {json.dumps(params):70} predicted "
             f"{'-' if predicted is None else f'{predicted:.3f}'} measured "
             f"{'-' if measured is None else f'{measured:.3f}'} ({m.status}) error "

@@ -278,8 +278,17 @@ class TransformerModel(AdvisorModel, family="transformer"):
     entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
                Entry("chunked_lm_loss", knobs=("chunk",)))
     held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
-    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024}, {"seq": 256, "batch": 4, "vocab": 2048})
-    work = "batch*seq"
+    # the time model weighs the parts a technique repeats apart (NOTE [ work components ] in
+    # memlab.advisor.fit): the layers' matmuls and element-wise work (~ tokens at the fixed width), the
+    # attention scores (~ tokens * seq) and the LM head over the vocabulary (~ tokens * vocab).  The
+    # time sizes vary their ratios (attention over layers ~ seq, head over layers ~ vocab) and the
+    # tokens (the fixed cost); every tensor stays under 32 MiB (no block glibc maps afresh: logits
+    # 4 * batch * seq * vocab bytes, scores 16 * batch * seq^2)
+    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024}, {"seq": 256, "batch": 4, "vocab": 2048},
+                  {"seq": 64, "batch": 16, "vocab": 512}, {"seq": 512, "batch": 1, "vocab": 512},
+                  {"seq": 64, "batch": 4, "vocab": 8192}, {"seq": 384, "batch": 4, "vocab": 4096},
+                  {"seq": 32, "batch": 8, "vocab": 256}, {"seq": 96, "batch": 8, "vocab": 3072})
+    work = {"layers": "batch*seq", "attention": "batch*seq*seq", "head": "batch*seq*vocab"}
     time_chunks = (1, 4, 16)
     max_quantum = 1 << 12
     trace_values = (5, 7, 11, 13, 17, 19, 23)
