@@ -172,15 +172,15 @@ class Declaration:
 
     def _validate_work(self, who: str) -> None:
         """``work``: one monomial of the sizes, or named components (NOTE [ work components ] in
-        :mod:`memlab.advisor.fit`): two or more, each its own monomial of the sizes, and enough time
+        :mod:`memlab.advisor.fit`): one or more, each its own monomial of the sizes, and enough time
         sizes to fit the baseline's cost of each and its fixed cost with one point to spare."""
         def monomial(w: Any) -> bool:
             return isinstance(w, str) and bool(_MONOMIAL.match(w)) and set(w.split("*")) <= set(self.sizes)
 
         if isinstance(self.work, Mapping):
-            if len(self.work) < 2 or not all(isinstance(n, str) and n.isidentifier() and monomial(w)
+            if not self.work or not all(isinstance(n, str) and n.isidentifier() and monomial(w)
                                              for n, w in self.work.items()):
-                raise ValueError(f"{who}: work={dict(self.work)!r} must name two or more components, each a product "
+                raise ValueError(f"{who}: work={dict(self.work)!r} must name one or more components, each a product "
                                  f"of sizes like {{'tokens': {'*'.join(self.sizes)!r}, ...}} (or be one product)")
             if len(set(self.work.values())) < len(self.work):
                 raise ValueError(f"{who}: work={dict(self.work)!r} repeats a monomial; each component grows its own way")
@@ -359,7 +359,7 @@ class AdvisorModel:
             step time is measured (NOTE [ advisor time model ]); empty: no time model.
         work: the monomial of sizes the step's work grows with (``"n*d*hidden"``), or named components of
             it that a technique may repeat unequally (``{"layers": "batch*seq", "head": "batch*seq*vocab"}``:
-            NOTE [ work components ] in :mod:`memlab.advisor.fit`; two or more, and at least two more time
+            NOTE [ work components ] in :mod:`memlab.advisor.fit`; one or more, and at least two more time
             sizes than components).
         time_chunks: chunk counts each time size is measured at, for entries with a knob.
         max_degree: the highest total degree of an allocation's monomial (3: a [c, d, h] product).

@@ -130,7 +130,10 @@ class TTLinearModel(AdvisorModel, family="tensor_train"):
                Entry("tt_chunked", knobs=("chunk_size",)))
     held_out = {"batch": (15, 250)}
     time_sizes = ({"batch": 256}, {"batch": 512}, {"batch": 1024})
-    work = "batch"
+    # one component, for the baseline's fixed cost (NOTE [ work components ] in memlab.advisor.fit): the
+    # dense step over 256-1,024 rows of 64 is a small matmul beside its per-step costs, so r + c / batch
+    # (a baseline cost proportional to the batch) was 14-22% off at 2,048-8,192 rows
+    work = {"rows": "batch"}
     time_chunks = (1, 4, 16)
     max_quantum = 1 << 14
     trace_values = (17, 19, 23, 29, 31, 37, 41, 43)
