@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -68,32 +69,56 @@ def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, A
 
 
 def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, models_dir=None,
-                say: Callable[[str], None] = print, families: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+                say: Callable[[str], None] = print, families: tuple[str, ...] | None = None,
+                runs: int = 1) -> list[dict[str, Any]]:
     """Predicted against measured relative step time at every :data:`HELD_OUT` setting (one row each)
-    of ``families`` (default: every family listed)."""
+    of ``families`` (default: every family listed).  With ``runs`` > 1 every setting is measured that
+    many times, one pass over the settings after another (so a stretch of heavier load falls on
+    different settings), and compared with the median; each run's figure is kept (``measured_runs``).
+
+    Raises:
+        ValueError: ``runs`` < 1.
+    """
     import memlab
 
+    if runs < 1:
+        raise ValueError(f"runs={runs!r} is out of range: expected 1 or more")
     measure_fn = measure_fn or memlab.measure
     models = load_models(optimizer, models_dir)
-    rows = []
-    for family, label, params in HELD_OUT:
-        if families is not None and family not in families:
-            continue
-        fam, entry = _entry(models, family, label)
-        predicted = predict_time(fam, entry, params)
-        m = measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
-                       optimizer=optimizer, **{**fam["workload_fixed"], **entry["fixed"], **params})
-        measured = m.relative_step_time
-        error = None if predicted is None or not measured else (predicted - measured) / measured
-        rows.append({"family": family, "label": label, "params": params, "predicted": predicted,
-                     "measured": measured, "relative_to": m.relative_to, "status": m.status,
-                     "error": error, "load_avg": [m.load_avg_before, m.load_avg_after],
-                     "timing_cpu": (getattr(m, "environment", None) or {}).get("timing_cpu")})
-        say(f"{family:10} {label:34} {json.dumps(params):70} predicted "
+    settings = [(family, label, params, *_entry(models, family, label)) for family, label, params in HELD_OUT
+                if families is None or family in families]
+    measured: list[list] = [[] for _ in settings]
+    for run in range(runs):
+        for i, (family, label, params, fam, entry) in enumerate(settings):
+            m = measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
+                           optimizer=optimizer, **{**fam["workload_fixed"], **entry["fixed"], **params})
+            measured[i].append(m)
+            say(f"{family:10} {label:34} {json.dumps(params):70} run {run + 1}/{runs}: measured "
+                f"{'-' if m.relative_step_time is None else f'{m.relative_step_time:.3f}'} ({m.status})")
+    rows = [_row(family, label, params, predict_time(fam, entry, params), ms)
+            for (family, label, params, fam, entry), ms in zip(settings, measured)]
+    for r in rows:
+        predicted, median, error = r["predicted"], r["measured"], r["error"]
+        say(f"{r['family']:10} {r['label']:34} {json.dumps(r['params']):70} predicted "
             f"{'-' if predicted is None else f'{predicted:.3f}'} measured "
-            f"{'-' if measured is None else f'{measured:.3f}'} ({m.status}) error "
+            f"{'-' if median is None else f'{median:.3f}'} ({r['status']}) error "
             f"{'-' if error is None else f'{100 * error:+.1f}%'}")
     return rows
+
+
+def _row(family: str, label: str, params: dict, predicted: float | None, ms: list) -> dict[str, Any]:
+    """One setting's row: the median of its runs' relative times (None unless every run measured one)."""
+    figures = [m.relative_step_time for m in ms]
+    measured = statistics.median(figures) if all(figures) else None
+    error = None if predicted is None or not measured else (predicted - measured) / measured
+    statuses = sorted({m.status for m in ms})
+    return {"family": family, "label": label, "params": params, "predicted": predicted, "measured": measured,
+            "relative_to": ms[0].relative_to, "status": statuses[0] if len(statuses) == 1 else ",".join(statuses),
+            "error": error, **({"measured_runs": figures} if len(ms) > 1 else {}),
+            "load_avg": [m.load_avg_before for m in ms] + [ms[-1].load_avg_after] if len(ms) > 1
+            else [ms[0].load_avg_before, ms[0].load_avg_after],
+            "timing_cpu": [(getattr(m, "environment", None) or {}).get("timing_cpu") for m in ms] if len(ms) > 1
+            else (getattr(ms[0], "environment", None) or {}).get("timing_cpu")}
 
 
 def _earlier_rows(path: Path) -> list[dict[str, Any]]:
@@ -116,13 +141,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="default: data/models/time-check-<optimizer>.json")
     parser.add_argument("--family", action="append", default=None,
                         help="check only this family (repeatable); the output file keeps the other families' rows")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="measure every setting this many times (a pass over the settings each) and compare the "
+                             "median (default 1)")
     args = parser.parse_args(argv)
     known = sorted({f for f, _, _ in HELD_OUT})
     for fam in args.family or ():
         if fam not in known:
             parser.error(f"--family {fam!r} has no held-out time settings; valid: {', '.join(known)}")
     out = args.out or MODELS_DIR / f"time-check-{args.optimizer}.json"
-    rows = check_times(args.optimizer, families=None if args.family is None else tuple(args.family))
+    if args.runs < 1:
+        parser.error(f"--runs {args.runs} is out of range: expected 1 or more")
+    rows = check_times(args.optimizer, families=None if args.family is None else tuple(args.family), runs=args.runs)
     if args.family is not None:
         rows = [r for r in _earlier_rows(out) if r.get("family") not in args.family] + rows
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
