@@ -65,6 +65,12 @@ def test_committed_models_carry_the_registered_declarations(optimizer):
     ({"entries": ()}, r"entries is empty"),
     ({"entries": (Entry("unchunked"), Entry("unchunked"))}, r"entries repeat a label"),
     ({"max_degree": 9}, r"max_degree=9 is out of range: expected 1 to 6"),
+    # work components (NOTE [ work components ]): one or more, each its own monomial, enough time sizes
+    ({"work": {}}, r"work=\{\} must name one or more components"),
+    ({"work": {"a": "n*d", "b": "n*q"}}, r"must name one or more components, each a product of sizes"),
+    ({"work": {"a": "n*d", "b": "n*d"}}, r"repeats a monomial"),
+    ({"work": {"a": "n*d", "b": "n*hidden", "c": "d*hidden"}},
+     r"4 time_sizes for 3 work components; give at least 5"),
 ])
 def test_a_bad_declaration_names_the_field_and_what_is_valid(attrs, match):
     bad = type("Bad", (ChainedMatmulModel,), attrs)  # no family= keyword: not registered

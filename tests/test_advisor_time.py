@@ -1,4 +1,6 @@
 """The advisor's relative-time model: r + (c + (k - 1) * o) / W fitted at two sizes (NOTE [ advisor time model ])."""
+import dataclasses
+
 import pytest
 
 from memlab.advisor.fit import declaration_of
@@ -156,3 +158,114 @@ def test_the_family_baseline_is_one_by_definition():
     size = {"depth": 8, "batch": 64, "width": 64, "hidden": 128}
     assert predict_time(fam, {"knobs": [], "time": noisy}, size) != pytest.approx(1.0)
     assert predict_time(fam, {"knobs": [], "time": noisy, "baseline": True}, size) == 1.0
+
+
+# -- work components (NOTE [ work components ]) ------------------------------------------------------
+
+#: a transformer baseline's step in ns: fixed, per token (layers), per token * seq (attention), per
+#: token * vocab (head), about what a 2-layer width-64 step costs on one CPU thread
+BASE_COST = {"1": 2e6, "layers": 9700.0, "attention": 40.0, "head": 8.0}
+#: checkpoint_layer: the layers' and the attention's forward once more (4/3 of their cost), the head once
+CHECKPOINT = {"layers": 9700.0 * 4 / 3, "attention": 40.0 * 4 / 3, "head": 8.0}
+
+
+def _component_points(fam, r, c, o, chunks=(1,)):
+    from memlab.advisor.model import base_work, work_of
+
+    out = []
+    for size in fam.time_sizes:
+        for k in chunks:
+            w = work_of(fam.work, size)
+            base = base_work(BASE_COST, w)
+            num = c + (k - 1) * o + sum(r[n] * w[n] for n in w)
+            out.append({"params": dict(size), "work": w, "chunks": k, "relative_step_time": num / base,
+                        "baseline_step_cpu_s": base / 1e9})
+    return out
+
+
+def test_the_transformer_names_its_work_components_and_enough_time_sizes():
+    fam = declaration_of("transformer")
+    assert fam.work == {"layers": "batch*seq", "attention": "batch*seq*seq", "head": "batch*seq*vocab"}
+    assert len(fam.time_sizes) >= len(fam.work) + 2
+    # the sizes vary the components' ratios: attention over layers is seq, head over layers is vocab
+    assert len({p["seq"] for p in fam.time_sizes}) >= 4 and len({p["vocab"] for p in fam.time_sizes}) >= 4
+
+
+def test_baseline_cost_is_recovered_from_the_baselines_cpu_time():
+    from memlab.advisor.fit import baseline_cost
+
+    fam = declaration_of("transformer")
+    cost = baseline_cost(fam, _component_points(fam, CHECKPOINT, 2.5e6, 0.0))
+    assert set(cost) == set(BASE_COST)
+    for key, value in BASE_COST.items():
+        assert cost[key] == pytest.approx(value, rel=1e-6), key
+    # too few sizes: not determined
+    assert baseline_cost(fam, _component_points(fam, CHECKPOINT, 2.5e6, 0.0)[:4]) is None
+
+
+def test_baseline_cost_never_goes_negative():
+    from memlab.advisor.fit import baseline_cost
+
+    fam = declaration_of("transformer")
+    pts = _component_points(fam, CHECKPOINT, 2.5e6, 0.0)
+    # steps whose least-squares cost per attention unit is negative (timing noise can do that): held at 0
+    for p in pts:
+        w = p["work"]
+        p["baseline_step_cpu_s"] = (2e6 + 9700.0 * w["layers"] + 8.0 * w["head"] - 5.0 * w["attention"]) / 1e9
+    cost = baseline_cost(fam, pts)
+    assert cost["attention"] == 0.0 and all(v > 0 for k, v in cost.items() if k != "attention"), cost
+
+
+def test_a_components_model_recovers_what_a_technique_repeats_and_predicts_held_out_settings():
+    fam = declaration_of("transformer")
+    entry = fam.entry("checkpoint_layer")
+    model = time_model(fam, entry, _component_points(fam, CHECKPOINT, 2.5e6, 0.0))
+    assert model["kind"] == "components" and model["work"] == fam.work and model["o"] == 0.0
+    for n, v in CHECKPOINT.items():
+        assert model["r"][n] == pytest.approx(v, rel=1e-6), n
+    assert model["c"] == pytest.approx(2.5e6, rel=1e-6) and model["max_fit_rel_error"] < 1e-9
+    one = dataclasses.replace(fam, work="batch*seq")
+    flat = time_model(one, entry, [dict(p, work=p["params"]["batch"] * p["params"]["seq"])
+                                   for p in _component_points(fam, CHECKPOINT, 2.5e6, 0.0)])
+    errors = []
+    for size in ({"seq": 384, "batch": 2, "vocab": 1024}, {"seq": 128, "batch": 8, "vocab": 4096},
+                 {"seq": 1024, "batch": 1, "vocab": 256}):
+        w = {"layers": size["batch"] * size["seq"], "attention": size["batch"] * size["seq"] ** 2,
+             "head": size["batch"] * size["seq"] * size["vocab"]}
+        truth = (2.5e6 + sum(CHECKPOINT[n] * w[n] for n in w)) / (BASE_COST["1"] + sum(BASE_COST[n] * w[n] for n in w))
+        assert predict_time(fam, {"knobs": [], "time": model}, size) == pytest.approx(truth, rel=1e-9)
+        errors.append(abs(predict_time(one, {"knobs": [], "time": flat}, size) - truth) / truth)
+    # one monomial (tokens) cannot tell a long sequence from a large vocabulary
+    assert max(errors) > 0.05, errors
+
+
+def test_a_chunked_components_model_recovers_its_per_chunk_cost():
+    fam = declaration_of("transformer")
+    entry = fam.entry("chunked_lm_loss")
+    r = {"layers": 9700.0, "attention": 40.0, "head": 8.5}
+    model = time_model(fam, entry, _component_points(fam, r, 2e6, 1e5, chunks=(1, 4, 16)))
+    assert model["o"] == pytest.approx(1e5, rel=1e-6) and model["c"] == pytest.approx(2e6, rel=1e-6)
+    size = {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64}   # 16 chunks of the 1,024 tokens
+    w = {"layers": 1024, "attention": 1024 * 512, "head": 1024 * 2048}
+    truth = (2e6 + 15 * 1e5 + sum(r[n] * w[n] for n in w)) / (BASE_COST["1"] + sum(BASE_COST[n] * w[n] for n in w))
+    assert predict_time(fam, {"knobs": ["chunk"], "time": model}, size) == pytest.approx(truth, rel=1e-9)
+
+
+def test_the_family_cost_is_pooled_over_entries_and_each_entry_refitted():
+    from memlab.advisor.fit import pooled_baseline_cost
+
+    fam = declaration_of("transformer")
+    # each entry alone sees the baseline's time at half the sizes: pooled, all of them
+    eager = _component_points(fam, {k: v for k, v in BASE_COST.items() if k != "1"}, 2e6, 0.0)
+    ckpt = _component_points(fam, CHECKPOINT, 2.5e6, 0.0)
+    for p in eager[1::2] + ckpt[::2]:
+        p["baseline_step_cpu_s"] = None
+    entries = [{"label": "eager_attention", "knobs": [], "time": {"points": eager}},
+               {"label": "checkpoint_layer", "knobs": [], "time": {"points": ckpt}}]
+    cost = pooled_baseline_cost(fam, entries)
+    assert cost["layers"] == pytest.approx(9700.0, rel=1e-6)
+    assert entries[1]["time"]["baseline_cost"] == cost
+    assert entries[1]["time"]["r"]["attention"] == pytest.approx(40.0 * 4 / 3, rel=1e-6)
+    # a one-monomial family is left as it is
+    chunking = declaration_of("chunking")
+    assert pooled_baseline_cost(chunking, [{"label": "unchunked", "knobs": [], "time": {"points": []}}]) is None

@@ -139,6 +139,9 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     assert not (tmp_path / "a" / "choose.html").exists()
     good = json.loads((MODELS / "cpu-float32-sgd.json").read_text())
     good["families"]["chunking"]["entries"][1]["classes"][0]["pieces"][0]["gradients"] = {"d*bogus": 4}
+    # a work-components time model (NOTE [ work components ]) without the baseline's cost
+    assert good["families"]["transformer"]["entries"][1]["label"] == "checkpoint_layer"
+    del good["families"]["transformer"]["entries"][1]["time"]["baseline_cost"]
     good["families"]["nope"] = {k: v for k, v in good["families"]["reversible"].items() if k != "declaration"}
     good["families"]["alias"] = good["families"]["reversible"]  # another family's declaration
     (data / "models" / "cpu-float32-sgd.json").write_text(json.dumps(good))
@@ -149,9 +152,11 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     assert "family 'nope': a model family without an advisor declaration" in lines
     assert "family 'alias': its advisor declaration is family 'reversible'" in lines
     assert "slice_loop: a class whose pieces" in lines
+    assert "checkpoint_layer: a work-components time model without work, r, baseline_cost, c, o" in lines
     assert "cpu-float32-adam.json" in lines
     compact, _ = compact_models(good, "x")
     assert [e["label"] for e in compact["families"]["chunking"]["entries"]].count("slice_loop") == 0
+    assert "checkpoint_layer" not in [e["label"] for e in compact["families"]["transformer"]["entries"]]
     assert set(compact["families"]) == {"chunking", "resnet", "reversible", "tensor_train", "transformer"}
     methodology = (tmp_path / "b" / "methodology.html").read_text()
     assert "without an advisor declaration" in methodology

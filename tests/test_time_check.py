@@ -25,7 +25,7 @@ def test_a_family_run_keeps_the_other_families_rows(tmp_path, monkeypatch):
     out.write_text(json.dumps({"rows": [{"family": "chunking", "label": "old", "error": 0.02},
                                         {"family": "transformer", "label": "stale", "error": 0.5}]}))
     new = [{"family": "transformer", "label": "checkpoint_layer", "error": -0.03}]
-    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None: new)
+    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None, runs=1: new)
     assert time_check.main(["--family", "transformer", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert [r["label"] for r in data["rows"]] == ["old", "checkpoint_layer"]
@@ -35,7 +35,52 @@ def test_a_family_run_keeps_the_other_families_rows(tmp_path, monkeypatch):
 def test_a_file_that_is_not_a_check_is_named_and_kept(tmp_path, monkeypatch):
     out = tmp_path / "time-check-sgd.json"
     out.write_text("{not json")
-    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None: [])
+    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None, runs=1: [])
     with pytest.raises(SystemExit, match="time-check-sgd.json: not a time-check file"):
         time_check.main(["--family", "transformer", "--out", str(out)])
     assert out.read_text() == "{not json"
+
+
+def test_five_held_out_settings_per_family_none_of_them_a_fitted_time_point():
+    from memlab.advisor.model import load_models
+
+    families = {f for f, _, _ in time_check.HELD_OUT}
+    assert families == {"chunking", "reversible", "transformer", "tensor_train", "resnet"}
+    models = load_models("sgd")
+    for family in families:
+        assert sum(f == family for f, _, _ in time_check.HELD_OUT) == 5, family
+    for family, label, params in time_check.HELD_OUT:
+        entry = next(e for e in models["families"][family]["entries"] if e["label"] == label)
+        assert not entry.get("baseline"), (family, label)   # the baseline is 1 by definition: nothing to check
+        fitted = [p["params"] for p in entry["time"]["points"]]
+        assert params not in fitted, (family, label, params)
+
+
+@pytest.mark.parametrize("family", ["tensor_train", "resnet"])
+def test_the_new_families_are_predicted_at_each_held_out_setting(family):
+    rows = time_check.check_times("sgd", measure_fn=_fake_measure, families=(family,), say=lambda s: None)
+    assert len(rows) == 5 and all(r["predicted"] is not None and r["predicted"] > 0 for r in rows)
+
+
+def test_several_runs_are_compared_by_their_median_and_each_is_kept():
+    figures = iter([1.0, 2.0, 1.5, 1.1, 1.2, 1.3] * 5)   # run 1 over the five settings, then run 2, run 3
+
+    def measure(name, **params):
+        return SimpleNamespace(relative_step_time=next(figures), relative_to="resnet", status="ok",
+                               load_avg_before=0.5, load_avg_after=0.7, environment={"timing_cpu": 0})
+
+    rows = time_check.check_times("sgd", measure_fn=measure, families=("resnet",), say=lambda s: None, runs=3)
+    assert len(rows) == 5
+    # setting i got the i-th figure of each pass: setting 0 -> 1.0, 1.3, 1.2 (passes of five)
+    assert rows[0]["measured_runs"] == [1.0, 1.3, 1.2] and rows[0]["measured"] == 1.2
+    assert rows[0]["error"] == pytest.approx((rows[0]["predicted"] - 1.2) / 1.2)
+    assert rows[0]["timing_cpu"] == [0, 0, 0] and rows[0]["load_avg"] == [0.5, 0.5, 0.5, 0.7]
+
+
+@pytest.mark.parametrize("runs", [0, -2])
+def test_runs_below_one_are_refused(runs, capsys):
+    with pytest.raises(ValueError, match=rf"runs={runs} is out of range: expected 1 or more"):
+        time_check.check_times("sgd", measure_fn=_fake_measure, families=("resnet",), say=lambda s: None, runs=runs)
+    with pytest.raises(SystemExit) as exc:
+        time_check.main(["--family", "resnet", "--runs", str(runs)])
+    assert exc.value.code == 2 and f"--runs {runs} is out of range" in capsys.readouterr().err

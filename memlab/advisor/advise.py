@@ -193,8 +193,10 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
         "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
-                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at three sizes per family "
-                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), on CPU with the page faults "
+                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at several sizes per family "
+                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), or for a family whose work has "
+                     "named components a ratio of the technique's and the baseline's costs summed over them "
+                     "(NOTE [ work components ]), on CPU with the page faults "
                      "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ])",
     }
 

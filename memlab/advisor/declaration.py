@@ -118,7 +118,7 @@ class Declaration:
     entries: tuple[Entry, ...]
     loop: Loop
     time_sizes: tuple[Mapping[str, int], ...]
-    work: str
+    work: str | Mapping[str, str]
     time_chunks: tuple[int, ...] = ()
     held_out: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     max_degree: int = 3
@@ -150,9 +150,7 @@ class Declaration:
             if not set(e.knobs) <= allowed:
                 raise ValueError(f"{who}: entry {e.label!r} has knobs {list(e.knobs)}; the {self.loop.kind!r} loop "
                                  f"supports {sorted(allowed) or 'none'}")
-        if not self.work or not _MONOMIAL.match(self.work) or not set(self.work.split("*")) <= set(self.sizes):
-            raise ValueError(f"{who}: work={self.work!r} must be a product of sizes like "
-                             f"{'*'.join(self.sizes)!r}")
+        self._validate_work(who)
         for point in self.time_sizes:
             if set(point) != set(self.sizes) or not all(isinstance(v, int) and v >= 1 for v in point.values()):
                 raise ValueError(f"{who}: time size {dict(point)!r} must give every size {list(self.sizes)} "
@@ -172,6 +170,29 @@ class Declaration:
         if self.trace_values and (len(set(self.trace_values)) < 4 or min(self.trace_values) < 2):
             raise ValueError(f"{who}: trace_values={self.trace_values!r} must be 4 or more distinct integers >= 2 "
                              f"(or empty: the primes {PRIMES[0]} to {PRIMES[-1]})")
+
+    def _validate_work(self, who: str) -> None:
+        """``work``: one monomial of the sizes, or named components (NOTE [ work components ] in
+        :mod:`memlab.advisor.fit`): one or more, each its own monomial of the sizes, and enough time
+        sizes to fit the baseline's cost of each and its fixed cost with one point to spare."""
+        def monomial(w: Any) -> bool:
+            return isinstance(w, str) and bool(_MONOMIAL.match(w)) and set(w.split("*")) <= set(self.sizes)
+
+        if isinstance(self.work, Mapping):
+            if not self.work or not all(isinstance(n, str) and n.isidentifier() and monomial(w)
+                                             for n, w in self.work.items()):
+                raise ValueError(f"{who}: work={dict(self.work)!r} must name one or more components, each a product "
+                                 f"of sizes like {{'tokens': {'*'.join(self.sizes)!r}, ...}} (or be one product)")
+            if len(set(self.work.values())) < len(self.work):
+                raise ValueError(f"{who}: work={dict(self.work)!r} repeats a monomial; each component grows its own way")
+            need = len(self.work) + 2
+            have = len({tuple(sorted(p.items())) for p in self.time_sizes})
+            if self.time_sizes and have < need:
+                raise ValueError(f"{who}: {have} time_sizes for {len(self.work)} work components; give at least "
+                                 f"{need} (the baseline's cost of each component, its fixed cost, one to spare)")
+        elif not monomial(self.work):
+            raise ValueError(f"{who}: work={self.work!r} must be a product of sizes like "
+                             f"{'*'.join(self.sizes)!r}")
 
     def entry(self, label: str) -> Entry:
         for e in self.entries:
@@ -255,7 +276,8 @@ class Declaration:
         return {"family": self.name, "workload": self.workload, "sizes": list(self.sizes),
                 "workload_fixed": {k: _to_json_value(v) for k, v in self.workload_fixed.items()},
                 "entries": [e.to_json() for e in self.entries],
-                "loop": self.loop.to_json(), "time_sizes": [dict(p) for p in self.time_sizes], "work": self.work,
+                "loop": self.loop.to_json(), "time_sizes": [dict(p) for p in self.time_sizes],
+                "work": dict(self.work) if isinstance(self.work, Mapping) else self.work,
                 "time_chunks": list(self.time_chunks), "held_out": {k: list(v) for k, v in self.held_out.items()},
                 "max_degree": self.max_degree, "max_quantum": self.max_quantum, "declared_by": self.declared_by,
                 **({"trace_values": list(self.trace_values)} if self.trace_values else {})}
@@ -273,7 +295,8 @@ class Declaration:
             return cls(name=str(data["family"]), workload=str(data["workload"]), sizes=tuple(data["sizes"]),
                        workload_fixed={k: _from_json_value(v) for k, v in (data.get("workload_fixed") or {}).items()},
                        entries=tuple(Entry.from_json(e) for e in data["entries"]), loop=Loop.from_json(data["loop"]),
-                       time_sizes=tuple(dict(p) for p in data.get("time_sizes") or ()), work=str(data["work"]),
+                       time_sizes=tuple(dict(p) for p in data.get("time_sizes") or ()),
+                       work=_work_from_json(data["work"]),
                        time_chunks=tuple(data.get("time_chunks") or ()),
                        held_out={k: tuple(v) for k, v in (data.get("held_out") or {}).items()},
                        max_degree=int(data.get("max_degree", 3)), max_quantum=int(data.get("max_quantum", 64)),
@@ -281,6 +304,11 @@ class Declaration:
                        trace_values=tuple(data.get("trace_values") or ()))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"an advisor declaration without a valid {exc}") from None
+
+
+def _work_from_json(work: Any) -> str | dict[str, str]:
+    """A model file's ``work``: one monomial, or ``{component: monomial}``."""
+    return {str(k): str(v) for k, v in work.items()} if isinstance(work, Mapping) else str(work)
 
 
 def as_declaration(family: Declaration | Mapping[str, Any]) -> Declaration:
@@ -330,7 +358,10 @@ class AdvisorModel:
             non-loop size from; default 1 to 32.  The loop draws its own (``Chunks(counts=...)``).
         time_sizes: two or more size points ``{size: value}`` of different work at which the relative
             step time is measured (NOTE [ advisor time model ]); empty: no time model.
-        work: the monomial of sizes the step's work grows with (``"n*d*hidden"``).
+        work: the monomial of sizes the step's work grows with (``"n*d*hidden"``), or named components of
+            it that a technique may repeat unequally (``{"layers": "batch*seq", "head": "batch*seq*vocab"}``:
+            NOTE [ work components ] in :mod:`memlab.advisor.fit`; one or more, and at least two more time
+            sizes than components).
         time_chunks: chunk counts each time size is measured at, for entries with a knob.
         max_degree: the highest total degree of an allocation's monomial (3: a [c, d, h] product).
         max_quantum: the largest bytes-per-monomial-unit an allocation may have (4 for a float32
@@ -347,7 +378,7 @@ class AdvisorModel:
     entries: ClassVar[tuple[Entry, ...]] = ()
     held_out: ClassVar[Mapping[str, tuple[int, int]]] = {}
     time_sizes: ClassVar[tuple[Mapping[str, int], ...]] = ()
-    work: ClassVar[str] = ""
+    work: ClassVar[str | Mapping[str, str]] = ""
     time_chunks: ClassVar[tuple[int, ...]] = ()
     max_degree: ClassVar[int] = 3
     max_quantum: ClassVar[int] = 64
@@ -389,7 +420,8 @@ class AdvisorModel:
         return Declaration(
             name=cls.family, workload=cls.workload_name(), sizes=tuple(cls.sizes),
             workload_fixed=dict(cls.workload_fixed), entries=tuple(cls.entries), loop=cls.loop,
-            time_sizes=tuple(dict(p) for p in cls.time_sizes), work=cls.work, time_chunks=tuple(cls.time_chunks),
+            time_sizes=tuple(dict(p) for p in cls.time_sizes),
+            work=dict(cls.work) if isinstance(cls.work, Mapping) else cls.work, time_chunks=tuple(cls.time_chunks),
             held_out={k: tuple(v) for k, v in cls.held_out.items()}, max_degree=cls.max_degree,
             max_quantum=cls.max_quantum, declared_by=f"{cls.__module__}.{cls.__qualname__}",
             trace_values=tuple(cls.trace_values))

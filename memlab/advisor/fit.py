@@ -10,16 +10,19 @@ from __future__ import annotations
 import dataclasses
 import gc
 import json
+import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .declaration import BASE_K, Declaration, Entry, fitted_range
-from .model import CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, encode_poly, eval_poly, mmapped_bytes, models_path, predict
+from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, encode_poly, eval_poly, mmapped_bytes,
+                    models_path, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
 
-__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term"]
+__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term",
+           "baseline_cost", "pooled_baseline_cost", "NS_PER_S"]
 
 OPTIMIZERS_FITTED = ("sgd", "adam")
 #: raw-trace held-out points per model (exact replays at random sizes and loop counts)
@@ -199,6 +202,20 @@ def _beyond(params: dict, fitted: dict) -> float:
     return max((params[s] / hi for s, (_lo, hi) in fitted.items() if s in params and hi), default=1.0)
 
 
+def _time_point(fam: Declaration, entry: Entry, p: dict, m) -> dict:
+    """One measured time point of ``entry`` at ``p`` (a Measurement ``m`` with a relative time); with
+    work components (NOTE [ work components ]) also the baseline's thread CPU seconds per step,
+    ``baseline_step_cpu_s``: the technique's median CPU step over its relative time (None without
+    CPU times)."""
+    point = {"params": p, "chunks": fam.loop_of(p, chunked=True)[0] if entry.knobs else 1,
+             "work": work_of(fam.work, p), "relative_step_time": round(m.relative_step_time, 4),
+             "relative_to": m.relative_to, "step_time_s": m.step_time_s, "load_avg": m.load_avg_before}
+    if isinstance(fam.work, Mapping):
+        cpu = list(getattr(m, "step_cpu_times_s", None) or ())
+        point["baseline_step_cpu_s"] = statistics.median(cpu) / m.relative_step_time if cpu else None
+    return point
+
+
 def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Callable | None = None,
               say: Callable[[str], None] = lambda s: None, seed: int = 0) -> dict:
     """One entry's model: classes, fitted range, held-out checks (traced and measured), time model."""
@@ -238,11 +255,7 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
             "relative_step_time": m.relative_step_time,
         })
         if kind == "time" and m.relative_step_time is not None:
-            k = fam.loop_of(p, chunked=True)[0] if entry.knobs else 1
-            time_points.append({"params": p, "chunks": k, "work": eval_poly({fam.work: 1}, p),
-                                "relative_step_time": round(m.relative_step_time, 4),
-                                "relative_to": m.relative_to, "step_time_s": m.step_time_s,
-                                "load_avg": m.load_avg_before})
+            time_points.append(_time_point(fam, entry, p, m))
     ok_rows = [r for r in rows if r["status"] == "ok"]
     model["held_out_measured"] = rows
     model["max_rel_error"] = max((r["rel_error"] for r in ok_rows), default=None)
@@ -271,7 +284,9 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
 # work (``time_sizes``) and, chunked, at several chunk counts (``time_chunks``), and solves for
 # ``r``, ``c``, ``o`` by least squares (``o`` = 0 without a knob).  The old model took ``r`` from one
 # small size, where the fixed costs dominate: checkpoint_block read 3.5x there and 1.30x at the
-# sizes people train.  The site's Choose page evaluates the same formula (choose.js).
+# sizes people train.  The site's Choose page evaluates the same formula (choose.js).  One monomial W
+# assumes a technique repeats every part of the step alike; where it does not (a transformer's
+# recompute skips the LM head), the family names the parts: NOTE [ work components ].
 
 
 # NOTE [ page faults in the time model ]
@@ -301,29 +316,143 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
 # threshold, at most 64 MiB) lies free at the top of the heap, which is faulted in again too.
 
 
-def time_model(fam: Declaration, entry: Entry, points: list[dict], per_byte: float = 0.0) -> dict:
+# NOTE [ work components ]
+# One work monomial assumes a technique repeats every part of the baseline's step in the same
+# proportion.  The transformer's do not: ``checkpoint_layer`` recomputes the layers' forward (their
+# matmuls, ~ batch * seq at the fixed width, and the attention, ~ batch * seq^2) but not the LM head
+# over the vocabulary (~ batch * seq * vocab); ``chunked_lm_loss`` changes only the head.  With
+# ``work = "batch*seq"`` the model had no way to tell a long sequence (attention-heavy) from a large
+# vocabulary (head-heavy), and its held-out relative times were 4.1-17.9% off.  So a family may name
+# the components of its work, ``work = {"layers": "batch*seq", "attention": "batch*seq*seq", ...}``,
+# and the time model becomes the ratio of two costs, each a sum over the components W_j:
+#
+#     relative(sizes, k) = (sum_j r_j W_j + c + (k - 1) * o) / (sum_j b_j W_j + b_0)
+#
+# The denominator is the baseline's step: its thread CPU time per step (``baseline_step_cpu_s`` of
+# every time point of every entry: the technique's median CPU step over its relative time) fitted as
+# ``b_0 + sum_j b_j W_j`` by non-negative least squares in relative error, in nanoseconds
+# (:func:`baseline_cost`; the family's, pooled over its entries, ``baseline_cost`` in each model).
+# Absolute CPU times move with the machine and its load more than their ratios do, but only the
+# shape of the denominator (how the baseline's cost splits between the components) enters a
+# prediction; its scale cancels against the numerator's.  The numerator is each technique's step in
+# the same units: ``r_j`` its cost per unit of component j, ``c`` its fixed cost, ``o`` per further
+# chunk, fitted by least squares on the relative times with the denominator held (``kind``
+# ``components``).  With the page-fault term f (NOTE [ page faults in the time model ]) ``f * M``
+# joins the numerator and ``f * M_base`` the denominator, f in nanoseconds per mapped byte.
+#
+# Even one component changes the form: ``r + c / W`` divides by a baseline whose cost is all
+# proportional to W, while ``(r W + c) / (b W + b_0)`` gives the baseline its own fixed cost.  Where
+# the baseline's work is small beside its per-step costs that matters: tensor_train's dense step over
+# 256-1,024 rows of 64 (``work = {"rows": "batch"}``), and resnet's per-layer costs that do not grow
+# with the batch (``{"layers": "depth", "images": "depth*batch"}``).  With ``r + c / W`` their
+# held-out relative times were 14-22% (tt_reconstructed, tt_chunked) and 6-18%
+# (resnet_checkpoint_block) off.  A family with one monomial string keeps the form and the files of
+# NOTE [ advisor time model ].  The fit needs the
+# components' ratios to vary across ``time_sizes`` (the declaration asks for two sizes more than
+# components); the Choose page evaluates the same sums in the same order (choose.js).
+
+#: nanoseconds per second: a work-components model (NOTE [ work components ]) counts in nanoseconds of thread CPU time
+NS_PER_S = 1e9
+
+
+def time_model(fam: Declaration, entry: Entry, points: list[dict], per_byte: float = 0.0,
+               cost: Mapping[str, float] | None = None) -> dict:
     """The relative-step-time model of NOTE [ advisor time model ] from the measured ``points``
     (each with ``work``, ``chunks``, ``relative_step_time`` and, with ``per_byte``, ``mmap_bytes`` and
     ``baseline_mmap_bytes``: NOTE [ page faults in the time model ]); ``kind`` ``work`` (fitted),
-    ``constant`` (one size only: the median) or ``none``."""
-    return _time_fit(fam, entry, points, per_byte)[0]
+    ``constant`` (one size only: the median) or ``none``.  A family whose ``work`` names components
+    (NOTE [ work components ]) gets ``kind`` ``components`` over the baseline's ``cost`` (default:
+    :func:`baseline_cost` of these points), or ``none`` when the points cannot determine it."""
+    return _time_fit(fam, entry, points, per_byte, cost)[0]
 
 
-def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: float) -> tuple[dict, float]:
+def _lstsq_scaled(a, b):
+    """Least squares of ``a x = b`` with ``a``'s columns scaled to unit norm first (the components'
+    work spans orders of magnitude: tokens against tokens * vocab)."""
+    import numpy as np
+
+    norms = np.linalg.norm(a, axis=0)
+    norms[norms == 0] = 1.0
+    return np.linalg.lstsq(a / norms, b, rcond=None)[0] / norms
+
+
+def baseline_cost(fam: Declaration, points: list[dict]) -> dict[str, float] | None:
+    """The family baseline's step cost in nanoseconds of thread CPU time, ``{"1": fixed, component:
+    per unit}`` (NOTE [ work components ]), from the points' ``baseline_step_cpu_s``: every
+    coefficient >= 0, the sum of squared relative errors least (an exact non-negative least squares
+    over the subsets of coefficients).  None with fewer usable points of distinct sizes than
+    coefficients plus one."""
+    import itertools
+
+    import numpy as np
+
+    names = sorted(fam.work)
+    pts = [p for p in points if p.get("baseline_step_cpu_s")]
+    if len({tuple(sorted(p["work"].items())) for p in pts}) < len(names) + 2:
+        return None
+    y = np.array([p["baseline_step_cpu_s"] * NS_PER_S for p in pts])
+    a = np.array([[1.0] + [float(p["work"][n]) for n in names] for p in pts]) / y[:, None]
+    best = None
+    for size in range(1, len(names) + 2):
+        for cols in itertools.combinations(range(len(names) + 1), size):
+            x = _lstsq_scaled(a[:, list(cols)], np.ones(len(pts)))
+            if (x >= 0).all():
+                loss = float(((a[:, list(cols)] @ x - 1.0) ** 2).sum())
+                if best is None or loss < best[0]:
+                    best = (loss, dict(zip(cols, x)))
+    if best is None:  # pragma: no cover - a single column always has a non-negative solution
+        return None
+    return {key: float(best[1].get(i, 0.0)) for i, key in enumerate(["1"] + names)}
+
+
+def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: float,
+                    cost: Mapping[str, float] | None, out: dict) -> tuple[dict, float]:
+    """:func:`_time_fit` for a family of work components (NOTE [ work components ])."""
+    import numpy as np
+
+    names = sorted(fam.work)
+    cost = cost or baseline_cost(fam, pts)
+    if cost is None:
+        return {**out, "kind": "none", "reason": f"fewer than {len(names) + 2} time sizes with the baseline's "
+                                                   "CPU time: the baseline's cost is not determined"}, 0.0
+    chunked = bool(entry.knobs) and len({p["chunks"] for p in pts}) > 1
+    den = [base_work(cost, p["work"]) + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
+    rows = [[p["work"][n] / d for n in names] + [1.0 / d] + ([(p["chunks"] - 1) / d] if chunked else [])
+            for p, d in zip(pts, den)]
+    target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
+    solution = [float(x) for x in _lstsq_scaled(np.array(rows), np.array(target))]
+    r = dict(zip(names, solution))
+    c = solution[len(names)]
+    o = solution[len(names) + 1] if chunked else 0.0
+    fitted = [(sum(r[n] * p["work"][n] for n in names) + c + (p["chunks"] - 1) * o
+               + per_byte * p.get("mmap_bytes", 0)) / d for p, d in zip(pts, den)]
+    rel = [(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts)]
+    note = out["note"].replace("r + (c + (k - 1) * o) / W", "(sum_j r_j W_j + c + (k - 1) * o) / (sum_j "
+                               "baseline_cost_j W_j + baseline_cost_1), nanoseconds (NOTE [ work components ])")
+    return {**out, "note": note, "kind": "components", "baseline_cost": dict(cost), "r": r, "c": c, "o": o,
+            "max_fit_rel_error": round(max(abs(e) for e in rel), 4)}, sum(e * e for e in rel)
+
+
+def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: float,
+              cost: Mapping[str, float] | None = None) -> tuple[dict, float]:
     """:func:`time_model` and the sum of its squared relative residuals (0 unless ``work``)."""
     import numpy as np
 
     note = ("relative_step_time (thread CPU time of the step over the family baseline's, one thread, median of "
             ">= 5 interleaved steps, up to 2 s of timing) at the points listed, fitted as r + (c + (k - 1) * o) / W"
             + (", plus f * (bytes in blocks glibc maps afresh), the baseline's in the denominator" if per_byte else ""))
-    pts = sorted(points, key=lambda p: (p["work"], p["chunks"]))
-    out: dict[str, Any] = {"points": pts, "note": note, "work": fam.work}
+    components = isinstance(fam.work, Mapping)
+    pts = sorted(points, key=(lambda p: (sorted(p["work"].items()), p["chunks"])) if components
+                 else (lambda p: (p["work"], p["chunks"])))
+    out: dict[str, Any] = {"points": pts, "note": note, "work": dict(fam.work) if components else fam.work}
     if not pts:
         return {**out, "kind": "none"}, 0.0
     chunked = bool(entry.knobs) and len({p["chunks"] for p in pts}) > 1
-    if len({p["work"] for p in pts}) < 2:
+    if len({str(p["work"]) for p in pts}) < 2:
         rel = sorted(p["relative_step_time"] for p in pts)
         return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}, 0.0
+    if components:
+        return _components_fit(fam, entry, pts, per_byte, cost, out)
     den = [p["work"] + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
     rows = [[p["work"] / d, 1.0 / d] + ([(p["chunks"] - 1) / d] if chunked else []) for p, d in zip(pts, den)]
     target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
@@ -335,6 +464,25 @@ def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: floa
     worst = max(abs(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts))
     sq = sum(((f - p["relative_step_time"]) / p["relative_step_time"]) ** 2 for f, p in zip(fitted, pts))
     return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4)}, sq
+
+
+def pooled_baseline_cost(fam: Declaration, entries: list[dict], *,
+                         say: Callable[[str], None] = lambda s: None) -> dict[str, float] | None:
+    """For a family of work components (NOTE [ work components ]): the baseline's cost from the time
+    points of all its fitted model ``entries`` (each entry alone fitted it from its own), and every
+    entry's time model refitted over it, in place.  None (nothing changed) for a one-monomial family
+    or when the points do not determine the cost."""
+    if not isinstance(fam.work, Mapping):
+        return None
+    cost = baseline_cost(fam, [p for e in entries for p in (e.get("time") or {}).get("points") or []])
+    if cost is None:
+        return None
+    for e in entries:
+        pts = (e.get("time") or {}).get("points")
+        if pts:
+            e["time"] = time_model(fam, fam.entry(e["label"]), pts, cost=cost)
+    say("  baseline cost (ns of thread CPU time): " + ", ".join(f"{k} {v:.4g}" for k, v in cost.items()))
+    return cost
 
 
 def fault_term(fam: Declaration, entries: list[dict], *, say: Callable[[str], None] = lambda s: None) -> float:
@@ -356,13 +504,13 @@ def fault_term(fam: Declaration, entries: list[dict], *, say: Callable[[str], No
         for p in pts:
             p["mmap_bytes"] = mmapped_bytes(e["classes"], *fam.loop_of(p["params"], chunked=bool(e["knobs"])))
             p["baseline_mmap_bytes"] = mmapped_bytes(base["classes"], *fam.loop_of(p["params"], chunked=False))
-        if t.get("kind") == "work":
+        if t.get("kind") in ("work", "components"):
             timed.append((e, fam.entry(e["label"])))
     if not any(p["mmap_bytes"] or p["baseline_mmap_bytes"] for e, _ in timed for p in e["time"]["points"]):
         best = 0.0
     else:
         def loss(f: float) -> float:
-            return sum(_time_fit(fam, d, e["time"]["points"], f)[1] for e, d in timed)
+            return sum(_time_fit(fam, d, e["time"]["points"], f, e["time"].get("baseline_cost"))[1] for e, d in timed)
 
         # a coarse log grid (0 first: a term that does not lower the error is not taken), then a finer one
         grid = [0.0] + [float(x) for x in np.geomspace(1e-4, 1e3, 71)]
@@ -373,12 +521,13 @@ def fault_term(fam: Declaration, entries: list[dict], *, say: Callable[[str], No
             lo, hi = grid[max(i - 1, 1)], grid[min(i + 1, len(grid) - 1)]
             fine = [float(x) for x in np.geomspace(lo, hi, 41)]
             best = min(fine + [best], key=loss)
-        say(f"  page-fault term: f = {best:.4g} (baseline work units per mapped byte); squared relative "
+        units = "nanoseconds" if isinstance(fam.work, Mapping) else "baseline work units"
+        say(f"  page-fault term: f = {best:.4g} ({units} per mapped byte); squared relative "
             f"error {losses[0]:.4g} without it, {loss(best):.4g} with it")
     baseline_classes = [{key: c[key] for key in ("k", "k_min", "outer", "allocations") if key in c}
                         for c in base["classes"]]
     for e, d in timed:
-        t = time_model(fam, d, e["time"]["points"], best)
+        t = time_model(fam, d, e["time"]["points"], best, e["time"].get("baseline_cost"))
         if best:
             t["fault"] = {"per_byte": best, "ceiling_bytes": MMAP_CEILING_BYTES, "baseline": baseline_classes,
                           "note": "NOTE [ page faults in the time model ] in memlab/advisor/fit.py"}
@@ -468,6 +617,7 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
     if not entries:
         raise IdentificationError(f"advisor model of family {fam.name!r}: no entry could be modelled; "
                                   f"{skipped[0]['label']}: {skipped[0]['reason']}")
+    pooled_baseline_cost(fam, entries, say=say)
     fault_term(fam, entries, say=say)
     if skipped:  # the declaration states what was modelled
         fam = dataclasses.replace(fam, entries=tuple(e for e in fam.entries

@@ -65,8 +65,11 @@ float32); each model file lists every fitted family with its declaration and var
 Checks reported with each model: traces at random held-out sizes and loop counts (exact
 replays, cheap), and :func:`memlab.measure` at held-out points including 4x-30x beyond the traced sizes
 (the error bound the advisor prints).  The relative step time is a separate, approximate model
-(:func:`memlab.advisor.fit.time_model`): measured at one moderate size per family on a loaded shared
-machine; the relative time with one chunk plus a per-chunk cost scaled by the work ``n * d * hidden``.
+(:func:`memlab.advisor.fit.time_model`): measured at a few sizes per family on a loaded shared machine
+(NOTE [ advisor time model ] in :mod:`memlab.advisor.fit`): the relative time with one chunk plus
+fixed and per-chunk costs scaled by the work ``n * d * hidden``, or, for a family whose work has
+named components (the transformer's layers, attention and LM head), a ratio of the technique's and
+the baseline's costs summed over them (NOTE [ work components ]).
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ from ..record import CATEGORIES
 from .declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
-           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "mmapped_bytes", "MMAP_CEILING_BYTES"]
+           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "mmapped_bytes", "MMAP_CEILING_BYTES", "work_of", "base_work"]
 
 SCHEMA = 1
 #: committed models, beside the sweeps
@@ -154,6 +157,32 @@ def predict(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any], p
                       k=k, model_class=cls.get("k", f">={cls.get('k_min')}"))
 
 
+def work_of(work: str | Mapping[str, str], params: Mapping[str, int]) -> int | dict[str, int]:
+    """A step's work at ``params``: the value of the one monomial ``work``, or of each named component
+    (``{component: value}``: NOTE [ work components ] in :mod:`memlab.advisor.fit`)."""
+    if isinstance(work, Mapping):
+        return {name: eval_poly({mono: 1}, params) for name, mono in sorted(work.items())}
+    return eval_poly({work: 1}, params)
+
+
+def base_work(cost: Mapping[str, float], work: Mapping[str, int]) -> float:
+    """The family baseline's step cost (nanoseconds of thread CPU time) at the components ``work``:
+    ``cost["1"] + sum_j cost[j] * work[j]``, summed in the components' sorted order (as choose.js)."""
+    total = float(cost["1"])
+    for name in sorted(work):
+        total += cost[name] * work[name]
+    return total
+
+
+def _components_time(t: Mapping[str, Any], work: Mapping[str, int], k: int, mapped: tuple[float, float]) -> float:
+    """``(sum_j r_j W_j + c + (k - 1) o + f M) / (baseline cost + f M_base)`` of a ``components`` time
+    model, ``mapped`` = ``(f M, f M_base)``; summed in the components' sorted order (as choose.js)."""
+    num = t["c"] + (k - 1) * t["o"]
+    for name in sorted(work):
+        num += t["r"][name] * work[name]
+    return float((num + mapped[0]) / (base_work(t["baseline_cost"], work) + mapped[1]))
+
+
 def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any],
                  params: Mapping[str, int], device: str = "cpu") -> float | None:
     """Relative step time (technique step / family baseline step) of :func:`memlab.advisor.fit.time_model`:
@@ -161,6 +190,8 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
     page-fault term (``time["fault"]``, on CPU only: NOTE [ page faults in the time model ] in
     :mod:`memlab.advisor.fit`) ``(r * W + c + (k - 1) * o + f * M) / (W + f * M_base)``, ``M`` and
     ``M_base`` the bytes the technique's and the baseline's steps allocate in blocks glibc maps afresh;
+    for a ``components`` model (NOTE [ work components ]) ``(sum_j r_j W_j + c + (k - 1) * o [+ f * M])
+    / (sum_j b_j W_j + b_0 [+ f * M_base])``, ``b`` the baseline's cost (``time["baseline_cost"]``);
     None without a model.  The family baseline's own entry (``entry["baseline"]``) is 1 by definition:
     its measured points are itself over itself, the timing's noise (an eager_attention fit at 3 rounds
     read 1.117 and 0.888), so a model fitted to them would only add that noise to every prediction."""
@@ -169,20 +200,23 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
     t = entry.get("time") or {}
     if t.get("kind") == "constant":
         return float(t["a"])
-    if t.get("kind") != "work":
+    if t.get("kind") not in ("work", "components"):
         return None
     decl = as_declaration(family)
     k, _ = decl.loop_of(params, chunked=True) if entry.get("knobs") else (1, {})
-    work = eval_poly({t["work"]: 1}, params)
-    if work <= 0:
+    work = work_of(t["work"], params)
+    if (min(work.values()) if isinstance(work, dict) else work) <= 0:
         return None
     fault = t.get("fault") or {}
     per_byte = fault.get("per_byte") or 0.0
-    if device != "cpu" or not per_byte:
-        return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work)
-    ceiling = fault.get("ceiling_bytes", MMAP_CEILING_BYTES)
-    mine = mmapped_bytes(entry["classes"], *decl.loop_of(params, chunked=bool(entry.get("knobs"))), ceiling)
-    base = mmapped_bytes(fault["baseline"], *decl.loop_of(params, chunked=False), ceiling)
+    mine = base = None
+    if device == "cpu" and per_byte:
+        ceiling = fault.get("ceiling_bytes", MMAP_CEILING_BYTES)
+        mine = mmapped_bytes(entry["classes"], *decl.loop_of(params, chunked=bool(entry.get("knobs"))), ceiling)
+        base = mmapped_bytes(fault["baseline"], *decl.loop_of(params, chunked=False), ceiling)
+    if t["kind"] == "components":
+        mapped = (0.0, 0.0) if mine is None or base is None else (per_byte * mine, per_byte * base)
+        return _components_time(t, work, k, mapped)
     if mine is None or base is None:
         return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work)
     w = float(work)

@@ -91,6 +91,17 @@ def _fault_ok(fault: Any, classes: list, variables: set[str]) -> bool:
         and _allocations_ok(fault.get("baseline"), variables) and _allocations_ok(classes, variables)
 
 
+def _components_ok(t: dict, sizes_and_knobs: set[str]) -> bool:
+    """A ``components`` time model (NOTE [ work components ] in :mod:`memlab.advisor.fit`): ``work``
+    names monomials, ``r`` and ``baseline_cost`` a number per name (``baseline_cost`` also ``"1"``)."""
+    work, r, cost = t.get("work"), t.get("r"), t.get("baseline_cost")
+    return isinstance(work, dict) and bool(work) and all(
+        isinstance(n, str) and _poly_ok({m: 1}, sizes_and_knobs) for n, m in work.items()) \
+        and isinstance(r, dict) and set(r) == set(work) and all(_num(v) for v in r.values()) \
+        and isinstance(cost, dict) and set(cost) == set(work) | {"1"} and all(_num(v) for v in cost.values()) \
+        and _num(t.get("c")) and _num(t.get("o"))
+
+
 def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[str]) -> str | None:
     """Why a model entry cannot be evaluated by the page (None when it can)."""
     if not isinstance(entry, dict) or not isinstance(entry.get("technique"), str) or not isinstance(entry.get("label"), str):
@@ -114,7 +125,9 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     if isinstance(t, dict) and t.get("kind") == "work" and not (
             all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)):
         return f"{entry['label']}: a work-scaled time model without r, c, o, work"
-    if isinstance(t, dict) and t.get("kind") == "work" and t.get("fault") is not None and not _fault_ok(
+    if isinstance(t, dict) and t.get("kind") == "components" and not _components_ok(t, sizes | knobs):
+        return f"{entry['label']}: a work-components time model without work, r, baseline_cost, c, o"
+    if isinstance(t, dict) and t.get("kind") in ("work", "components") and t.get("fault") is not None and not _fault_ok(
             t["fault"], classes, variables):
         return f"{entry['label']}: a page-fault term without per_byte, ceiling_bytes, baseline and allocations"
     if isinstance(t, dict) and t.get("kind") == "constant" and not _num(t.get("a")):
@@ -128,7 +141,8 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
 
 def _compact_entry(entry: dict) -> dict[str, Any]:
     t = entry.get("time") or {}
-    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "fault") if k in t} if t.get("kind") in ("constant", "work") else None
+    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "baseline_cost", "fault") if k in t} \
+        if t.get("kind") in ("constant", "work", "components") else None
     if time and "fault" in time:
         time["fault"] = {k: time["fault"][k] for k in ("per_byte", "ceiling_bytes", "baseline")}
     return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
@@ -225,6 +239,11 @@ def _time_text(t: dict | None) -> str:
     if t["kind"] == "constant":
         return f"{fmt_relative(t['a'])} at any size"
     per_chunk = f" + {t['o']:.3g} per further chunk" if t.get("o") else ""
+    if t["kind"] == "components":  # NOTE [ work components ]
+        def terms(coef: dict) -> str:
+            return " + ".join(f"{coef[n]:.3g} {t['work'][n]}" for n in sorted(t["work"]))
+        return (f"({terms(t['r'])} + {t['c']:.3g}{per_chunk}) / ({terms(t['baseline_cost'])} + "
+                f"{t['baseline_cost']['1']:.3g}), ns of CPU time: technique over baseline")
     fault = t.get("fault") or {}
     if fault.get("per_byte"):
         return (f"({t['r']:.3g} {t['work']} + {t['c']:.3g}{per_chunk} + {fault['per_byte']:.3g} M) / "

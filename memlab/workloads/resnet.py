@@ -303,7 +303,16 @@ class ResNetAdvisorModel(AdvisorModel, family="resnet"):
     loop = Count("depth", per=6, offset=2)
     entries = (Entry("resnet"), Entry("resnet_checkpoint_block"))
     held_out = {"batch": (2, 40)}
-    time_sizes = ({"depth": 20, "batch": 16}, {"depth": 32, "batch": 64})
-    work = "depth*batch"
+    # the step's work has a part per layer whatever the batch (each layer's kernel calls, autograd nodes
+    # and, checkpointed, the per-block recompute machinery) and a part per image per layer (the
+    # convolutions): NOTE [ work components ] in memlab.advisor.fit.  With one monomial (depth * batch)
+    # resnet_checkpoint_block's held-out times were 6-18% off, highest at small batches.  The time sizes
+    # vary depth over batch (batch 8 to 160, every batch a traced-exact one); with batches up to 128 only
+    # the split between the per-layer and the per-image cost was loose and batch 256 read 1.17 (measured
+    # 1.36 and 1.51)
+    time_sizes = ({"depth": 20, "batch": 16}, {"depth": 32, "batch": 64}, {"depth": 8, "batch": 128},
+                  {"depth": 56, "batch": 8}, {"depth": 38, "batch": 32}, {"depth": 14, "batch": 160},
+                  {"depth": 26, "batch": 96})
+    work = {"layers": "depth", "images": "depth*batch"}
     max_degree = 2
     max_quantum = 1 << 14

@@ -280,10 +280,20 @@ class TransformerModel(AdvisorModel, family="transformer"):
     entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
                Entry("chunked_lm_loss", knobs=("chunk",)), Entry("chunked_attention", knobs=("block",)))
     held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
-    # the second time size at 24 layers: 4x the largest traced count (6), a measured held-out point there
-    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024, "layers": 2},
-                  {"seq": 256, "batch": 4, "vocab": 2048, "layers": 24})
-    work = "batch*seq"
+    # the time model weighs the parts a technique repeats apart (NOTE [ work components ] in
+    # memlab.advisor.fit): the layers' matmuls and element-wise work (~ layers * tokens at the fixed
+    # width), the attention scores (~ layers * tokens * seq) and the LM head over the vocabulary
+    # (~ tokens * vocab, once per step whatever the layer count).  The time sizes vary their ratios
+    # (attention over layers ~ seq, head over layers ~ vocab / layers) and the tokens (the fixed
+    # cost); every tensor stays under 32 MiB (no block glibc maps afresh: logits 4 * batch * seq *
+    # vocab bytes, scores 16 * batch * seq^2); the last two are at 6 and 24 layers (24: 4x the
+    # largest traced count, a measured held-out point there)
+    time_sizes = ({"seq": 128, "batch": 2, "vocab": 1024, "layers": 2}, {"seq": 256, "batch": 4, "vocab": 2048, "layers": 2},
+                  {"seq": 64, "batch": 16, "vocab": 512, "layers": 2}, {"seq": 512, "batch": 1, "vocab": 512, "layers": 2},
+                  {"seq": 64, "batch": 4, "vocab": 8192, "layers": 2}, {"seq": 384, "batch": 4, "vocab": 4096, "layers": 2},
+                  {"seq": 32, "batch": 8, "vocab": 256, "layers": 2}, {"seq": 96, "batch": 8, "vocab": 3072, "layers": 2},
+                  {"seq": 128, "batch": 4, "vocab": 2048, "layers": 6}, {"seq": 256, "batch": 4, "vocab": 2048, "layers": 24})
+    work = {"layers": "layers*batch*seq", "attention": "layers*batch*seq*seq", "head": "batch*seq*vocab"}
     time_chunks = (1, 4, 16)
     max_quantum = 1 << 12
     trace_values = (5, 7, 11, 13, 17, 19, 23)

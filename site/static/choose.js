@@ -160,21 +160,47 @@ var memlabChoose = (function () {
     var t = entry.time;
     if (!t) { return null; }
     if (t.kind === "constant") { return Number(t.a); }
-    if (t.kind !== "work") { return null; }   // memlab.advisor.model.predict_time: r + (c + (k - 1) o) / W
+    if (t.kind !== "work" && t.kind !== "components") { return null; }   // memlab.advisor.model.predict_time
     var k = entry.knobs && entry.knobs.length ? loopOf(fam.loop, params, true).k : 1;
-    var work = {};
-    work[t.work] = 1;
-    var w = Number(evalPoly(work, params));
-    if (!(w > 0)) { return null; }
+    var ws = workOf(t.work, params);
+    if (ws === null) { return null; }
     var f = t.fault ? t.fault.per_byte : 0;
-    if (device !== "cpu" || !f) { return t.r + (t.c + (k - 1) * t.o) / w; }
-    var ceiling = BigInt(t.fault.ceiling_bytes);
-    var mine = loopOf(fam.loop, params, entry.knobs.length > 0);
-    var base = loopOf(fam.loop, params, false);
-    var mt = mmappedBytes(entry.classes, mine.k, mine.values, ceiling);
-    var mb = mmappedBytes(t.fault.baseline, base.k, base.values, ceiling);
+    var mt = null, mb = null;
+    if (device === "cpu" && f) {
+      var ceiling = BigInt(t.fault.ceiling_bytes);
+      var mine = loopOf(fam.loop, params, entry.knobs.length > 0);
+      var base = loopOf(fam.loop, params, false);
+      mt = mmappedBytes(entry.classes, mine.k, mine.values, ceiling);
+      mb = mmappedBytes(t.fault.baseline, base.k, base.values, ceiling);
+    }
+    if (t.kind === "components") {   // NOTE [ work components ]: sums in the components' sorted order
+      var fm = 0, fmb = 0;
+      if (mt !== null && mb !== null) { fm = f * Number(mt); fmb = f * Number(mb); }
+      var num = t.c + (k - 1) * t.o, den = Number(t.baseline_cost["1"]);
+      ws.names.forEach(function (n) { num += t.r[n] * ws.values[n]; });
+      ws.names.forEach(function (n) { den += t.baseline_cost[n] * ws.values[n]; });
+      return (num + fm) / (den + fmb);
+    }
+    var w = ws.value;   // r + (c + (k - 1) o) / W, with the page-fault term on CPU
     if (mt === null || mb === null) { return t.r + (t.c + (k - 1) * t.o) / w; }
     return (t.r * w + t.c + (k - 1) * t.o + f * Number(mt)) / (w + f * Number(mb));
+  }
+
+  // memlab.advisor.model.work_of: {value} of one monomial, or {names, values} of named components
+  // (sorted names, as Python's sorted()); null when any is not positive
+  function workOf(work, params) {
+    var one = function (mono) {
+      var poly = {};
+      poly[mono] = 1;
+      return Number(evalPoly(poly, params));
+    };
+    if (typeof work === "string") {
+      var w = one(work);
+      return w > 0 ? {value: w} : null;
+    }
+    var names = Object.keys(work).sort(), values = {}, ok = true;
+    names.forEach(function (n) { values[n] = one(work[n]); ok = ok && values[n] > 0; });
+    return ok ? {names: names, values: values} : null;
   }
 
   function knobCandidates(n, low, high) {   // memlab.advisor.loops.Chunks.knob_candidates
