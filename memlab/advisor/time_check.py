@@ -45,11 +45,12 @@ HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("reversible", "reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
     ("reversible", "reversible", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
     ("reversible", "checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
-    ("transformer", "checkpoint_layer", {"seq": 384, "batch": 2, "vocab": 1024}),
-    ("transformer", "checkpoint_layer", {"seq": 128, "batch": 8, "vocab": 4096}),
-    ("transformer", "selective_checkpoint", {"seq": 256, "batch": 8, "vocab": 1024}),
-    ("transformer", "chunked_lm_loss", {"seq": 256, "batch": 2, "vocab": 4096, "chunk": 128}),
-    ("transformer", "chunked_lm_loss", {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64}),
+    # transformer: layers is a size of its models (an outer loop); two settings at other layer counts
+    ("transformer", "checkpoint_layer", {"seq": 384, "batch": 2, "vocab": 1024, "layers": 2}),
+    ("transformer", "checkpoint_layer", {"seq": 128, "batch": 8, "vocab": 4096, "layers": 8}),
+    ("transformer", "selective_checkpoint", {"seq": 256, "batch": 8, "vocab": 1024, "layers": 2}),
+    ("transformer", "chunked_lm_loss", {"seq": 256, "batch": 2, "vocab": 4096, "chunk": 128, "layers": 2}),
+    ("transformer", "chunked_lm_loss", {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64, "layers": 4}),
     # tensor_train: rank and modes are fixed (TTLinearModel), so the batch and the chunk vary: larger
     # steps than the fitted 256 and 1,024 rows, other chunk counts than 1, 4, 16
     ("tensor_train", "tt_factorized", {"batch": 4096}),
