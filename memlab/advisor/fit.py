@@ -86,7 +86,9 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
     classes = []
     for k in range(1, (BASE_K if looped else 1) + 1):
         baseline, step = step_of.setdefault(k, trace(k))
-        bounded = [{"op": e.op, "phase": e.phase, "bytes": e.q, "spread_bytes": e.bound} for e in step if e.bound]
+        # NOTE [ polynomial allocations ]: a free of memory allocated before the step is read at its smallest
+        bounded = [{"op": e.op, "phase": e.phase, "sign": e.sign, "bytes": e.q, "spread_bytes": e.bound,
+                    **({"read": "smallest"} if e.bound_low else {})} for e in step if e.bound]
         classes.append({"k": k, "pieces": [_encode_piece(p) for p in prune(pieces_of(baseline, step))],
                         "allocations": _allocations(step), **({"bounded": bounded} if bounded else {})})
     if looped:
