@@ -334,7 +334,8 @@ def test_the_bounds_reach_advise_and_say_by_how_much_at_most():
     rec.append({"op": "?", "phase": "forward", "sign": -1, "bytes": 1536, "spread_bytes": 4608, "read": "smallest"})
     early = bounded_reading(entry)  # an early free read at its smallest may overstate by its spread
     assert (early["early_frees"], early["at_most_bytes"], early["traced_spread_bytes"]) == (1, 118_400, 29_696)
-    assert early["text"].startswith("2 allocations and 1 free of memory allocated before the step, no polynomial")
+    assert early["text"].startswith("2 allocations and 1 free of memory allocated before the step (mm in "
+                                    "backward; an unnamed op in forward), no polynomial")
     assert bounded_reading({"classes": [{"k": 1, "pieces": []}]}) is None
     older = bounded_reading({"classes": [{"k": 1, "pieces": [], "bounded": [{"op": "?", "phase": "forward", "bytes": 512,
                                                                           "spread_bytes": 384}]}]})
@@ -344,7 +345,16 @@ def test_the_bounds_reach_advise_and_say_by_how_much_at_most():
     text = format_model_advice({"model_file": "m.py", "family": "model:m", "vary": "batch", "budget_bytes": 10**7,
                                 "held": {}, "optimizer": "sgd", "device": "cpu", "models": "x", "cached": True,
                                 "seconds": 0.0, "answers": [answer], "cannot_fit": []})
-    assert "bounds: 2 allocations, no polynomial of the sizes" in text
+    assert "bounds: 2 allocations (mm in backward; an unnamed op in forward), no polynomial of the sizes" in text
+
+
+def test_a_reduced_fit_says_it_has_no_measured_held_out_check():
+    from memlab.advisor.advise import error_bound
+
+    entry = {"held_out_measured": [], "held_out_traced": {"points": 12, "max_abs_error_bytes": 89_088},
+             "max_abs_error_bytes": None, "max_rel_error": None}
+    assert error_bound(entry)["text"] == "no measured held-out check in the fit; 12 traced held-out, at most 89,088 B off"
+    assert error_bound({**entry, "held_out_traced": {"points": 0}})["text"] == "no measured held-out check in the fit"
 
 
 def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_file, tmp_path, monkeypatch):

@@ -70,6 +70,6 @@ def test_a_model_page_answers_per_gpu_and_renders(tmp_path):
     assert "Largest batch per GPU" in html and "toy__autocast_bf16" in html and "examples/toy.py" in html
     assert "<code>toy__plain batch=32</code>: a oneDNN scratch the traces did not show" in html
     assert "Read as upper bounds" in html
-    assert ("1 allocation, no polynomial of the sizes (kernel scratch), read at the largest traced size: the peak "
-            "overstated by at most 6.0 KiB (6,144 B; 4,608 B at the traced sizes)") in html
+    assert ("1 allocation (an unnamed op in forward), no polynomial of the sizes (kernel scratch), read at the largest "
+            "traced size: the peak overstated by at most 6.0 KiB (6,144 B; 4,608 B at the traced sizes)") in html
     assert (index.parent / "tables" / "model-toy-sgd--largest-batch-per-gpu.csv").is_file()
