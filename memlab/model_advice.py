@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .advisor.advise import AdviceError, cuda_need, error_bound, fmt_bytes, format_categories, parse_budget
+from .advisor.advise import (AdviceError, bounded_reading, cuda_need, error_bound, fmt_bytes, format_categories,
+                             parse_budget)
 from .advisor.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
 from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
@@ -377,7 +378,8 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     Returns:
         a JSON-ready dict: ``answers`` (ranked by the size, then the predicted relative time; each
         with ``technique``, ``kind``, ``size``, ``total_peak_bytes``, ``need_bytes``,
-        ``peak_by_category_bytes``, ``relative_step_time``, ``error_bound``), ``fits`` (the answers that
+        ``peak_by_category_bytes``, ``relative_step_time``, ``error_bound``, ``bounded``: the allocations
+        read as upper bounds, :func:`memlab.advisor.advise.bounded_reading`, or None), ``fits`` (the answers that
         fit, the shape :func:`memlab.advisor.verify` reads), ``cannot_fit``, ``cached``, ``seconds``.
 
     Raises:
@@ -486,7 +488,8 @@ def _answers(decl: Declaration, fam: Mapping[str, Any], kinds: Mapping[str, str]
                         "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need(entry, n),
                         "headroom_bytes": budget_bytes - need(entry, n), "fits": True,
                         "relative_step_time": None if t is None else round(t, 3),
-                        "error_bound": error_bound(entry), "validated_max": entry["validated_range"].get(size, [0, 0])[1]})
+                        "error_bound": error_bound(entry), "bounded": bounded_reading(entry),
+                        "validated_max": entry["validated_range"].get(size, [0, 0])[1]})
     return answers, cannot
 
 
@@ -513,6 +516,8 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
         if j:
             lines.append(" " * (widths[0] + 2) + format_categories(a["answers"][j - 1]))
+            if a["answers"][j - 1].get("bounded"):
+                lines.append(" " * (widths[0] + 2) + "bounds: " + a["answers"][j - 1]["bounded"]["text"])
     for c in a["cannot_fit"]:
         why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
         lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")

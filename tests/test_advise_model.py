@@ -254,6 +254,109 @@ def test_a_small_step_allocation_that_is_no_polynomial_is_read_as_its_largest_si
     assert events[3].poly() == {("batch",): 16} and events[3].bound == 0
 
 
+def _scratch_trace(params_bytes: int, scratch):
+    """A fake raw_trace: ``params_bytes`` of parameters, 16 B per sample of input, and in forward a
+    scratch of ``scratch(batch)`` bytes allocated and freed, then 16 B per sample saved."""
+    def raw_trace(name, params, optimizer="sgd"):
+        b = params["batch"]
+        return [(params_bytes, "parameters", "pre", "w"), (16 * b, "inputs", "pre", "x"),
+                (scratch(b), "temporaries", "forward", "mm"), (-scratch(b), "temporaries", "forward", "mm"),
+                (16 * b, "saved_activations", "forward", "mm")]
+    return raw_trace
+
+
+def test_a_larger_non_polynomial_allocation_is_a_bound_only_when_small_beside_the_step(monkeypatch):
+    """NOTE [ polynomial allocations ]: over the 4 KiB floor, scratch that is no polynomial of the
+    batch is read as its largest size while the largest sizes sum to at most BOUND_FRACTION of the
+    smallest traced step's peak; else IdentificationError."""
+    from memlab.advisor import trace as T
+
+    points, further = [{"batch": 2}, {"batch": 3}], [{"batch": 4}, {"batch": 5}, {"batch": 7}]
+    odd = {2: 20_000, 3: 60_000, 4: 20_000, 5: 40_000, 7: 20_000}  # picked by the size, largest at 3
+    params = 10_000_000
+    monkeypatch.setattr(T, "raw_trace", _scratch_trace(params, odd.__getitem__))
+    events = T.symbolic_trace("t", {}, points, ["batch"], dict, max_quantum=1 << 40, extra_points=further)
+    assert [(e.poly(), e.bound, e.sign) for e in events[2:4]] == [({(): 60_000}, 40_000, 1), ({(): 60_000}, 40_000, -1)]
+    assert events[4].poly() == {("batch",): 16} and events[4].bound == 0
+    assert T.SMALL_BOUND_BYTES < 60_000 <= T.BOUND_FRACTION * (params + 16 * 2 + 20_000)  # the peak at batch 2
+    # the same scratch ten times larger: 600,000 B is 6% of the step's 10 MB peak
+    monkeypatch.setattr(T, "raw_trace", _scratch_trace(params, lambda b: 10 * odd[b]))
+    with pytest.raises(T.IdentificationError, match=r"may overstate it by 600000 B, over 1% of the smallest "
+                                                    r"traced step's peak \(10200032 B\)"):
+        T.symbolic_trace("t", {}, points, ["batch"], dict, max_quantum=1 << 40, extra_points=further)
+    # a size rounded up to 2 samples, a real part of the step (params of 400 kB): refused
+    monkeypatch.setattr(T, "raw_trace", _scratch_trace(400_000, lambda b: 8192 * -(-b // 2)))
+    with pytest.raises(T.IdentificationError, match=r"no polynomial of degree <= 3 .* overstate it by 32768 B"):
+        T.symbolic_trace("t", {}, points, ["batch"], dict, max_quantum=1 << 40, extra_points=further)
+
+
+def test_a_free_of_memory_allocated_before_the_step_is_read_at_its_smallest(monkeypatch):
+    """A free in the step of scratch the warm-up allocated (no polynomial: a oneDNN buffer evicted) is
+    read at its smallest traced size, so what is live after it stays an upper bound."""
+    from memlab.advisor import trace as T
+
+    odd = {2: 20_000, 3: 60_000, 4: 20_000, 5: 40_000, 7: 20_000}
+
+    def raw_trace(name, params, optimizer="sgd"):  # the warm-up's two buffers net 70,000 B at every batch
+        b = params["batch"]
+        return [(10_000_000, "parameters", "pre", "w"), (odd[b], "temporaries", "pre", "?"),
+                (70_000 - odd[b], "temporaries", "pre", "?"), (-odd[b], "temporaries", "forward", "?"),
+                (16 * b, "saved_activations", "forward", "mm")]
+
+    monkeypatch.setattr(T, "raw_trace", raw_trace)
+    events = T.symbolic_trace("t", {}, [{"batch": 2}, {"batch": 3}], ["batch"], dict, max_quantum=1 << 40,
+                              extra_points=[{"batch": 4}, {"batch": 5}, {"batch": 7}])
+    assert [(e.sign, e.poly(), e.bound, e.bound_low) for e in events if e.phase == "forward"] == [
+        (-1, {(): 20_000}, 40_000, True), (1, {("batch",): 16}, 0, False)]
+
+
+def test_step_peak_of_a_raw_trace():
+    from memlab.advisor.trace import step_peak
+
+    trace = [(100, "parameters", "pre", "w"), (50, "temporaries", "pre", "x"), (-50, "temporaries", "pre", "x"),
+             (30, "temporaries", "forward", "a"), (-30, "temporaries", "forward", "a"), (20, "gradients", "backward", "g")]
+    assert step_peak(trace) == 130  # the warm-up's 150 is not the step's
+    assert step_peak(trace[:3]) == 100  # no step event: what is live
+
+
+def test_the_bounds_reach_advise_and_say_by_how_much_at_most():
+    """A fitted class's ``bounded`` records (allocations and their frees) become one line of advise's
+    answer: the allocations counted once, their largest sizes and spreads summed."""
+    from memlab.advisor.advise import bounded_reading
+    from memlab.model_advice import format_model_advice
+
+    rec = [{"op": "mm", "phase": "backward", "sign": s, "bytes": 107_648, "spread_bytes": 20_480} for s in (1, -1)]
+    rec += [{"op": "?", "phase": "forward", "sign": 1, "bytes": 6144, "spread_bytes": 4608}]
+    entry = {"classes": [{"k": 1, "pieces": [], "bounded": rec}]}
+    b = bounded_reading(entry)
+    assert (b["allocations"], b["early_frees"], b["at_most_bytes"], b["traced_spread_bytes"]) == (2, 0, 113_792, 25_088)
+    assert "at most 111.1 KiB (113,792 B; 25,088 B at the traced sizes)" in b["text"]
+    rec.append({"op": "?", "phase": "forward", "sign": -1, "bytes": 1536, "spread_bytes": 4608, "read": "smallest"})
+    early = bounded_reading(entry)  # an early free read at its smallest may overstate by its spread
+    assert (early["early_frees"], early["at_most_bytes"], early["traced_spread_bytes"]) == (1, 118_400, 29_696)
+    assert early["text"].startswith("2 allocations and 1 free of memory allocated before the step (mm in "
+                                    "backward; an unnamed op in forward), no polynomial")
+    assert bounded_reading({"classes": [{"k": 1, "pieces": []}]}) is None
+    older = bounded_reading({"classes": [{"k": 1, "pieces": [], "bounded": [{"op": "?", "phase": "forward", "bytes": 512,
+                                                                          "spread_bytes": 384}]}]})
+    assert older["at_most_bytes"] is None and "not a bound" in older["text"]  # a fit before "sign": no claim
+    answer = {"kind": "autocast_bf16", "size": 10, "need_bytes": 10**6, "relative_step_time": 1.0,
+              "error_bound": {"text": "exact"}, "peak_by_category_bytes": {}, "bounded": b, "validated_max": 8}
+    text = format_model_advice({"model_file": "m.py", "family": "model:m", "vary": "batch", "budget_bytes": 10**7,
+                                "held": {}, "optimizer": "sgd", "device": "cpu", "models": "x", "cached": True,
+                                "seconds": 0.0, "answers": [answer], "cannot_fit": []})
+    assert "bounds: 2 allocations (mm in backward; an unnamed op in forward), no polynomial of the sizes" in text
+
+
+def test_a_reduced_fit_says_it_has_no_measured_held_out_check():
+    from memlab.advisor.advise import error_bound
+
+    entry = {"held_out_measured": [], "held_out_traced": {"points": 12, "max_abs_error_bytes": 89_088},
+             "max_abs_error_bytes": None, "max_rel_error": None}
+    assert error_bound(entry)["text"] == "no measured held-out check in the fit; 12 traced held-out, at most 89,088 B off"
+    assert error_bound({**entry, "held_out_traced": {"points": 0}})["text"] == "no measured held-out check in the fit"
+
+
 def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_file, tmp_path, monkeypatch):
     """NOTE [ advise without the model file ]: the first advise imports the file and writes the index;
     the next one (a fresh process) answers the same without importing torch; a changed sibling

@@ -22,13 +22,20 @@ def _entry(kind: str, per_sample: int, baseline: bool = False) -> dict:
             "time": {"kind": "work", "r": 1.0 if baseline else 1.3, "c": 0.0, "o": 0.0, "work": "batch"}}
 
 
+def _bounded(entry: dict) -> dict:
+    """``entry`` with a scratch allocation of 6144 B (4608 B of spread) read as a bound, and its free."""
+    entry["classes"][0]["bounded"] = [{"op": "?", "phase": "forward", "sign": s, "bytes": 6144, "spread_bytes": 4608}
+                                      for s in (1, -1)]
+    return entry
+
+
 def _doc() -> dict:
     decl = {"family": "model:toy", "workload": "model_toy", "sizes": ["batch"], "workload_fixed": {},
             "entries": [{"technique": "toy__plain"}, {"technique": "toy__checkpoint_blocks"}],
             "loop": NoLoop().to_json(), "time_sizes": [{"batch": 2}, {"batch": 6}], "work": "batch",
             "held_out": {"batch": [1, 8]}, "max_quantum": 1 << 40, "trace_values": [2, 3, 4, 5, 7]}
     fam = {"declaration": decl, "sizes": {"batch": {"default": 4, "low": 1, "high": 10**6, "doc": ""}},
-           "entries": [_entry("plain", PER_SAMPLE, True), _entry("checkpoint_blocks", PER_SAMPLE // 4)],
+           "entries": [_entry("plain", PER_SAMPLE, True), _bounded(_entry("checkpoint_blocks", PER_SAMPLE // 4))],
            "not_modelled": [{"technique": "toy__autocast_bf16", "label": "toy__autocast_bf16", "reason": "no monomial"}]}
     beyond = [{"technique": "toy__plain", "factor": 4, "params": {"batch": 32}, "status": "ok",
                "predicted_total_peak_bytes": PARAMS + 32 * PER_SAMPLE, "measured_total_peak_bytes": PARAMS + 32 * PER_SAMPLE,
@@ -57,8 +64,12 @@ def test_a_model_page_answers_per_gpu_and_renders(tmp_path):
         assert by_kind["toy__checkpoint_blocks"][f"b{gib}__sort"] > 3.9 * brute
     assert page["at"] == 80 and page["worst"] == "every prediction exact to the byte"
     assert page["not_modelled"][0]["reason"] == "no monomial"
+    assert [b["technique"] for b in page["bounded"]] == ["toy__checkpoint_blocks"]
     index = render_site({"pages": ctx["pages"], "nav": [], "footer": None}, tmp_path / "site")
     html = (index.parent / "model-toy-sgd.html").read_text()
     assert "Largest batch per GPU" in html and "toy__autocast_bf16" in html and "examples/toy.py" in html
     assert "<code>toy__plain batch=32</code>: a oneDNN scratch the traces did not show" in html
+    assert "Read as upper bounds" in html
+    assert ("1 allocation (an unnamed op in forward), no polynomial of the sizes (kernel scratch), read at the largest "
+            "traced size: the peak overstated by at most 6.0 KiB (6,144 B; 4,608 B at the traced sizes)") in html
     assert (index.parent / "tables" / "model-toy-sgd--largest-batch-per-gpu.csv").is_file()

@@ -16,7 +16,8 @@ from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
 
 __all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
-           "fmt_bytes", "format_categories", "error_bound", "CUDA_MARGIN", "MAX_BUDGET_BYTES", "UNITS"]
+           "fmt_bytes", "format_categories", "error_bound", "bounded_reading", "CUDA_MARGIN", "MAX_BUDGET_BYTES",
+           "UNITS"]
 
 GiB = 1024 * MiB
 #: the caching allocator's margin over the exact allocated peak when no CUDA model is fitted (NOTE in
@@ -128,8 +129,65 @@ def error_bound(entry: Mapping[str, Any]) -> dict[str, Any]:
     rel = entry.get("max_rel_error")
     text = (f"exact on {len(measured)} measured + {traced.get('points', 0)} traced held-out" if worst == 0
             else f"±{100 * (rel or 0):.2f}% (max {worst} B) on {len(measured)} measured held-out")
+    if worst is None:  # a reduced fit: no held-out measurement (its traced held-out checks, if any, said)
+        off = traced.get("max_abs_error_bytes")
+        text = "no measured held-out check in the fit" + (
+            f"; {traced['points']} traced held-out, at most {off:,} B off" if traced.get("points") and off is not None
+            else "")
     return {"max_abs_error_bytes": worst, "max_rel_error": rel, "measured_points": len(measured),
             "traced_points": traced.get("points", 0), "text": text}
+
+
+def bounded_reading(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The events of ``entry``'s traced step that are no polynomial of the sizes and are read as bounds
+    (NOTE [ polynomial allocations ] in :mod:`memlab.advisor.trace`): allocations (and their frees) at
+    their largest traced size, frees of memory allocated before the step (``read: smallest``) at their
+    smallest; from its classes' ``bounded`` records; None when there are none.
+
+    Returns:
+        ``allocations`` and ``early_frees`` (how many), ``ops`` (which, by phase), ``at_most_bytes`` (the
+        allocations' largest sizes and the early frees' spreads, summed: the most the predicted peak is
+        overstated by while each stays within its traced sizes), ``traced_spread_bytes`` (the spreads
+        summed: the most at the traced sizes) and ``text``; for the class with the largest
+        ``at_most_bytes``.  Records without
+        ``sign`` (a fit before it was recorded, which read every such event at its largest, early frees
+        too) bound nothing: the numbers are None and the text says so.
+    """
+    records = [b for c in entry.get("classes", []) for b in c.get("bounded", [])]
+    if any("sign" not in b for b in records):
+        n = len(records)
+        return {"allocations": None, "early_frees": None, "at_most_bytes": None, "traced_spread_bytes": None,
+                "ops": _ops(records), "text": f"{n} event{'s' if n != 1 else ''} no polynomial of the sizes (kernel scratch), read at the "
+                        f"largest traced size by a fit that did not record allocations apart from frees of memory "
+                        f"allocated before the step: not a bound (a free so read understates); refit to bound it"}
+    best = None
+    for c in entry.get("classes", []):
+        allocs = [b for b in c.get("bounded", []) if b["sign"] > 0]
+        early = [b for b in c.get("bounded", []) if b.get("read") == "smallest"]
+        if allocs or early:
+            found = (sum(b["bytes"] for b in allocs) + sum(b["spread_bytes"] for b in early), len(allocs), len(early),
+                     sum(b["spread_bytes"] for b in allocs + early), _ops(allocs + early))
+            best = found if best is None else max(best, found)
+    if best is None:
+        return None
+    total, n, frees, spread, ops = best
+    what = " and ".join([f"{n} allocation{'s' if n != 1 else ''}"] * bool(n)
+                        + [f"{frees} free{'s' if frees != 1 else ''} of memory allocated before the step"] * bool(frees))
+    what += f" ({ops})"
+    read = ("read at the smallest traced size" if not n else
+            "read at the largest traced size" + (" (the frees at the smallest)" if frees else ""))
+    text = (f"{what}, no polynomial of the sizes (kernel scratch), {read}: the peak overstated by at most "
+            f"{fmt_bytes(total)} ({total:,} B; {spread:,} B at the traced sizes)")
+    return {"allocations": n, "early_frees": frees, "at_most_bytes": total, "traced_spread_bytes": spread,
+            "ops": ops, "text": text}
+
+
+def _ops(records: Sequence[Mapping[str, Any]]) -> str:
+    """``'aten::mm in backward; an unnamed op in forward'``: the ops of ``bounded`` records by phase."""
+    phases: dict[str, set[str]] = {}
+    for b in records:
+        phases.setdefault(b["phase"], set()).add("an unnamed op" if b["op"] in ("?", "") else b["op"])
+    return "; ".join(f"{', '.join(sorted(ops))} in {phase}" for phase, ops in sorted(phases.items()))
 
 
 def _extrapolation(fam: Mapping[str, Any], sizes: Mapping[str, int]) -> list[dict[str, Any]]:

@@ -108,7 +108,9 @@ def _class(key: dict, baseline: dict, items: list, outer: str | None = None) -> 
     pieces = prune(pieces_of(baseline, items))
     if outer:
         pieces = [{c: poly_substitute(p, OUTER_VAR, outer, BASE_K + 1) for c, p in piece.items()} for piece in pieces]
-    bounded = [{"op": e.op, "phase": e.phase, "bytes": e.q, "spread_bytes": e.bound}
+    # NOTE [ polynomial allocations ]: a free of memory allocated before the step is read at its smallest
+    bounded = [{"op": e.op, "phase": e.phase, "sign": e.sign, "bytes": e.q, "spread_bytes": e.bound,
+                **({"read": "smallest"} if e.bound_low else {})}
                for e in items if not isinstance(e, Insertion) and e.bound] if "k" in key else []
     return {**key, "pieces": [_encode_piece(p) for p in pieces], "allocations": _allocations(items, outer),
             **({"bounded": bounded} if bounded else {})}

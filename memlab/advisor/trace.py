@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-__all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "IdentificationError"]
+__all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "IdentificationError", "step_peak"]
 
 #: the largest bytes per monomial unit an allocation may have by default (bool mask 1 ... complex128 16,
 #: times small counts); a declaration raises it where a fixed size multiplies its tensors
@@ -24,8 +24,12 @@ __all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "Ident
 MAX_QUANTUM = 64
 #: a step allocation of at most this many bytes at every traced point that is no polynomial of the
 #: sizes (a oneDNN bfloat16 kernel's scratch, picked by the token count) is read as the largest size
-#: seen, an upper bound, with the spread recorded (``SymEvent.bound``)
+#: seen, an upper bound, with the spread recorded (``SymEvent.bound``): the floor of the bounds
 SMALL_BOUND_BYTES = 4096
+#: larger ones are read so too while the largest sizes of every allocation so read sum to at most this
+#: fraction of the smallest traced step's peak (NOTE [ polynomial allocations ]): half the advisor's 2%
+#: goal beyond the measured sizes
+BOUND_FRACTION = 0.01
 #: highest total degree of a monomial allocation by default (a [c, d, h] batched product is degree 3;
 #: ``AdvisorModel.max_degree``)
 MAX_DEGREE = 3
@@ -57,6 +61,9 @@ class SymEvent:
     #: bytes by which a small allocation that is no polynomial may be overstated: read as the largest
     #: size seen (NOTE [ polynomial allocations ]); 0 for an exact reading
     bound: int = 0
+    #: a free that is no polynomial of memory allocated before the step, read as the smallest size
+    #: seen (so what is live after it is overstated by at most ``bound``), not the largest
+    bound_low: bool = False
 
     @property
     def token(self) -> tuple:
@@ -173,13 +180,46 @@ def _identify(deltas: Sequence[int], points: Sequence[Mapping[str, int]], lib,
 # Build and warm-up events (phase ``pre``) enter the models only through the live bytes when the step
 # starts: those that are no polynomial (bfloat16 oneDNN kernels picked by the batch's size in the
 # warm-up: 384, 512, 128, 128, 128 bytes at batch 2, 3, 5, 4, 7) are replaced by their net bytes per
-# category, solved the same way (usually zero: freed before the step).  A step allocation that is no
-# polynomial but small (at most SMALL_BOUND_BYTES at every traced point: GPT-2's bfloat16 forward
-# allocates 128 or 384 bytes of oneDNN scratch, 384 at batch 3 and 4, 128 at 2, 5 and 7) is read as the
-# largest size seen, an upper bound; the spread is recorded on the event (``bound``) and in the fitted
-# class (``bounded``), and the held-out checks measure what it costs.
-# Something that is no polynomial of the sizes (a size rounded up to a block, a min or a max) fails
-# that check and stays an IdentificationError: never a fit with a residual.
+# category, solved the same way (usually zero: freed before the step).
+# A step allocation that is no polynomial is scratch a kernel picked by the sizes (oneDNN's bfloat16
+# matmuls pick theirs by the token count: GPT-2's forward allocates 128 or 384 bytes, 384 at batch 3
+# and 4, 128 at 2, 5 and 7; GPT-2 small's backward allocates 49 ``aten::mm`` scratch buffers of
+# 87,168 B (one of 15,808 B) at batch 2 to 4 and 107,648 B (22,016 B) at 5 and 7, with 16 to 56
+# tokens).  Such an allocation is read as the largest size seen, an upper bound, when it is small
+# beside the step, by a rule that scales with the step:
+#   - at most SMALL_BOUND_BYTES (4 KiB) at every traced point: always (the floor);
+#   - larger: while what the step's bounds may overstate (below) is at most BOUND_FRACTION (1%) of
+#     the smallest traced step's peak (the live bytes at their highest during the step, baseline
+#     included).
+# A free pairs with an earlier unpaired allocation of the same bytes at every point and is read as
+# it is.  A free with none (memory allocated before the step: GPT-2 small's bfloat16 forward frees 47
+# oneDNN buffers of 1,536 to 6,144 B, sizes varying with the batch) is read at its smallest traced
+# size instead: read at its largest it would free more than is freed and understate what is live
+# after it (the 2-layer GPT-2's model traced before this rule predicts 1,408 B less than measured).
+# What the bounds may overstate is then S = the allocations' largest sizes (the small ones too; each
+# allocation once) + the early frees' spreads: the model counts each such allocation at its largest
+# traced size and the truth is between 0 and that, and each early free frees at most its spread too
+# little.  So the predicted peak is overstated by at most S, 1% of the peak at the smallest traced
+# point, less at every larger size (the peak does not fall as the sizes grow), as long as each
+# scratch stays within its traced sizes.  Half the advisor's 2% goal beyond the measured sizes (issue
+# 28) is so spent at most; a fixed byte limit (4 KiB, or the 128 KiB tried for GPT-2 small) says
+# nothing of the step it is compared with.  GPT-2 small's bfloat16 step: S = 5,391,872 B, 0.47% of
+# its smallest traced peak (1,149,957,256 B at batch 2); its checks at batch 32 and 80 over-predict
+# by 89,088 B.
+# Growth is not tested: over five traced points a kernel's choice at a token-count threshold (the
+# backward scratch above: 87,168 B up to batch 4, 107,648 B from 5) rises just as a size rounded up
+# to a block or a ``min``/``max`` does, and a test that refused the one refused the other.  So a
+# structural allocation is told apart by its size beside the step only: one that sums over 1% is
+# refused; a smaller one is read at its largest traced size and may be understated beyond the traced
+# sizes if it grows there, which the held-out checks and the checks beyond (4x and 10x) measure.
+# The reading is recorded on the event (``bound``: the spread, largest - smallest traced size;
+# ``bound_low`` for an early free) and in the fitted class (``bounded``: each event's op, phase, sign,
+# bytes as read, spread, ``read: smallest`` for an early free), and ``memlab advise --model`` and
+# the model pages say how many allocations are read so and by how many bytes at most
+# (:func:`memlab.advisor.advise.bounded_reading`).
+# Something else that is no polynomial of the sizes (a size rounded up to a block, a min or a max,
+# or scratch too large beside the step) stays an IdentificationError, naming S and the peak: never a
+# fit with a residual.
 
 
 def _solve_poly(sizes: Sequence[int], points: Sequence[Mapping[str, int]], lib,
@@ -256,25 +296,81 @@ def _net_build_events(pre: list[int], everything: list, all_points, lib, max_qua
 
 
 def _solve_step_events(failed: list[int], found: list, everything: list, all_points, lib, max_quantum: int,
-                       max_degree: int, variables) -> tuple[dict[int, list], dict[int, int]]:
+                       max_degree: int, variables) -> tuple[dict[int, list], dict[int, tuple[int, bool]]]:
     """Each step event of ``failed`` as a polynomial of the sizes (``found[i]`` its leading term, in
-    place), or, when none and small, as its largest size (an upper bound); returns ``(further terms,
-    bounds)`` by event index (NOTE [ polynomial allocations ])."""
+    place), or, when none, as its largest size (an upper bound) where :func:`_bound_step_events`
+    allows; returns ``(further terms, {index: (spread, read at the smallest)})`` by event index (NOTE [
+    polynomial allocations ])."""
     terms: dict[int, list] = {}
-    bounds: dict[int, int] = {}
+    unsolved: list[int] = []
     for i in failed:
         sizes = [abs(t[i][0]) for t in everything]
         solved = _solve_poly(sizes, all_points, lib, max_quantum)
-        if solved is None and max(sizes) <= SMALL_BOUND_BYTES:
-            found[i], bounds[i] = (max(sizes), ()), max(sizes) - min(sizes)
-            continue
         if solved is None:
-            raise IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches "
-                                      f"allocation sizes {sizes} at {all_points} "
-                                      f"({everything[0][i][3]}, {everything[0][i][2]})")
+            unsolved.append(i)
+            continue
         solved.sort(key=lambda mc: (mc[1] <= 0, -len(mc[0]), mc[0]))  # a positive, highest-degree term first
         found[i], terms[i] = (solved[0][1], solved[0][0]), solved[1:]
-    return terms, bounds
+    return terms, _bound_step_events(unsolved, found, everything, all_points, max_degree, variables)
+
+
+def step_peak(trace: Sequence[tuple[int, str, str, str]]) -> int:
+    """The most bytes live during the traced step of a :func:`raw_trace` (its events after those of
+    phase ``pre``), the build's and warm-up's live bytes included."""
+    live, peak = 0, None
+    for delta, _cat, phase, _op in trace:
+        if phase != "pre" and peak is None:
+            peak = live
+        live += delta
+        if phase != "pre":
+            peak = max(peak, live)
+    return live if peak is None else peak
+
+
+def _bound_step_events(unsolved: list[int], found: list, everything: list, all_points, max_degree: int,
+                       variables) -> dict[int, tuple[int, bool]]:
+    """Read each step event of ``unsolved`` (no polynomial of the sizes) as a bound, ``found[i]`` in
+    place: an allocation and its free at the largest traced size, a free of memory allocated before the
+    step at the smallest (NOTE [ polynomial allocations ]); returns ``{index: (spread, read at the
+    smallest)}``, the spread the largest - smallest traced bytes.
+
+    Raises:
+        IdentificationError: an event over SMALL_BOUND_BYTES while what the bounds may overstate (the
+            allocations' largest sizes and the early frees' spreads, summed) is more than
+            BOUND_FRACTION of the smallest traced step's peak.
+    """
+    sizes = {i: [abs(t[i][0]) for t in everything] for i in unsolved}
+    open_allocations: dict[tuple[int, ...], int] = {}
+    low = set()
+    for i in sorted(unsolved):  # a free pairs with an earlier allocation of the same bytes at every point
+        key = tuple(sizes[i])
+        if everything[0][i][0] > 0:
+            open_allocations[key] = open_allocations.get(key, 0) + 1
+        elif open_allocations.get(key):
+            open_allocations[key] -= 1
+        else:
+            low.add(i)
+
+    def refused(i: int, why: str) -> IdentificationError:
+        return IdentificationError(f"no polynomial of degree <= {max_degree} in {list(variables)} matches "
+                                   f"allocation sizes {sizes[i]} at {all_points} "
+                                   f"({everything[0][i][3]}, {everything[0][i][2]}); {why}")
+
+    large = [i for i in unsolved if max(sizes[i]) > SMALL_BOUND_BYTES]
+    if large:
+        allocated = [i for i in unsolved if everything[0][i][0] > 0]
+        total = sum(max(sizes[i]) for i in allocated) + sum(max(sizes[i]) - min(sizes[i]) for i in low)
+        peak = min(step_peak(t) for t in everything)
+        if total > BOUND_FRACTION * peak:
+            raise refused(large[0], f"the step's allocations that are no polynomial ({len(allocated)}, and "
+                                    f"{len(low)} early frees) may overstate it by {total} B, over "
+                                    f"{BOUND_FRACTION:.0%} of the smallest traced step's peak ({peak} B), the "
+                                    f"most that is read as bounds")
+    bounds: dict[int, tuple[int, bool]] = {}
+    for i in unsolved:
+        found[i] = (min(sizes[i]) if i in low else max(sizes[i]), ())
+        bounds[i] = (max(sizes[i]) - min(sizes[i]), i in low)
+    return bounds
 
 
 def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequence[Mapping[str, int]],
@@ -307,7 +403,7 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
             found.append(exc)
     failed = [i for i, f in enumerate(found) if isinstance(f, IdentificationError)]
     terms: dict[int, list] = {}
-    bounds: dict[int, int] = {}
+    bounds: dict[int, tuple[int, bool]] = {}
     pre: list[int] = []
     net_events: list[SymEvent] = []
     if failed:
@@ -333,5 +429,6 @@ def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequen
             continue
         q, mono = found[i]
         d0, cat, ph, op = evs[0]
-        out.append(SymEvent(1 if d0 > 0 else -1, q, mono, cat, ph, op, tuple(terms.get(i, ())), bounds.get(i, 0)))
+        bound, low = bounds.get(i, (0, False))
+        out.append(SymEvent(1 if d0 > 0 else -1, q, mono, cat, ph, op, tuple(terms.get(i, ())), bound, low))
     return out

@@ -8,7 +8,9 @@ relative step time there, the peak by memory category at one batch, and the chec
 evaluated from the JSON (:func:`memlab.advisor.model.predict`): no torch, no measuring.
 
 A file that is not such a document (another schema, no family, no ``beyond`` rows) is left out with
-a problem line on the methodology page.  A document's ``notes`` (``{"<technique> <size>=<n>": why}``,
+a problem line on the methodology page.  A technique whose traced step has allocations that are no
+polynomial of the sizes, read as upper bounds, is listed with how many and by how many bytes at most
+(:func:`memlab.advisor.advise.bounded_reading`).  A document's ``notes`` (``{"<technique> <size>=<n>": why}``,
 written by hand beside the rows and kept by :func:`memlab.model_checks.write_checks`) say why a check
 is not exact; the page lists them under the checks.
 """
@@ -20,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import results as R
-from ..advisor.advise import cuda_need, error_bound, fmt_bytes
+from ..advisor.advise import bounded_reading, cuda_need, error_bound, fmt_bytes
 from ..advisor.declaration import as_declaration
 from ..advisor.model import CATEGORIES, SCHEMA, predict, predict_time
+from ..advisor.trace import BOUND_FRACTION
 from ..model_advice import largest_fitting
 from ..record import fmt_mib, is_number
 from . import figures as F
@@ -200,6 +203,8 @@ def model_page(doc: dict[str, Any], path: str, colors: dict[str, str]) -> dict[s
         "factors": ", ".join(f"{f}x" for f in doc.get("factors") or []), "worst": worst,
         "budgets_gib": list(GPU_BUDGETS_GIB), "budgets": budgets, "chart": chart, "categories": cats,
         "at": at, "checks": checks, "not_modelled": list(fam.get("not_modelled", [])),
+        "bounded": [{"technique": e["technique"], "why": b["text"]} for e in fam["entries"]
+                    if (b := bounded_reading(e))], "bound_fraction": f"{BOUND_FRACTION:.0%}",
         "check_notes": [{"row": k, "why": str(v)} for k, v in sorted((doc.get("notes") or {}).items())],
         "reduced": str(fam.get("reduced_fit") or ""),
         "fit_seconds": doc.get("fit_seconds"), "commit": str(doc.get("memlab_commit") or "")[:12],
