@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .declaration import BASE_K, Declaration, Entry, fitted_range
-from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, encode_poly, eval_poly, mmapped_bytes,
+from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, encode_poly, mmapped_bytes,
                     models_path, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
