@@ -185,8 +185,10 @@ def _component_points(fam, r, c, o, chunks=(1,)):
 
 def test_the_transformer_names_its_work_components_and_enough_time_sizes():
     fam = declaration_of("transformer")
-    assert fam.work == {"layers": "batch*seq", "attention": "batch*seq*seq", "head": "batch*seq*vocab"}
-    assert len(fam.time_sizes) >= len(fam.work) + 2
+    # layers is a size of the transformer's models (an outer loop): the per-layer parts scale with it,
+    # the LM head does not
+    assert fam.work == {"layers": "layers*batch*seq", "attention": "layers*batch*seq*seq", "head": "batch*seq*vocab"}
+    assert len(fam.time_sizes) >= len(fam.work) + 2 and len({p["layers"] for p in fam.time_sizes}) >= 2
     # the sizes vary the components' ratios: attention over layers is seq, head over layers is vocab
     assert len({p["seq"] for p in fam.time_sizes}) >= 4 and len({p["vocab"] for p in fam.time_sizes}) >= 4
 
@@ -225,12 +227,13 @@ def test_a_components_model_recovers_what_a_technique_repeats_and_predicts_held_
         assert model["r"][n] == pytest.approx(v, rel=1e-6), n
     assert model["c"] == pytest.approx(2.5e6, rel=1e-6) and model["max_fit_rel_error"] < 1e-9
     one = dataclasses.replace(fam, work="batch*seq")
-    flat = time_model(one, entry, [dict(p, work=p["params"]["batch"] * p["params"]["seq"])
+    flat = time_model(one, entry, [dict(p, work=p["params"]["layers"] * p["params"]["batch"] * p["params"]["seq"])
                                    for p in _component_points(fam, CHECKPOINT, 2.5e6, 0.0)])
     errors = []
-    for size in ({"seq": 384, "batch": 2, "vocab": 1024}, {"seq": 128, "batch": 8, "vocab": 4096},
-                 {"seq": 1024, "batch": 1, "vocab": 256}):
-        w = {"layers": size["batch"] * size["seq"], "attention": size["batch"] * size["seq"] ** 2,
+    for size in ({"seq": 384, "batch": 2, "vocab": 1024, "layers": 2}, {"seq": 128, "batch": 8, "vocab": 4096, "layers": 8},
+                 {"seq": 1024, "batch": 1, "vocab": 256, "layers": 3}):
+        n_layers = size["layers"]
+        w = {"layers": n_layers * size["batch"] * size["seq"], "attention": n_layers * size["batch"] * size["seq"] ** 2,
              "head": size["batch"] * size["seq"] * size["vocab"]}
         truth = (2.5e6 + sum(CHECKPOINT[n] * w[n] for n in w)) / (BASE_COST["1"] + sum(BASE_COST[n] * w[n] for n in w))
         assert predict_time(fam, {"knobs": [], "time": model}, size) == pytest.approx(truth, rel=1e-9)
@@ -245,8 +248,8 @@ def test_a_chunked_components_model_recovers_its_per_chunk_cost():
     r = {"layers": 9700.0, "attention": 40.0, "head": 8.5}
     model = time_model(fam, entry, _component_points(fam, r, 2e6, 1e5, chunks=(1, 4, 16)))
     assert model["o"] == pytest.approx(1e5, rel=1e-6) and model["c"] == pytest.approx(2e6, rel=1e-6)
-    size = {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64}   # 16 chunks of the 1,024 tokens
-    w = {"layers": 1024, "attention": 1024 * 512, "head": 1024 * 2048}
+    size = {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64, "layers": 4}   # 16 chunks of the 1,024 tokens
+    w = {"layers": 4 * 1024, "attention": 4 * 1024 * 512, "head": 1024 * 2048}
     truth = (2e6 + 15 * 1e5 + sum(r[n] * w[n] for n in w)) / (BASE_COST["1"] + sum(BASE_COST[n] * w[n] for n in w))
     assert predict_time(fam, {"knobs": ["chunk"], "time": model}, size) == pytest.approx(truth, rel=1e-9)
 
