@@ -250,7 +250,7 @@ def test_tensor_train_fits_exactly_on_a_tiny_grid():
 
     full = declaration_of("tensor_train")
     tiny = dataclasses.replace(full, entries=(full.entries[0], full.entry("tt_chunked")),
-                               time_sizes=({"batch": 20}, {"batch": 40}), time_chunks=(1, 4))
+                               time_sizes=({"batch": 20}, {"batch": 30}, {"batch": 40}), time_chunks=(1, 4))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
