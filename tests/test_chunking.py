@@ -54,7 +54,8 @@ def test_chunk_size_is_validated():
 
 
 def _measure(name, mode="train", **kw):
-    m = memlab.measure(name, isolate=False, iterations=1, repeats=1, mode=mode, check=False, **SMALL, **kw)
+    m = memlab.measure(name, isolate=False, iterations=1, repeats=1, time_budget=0, mode=mode, check=False,
+                       **SMALL, **kw)
     assert m.status == "ok", m.error
     return m
 

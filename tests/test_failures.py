@@ -29,14 +29,14 @@ def test_sweep_goes_on_after_failures_and_writes_each_row(patterns, tmp_path):
               SweepPoint("pattern_broadcast_mul", {"rows": 10, "cols": 10})]
     path = tmp_path / "sweep.jsonl"
     with open(path, "w") as f:
-        rows = list(run_sweep(points, f, iterations=1, repeats=1))
+        rows = list(run_sweep(points, f, iterations=1, repeats=1, time_budget=0))
     assert [r.status for r in rows] == ["error", "oom", "ok"]
     back = read_jsonl(path)
     assert [r.technique for r in back] == ["pattern_crash", "pattern_oom", "pattern_broadcast_mul"]
 
 
 def test_truncated_jsonl_line_warns_with_file_and_line(patterns, tmp_path):
-    m = memlab.measure("pattern_broadcast_mul", isolate=False, repeats=1, iterations=1, rows=4, cols=4)
+    m = memlab.measure("pattern_broadcast_mul", isolate=False, repeats=1, iterations=1, time_budget=0, rows=4, cols=4)
     path = tmp_path / "partial.jsonl"
     path.write_text(m.to_json() + "\n" + m.to_json()[:40] + "\n")
     warnings = []

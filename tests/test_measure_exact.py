@@ -28,7 +28,7 @@ def test_trace_of_known_allocations_is_exact():
 def test_inference_pattern_peak_is_hand_computed(patterns):
     # ones_like(x) FULL + ones(rows/2) FULL/2, free FULL, then x*w FULL -> peak 1.5 FULL + ... :
     # live after `del a` = FULL/2; out allocates FULL -> 1.5 FULL; never above FULL + FULL/2.
-    m = memlab.measure("pattern_two_buffers", mode="infer", isolate=False, repeats=1, iterations=3)
+    m = memlab.measure("pattern_two_buffers", mode="infer", isolate=False, repeats=1, iterations=3, time_budget=0)
     assert m.status == "ok", m.error
     assert m.peak_allocated_bytes == FULL + FULL // 2
     assert m.allocated_after_step_bytes == (0, 0, 0)
@@ -39,7 +39,7 @@ def test_backward_temporaries_are_counted(patterns):
     # forward: out = x * w                      -> FULL live
     # backward: grad_w = (g * x) -> FULL temporary, reduced with sum_to_size -> W
     #           peak = out FULL + temporary FULL + reduced W
-    m = memlab.measure("pattern_broadcast_mul", isolate=False, repeats=1, iterations=3)
+    m = memlab.measure("pattern_broadcast_mul", isolate=False, repeats=1, iterations=3, time_budget=0)
     assert m.status == "ok", m.error
     assert m.peak_allocated_bytes == 2 * FULL + W
     assert m.allocated_after_step_bytes == (0, 0, 0)
@@ -49,8 +49,9 @@ def test_backward_temporaries_are_counted(patterns):
 
 
 def test_same_figure_in_two_fresh_processes(patterns):
-    a = memlab.measure("slice_loop", n=3000, d=64, hidden=256, chunk_size=1000, iterations=2, repeats=1)
-    b = memlab.measure("slice_loop", n=3000, d=64, hidden=256, chunk_size=1000, iterations=2, repeats=1)
+    # exact bytes only: each timing child stops after its one checked step (time_budget 0)
+    a = memlab.measure("slice_loop", n=3000, d=64, hidden=256, chunk_size=1000, iterations=2, repeats=1, time_budget=0)
+    b = memlab.measure("slice_loop", n=3000, d=64, hidden=256, chunk_size=1000, iterations=2, repeats=1, time_budget=0)
     assert a.status == b.status == "ok", (a.error, b.error)
     assert a.peak_allocated_bytes == b.peak_allocated_bytes
     assert a.peak_allocated_per_iteration_bytes == b.peak_allocated_per_iteration_bytes
@@ -67,7 +68,7 @@ def test_timeline_matches_measure(patterns):
 
 
 def test_measurement_json_round_trip(patterns):
-    m = memlab.measure("pattern_broadcast_mul", isolate=False, repeats=1, iterations=1, rows=10, cols=10)
+    m = memlab.measure("pattern_broadcast_mul", isolate=False, repeats=1, iterations=1, time_budget=0, rows=10, cols=10)
     again = memlab.Measurement.from_json(m.to_json())
     assert again == m
     with pytest.raises(ValueError, match="missing field"):

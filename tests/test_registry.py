@@ -66,7 +66,7 @@ def test_plugin_file_registers_and_is_checked(tmp_path):
 
     assert check_technique("user_two_chunks").ok
     # measured in a fresh subprocess, which must load the same file
-    m = memlab.measure("user_two_chunks", n=64, d=8, hidden=16, iterations=1, repeats=1)
+    m = memlab.measure("user_two_chunks", n=64, d=8, hidden=16, iterations=1, repeats=1, time_budget=0)
     assert m.status == "ok", m.error
     assert m.matches_reference
 

@@ -147,7 +147,8 @@ def test_twin_costs_exactly_the_block_snapshots():
 
 @pytest.mark.parametrize("name", ["residual", "reversible"])
 def test_activation_peak_meets_analytic_expectation(name):
-    m = memlab.measure(name, isolate=False, iterations=2, repeats=1, depth=8, batch=64, width=32, hidden=64)
+    m = memlab.measure(name, isolate=False, iterations=2, repeats=1, time_budget=0, depth=8, batch=64, width=32,
+                       hidden=64)
     expected = m.extra["expected_activation_bytes"][name]
     assert m.matches_reference
     assert 0.9 * expected <= m.extra["activation_peak_bytes"] <= 1.1 * expected, (m.extra, expected)
@@ -164,7 +165,7 @@ def _growth(m) -> int:
 
 def test_reversible_does_not_leak_and_the_check_catches_a_ctx_cycle():
     cfg = dict(depth=4, **SMALL)
-    m = memlab.measure("reversible", isolate=False, iterations=10, repeats=1, **cfg)
+    m = memlab.measure("reversible", isolate=False, iterations=10, repeats=1, time_budget=0, **cfg)
     assert m.status == "ok" and _growth(m) == 0
     leaky = memlab.measure(LeakyCtxOutput, isolate=False, iterations=10, repeats=1, **cfg)
     assert leaky.status == "leak" and leaky.matches_reference

@@ -203,7 +203,8 @@ E = 4  # float32
 
 
 def _peak(name, mode="train", **kw):
-    m = memlab.measure(name, isolate=False, iterations=1, repeats=1, check=False, mode=mode, **SMALL, **kw)
+    m = memlab.measure(name, isolate=False, iterations=1, repeats=1, time_budget=0, check=False, mode=mode,
+                       **SMALL, **kw)
     assert m.status == "ok", m.error
     return m
 

@@ -121,11 +121,13 @@ def test_leak_is_reported_with_bytes_per_step(hostile):
 def test_freeing_a_preexisting_input_is_neither_a_leak_nor_an_inflated_peak(hostile):
     """The first iteration frees storage allocated before the measured steps (the caller's x):
     the replay must see that free, or the first peak and every after-step figure grow by x."""
-    m = memlab.measure("hostile_frees_input", isolate=False, iterations=3, repeats=1, x_requires_grad=False, **SMALL)
+    m = memlab.measure("hostile_frees_input", isolate=False, iterations=3, repeats=1, time_budget=0,
+                       x_requires_grad=False, **SMALL)
     assert m.status == "ok", m.error
     assert list(m.allocated_after_step_bytes) == [0, 0, 0]
     assert len(set(m.peak_allocated_per_iteration_bytes)) == 1
-    plain = memlab.measure("unchunked", isolate=False, iterations=1, repeats=1, x_requires_grad=False, **SMALL)
+    plain = memlab.measure("unchunked", isolate=False, iterations=1, repeats=1, time_budget=0, x_requires_grad=False,
+                           **SMALL)
     x_bytes = SMALL["n"] * SMALL["d"] * 4
     # x's storage is freed in forward and restored when backward starts, while the clone the
     # technique computes from stays saved: one x above the plain step, and not two
@@ -136,7 +138,7 @@ REV = {"depth": 3, "batch": 16, "width": 8, "hidden": 16, "spatial": 3}
 
 
 def test_reversible_matches_in_float64_and_reports_float32_drift_as_a_number():
-    m = memlab.measure("reversible", isolate=False, iterations=2, repeats=1, **REV)
+    m = memlab.measure("reversible", isolate=False, iterations=2, repeats=1, time_budget=0, **REV)
     assert m.status == "ok", m.error
     assert m.matches_reference is True and m.check_dtype == "float64" and m.dtype == "float32"
     assert m.max_abs_error < 1e-10 and m.tolerance == (1e-12, 1e-12)
