@@ -89,14 +89,9 @@ def _toy_layers(p):
 
 
 def _toy_peak(events):
-    live, best = {}, None
-    for delta, cat, phase, _op in events:
-        if phase != "pre" and best is None:
-            best = (sum(live.values()), dict(live))
-        live[cat] = live.get(cat, 0) + delta
-        if phase != "pre" and sum(live.values()) > best[0]:
-            best = (sum(live.values()), dict(live))
-    return best
+    from memlab.advisor.fit import events_peak
+
+    return events_peak(events, categories=())
 
 
 def test_growing_loop_bodies_and_an_outer_loop_fit_exactly(monkeypatch):

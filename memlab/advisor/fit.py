@@ -22,7 +22,7 @@ from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseli
                         poly_substitute, prune, split_baseline)
 
 __all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term",
-           "baseline_cost", "pooled_baseline_cost", "NS_PER_S"]
+           "baseline_cost", "pooled_baseline_cost", "NS_PER_S", "events_peak"]
 
 OPTIMIZERS_FITTED = ("sgd", "adam")
 #: raw-trace held-out points per model (exact replays at random sizes and loop counts)
@@ -158,6 +158,21 @@ def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict]
     return classes, traced
 
 
+def events_peak(events, categories=CATEGORIES) -> tuple[int, dict[str, int]]:
+    """``(total bytes, live bytes per category)`` at the step's peak of a raw trace ``events`` (``(delta
+    bytes, category, phase, op)`` in order; the ``pre`` phase, before the step, is not the step's): the
+    live bytes when the step starts, or after any later event that raises the total above them."""
+    live = {c: 0 for c in categories}
+    best = None
+    for delta, cat, phase, _op in events:
+        if phase != "pre" and best is None:
+            best = (sum(live.values()), dict(live))
+        live[cat] = live.get(cat, 0) + delta
+        if phase != "pre" and sum(live.values()) > best[0]:
+            best = (sum(live.values()), dict(live))
+    return best
+
+
 def _traced_check(fam: Declaration, entry: Entry, optimizer: str, model: dict, seed: int) -> dict:
     """Predicted vs exactly replayed peaks (total and categories) at random held-out configurations."""
     from .trace import raw_trace
@@ -167,15 +182,7 @@ def _traced_check(fam: Declaration, entry: Entry, optimizer: str, model: dict, s
     pts = fam.random_points(chunked, TRACED_HELD_OUT, seed)
     for p in pts:
         params = {**fam.workload_fixed, **entry.fixed, **p}
-        events = raw_trace(entry.technique, params, optimizer)
-        live = {c: 0 for c in CATEGORIES}
-        best = None
-        for delta, cat, phase, _op in events:
-            if phase != "pre" and best is None:
-                best = (sum(live.values()), dict(live))
-            live[cat] = live.get(cat, 0) + delta
-            if phase != "pre" and sum(live.values()) > best[0]:
-                best = (sum(live.values()), dict(live))
+        best = events_peak(raw_trace(entry.technique, params, optimizer))
         pred = predict(fam, model, p)
         err = abs(pred["total_peak_bytes"] - best[0])
         cats_ok &= all(pred["peak_by_category_bytes"][c] == best[1].get(c, 0) for c in CATEGORIES)
