@@ -35,6 +35,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from .huge_pages import advise_huge_pages
+
 __all__ = [
     "TTShape", "TTPlan", "TTStep", "BLOCKS_LAST_FIRST", "BLOCKS_FIRST_FIRST", "SEQUENTIAL", "tt_contract",
     "tt_contract_chunked", "tt_blocks", "plan_contraction", "plan_candidates", "plan_cost", "plan_report",
@@ -728,17 +730,21 @@ def _backward_steps(plan: TTPlan, x: torch.Tensor, grad_y: torch.Tensor, blocks:
 
 
 # NOTE [ the kept intermediate's fresh pages ]
-# What is left of ``tt_factorized``'s time gap at B = 4096 (d = 10, r = 8; ``bench-harness --limits``
-# 1.43 relative to dense against a FLOP ratio of 0.88 on 5 Dec, 1.27 in the reproduction's timing the
-# same morning) is, by about half, the first touch of its one kept intermediate, [40960, 800] float32
-# (131 MB).  glibc serves an allocation above its mmap ceiling (32 MiB) by a fresh mmap, and how much of it is
-# faulted in again depends on the heap's history: in one process, steps of this layer with 32,001
-# minor faults (``getrusage``) took 421 ms of thread CPU time, steps with none 315-350 ms, dense's
-# 255-267 ms (/tmp/exp/low.sh, load 20-25).  B = 1024's intermediate (32.8 MB) is under the ceiling
-# (1.35x its FLOP limit).  Tried, no better: the intermediate in row segments under the ceiling
-# (glibc trims the freed heap: 3,336-39,969 faults a step), MADV_POPULATE_WRITE (128.6 -> 125.1 ms
-# for the forward's writes: the cost is the zeroing, not the traps), MADV_HUGEPAGE (83-93 ms instead
-# of 128 ms in some rounds, 263-339 ms in others: left out as erratic).
+# ``tt_factorized``'s one kept intermediate is [10 B, 800] float32 for the default layer (d = 10,
+# r = 8): 131 MB at B = 4096, above glibc's 32 MiB mmap ceiling, so it is a fresh mapping every step
+# and its first touch faulted 32,001 small pages a step: about a fifth of the step's thread CPU time
+# (345 ms against 287 ms with a buffer mapped beforehand, dense 257 ms; one thread, interleaved, load
+# 2-4; the cost is the kernel zeroing and mapping each page: MADV_POPULATE_WRITE, which only saves the
+# traps, took 128.6 -> 125.1 ms of the forward's writes).  :func:`_forward_rows` therefore asks for
+# transparent huge pages behind every kept buffer of 32 MiB or more before writing it (NOTE [ huge
+# pages for a fresh buffer ] in :mod:`memlab.functional.huge_pages`): ``memlab bench-harness
+# --limits``' point went 1.373 / 1.359 -> 1.190 / 1.176 relative to dense (gap 1.56 -> 1.35, FLOP
+# ratio 0.880; two runs each, load 5-7, 5 Dec 2026), the same bytes.  B = 1024's intermediate (32.8
+# MB) is under the ceiling, reused from glibc's heap, and left as it is.  Tried before and left out:
+# the intermediate in row segments under the ceiling (glibc trims the freed heap: 3,336-39,969
+# faults a step).  An earlier trial of huge pages under load 20-25 saw rounds of 263-339 ms among
+# 83-93 ms ones (the kernel compacting memory to find free 2 MiB blocks); at load 2-7 the advised
+# step's rounds stayed within 288-347 ms but one of 15 (489 ms): the median is what memlab reports.
 
 #: cache blocking (NOTE [ TT contraction plans ]): rows are contracted in blocks whose intermediates
 #: take at most this many bytes (half this CPU's 2 MiB L2), so a block's intermediate is still in
@@ -768,6 +774,8 @@ def _forward_rows(plan: TTPlan, x: torch.Tensor, blocks: Sequence[torch.Tensor],
         return y, kept
     y = x.new_empty(rows, plan.shape.out_features) if out is None else out
     kept = [x.new_empty(rows, e) for e in plan.intermediate_elements(1)] if keep else []
+    for buffer in kept:  # a fresh mapping every step: NOTE [ huge pages for a fresh buffer ]
+        advise_huge_pages(buffer)
     for r0 in range(0, rows, block_rows):
         part = slice(r0, min(r0 + block_rows, rows))
         _forward_steps(plan, x[part], blocks, False, out=y[part], kept_out=[k[part] for k in kept] if keep else None)
