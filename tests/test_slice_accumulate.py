@@ -224,3 +224,61 @@ def test_scratch_must_be_callable():
     x, w1, w2, _ = _problem()
     with pytest.raises(TypeError, match="slice_accumulate: scratch must be callable"):
         slice_accumulate(chained_matmul, x, w1, w2, chunk_size=4, scratch=3)
+
+
+@pytest.mark.parametrize("tile", [1, 3, 4, 16])  # 3 does not divide hidden=16: a narrower last tile
+@pytest.mark.parametrize("chunk_size", [5, 37])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_hidden_tiles_same_values(tile, chunk_size, x_grad):
+    """NOTE [ hidden tiles ]: the forward and the chunk backward walked in tiles of hidden columns
+    (the workspace as narrow as a tile, the output, grad_x and accumulators summed over tiles) give
+    the unchunked values and gradients (float64)."""
+    import functools
+
+    from memlab.functional.chained_matmul import chained_matmul_in_tiles
+    x, w1, w2, gy = _problem(out=8, x_grad=x_grad)
+    leaves = [t for t in (x, w1, w2) if t.requires_grad]
+    y = slice_accumulate(chained_matmul_in_tiles(tile), x, w1, w2, chunk_size=chunk_size,
+                         chunk_vjp=chained_matmul_chunk_vjp, chunk_forward=chained_matmul_into,
+                         scratch=functools.partial(chained_matmul_scratch, tile=tile))
+    ref = chained_matmul(x, w1, w2)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-12)
+    for got, want in zip(_grads(y, leaves, gy), _grads(ref, leaves, gy)):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_hidden_tiles_plan():
+    """k divides hidden, k d <= hidden, at least four passes, only on a CPU and only where the four
+    [d, hidden] matrices of a chunk exceed the cache."""
+    from memlab.functional.chained_matmul import CACHE_BYTES, hidden_tiles
+    assert hidden_tiles(4000, 256, 1024, 40, 4, "cpu") == 4        # four 1 MiB matrices -> 256-column tiles
+    assert hidden_tiles(4000, 256, 1024, 40, 4, "cuda") == 1
+    assert hidden_tiles(4000, 256, 1024, 40, 8, "cpu") == 1         # float64 would need k = 8 > hidden / d
+    assert hidden_tiles(10000, 256, 1024, 1000, 4, "cpu") == 1      # k = 4 would leave fewer than 4 passes
+    assert hidden_tiles(4000, 64, 1024, 40, 4, "cpu") == 1          # 1 MiB in all: fits the cache already
+    assert 4 * 64 * 1024 * 4 == CACHE_BYTES
+    for n, d, hidden, c in ((100000, 128, 3000, 10), (100000, 300, 2048, 7), (5000, 512, 4096, 1)):
+        k = hidden_tiles(n, d, hidden, c, 4, "cpu")
+        assert hidden % k == 0 and k * d <= hidden and (k == 1 or 4 * k * c <= n)
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_hidden_tiles_keep_every_exact_figure(mode, monkeypatch):
+    """The tiled technique (k = 2 at n=64, d=128, hidden=1024, chunk 8) against the same technique in
+    whole rows of hidden: every exact figure identical (the workspace holds chunk * hidden elements
+    either way)."""
+    import memlab
+    from memlab.sweep.compare import EXACT_FIELDS
+    from memlab.techniques import chunking
+
+    def figures():
+        m = memlab.measure("slice_accumulate", n=64, d=128, hidden=1024, chunk_size=8, mode=mode, repeats=1,
+                           time_budget=0.01, isolate=False)
+        return m, {f: getattr(m, f) for f in EXACT_FIELDS}
+
+    tiled, tiled_figures = figures()
+    assert tiled.extra["hidden_tiles"] == 2 and tiled.extra["passes"] == 4
+    monkeypatch.setattr(chunking, "hidden_tiles", lambda *a: 1)
+    whole, whole_figures = figures()
+    assert whole.extra["hidden_tiles"] == 1 and whole.extra["passes"] == 8
+    assert tiled_figures == whole_figures

@@ -33,8 +33,11 @@ timing (``memlab bench-harness --limits``' point, forked, 9 interleaved rounds) 
 not tell the two apart: relative time 1.220-1.229 with the workspace, 1.189-1.246 without (limit
 7/6 = 1.167, gap 1.02-1.07 either way).  What remains is in
 the products themselves: a torch profile puts 95% of the step in ``mm``/``addmm_`` and ~5% in the
-loop, and the chunked products of 40 rows run ~5% slower than the unchunked ones (presumably: each call packs
-and streams a 1 MiB weight or accumulator for 40 rows, from L3: this CPU's L2 is 1 MiB per core).
+loop, and the chunked products of 40 rows run ~5% slower than the unchunked ones (each call streams a
+1 MiB weight or accumulator for 40 rows, from L3: this CPU's L2 is 1 MiB per core).  The chained
+matmul's manual path now spends the same workspace on more rows and fewer hidden columns per
+product (NOTE [ hidden tiles ] in :mod:`memlab.functional.chained_matmul`): 1.151 relative to
+``unchunked`` at n/100 (gap 0.99, load 5).
 """
 from __future__ import annotations
 

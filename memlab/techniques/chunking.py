@@ -9,12 +9,13 @@ can be shown as a ratio to it.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import torch
 
-from ..functional.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_into,
-                                        chained_matmul_scratch)
+from ..functional.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_in_tiles,
+                                        chained_matmul_into, chained_matmul_scratch, hidden_tiles)
 from ..functional.slice_accumulate import chunk_bounds as _bounds
 from ..functional.slice_accumulate import slice_accumulate
 from ..params import Param
@@ -190,7 +191,11 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
     :func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp` (one [chunk, hidden] tensor at
     a time, gradients written in place) and writes each chunk's output straight into ``y``, the
     hidden of every chunk going into one [chunk, hidden] workspace per loop (NOTE [ chunk scratch ]:
-    no allocation per chunk); ``backward="autograd"`` is the generic path any per-row function gets
+    no allocation per chunk).  On a CPU, where a small chunk's products would each stream whole
+    [d, hidden] matrices, the manual path takes the same workspace as ``k`` times the rows by
+    ``1/k`` of the hidden columns (NOTE [ hidden tiles ]: ``extra`` records ``hidden_tiles``,
+    ``rows_per_pass`` and ``passes``; the bytes are those of [chunk, hidden]).
+    ``backward="autograd"`` is the generic path any per-row function gets
     (recompute under autograd: hidden and its gradient together, plus per-chunk weight-gradient
     temporaries; each chunk's output copied into ``y``).
     """
@@ -206,9 +211,26 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
         kind: SliceAccumulateBackward = self.config["backward"]
         if kind == "autograd":
             return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"])
-        return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"],
+        chunk = min(self.config["chunk_size"], x.shape[0])
+        k = self._hidden_tiles(x, w1)
+        if k == 1:
+            return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk, chunk_vjp=chained_matmul_chunk_vjp,
+                                    chunk_forward=chained_matmul_into, scratch=chained_matmul_scratch)
+        tile = w1.shape[1] // k  # the same workspace bytes as [chunk, hidden]: NOTE [ hidden tiles ]
+        return slice_accumulate(chained_matmul_in_tiles(tile), x, w1, w2, chunk_size=k * chunk,
                                 chunk_vjp=chained_matmul_chunk_vjp, chunk_forward=chained_matmul_into,
-                                scratch=chained_matmul_scratch)
+                                scratch=functools.partial(chained_matmul_scratch, tile=tile))
+
+    def _hidden_tiles(self, x: torch.Tensor, w1: torch.Tensor) -> int:
+        """Hidden tiles per pass of the manual path (NOTE [ hidden tiles ]); 1 for the autograd path."""
+        if self.config["backward"] != "manual":
+            return 1
+        n, (d, hidden) = x.shape[0], w1.shape
+        return hidden_tiles(n, d, hidden, min(self.config["chunk_size"], n), x.element_size(), x.device.type)
 
     def describe(self, problem, mode="train"):
-        return {**super().describe(problem, mode), "backward_path": self.config["backward"]}
+        x, w1 = problem.inputs["x"], problem.model.w1
+        k = self._hidden_tiles(x, w1)
+        rows = k * min(self.config["chunk_size"], x.shape[0])
+        return {**super().describe(problem, mode), "backward_path": self.config["backward"], "hidden_tiles": k,
+                "rows_per_pass": rows, "passes": -(-x.shape[0] // rows)}
