@@ -590,8 +590,37 @@ class MemlabBenchmark(abc.ABC):
         value = getattr(m, "relative_step_time", None)
         if value is None:
             raise NotImplementedError("this memlab version reports no relative_step_time")
-        path.write_text(json.dumps({"relative_step_time": value}))
+        path.write_text(json.dumps({"relative_step_time": value, "flops": getattr(m, "flops", None),
+                                    "relative_to": getattr(m, "relative_to", None)}))
         return value
+
+    def _limit_gap(self) -> float:
+        """``relative_step_time / (flops / baseline flops)`` (NOTE [ time limits ] in memlab.limits):
+        the relative time of the measurement :meth:`_relative` cached, over the FLOP ratio against the
+        family baseline it was timed against (one traced step of the baseline, cached apart)."""
+        self._relative()
+        timed = json.loads(self._cache_file().with_suffix(".relative.json").read_text())
+        flops, baseline = timed.get("flops"), timed.get("relative_to")
+        if not flops or not baseline:
+            raise NotImplementedError("this memlab version records no FLOPs or family baseline")
+        path = self._cache_file().with_suffix(".baseline-flops.json")
+        if path.exists():
+            base_flops = json.loads(path.read_text())["flops"]
+        else:
+            self._step = None
+            m = memlab.measure(baseline, device=self.device, dtype=DTYPE, mode=MODE, isolate=False, iterations=1,
+                               repeats=1, time_budget=0.0, check=False, **self._workload_config())
+            if m.status != "ok" or not m.flops:
+                raise BenchmarkFailure(f"baseline {baseline} of {self.technique_name} {self.config}: {m.status}: "
+                                       f"{m.error or 'no FLOPs'}")
+            base_flops = m.flops
+            path.write_text(json.dumps({"flops": base_flops}))
+        return timed["relative_step_time"] / (flops / base_flops)
+
+    def _workload_config(self) -> dict[str, Any]:
+        """This combination's parameters that belong to the workload (the baseline takes no others)."""
+        wl = self.technique_cls.workload.params
+        return {k: v for k, v in self.config.items() if k in wl}
 
     def _figure(self, key: str):
         value = self._measure()[key]
@@ -633,6 +662,14 @@ class MemlabBenchmark(abc.ABC):
     # "2": memlab's relative time against the family's baseline technique in thread CPU time, timed
     # under glibc's default heap (memlab.measurement.timing); "1": wall time against the reference
     track_relative_step_time.version = "2"
+
+    def track_time_limit_gap(self, cache_dir, *values):
+        """The relative step time over the FLOP ratio against the family baseline: 1.0 runs its FLOPs
+        as fast as the baseline runs its own, above 1 slower (issue 32's gap; NOTE [ time limits ] in
+        memlab.limits); from the same one-thread measurement as track_relative_step_time; dimensionless."""
+        return self._limit_gap()
+
+    track_time_limit_gap.unit = "ratio"
 
     def time_step(self, cache_dir, *values):
         """Seconds of one training step (forward, backward, SGD step)."""

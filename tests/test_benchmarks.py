@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the w
 #: every benchmark module, found as asv finds them (``bench_*.py``), never listed by hand
 MODULES = sorted(f"benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("bench_*.py"))
 METRICS = ("track_peak_allocated", "track_peak_reserved", "track_predicted_cuda_reserved", "track_relative_step_time",
-           "time_step")
+           "track_time_limit_gap", "time_step")
 #: asv's benchmark prefixes (asv_runner.discovery)
 _PREFIXES = ("track_", "time_", "timeraw_", "peakmem_", "mem_")
 
@@ -632,6 +632,29 @@ def test_relative_step_time_is_measured_at_one_thread(tmp_path, monkeypatch):
     assert json.loads(cached.read_text())["relative_step_time"] == value
     assert b.track_relative_step_time(str(tmp_path), *combo) == value  # read back, not re-measured
     assert len(seen) == 2
+
+
+def test_time_limit_gap_is_the_relative_time_over_the_flop_ratio(tmp_path):
+    """issue 32: the gap is the cached relative time over (FLOPs / the family baseline's FLOPs),
+    the baseline's FLOPs measured once (cached); the baseline's own gap is its relative time."""
+    import memlab
+
+    tiny = _tiny_chained_matmul()
+    gaps = {}
+    for technique, chunk in (("slice_accumulate", 16), ("unchunked", 2000)):
+        combo = (technique, chunk, "cpu")
+        b = tiny()
+        b.setup(str(tmp_path), *combo)
+        gaps[technique] = b.track_time_limit_gap(str(tmp_path), *combo)
+        timed = json.loads(next(tmp_path.glob(f"memlab-*{technique}*.relative.json")).read_text())
+        assert timed["relative_to"] == "unchunked" and timed["flops"] > 0
+        base = memlab.measure("unchunked", isolate=False, iterations=1, repeats=1, time_budget=0, check=False,
+                              **{k: v for k, v in b.config.items() if k != "chunk_size"})
+        assert gaps[technique] == pytest.approx(timed["relative_step_time"] / (timed["flops"] / base.flops), rel=1e-12)
+        assert b.track_time_limit_gap(str(tmp_path), *combo) == gaps[technique]  # read back, not re-measured
+    (sa,) = tmp_path.glob("memlab-*slice_accumulate*.baseline-flops.json")
+    assert json.loads(sa.read_text())["flops"] < json.loads(next(tmp_path.glob(
+        "memlab-*slice_accumulate*.relative.json")).read_text())["flops"]  # it recomputes: more FLOPs than its baseline
 
 
 def test_predicted_cuda_reserved_comes_from_the_same_measurement(tmp_path):

@@ -35,7 +35,8 @@ RANGE_SLIDER_FROM = 40
 #: asv metric -> the quantity named on the y-axes
 METRIC_NAMES = {"track_peak_allocated": "peak allocated", "track_peak_reserved": "peak reserved",
                 "track_predicted_cuda_reserved": "predicted CUDA reserved", "time_step": "step",
-                "track_relative_step_time": "relative step time", "track_activation_exponent": "exponent"}
+                "track_relative_step_time": "relative step time", "track_activation_exponent": "exponent",
+                "track_time_limit_gap": "time over FLOP limit"}
 _NEUTRAL = "#444444"
 _GAP_COLOR = "#9e9e9e"
 _VERSION_COLOR = "#555555"
