@@ -401,6 +401,8 @@ def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
             *[timed(measurement("slice_loop", "chunking", {**base, "chunk_size": c}, (12 + c // 250) * MiB),
                     [0.018, 0.019, 0.020, 0.024], relative=1.8, reference=0.011, load=(3.1, 2.8) if c == 500 else (0.2, 0.3))
               for c in (250, 500, 1000)]]
+    for r in recs:
+        r["relative_to"] = "unchunked"  # issue 24: timed against the family baseline, which the row names
     results, data = make_inputs(tmp_path)
     write_jsonl(data / "sweeps" / "chunking.jsonl", recs)
     ctx = build_context(results, data)
@@ -411,8 +413,9 @@ def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
     assert (loaded["step"], loaded["relative"], loaded["under_load"]) == ("19.5 ± 2.2 ms", "1.80×", True)
     assert loaded["load"] == "load 3.10 → 2.80 on 2 cores" and not rows[("slice_loop", "chunk_size=250")]["under_load"]
     step = next(json.loads(c["figure"]) for c in section["charts"] if c["title"] == "Step time vs chunk_size")
-    assert step["layout"]["yaxis"]["title"]["text"] == "step time (× the workload's reference step)"
+    assert step["layout"]["yaxis"]["title"]["text"] == "step time (× unchunked's step)"
     line = next(t for t in step["data"] if t["name"] == "slice_loop")
+    assert "1.80× unchunked's step" in line["hovertext"][0]
     assert line["y"] == [1.8, 1.8, 1.8]
     # quartiles 0.01875 and 0.021 around the median 0.0195, scaled by 1.8 / 0.0195
     assert line["error_y"]["arrayminus"][0] == pytest.approx(1.8 * (0.0195 - 0.01875) / 0.0195, abs=1e-6)
@@ -423,7 +426,7 @@ def test_step_times_show_their_spread_relative_time_and_load(tmp_path):
     marks = next(t for t in scatter["data"] if t["name"] == "slice_loop")
     assert marks["error_y"]["array"][0] > 0 and any(t["name"].startswith("under load") for t in scatter["data"])
     html = build_site(results, data, tmp_path / "out").read_text()
-    assert "relative step" in html and "1.80×" in html and "the reference step" in html
+    assert "relative step" in html and "1.80×" in html and "its family baseline's step" in html
     fam_html = (tmp_path / "out" / "family-chunking.html").read_text()
     assert "19.5 ± 2.2 ms" in fam_html and "⚠ under load" in fam_html and "Ringed points" in fam_html
 

@@ -55,7 +55,7 @@ _KNOWN_FIELDS = frozenset(_FIELDS) | {"baseline"}
 #: Columns of :func:`load_runs` (one row per measurement).
 RUN_COLUMNS = (
     "run", "source", "line", "technique", "workload", "family", "device", "dtype", "mode", *_STEP_FIELDS, "status",
-    "error", "peer", "baseline", "params", "params_key", *_INT_FIELDS, *_FLOAT_FIELDS, *_ERROR_FIELDS,
+    "error", "peer", "baseline", "relative_to", "params", "params_key", *_INT_FIELDS, *_FLOAT_FIELDS, *_ERROR_FIELDS,
     "step_times_s", "step_time_q1_s", "step_time_q3_s", "cores", "threads", "under_load", *_CATEGORY_FIELDS,
     "matches_reference", "check_dtype", "tolerance", "leak_bytes_per_step", "schema", "status_shown", "reason",
     "check", "analytic_floor_bytes", "activation_peak_bytes", "expected_activation_bytes",
@@ -340,6 +340,9 @@ def measurement_row(rec: dict, run: str, source: str, line: int) -> dict[str, An
         "error": rec.get("error"),
         "peer": bool(rec.get("peer", False)),
         "baseline": baseline if isinstance(baseline, (bool, str)) else None,
+        # the technique the relative step time was timed against (issue 24: the family baseline); None
+        # in rows from before memlab recorded it, which were timed against the workload's reference
+        "relative_to": rec.get("relative_to") if isinstance(rec.get("relative_to"), str) else None,
         "params": dict(rec["params"]),
         "params_key": canonical_params(rec["params"]),
         **{k: rec.get(k) for k in _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS},

@@ -33,6 +33,7 @@ from ..record import UNDER_LOAD_FACTOR
 from ..units import MiB
 from .colors import BASELINE_COLOR, PALETTE, technique_color
 from .ranking import pareto_front, ranked, sort_key
+from .text import relative_against
 
 __all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
@@ -250,7 +251,7 @@ def _time_lines(row: Any) -> list[str]:
         out.append(f"step {row.step_time_s * 1e3:.1f}" + (f" ± {iqr * 1e3:.1f}" if iqr is not None else "")
                    + " ms" + (f" (median ± IQR of {n} samples)" if n else " (median)"))
     if _num(row.relative_step_time) is not None:
-        out.append(f"{row.relative_step_time:.2f}× the reference step")
+        out.append(f"{row.relative_step_time:.2f}× {esc(relative_against(getattr(row, 'relative_to', None)))}")
     if _num(row.samples_per_s) is not None:
         out.append(f"{row.samples_per_s:,.0f} samples/s")
     if row.under_load:
@@ -368,10 +369,15 @@ def memory_vs_param(rows: pd.DataFrame, variants: pd.Series, swept: str, column:
 
 
 def _step_values(ok: pd.DataFrame) -> tuple[bool, str]:
-    """Whether step times are drawn relative to the reference step (every row has the figure), and the
-    axis title."""
+    """Whether step times are drawn relative to the family baseline's step (every row has the
+    figure), and the axis title: the baseline's name when every row was timed against the same one."""
     relative = bool(len(ok)) and bool(ok["relative_step_time"].notna().all())
-    return relative, ("step time (× the workload's reference step)" if relative else "step time (ms)")
+    if not relative:
+        return False, "step time (ms)"
+    against = set(ok["relative_to"]) if "relative_to" in ok else {None}
+    if len(against) == 1:
+        return True, f"step time (× {relative_against(against.pop())})"
+    return True, "step time (× each row's family baseline step)"
 
 
 def _step_point(r: Any, relative: bool) -> tuple[float, float | None, float | None]:

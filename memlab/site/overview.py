@@ -19,7 +19,7 @@ from .notes import footnotes, why
 from .page import Page
 from .rows import machine_column, machine_facts
 from .tables import column, sort_value
-from .text import env_caption, fmt_check, fmt_mib, fmt_pct, fmt_relative, fmt_step
+from .text import env_caption, fmt_check, fmt_mib, fmt_pct, fmt_relative, fmt_step, relative_against
 
 __all__ = ["BUDGETS", "family_overview"]
 
@@ -37,7 +37,7 @@ def _n(v: Any) -> int | float | None:
 
 def _speed_text(row: pd.Series, speed: str) -> str:
     if speed == "relative_step_time":
-        return f"{row['relative_step_time']:.2f}× the reference step"
+        return f"{row['relative_step_time']:.2f}× {relative_against(row.get('relative_to'))}"
     return f"{row['step_time_s'] * 1e3:.1f} ms median step (no relative step time recorded)"
 
 

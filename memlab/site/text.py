@@ -10,7 +10,7 @@ import pandas as pd
 from ..record import fmt_mib
 from ..record import is_number as _finite
 
-__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "fmt_rate", "fmt_load",
+__all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "relative_against", "fmt_rate", "fmt_load",
            "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class", "summary_items"]
 
 
@@ -33,8 +33,17 @@ def fmt_step(median: Any, iqr: Any) -> str:
 
 
 def fmt_relative(ratio: Any) -> str:
-    """A step time relative to the workload's reference step (``'1.80×'``); ``'-'`` when unknown."""
+    """A step time relative to the family baseline's step (``'1.80×'``); ``'-'`` when unknown."""
     return f"{ratio:.2f}×" if _finite(ratio) else "-"
+
+
+def relative_against(relative_to: Any) -> str:
+    """What a relative step time is a multiple of: ``"unchunked's step"`` for a row timed against
+    its family baseline (``relative_to``), ``"the workload's reference step"`` for one without
+    (rows from before memlab recorded it, a plug-in family with no baseline technique)."""
+    if isinstance(relative_to, str) and relative_to:
+        return f"{relative_to}'s step"
+    return "the workload's reference step"
 
 
 def fmt_rate(v: Any) -> str:
