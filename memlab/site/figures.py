@@ -6,7 +6,7 @@ template blob and is byte-for-byte stable.  Every string that reaches plotly goe
 values and category tick labels): plotly renders a subset of HTML in all of them (``<a href=...>`` becomes a live
 link), so ``<`` ``>`` ``&`` are entity-escaped and plotly displays the entities as the characters.
 Only ranked rows are drawn (:func:`memlab.site.ranking.ranked`).  Memory is shown in MiB
-(bytes / 2**20), throughput in samples/s, time in ms (or relative to the reference step).
+(bytes / 2**20), throughput in samples/s, time in ms (or relative to the family baseline's step).
 
 # NOTE [ one visual language ]
 * A technique has one colour everywhere, a function of its name alone (:mod:`memlab.site.colors`:
@@ -396,7 +396,7 @@ def _timed(rows: pd.DataFrame) -> pd.DataFrame:
 
 def step_vs_param(rows: pd.DataFrame, variants: pd.Series, swept: str, colors: dict[str, str]) -> dict:
     """Step time against the swept parameter, one line per technique (and variant), the quartiles as
-    error bars; relative to the workload's reference step (``relative_step_time``, load-robust) when
+    error bars; relative to the family baseline's step (``relative_step_time``, load-robust) when
     every row has it, else in ms; points measured under load are ringed."""
     ok = _timed(rows)
     relative, y_title = _step_values(ok)
