@@ -151,7 +151,7 @@ def test_history_chart_one_panel_per_technique_in_commit_order(tmp_path):
     panels = [a["text"] for a in layout["annotations"]]
     assert panels == ["<b>unchunked</b> (baseline)", "<b>slice_loop</b>", "<b>vmap_chunk</b>"]
     assert layout["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in commits]
-    assert layout["yaxis"]["title"]["text"] == "peak allocated (MiB)" and "yaxis3" in layout
+    assert layout["yaxis"]["title"]["text"] == "peak allocated<br>(MiB)" and "yaxis3" in layout
     traces = [t for t in fig["data"] if t["x"] != [None]]
     assert len(traces) == 5  # unchunked once, 2 chunk sizes for the others
     # the legend: one neutral entry per combination, by dash and marker (a line's colour is its panel's)

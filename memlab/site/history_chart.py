@@ -106,7 +106,7 @@ def _failure_trace(panel: H.TechniqueHistory, axis: str, units: tuple, fallback:
 
 def _y_axis(traces: list[dict], title: str, domain: tuple[float, float]) -> dict[str, Any]:
     ys = [v for t in traces for v in t["y"] if v is not None]
-    axis = {"title": {"text": F.esc(title)}, "zeroline": False, "tickformat": ",", "anchor": "x",
+    axis = {"title": {"text": "<br>".join(F.esc(part) for part in title.split("<br>"))}, "zeroline": False, "tickformat": ",", "anchor": "x",
             "domain": [round(max(domain[0], 0.0), 6), round(domain[1], 6)]}
     if ys:
         lo, hi = min(ys), max(ys)
@@ -199,7 +199,8 @@ def history_figure(frame: pd.DataFrame, order: Sequence[H.Commit], colors: dict[
         color = colors.get(panel.technique, _NEUTRAL) if panel.technique else _NEUTRAL
         lines = [_line_trace(ln, panel.technique, style[ln.label], axis, color, (scale, unit, raw))
                  for ln in panel.lines if ln.points]  # a series that only failed is its x marks alone
-        layout["yaxis" if k == 0 else f"yaxis{k + 1}"] = _y_axis(lines, f"{y_name} ({unit})", (top - height, top))
+        # the unit on a second line: a one-line "relative step time (ratio)" is taller than its panel
+        layout["yaxis" if k == 0 else f"yaxis{k + 1}"] = _y_axis(lines, f"{y_name}<br>({unit})", (top - height, top))
         mid = sum(layout["yaxis" if k == 0 else f"yaxis{k + 1}"].get("range", [0, 0])) / 2
         fails = _failure_trace(panel, axis, (scale, unit, raw), _round(mid))
         traces += lines + ([fails] if fails else [])
