@@ -295,5 +295,10 @@ class TransformerModel(AdvisorModel, family="transformer"):
                   {"seq": 128, "batch": 4, "vocab": 2048, "layers": 6}, {"seq": 256, "batch": 4, "vocab": 2048, "layers": 24})
     work = {"layers": "layers*batch*seq", "attention": "layers*batch*seq*seq", "head": "batch*seq*vocab"}
     time_chunks = (1, 4, 16)
+    # chunked_attention's query blocks run in every layer (its per-block cost repeats layers times) and
+    # split the causal attention's work as W (k + 1) / (2k) (NOTE [ per-chunk costs ] in
+    # memlab.advisor.fit); chunked_lm_loss's chunks run once per step
+    chunk_cost_scale = {"block": "layers"}
+    chunk_split_work = {"block": ("attention",)}
     max_quantum = 1 << 12
     trace_values = (5, 7, 11, 13, 17, 19, 23)
