@@ -81,7 +81,8 @@ def _allocations(items, outer: str | None = None) -> list[list]:
 # last copy (an inner loop inside an outer body at the four corners), with the outer copies
 # ``mo = layers - 4 >= 0`` written out in the size itself (``poly_substitute``: the monomials read
 # ``layers*batch*seq``), after pruning, which needs every variable >= 0.  Outer counts 1, 2 and 3 are
-# exact classes of their own, as for an inner loop.
+# exact classes of their own, as for an inner loop.  The time model's per-chunk cost of an inner loop
+# inside the outer bodies repeats in each of them (NOTE [ per-chunk costs ]).
 
 
 def _inner_classes(fam: Declaration, entry: Entry, trace, count: int | None) -> list[tuple[dict, dict, list]]:
