@@ -301,8 +301,9 @@ def test_chunk_bodies_repeat_over_the_outer_loop_only_where_declared():
     assert chunk_bodies({"o_scale": "layers"}, {"layers": 12}, 4096) == 4095 * 12
     assert chunk_bodies({"o_scale": "layers"}, {"layers": 12}, 1) == 0
     fam = declaration_of("transformer")
-    # the query blocks run inside every layer; the loss chunks once per step
-    assert fam.chunk_cost_scale == {"block": "layers"} and fam.chunk_split_work == {"block": ("attention",)}
+    # the query blocks run inside every layer; the loss chunks once per step, each holding 1/k of the logits
+    assert fam.chunk_cost_scale == {"block": "layers"}
+    assert fam.chunk_split_work == {"block": ("attention",), "chunk": ("head",)}
 
 
 def test_a_block_loop_in_every_layer_costs_per_block_per_layer_and_splits_the_attention():
