@@ -413,3 +413,44 @@ def test_small_budgets_and_counts_read_right():
     assert fmt_bytes(5 * 2**30) == "5.00 GiB"
     assert _plural(1, "setting") == "1 setting" and _plural(3, "setting") == "3 settings"
     assert _knobs({"knobs": {"chunk_size": 100}, "chunks": 1}) == "chunk_size=100 (1 chunk)"
+
+
+def test_time_only_sizes_are_timed_but_never_counted_as_exact_bytes(monkeypatch):
+    """``time_only_sizes`` (AdvisorModel): points beyond the sizes the memory model is exact at are
+    fitted by the time model, and their bytes listed apart (``time_only_measured``), out of the
+    held-out byte error and the validated range; here a fake step is 4,096 B off past n = 64, as
+    tensor_train is past one cache block of rows."""
+    from types import SimpleNamespace
+
+    from memlab.advisor import trace as trace_mod
+    from memlab.advisor.declaration import Declaration, Entry, NoLoop
+    from memlab.advisor.fit import fit_entry
+
+    def step(p):
+        n, d = p["n"], p["d"]
+        return [(4 * n * d, "inputs", "pre", "x"), (4 * n * d, "temporaries", "forward", "y"),
+                (-4 * n * d, "temporaries", "backward", "y")]
+
+    monkeypatch.setattr(trace_mod, "raw_trace", lambda name, params, optimizer="sgd": step(params))
+
+    def measure(technique, **kw):
+        total, cats = _toy_peak(step(kw))
+        off = 4096 if kw["n"] > 64 else 0
+        return SimpleNamespace(status="ok", error=None, total_peak_bytes=total + off,
+                               peak_by_category_bytes={**cats, "temporaries": cats.get("temporaries", 0) + off},
+                               predicted_cuda=None, relative_step_time=1.5 + 1e3 / (kw["n"] * kw["d"]),
+                               relative_to="toy", step_time_s=1e-3, load_avg_before=0.0)
+
+    entry = Entry("toy")
+    fam = Declaration(name="toy", workload="toy", sizes=("n", "d"), workload_fixed={}, entries=(entry,), loop=NoLoop(),
+                      time_sizes=({"n": 32, "d": 8}, {"n": 64, "d": 16}), work="n*d",
+                      time_only_sizes=({"n": 512, "d": 8}, {"n": 2048, "d": 16}))
+    model = fit_entry(fam, entry, "sgd", measure_fn=measure)
+    assert model["max_abs_error_bytes"] == 0 and model["validated_range"]["n"][1] <= 64
+    assert all(r["kind"] != "time_only" and r["error_bytes"] == 0 for r in model["held_out_measured"])
+    apart = model["time_only_measured"]
+    assert sorted(r["params"]["n"] for r in apart) == [512, 2048]
+    assert all(r["kind"] == "time_only" and r["error_bytes"] == -4096 and not r["categories_exact"] for r in apart)
+    # the time model is fitted at all four sizes: 1.5 + 1000 / (n d) (each point's relative time kept to 4 digits)
+    assert len(model["time"]["points"]) == 4
+    assert model["time"]["r"] == pytest.approx(1.5, abs=1e-4) and model["time"]["c"] == pytest.approx(1e3, rel=1e-2)

@@ -71,6 +71,15 @@ def test_committed_models_carry_the_registered_declarations(optimizer):
     ({"work": {"a": "n*d", "b": "n*d"}}, r"repeats a monomial"),
     ({"work": {"a": "n*d", "b": "n*hidden", "c": "d*hidden"}},
      r"4 time_sizes for 3 work components; give at least 5"),
+    # NOTE [ per-chunk costs ] and time-only sizes
+    ({"chunk_cost_scale": {"blk": "n"}}, r"chunk_cost_scale\['blk'\]='n' must map a knob of the loop \(chunk_size\) "
+                                         r"to a product of sizes"),
+    ({"chunk_cost_scale": {"chunk_size": "n*q"}}, r"chunk_cost_scale\['chunk_size'\]='n\*q' must map"),
+    ({"chunk_split_work": {"chunk_size": ("n",)}}, r"chunk_split_work\['chunk_size'\]=\('n',\) must map a knob of the "
+                                                   r"loop \(chunk_size\) to one or more work components \(none: work "
+                                                   r"is one monomial\)"),
+    ({"time_only_sizes": ({"n": 4},)}, r"time size \{'n': 4\} must give every size"),
+    ({"time_sizes": (), "time_only_sizes": ({"n": 4, "d": 2, "hidden": 2},)}, r"time_only_sizes=.* without time_sizes"),
 ])
 def test_a_bad_declaration_names_the_field_and_what_is_valid(attrs, match):
     bad = type("Bad", (ChainedMatmulModel,), attrs)  # no family= keyword: not registered
@@ -250,7 +259,8 @@ def test_tensor_train_fits_exactly_on_a_tiny_grid():
 
     full = declaration_of("tensor_train")
     tiny = dataclasses.replace(full, entries=(full.entries[0], full.entry("tt_chunked")),
-                               time_sizes=({"batch": 20}, {"batch": 30}, {"batch": 40}), time_chunks=(1, 4))
+                               time_sizes=({"batch": 20}, {"batch": 30}, {"batch": 40}), time_chunks=(1, 4),
+                               time_only_sizes=())  # tiny: not the full model's 3,072 and 6,144 rows
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

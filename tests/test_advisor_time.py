@@ -226,7 +226,7 @@ def test_a_components_model_recovers_what_a_technique_repeats_and_predicts_held_
     for n, v in CHECKPOINT.items():
         assert model["r"][n] == pytest.approx(v, rel=1e-6), n
     assert model["c"] == pytest.approx(2.5e6, rel=1e-6) and model["max_fit_rel_error"] < 1e-9
-    one = dataclasses.replace(fam, work="batch*seq")
+    one = dataclasses.replace(fam, work="batch*seq", chunk_split_work={})  # no components to split
     flat = time_model(one, entry, [dict(p, work=p["params"]["layers"] * p["params"]["batch"] * p["params"]["seq"])
                                    for p in _component_points(fam, CHECKPOINT, 2.5e6, 0.0)])
     errors = []
@@ -272,3 +272,69 @@ def test_the_family_cost_is_pooled_over_entries_and_each_entry_refitted():
     # a one-monomial family is left as it is
     chunking = declaration_of("chunking")
     assert pooled_baseline_cost(chunking, [{"label": "unchunked", "knobs": [], "time": {"points": []}}]) is None
+
+
+# -- NOTE [ per-chunk costs ]: a block loop in every layer, work the blocks split ------------------------
+
+
+def _attention_points(fam, r, split, c, o, chunks=(1, 4, 16)):
+    """chunked_attention's steps over the baseline's (BASE_COST): ``sum_j r_j W_j + sum_j split_j W_j /
+    k + c + (k - 1) * layers * o`` nanoseconds, ``k`` query blocks of ``seq / k`` rows in every layer."""
+    from memlab.advisor.model import base_work, work_of
+
+    out = []
+    for size in fam.time_sizes:
+        for k in chunks:
+            w = work_of(fam.work, size)
+            num = (c + (k - 1) * size["layers"] * o + sum(r[n] * w[n] for n in w)
+                   + sum(split[n] * w[n] / k for n in split))
+            base = base_work(BASE_COST, w)
+            out.append({"params": {**size, "block": size["seq"] // k}, "work": w, "chunks": k,
+                        "relative_step_time": num / base, "baseline_step_cpu_s": base / 1e9})
+    return out
+
+
+def test_chunk_bodies_repeat_over_the_outer_loop_only_where_declared():
+    from memlab.advisor.model import chunk_bodies
+
+    assert chunk_bodies({}, {"layers": 12}, 4096) == 4095
+    assert chunk_bodies({"o_scale": "layers"}, {"layers": 12}, 4096) == 4095 * 12
+    assert chunk_bodies({"o_scale": "layers"}, {"layers": 12}, 1) == 0
+    fam = declaration_of("transformer")
+    # the query blocks run inside every layer; the loss chunks once per step, each holding 1/k of the logits
+    assert fam.chunk_cost_scale == {"block": "layers"}
+    assert fam.chunk_split_work == {"block": ("attention",), "chunk": ("head",)}
+
+
+def test_a_block_loop_in_every_layer_costs_per_block_per_layer_and_splits_the_attention():
+    """The fit recovers a per-block cost that repeats in every layer and the attention's split part,
+    and predicts a 12-layer step of 4,096 blocks (a Python loop of 49,140 bodies) exactly, where the
+    form without them (``(k - 1) * o``, the attention's cost whole) is far off."""
+    fam = declaration_of("transformer")
+    entry = fam.entry("chunked_attention")
+    r = {"layers": 11000.0, "attention": 20.0, "head": 8.0}
+    split = {"attention": 20.0}  # r_j = s_j: the causal blocks do W (k + 1) / (2k) of the attention
+    model = time_model(fam, entry, _attention_points(fam, r, split, 1.6e6, 1e5))
+    assert model["o_scale"] == "layers" and model["max_fit_rel_error"] < 1e-9
+    assert model["o"] == pytest.approx(1e5, rel=1e-6) and model["c"] == pytest.approx(1.6e6, rel=1e-6)
+    assert model["r_per_chunk"]["attention"] == pytest.approx(20.0, rel=1e-6)
+    row = {"knobs": ["block"], "time": model}
+
+    def truth(size, k):
+        w = {"layers": size["layers"] * size["batch"] * size["seq"],
+             "attention": size["layers"] * size["batch"] * size["seq"] ** 2, "head": size["batch"] * size["seq"] * size["vocab"]}
+        num = 1.6e6 + (k - 1) * size["layers"] * 1e5 + sum(r[n] * w[n] for n in w) + split["attention"] * w["attention"] / k
+        return num / (BASE_COST["1"] + sum(BASE_COST[n] * w[n] for n in w))
+
+    tiny = {"seq": 4096, "batch": 1, "vocab": 1024, "layers": 12, "block": 1}
+    assert predict_time(fam, row, tiny) == pytest.approx(truth(tiny, 4096), rel=1e-9)
+    # more blocks in more layers: the per-block cost grows with blocks x layers
+    one_layer = {**tiny, "layers": 1}
+    assert predict_time(fam, row, tiny) - predict_time(fam, row, {**tiny, "block": 4096}) == pytest.approx(
+        truth(tiny, 4096) - truth(tiny, 1), rel=1e-9)
+    assert predict_time(fam, row, one_layer) == pytest.approx(truth(one_layer, 4096), rel=1e-9)
+    # the old form, fitted to the same steps, prices the 12 layers' 49,140 block bodies as 4,095
+    old_fam = dataclasses.replace(fam, chunk_cost_scale={}, chunk_split_work={})
+    old = time_model(old_fam, entry, _attention_points(fam, r, split, 1.6e6, 1e5))
+    assert "o_scale" not in old and "r_per_chunk" not in old and old["max_fit_rel_error"] > 0.05
+    assert predict_time(old_fam, {"knobs": ["block"], "time": old}, tiny) < 0.8 * truth(tiny, 4096)

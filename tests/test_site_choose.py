@@ -142,6 +142,9 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     # a work-components time model (NOTE [ work components ]) without the baseline's cost
     assert good["families"]["transformer"]["entries"][1]["label"] == "checkpoint_layer"
     del good["families"]["transformer"]["entries"][1]["time"]["baseline_cost"]
+    # ... and one whose per-chunk cost repeats over a size the family does not have (NOTE [ per-chunk costs ])
+    assert good["families"]["transformer"]["entries"][3]["label"] == "chunked_lm_loss"
+    good["families"]["transformer"]["entries"][3]["time"]["o_scale"] = "layers*bogus"
     good["families"]["nope"] = {k: v for k, v in good["families"]["reversible"].items() if k != "declaration"}
     good["families"]["alias"] = good["families"]["reversible"]  # another family's declaration
     (data / "models" / "cpu-float32-sgd.json").write_text(json.dumps(good))
@@ -157,6 +160,8 @@ def test_no_models_no_page_and_a_bad_model_is_left_out_with_a_line(tmp_path):
     compact, _ = compact_models(good, "x")
     assert [e["label"] for e in compact["families"]["chunking"]["entries"]].count("slice_loop") == 0
     assert "checkpoint_layer" not in [e["label"] for e in compact["families"]["transformer"]["entries"]]
+    assert "chunked_lm_loss: a work-components time model without work, r, baseline_cost, c, o, or with an o_scale" in lines
+    assert "chunked_lm_loss" not in [e["label"] for e in compact["families"]["transformer"]["entries"]]
     assert set(compact["families"]) == {"chunking", "resnet", "reversible", "tensor_train", "transformer"}
     methodology = (tmp_path / "b" / "methodology.html").read_text()
     assert "without an advisor declaration" in methodology

@@ -125,6 +125,9 @@ class Declaration:
     max_quantum: int = 64
     declared_by: str = ""
     trace_values: tuple[int, ...] = ()
+    time_only_sizes: tuple[Mapping[str, int], ...] = ()
+    chunk_cost_scale: Mapping[str, str] = field(default_factory=dict)
+    chunk_split_work: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self):
         self.validate()
@@ -151,10 +154,14 @@ class Declaration:
                 raise ValueError(f"{who}: entry {e.label!r} has knobs {list(e.knobs)}; the {self.loop.kind!r} loop "
                                  f"supports {sorted(allowed) or 'none'}")
         self._validate_work(who)
-        for point in self.time_sizes:
+        for point in (*self.time_sizes, *self.time_only_sizes):
             if set(point) != set(self.sizes) or not all(isinstance(v, int) and v >= 1 for v in point.values()):
                 raise ValueError(f"{who}: time size {dict(point)!r} must give every size {list(self.sizes)} "
                                  f"as an integer >= 1")
+        if self.time_only_sizes and not self.time_sizes:
+            raise ValueError(f"{who}: time_only_sizes={[dict(p) for p in self.time_only_sizes]!r} without time_sizes; "
+                             "time-only sizes add to the time sizes, they do not replace them")
+        self._validate_chunk_costs(who)
         if len({tuple(sorted(p.items())) for p in self.time_sizes}) == 1:
             raise ValueError(f"{who}: time_sizes has one size; give two or more of different work (or none)")
         if any(e.knobs for e in self.entries) and self.time_sizes and not self.time_chunks:
@@ -170,6 +177,22 @@ class Declaration:
         if self.trace_values and (len(set(self.trace_values)) < 4 or min(self.trace_values) < 2):
             raise ValueError(f"{who}: trace_values={self.trace_values!r} must be 4 or more distinct integers >= 2 "
                              f"(or empty: the primes {PRIMES[0]} to {PRIMES[-1]})")
+
+    def _validate_chunk_costs(self, who: str) -> None:
+        """``chunk_cost_scale``: a knob of the loop -> a product of sizes; ``chunk_split_work``: a knob
+        -> work components (NOTE [ per-chunk costs ] in :mod:`memlab.advisor.fit`)."""
+        knobs = set(self.loop.knobs())
+        for knob, mono in self.chunk_cost_scale.items():
+            if knob not in knobs or not (isinstance(mono, str) and _MONOMIAL.match(mono)
+                                         and set(mono.split("*")) <= set(self.sizes)):
+                raise ValueError(f"{who}: chunk_cost_scale[{knob!r}]={mono!r} must map a knob of the loop "
+                                 f"({', '.join(sorted(knobs)) or 'none'}) to a product of sizes {list(self.sizes)}")
+        names = set(self.work) if isinstance(self.work, Mapping) else set()
+        for knob, parts in self.chunk_split_work.items():
+            if knob not in knobs or not parts or not set(parts) <= names:
+                raise ValueError(f"{who}: chunk_split_work[{knob!r}]={parts!r} must map a knob of the loop "
+                                 f"({', '.join(sorted(knobs)) or 'none'}) to one or more work components "
+                                 f"({', '.join(sorted(names)) or 'none: work is one monomial'})")
 
     def _validate_work(self, who: str) -> None:
         """``work``: one monomial of the sizes, or named components (NOTE [ work components ] in
@@ -261,9 +284,14 @@ class Declaration:
 
     def for_entry(self, entry: Entry) -> "Declaration":
         """The declaration ``entry`` is fitted with: itself, or, where each knob chunks its own rows
-        (:class:`~memlab.advisor.loops.ChunksOf`), that entry alone with its knob's loop."""
+        (:class:`~memlab.advisor.loops.ChunksOf`), that entry alone with its knob's loop (and its
+        knob's per-chunk costs only, NOTE [ per-chunk costs ])."""
         loop = self.loop.for_knobs(entry.knobs)
-        return self if loop is self.loop else dataclasses.replace(self, loop=loop, entries=(entry,))
+        if loop is self.loop:
+            return self
+        return dataclasses.replace(self, loop=loop, entries=(entry,),
+                                   chunk_cost_scale={k: v for k, v in self.chunk_cost_scale.items() if k in entry.knobs},
+                                   chunk_split_work={k: v for k, v in self.chunk_split_work.items() if k in entry.knobs})
 
     def variable_docs(self, size_docs: Mapping[str, str]) -> dict[str, str]:
         """What each variable of the pieces means: the loop's variables and the sizes (``size_docs``)."""
@@ -280,7 +308,11 @@ class Declaration:
                 "work": dict(self.work) if isinstance(self.work, Mapping) else self.work,
                 "time_chunks": list(self.time_chunks), "held_out": {k: list(v) for k, v in self.held_out.items()},
                 "max_degree": self.max_degree, "max_quantum": self.max_quantum, "declared_by": self.declared_by,
-                **({"trace_values": list(self.trace_values)} if self.trace_values else {})}
+                **({"trace_values": list(self.trace_values)} if self.trace_values else {}),
+                **({"time_only_sizes": [dict(p) for p in self.time_only_sizes]} if self.time_only_sizes else {}),
+                **({"chunk_cost_scale": dict(self.chunk_cost_scale)} if self.chunk_cost_scale else {}),
+                **({"chunk_split_work": {k: list(v) for k, v in self.chunk_split_work.items()}}
+                   if self.chunk_split_work else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Declaration":
@@ -301,7 +333,10 @@ class Declaration:
                        held_out={k: tuple(v) for k, v in (data.get("held_out") or {}).items()},
                        max_degree=int(data.get("max_degree", 3)), max_quantum=int(data.get("max_quantum", 64)),
                        declared_by=str(data.get("declared_by", "")),
-                       trace_values=tuple(data.get("trace_values") or ()))
+                       trace_values=tuple(data.get("trace_values") or ()),
+                       time_only_sizes=tuple(dict(p) for p in data.get("time_only_sizes") or ()),
+                       chunk_cost_scale={str(k): str(v) for k, v in (data.get("chunk_cost_scale") or {}).items()},
+                       chunk_split_work={str(k): tuple(v) for k, v in (data.get("chunk_split_work") or {}).items()})
         except (KeyError, TypeError) as exc:
             raise ValueError(f"an advisor declaration without a valid {exc}") from None
 
@@ -368,6 +403,17 @@ class AdvisorModel:
             tensor; more when a fixed size multiplies it, e.g. 4 * 64 for a fixed 8x8 image).
         trace_values: the values traced sizes are drawn from (4 or more distinct integers >= 2);
             empty: the primes 5 to 43.  A model file's default is small (2 to 7) to keep traces cheap.
+        time_only_sizes: more size points for the time model only, beyond the sizes where the memory
+            model is exact (tensor_train past one cache block of rows): measured and fitted like
+            ``time_sizes``, their bytes listed apart (``time_only_measured``), never in the held-out
+            byte error or the validated range.
+        chunk_cost_scale: ``{knob: product of sizes}`` for a knob whose loop runs inside an outer loop
+            (the transformer's ``block`` inside every one of its ``layers``): the per-chunk cost counts
+            ``(k - 1) * layers`` further loop bodies, not ``k - 1`` (NOTE [ per-chunk costs ] in
+            :mod:`memlab.advisor.fit`).
+        chunk_split_work: ``{knob: (work components,)}`` whose work the knob's chunks split unequally
+            (causal query blocks: block ``i`` scores ``i + 1`` blocks of keys, ``W (k + 1) / (2k)`` in
+            all): the time model gives each a term in ``W_j / k`` too (NOTE [ per-chunk costs ]).
     """
 
     family: ClassVar[str] = ""
@@ -383,6 +429,9 @@ class AdvisorModel:
     max_degree: ClassVar[int] = 3
     max_quantum: ClassVar[int] = 64
     trace_values: ClassVar[tuple[int, ...]] = ()
+    time_only_sizes: ClassVar[tuple[Mapping[str, int], ...]] = ()
+    chunk_cost_scale: ClassVar[Mapping[str, str]] = {}
+    chunk_split_work: ClassVar[Mapping[str, tuple[str, ...]]] = {}
 
     def __init_subclass__(cls, family: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -424,4 +473,6 @@ class AdvisorModel:
             work=dict(cls.work) if isinstance(cls.work, Mapping) else cls.work, time_chunks=tuple(cls.time_chunks),
             held_out={k: tuple(v) for k, v in cls.held_out.items()}, max_degree=cls.max_degree,
             max_quantum=cls.max_quantum, declared_by=f"{cls.__module__}.{cls.__qualname__}",
-            trace_values=tuple(cls.trace_values))
+            trace_values=tuple(cls.trace_values), time_only_sizes=tuple(dict(p) for p in cls.time_only_sizes),
+            chunk_cost_scale=dict(cls.chunk_cost_scale),
+            chunk_split_work={k: tuple(v) for k, v in cls.chunk_split_work.items()})

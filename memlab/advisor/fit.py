@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .declaration import BASE_K, Declaration, Entry, fitted_range
-from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, encode_poly, mmapped_bytes,
+from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bodies, encode_poly, mmapped_bytes,
                     models_path, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
@@ -81,7 +81,8 @@ def _allocations(items, outer: str | None = None) -> list[list]:
 # last copy (an inner loop inside an outer body at the four corners), with the outer copies
 # ``mo = layers - 4 >= 0`` written out in the size itself (``poly_substitute``: the monomials read
 # ``layers*batch*seq``), after pruning, which needs every variable >= 0.  Outer counts 1, 2 and 3 are
-# exact classes of their own, as for an inner loop.
+# exact classes of their own, as for an inner loop.  The time model's per-chunk cost of an inner loop
+# inside the outer bodies repeats in each of them (NOTE [ per-chunk costs ]).
 
 
 def _inner_classes(fam: Declaration, entry: Entry, trace, count: int | None) -> list[tuple[dict, dict, list]]:
@@ -195,15 +196,17 @@ def _traced_check(fam: Declaration, entry: Entry, optimizer: str, model: dict, s
 def _measured_points(fam: Declaration, entry: Entry, optimizer: str, seed: int) -> list[tuple[dict, str]]:
     """Held-out configurations measured with memlab.measure: small random ones, and the time points
     (each of the family's time sizes, at each chunk count for a chunked entry; SGD: all chunk counts,
-    other optimizers the first and last)."""
+    other optimizers the first and last), then the time-only ones (``time_only_sizes``, beyond the
+    memory model's exact range) the same way; ``[(params, "small" | "time" | "time_only")]``."""
     chunked = bool(entry.knobs)
     out = [(p, "small") for p in fam.random_points(chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
-    for size in fam.time_sizes:
-        if chunked:
-            chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
-            out += [({**size, fam.loop.knob: fam.loop.knob_for_count(size, k)}, "time") for k in chunks]
-        else:
-            out.append((dict(size), "time"))
+    for kind, sizes in (("time", fam.time_sizes), ("time_only", fam.time_only_sizes)):
+        for size in sizes:
+            if chunked:
+                chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
+                out += [({**size, fam.loop.knob: fam.loop.knob_for_count(size, k)}, kind) for k in chunks]
+            else:
+                out.append((dict(size), kind))
     return out
 
 
@@ -238,7 +241,7 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
                              "knobs": list(entry.knobs), "classes": classes, "fitted_range": fitted}
     model["held_out_traced"] = _traced_check(fam, entry, optimizer, model, seed)
     measure_fn = measure_fn or memlab.measure
-    rows, time_points, statuses = [], [], set()
+    rows, time_only, time_points, statuses = [], [], [], set()
     for p, kind in _measured_points(fam, entry, optimizer, seed):
         params = {**fam.workload_fixed, **entry.fixed, **p}
         small = kind == "small"
@@ -248,13 +251,16 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
         timing = {"repeats": 1, "time_budget": 0} if small else {}
         m = measure_fn(entry.technique, iterations=2, check=small, optimizer=optimizer, **timing, **params)
         statuses.add(m.status)
+        # a time-only point is beyond the sizes the memory model is exact at: its bytes are listed
+        # apart, never in the held-out byte error or the validated range (AdvisorModel.time_only_sizes)
+        listed = time_only if kind == "time_only" else rows
         if m.status != "ok":
-            rows.append({"params": p, "status": m.status, "error": m.error})
+            listed.append({"params": p, "status": m.status, "error": m.error})
             continue
         pred = predict(fam, model, p)
         err = pred["total_peak_bytes"] - m.total_peak_bytes
         cuda = m.predicted_cuda or {}
-        rows.append({
+        listed.append({
             "params": p, "kind": kind, "status": m.status, "beyond_fitted": round(_beyond(p, fitted), 1),
             "measured_total_peak_bytes": m.total_peak_bytes, "predicted_total_peak_bytes": pred["total_peak_bytes"],
             "error_bytes": err, "rel_error": abs(err) / m.total_peak_bytes if m.total_peak_bytes else 0.0,
@@ -263,10 +269,12 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
             "predicted_cuda_reserved_bytes": cuda.get("reserved_peak_bytes"),
             "relative_step_time": m.relative_step_time,
         })
-        if kind == "time" and m.relative_step_time is not None:
+        if kind != "small" and m.relative_step_time is not None:
             time_points.append(_time_point(fam, entry, p, m))
     ok_rows = [r for r in rows if r["status"] == "ok"]
     model["held_out_measured"] = rows
+    if time_only:
+        model["time_only_measured"] = time_only
     model["max_rel_error"] = max((r["rel_error"] for r in ok_rows), default=None)
     model["max_abs_error_bytes"] = max((abs(r["error_bytes"]) for r in ok_rows), default=None)
     model["validated_range"] = fitted_range(traced + [r["params"] for r in ok_rows], fam.sizes + entry.knobs)
@@ -274,7 +282,9 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
     model["time"] = time_model(fam, entry, time_points)
     say(f"  {entry.label} ({optimizer}): {sum(len(c['pieces']) for c in classes)} pieces, traced held-out "
         f"max error {model['held_out_traced']['max_abs_error_bytes']} B, measured held-out max error "
-        f"{model['max_abs_error_bytes']} B over {len(ok_rows)} points ({time.perf_counter() - started:.1f} s)")
+        f"{model['max_abs_error_bytes']} B over {len(ok_rows)} points"
+        + (f", {len(time_only)} time-only points beyond its exact range" if time_only else "")
+        + f" ({time.perf_counter() - started:.1f} s)")
     return model
 
 
@@ -360,6 +370,29 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
 # components' ratios to vary across ``time_sizes`` (the declaration asks for two sizes more than
 # components); the Choose page evaluates the same sums in the same order (choose.js).
 
+# NOTE [ per-chunk costs ]
+# ``(k - 1) * o`` counts a chunked step's further loop bodies, each with its fixed cost (a few ops'
+# dispatch, autograd nodes, Python).  Two loops break that count:
+#
+# * a knob whose loop runs inside an outer loop: chunked_attention's query blocks run inside every
+#   one of the transformer's ``layers`` (forward, and the backward's recompute), so ``k`` blocks are
+#   ``k * layers`` bodies and the further ones ``(k - 1) * layers``: with ``k - 1`` a 4,096-block step
+#   of 12 layers was priced as 4,095 further bodies, not 49,140.  The family declares it
+#   (``chunk_cost_scale = {"block": "layers"}``), the time model records it (``o_scale``) and counts
+#   :func:`~memlab.advisor.model.chunk_bodies`.  chunked_lm_loss's chunks run once, after the layers.
+# * work the chunks split unequally.  Causal query blocks score block ``i`` against ``i + 1``
+#   blocks of keys, ``W (k + 1) / (2k)`` of the full attention ``W`` in all: at seq 512, one block
+#   measured 1.13x the baseline's step and four blocks 0.68x (the model with ``(k - 1) * o`` alone
+#   had 46% residuals at its own time points).  A component a knob splits
+#   (``chunk_split_work = {"block": ("attention",)}``) gets a second cost, ``r_per_chunk_j * W_j /
+#   k``, fitted with the rest: ``r_j W_j + s_j W_j / k`` is ``W (k + 1) / (2k)`` at ``r_j = s_j``, and
+#   lets the fit find the overheads of small blocks too.  chunked_lm_loss's head is split the same
+#   way (``"chunk": ("head",)``): one chunk holds the whole [tokens, vocab] logits, as the plain loss
+#   does, and streams them through memory; k chunks hold 1/k of them.  Its SGD time points read
+#   1.06, 0.81, 0.87 at 1, 4, 16 chunks (batch 8, seq 96, vocab 3072) and 1.01, 0.84, 0.90 (batch
+#   4, seq 384, vocab 4096), which ``(k - 1) * o`` alone cannot follow (fit error 15.9%; 10.2% with
+#   the split, from the same points).
+
 #: nanoseconds per second: a work-components model (NOTE [ work components ]) counts in nanoseconds of thread CPU time
 NS_PER_S = 1e9
 
@@ -414,9 +447,24 @@ def baseline_cost(fam: Declaration, points: list[dict]) -> dict[str, float] | No
     return {key: float(best[1].get(i, 0.0)) for i, key in enumerate(["1"] + names)}
 
 
+def _chunk_terms(fam: Declaration, entry: Entry, pts: list[dict]) -> dict[str, Any]:
+    """The per-chunk terms of ``entry``'s time model (NOTE [ per-chunk costs ]): ``o_scale`` (the
+    product of sizes its per-chunk cost repeats over, or None), ``split`` (the work components the
+    chunks split) and ``bodies`` (:func:`~memlab.advisor.model.chunk_bodies` at each point); none
+    unless the points have two or more chunk counts."""
+    if not (entry.knobs and len({p["chunks"] for p in pts}) > 1):
+        return {"chunked": False, "o_scale": None, "split": [], "bodies": [0] * len(pts)}
+    knob = entry.knobs[0]
+    scale = fam.chunk_cost_scale.get(knob)
+    t = {"o_scale": scale} if scale else {}
+    return {"chunked": True, "o_scale": scale, "split": sorted(fam.chunk_split_work.get(knob, ())),
+            "bodies": [chunk_bodies(t, p.get("params") or {}, p["chunks"]) for p in pts]}
+
+
 def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: float,
                     cost: Mapping[str, float] | None, out: dict) -> tuple[dict, float]:
-    """:func:`_time_fit` for a family of work components (NOTE [ work components ])."""
+    """:func:`_time_fit` for a family of work components (NOTE [ work components ], NOTE [ per-chunk
+    costs ])."""
     import numpy as np
 
     names = sorted(fam.work)
@@ -424,21 +472,28 @@ def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: f
     if cost is None:
         return {**out, "kind": "none", "reason": f"fewer than {len(names) + 2} time sizes with the baseline's "
                                                    "CPU time: the baseline's cost is not determined"}, 0.0
-    chunked = bool(entry.knobs) and len({p["chunks"] for p in pts}) > 1
+    chunk = _chunk_terms(fam, entry, pts)
+    split = chunk["split"]
     den = [base_work(cost, p["work"]) + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
-    rows = [[p["work"][n] / d for n in names] + [1.0 / d] + ([(p["chunks"] - 1) / d] if chunked else [])
-            for p, d in zip(pts, den)]
+    rows = [[p["work"][n] / d for n in names] + [1.0 / d] + ([b / d] if chunk["chunked"] else [])
+            + [p["work"][n] / p["chunks"] / d for n in split]
+            for p, d, b in zip(pts, den, chunk["bodies"])]
     target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
     solution = [float(x) for x in _lstsq_scaled(np.array(rows), np.array(target))]
     r = dict(zip(names, solution))
     c = solution[len(names)]
-    o = solution[len(names) + 1] if chunked else 0.0
-    fitted = [(sum(r[n] * p["work"][n] for n in names) + c + (p["chunks"] - 1) * o
-               + per_byte * p.get("mmap_bytes", 0)) / d for p, d in zip(pts, den)]
+    o = solution[len(names) + 1] if chunk["chunked"] else 0.0
+    s = dict(zip(split, solution[len(names) + 2:]))
+    fitted = [(sum(r[n] * p["work"][n] for n in names) + sum(s[n] * p["work"][n] / p["chunks"] for n in split)
+               + c + b * o + per_byte * p.get("mmap_bytes", 0)) / d for p, d, b in zip(pts, den, chunk["bodies"])]
     rel = [(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts)]
     note = out["note"].replace("r + (c + (k - 1) * o) / W", "(sum_j r_j W_j + c + (k - 1) * o) / (sum_j "
                                "baseline_cost_j W_j + baseline_cost_1), nanoseconds (NOTE [ work components ])")
+    if chunk["o_scale"] or split:
+        note += (f"; (k - 1) * {chunk['o_scale']} further loop bodies" if chunk["o_scale"] else "") + (
+            f"; plus r_per_chunk_j W_j / k for {', '.join(split)}" if split else "") + " (NOTE [ per-chunk costs ])"
     return {**out, "note": note, "kind": "components", "baseline_cost": dict(cost), "r": r, "c": c, "o": o,
+            **({"o_scale": chunk["o_scale"]} if chunk["o_scale"] else {}), **({"r_per_chunk": s} if split else {}),
             "max_fit_rel_error": round(max(abs(e) for e in rel), 4)}, sum(e * e for e in rel)
 
 
@@ -462,17 +517,19 @@ def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: floa
         return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}, 0.0
     if components:
         return _components_fit(fam, entry, pts, per_byte, cost, out)
+    bodies = _chunk_terms(fam, entry, pts)
     den = [p["work"] + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
-    rows = [[p["work"] / d, 1.0 / d] + ([(p["chunks"] - 1) / d] if chunked else []) for p, d in zip(pts, den)]
+    rows = [[p["work"] / d, 1.0 / d] + ([b / d] if chunked else []) for p, d, b in zip(pts, den, bodies["bodies"])]
     target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
     solution = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)[0]
     r, c = float(solution[0]), float(solution[1])
     o = float(solution[2]) if chunked else 0.0
-    fitted = [(r * p["work"] + c + (p["chunks"] - 1) * o + per_byte * p.get("mmap_bytes", 0)) / d
-              for p, d in zip(pts, den)]
+    fitted = [(r * p["work"] + c + b * o + per_byte * p.get("mmap_bytes", 0)) / d
+              for p, d, b in zip(pts, den, bodies["bodies"])]
     worst = max(abs(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts))
     sq = sum(((f - p["relative_step_time"]) / p["relative_step_time"]) ** 2 for f, p in zip(fitted, pts))
-    return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4)}, sq
+    return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4),
+            **({"o_scale": bodies["o_scale"]} if bodies["o_scale"] else {})}, sq
 
 
 def pooled_baseline_cost(fam: Declaration, entries: list[dict], *,

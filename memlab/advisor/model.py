@@ -81,7 +81,8 @@ from ..record import CATEGORIES
 from .declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
-           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "mmapped_bytes", "MMAP_CEILING_BYTES", "work_of", "base_work"]
+           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "chunk_bodies", "mmapped_bytes", "MMAP_CEILING_BYTES",
+           "work_of", "base_work"]
 
 SCHEMA = 1
 #: committed models, beside the sweeps
@@ -174,12 +175,26 @@ def base_work(cost: Mapping[str, float], work: Mapping[str, int]) -> float:
     return total
 
 
-def _components_time(t: Mapping[str, Any], work: Mapping[str, int], k: int, mapped: tuple[float, float]) -> float:
-    """``(sum_j r_j W_j + c + (k - 1) o + f M) / (baseline cost + f M_base)`` of a ``components`` time
-    model, ``mapped`` = ``(f M, f M_base)``; summed in the components' sorted order (as choose.js)."""
-    num = t["c"] + (k - 1) * t["o"]
+def chunk_bodies(t: Mapping[str, Any], params: Mapping[str, int], k: int) -> int:
+    """Further loop bodies a time model's per-chunk cost ``o`` counts at ``k`` chunks: ``k - 1``, times
+    the product of sizes ``t["o_scale"]`` when the knob's loop runs inside an outer loop (``(k - 1) *
+    layers``: NOTE [ per-chunk costs ] in :mod:`memlab.advisor.fit`)."""
+    scale = t.get("o_scale")
+    return (k - 1) * (eval_poly({scale: 1}, params) if scale else 1)
+
+
+def _components_time(t: Mapping[str, Any], work: Mapping[str, int], k: int, mapped: tuple[float, float],
+                     bodies: int) -> float:
+    """``(sum_j r_j W_j + sum_j s_j W_j / k + c + bodies * o + f M) / (baseline cost + f M_base)`` of a
+    ``components`` time model, ``s`` its ``r_per_chunk`` (NOTE [ per-chunk costs ]), ``bodies`` from
+    :func:`chunk_bodies`, ``mapped`` = ``(f M, f M_base)``; summed in the components' sorted order (as
+    choose.js)."""
+    num = t["c"] + bodies * t["o"]
     for name in sorted(work):
         num += t["r"][name] * work[name]
+    split = t.get("r_per_chunk") or {}
+    for name in sorted(split):
+        num += split[name] * work[name] / k
     return float((num + mapped[0]) / (base_work(t["baseline_cost"], work) + mapped[1]))
 
 
@@ -192,7 +207,9 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
     ``M_base`` the bytes the technique's and the baseline's steps allocate in blocks glibc maps afresh;
     for a ``components`` model (NOTE [ work components ]) ``(sum_j r_j W_j + c + (k - 1) * o [+ f * M])
     / (sum_j b_j W_j + b_0 [+ f * M_base])``, ``b`` the baseline's cost (``time["baseline_cost"]``);
-    None without a model.  The family baseline's own entry (``entry["baseline"]``) is 1 by definition:
+    where the per-chunk cost repeats inside an outer loop ``(k - 1) * o`` is ``(k - 1) * layers * o``,
+    and a component the chunks split adds ``s_j * W_j / k`` (NOTE [ per-chunk costs ] in
+    :mod:`memlab.advisor.fit`: :func:`chunk_bodies`, ``time["r_per_chunk"]``); None without a model.  The family baseline's own entry (``entry["baseline"]``) is 1 by definition:
     its measured points are itself over itself, the timing's noise (an eager_attention fit at 3 rounds
     read 1.117 and 0.888), so a model fitted to them would only add that noise to every prediction."""
     if entry.get("baseline"):
@@ -214,13 +231,14 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
         ceiling = fault.get("ceiling_bytes", MMAP_CEILING_BYTES)
         mine = mmapped_bytes(entry["classes"], *decl.loop_of(params, chunked=bool(entry.get("knobs"))), ceiling)
         base = mmapped_bytes(fault["baseline"], *decl.loop_of(params, chunked=False), ceiling)
+    bodies = chunk_bodies(t, params, k)
     if t["kind"] == "components":
         mapped = (0.0, 0.0) if mine is None or base is None else (per_byte * mine, per_byte * base)
-        return _components_time(t, work, k, mapped)
+        return _components_time(t, work, k, mapped, bodies)
     if mine is None or base is None:
-        return float(t["r"] + (t["c"] + (k - 1) * t["o"]) / work)
+        return float(t["r"] + (t["c"] + bodies * t["o"]) / work)
     w = float(work)
-    return float((t["r"] * w + t["c"] + (k - 1) * t["o"] + per_byte * mine) / (w + per_byte * base))
+    return float((t["r"] * w + t["c"] + bodies * t["o"] + per_byte * mine) / (w + per_byte * base))
 
 
 #: glibc's dynamic mmap threshold never rises above this (``DEFAULT_MMAP_THRESHOLD_MAX`` on a 64-bit

@@ -99,7 +99,16 @@ def _components_ok(t: dict, sizes_and_knobs: set[str]) -> bool:
         isinstance(n, str) and _poly_ok({m: 1}, sizes_and_knobs) for n, m in work.items()) \
         and isinstance(r, dict) and set(r) == set(work) and all(_num(v) for v in r.values()) \
         and isinstance(cost, dict) and set(cost) == set(work) | {"1"} and all(_num(v) for v in cost.values()) \
-        and _num(t.get("c")) and _num(t.get("o"))
+        and _num(t.get("c")) and _num(t.get("o")) and _chunk_terms_ok(t, sizes_and_knobs)
+
+
+def _chunk_terms_ok(t: dict, sizes_and_knobs: set[str]) -> bool:
+    """A time model's optional per-chunk terms (NOTE [ per-chunk costs ] in :mod:`memlab.advisor.fit`):
+    ``o_scale`` a monomial of the sizes, ``r_per_chunk`` a number per work component."""
+    scale, split = t.get("o_scale"), t.get("r_per_chunk")
+    work = t.get("work") if isinstance(t.get("work"), dict) else {}
+    return (scale is None or (isinstance(scale, str) and _poly_ok({scale: 1}, sizes_and_knobs))) and (
+        split is None or (isinstance(split, dict) and set(split) <= set(work) and all(_num(v) for v in split.values())))
 
 
 def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[str]) -> str | None:
@@ -123,10 +132,12 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     if t is not None and not isinstance(t, dict):
         return f"{entry['label']}: time is not an object"
     if isinstance(t, dict) and t.get("kind") == "work" and not (
-            all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)):
+            all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)
+            and _chunk_terms_ok(t, sizes | knobs)):
         return f"{entry['label']}: a work-scaled time model without r, c, o, work"
     if isinstance(t, dict) and t.get("kind") == "components" and not _components_ok(t, sizes | knobs):
-        return f"{entry['label']}: a work-components time model without work, r, baseline_cost, c, o"
+        return (f"{entry['label']}: a work-components time model without work, r, baseline_cost, c, o, or with an "
+                "o_scale or r_per_chunk that is not a product of sizes or a number per component")
     if isinstance(t, dict) and t.get("kind") in ("work", "components") and t.get("fault") is not None and not _fault_ok(
             t["fault"], classes, variables):
         return f"{entry['label']}: a page-fault term without per_byte, ceiling_bytes, baseline and allocations"
@@ -141,7 +152,8 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
 
 def _compact_entry(entry: dict) -> dict[str, Any]:
     t = entry.get("time") or {}
-    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "baseline_cost", "fault") if k in t} \
+    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "baseline_cost", "fault", "o_scale", "r_per_chunk")
+            if k in t} \
         if t.get("kind") in ("constant", "work", "components") else None
     if time and "fault" in time:
         time["fault"] = {k: time["fault"][k] for k in ("per_byte", "ceiling_bytes", "baseline")}

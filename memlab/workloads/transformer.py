@@ -295,5 +295,11 @@ class TransformerModel(AdvisorModel, family="transformer"):
                   {"seq": 128, "batch": 4, "vocab": 2048, "layers": 6}, {"seq": 256, "batch": 4, "vocab": 2048, "layers": 24})
     work = {"layers": "layers*batch*seq", "attention": "layers*batch*seq*seq", "head": "batch*seq*vocab"}
     time_chunks = (1, 4, 16)
+    # chunked_attention's query blocks run in every layer (its per-block cost repeats layers times) and
+    # split the causal attention's work as W (k + 1) / (2k); chunked_lm_loss's chunks run once per
+    # step, and one chunk holds the whole [tokens, vocab] logits as the plain loss does where k chunks
+    # hold 1/k of them (NOTE [ per-chunk costs ] in memlab.advisor.fit)
+    chunk_cost_scale = {"block": "layers"}
+    chunk_split_work = {"block": ("attention",), "chunk": ("head",)}
     max_quantum = 1 << 12
     trace_values = (5, 7, 11, 13, 17, 19, 23)
