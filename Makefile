@@ -31,8 +31,11 @@ demo: install
 	  && echo "site: $$(cat $(OUT)/.site-path)" \
 	  || echo "site builder not available yet; the sweep table is above ($(OUT)/demo-sweep.jsonl)"
 
+## the suite on two workers (pytest-xdist, from the test extra), one test file per worker at a time
+## (--dist loadfile): a module's fixtures (the browser, the Ray instance, the module-wide sweeps and fits) start
+## once, and its tests run in their file's order, as they do serially
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 ## the slow tests `make test` leaves out (asv building its own virtualenv and memlab at two commits)
 test-slow: install
