@@ -211,26 +211,24 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
         kind: SliceAccumulateBackward = self.config["backward"]
         if kind == "autograd":
             return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=self.config["chunk_size"])
-        chunk = min(self.config["chunk_size"], x.shape[0])
-        k = self._hidden_tiles(x, w1)
-        if k == 1:
-            return slice_accumulate(chained_matmul, x, w1, w2, chunk_size=chunk, chunk_vjp=chained_matmul_chunk_vjp,
-                                    chunk_forward=chained_matmul_into, scratch=chained_matmul_scratch)
+        k, rows = self._passes(x, w1)
         tile = w1.shape[1] // k  # the same workspace bytes as [chunk, hidden]: NOTE [ hidden tiles ]
-        return slice_accumulate(chained_matmul_in_tiles(tile), x, w1, w2, chunk_size=k * chunk,
-                                chunk_vjp=chained_matmul_chunk_vjp, chunk_forward=chained_matmul_into,
+        return slice_accumulate(chained_matmul if k == 1 else chained_matmul_in_tiles(tile), x, w1, w2,
+                                chunk_size=rows, chunk_vjp=chained_matmul_chunk_vjp, chunk_forward=chained_matmul_into,
                                 scratch=functools.partial(chained_matmul_scratch, tile=tile))
 
-    def _hidden_tiles(self, x: torch.Tensor, w1: torch.Tensor) -> int:
-        """Hidden tiles per pass of the manual path (NOTE [ hidden tiles ]); 1 for the autograd path."""
-        if self.config["backward"] != "manual":
-            return 1
+    def _passes(self, x: torch.Tensor, w1: torch.Tensor) -> tuple[int, int]:
+        """``(k, rows)``: the hidden tiles of a pass of the manual path (NOTE [ hidden tiles ]; 1 for the
+        autograd path) and the rows of a pass (``k`` chunks)."""
         n, (d, hidden) = x.shape[0], w1.shape
-        return hidden_tiles(n, d, hidden, min(self.config["chunk_size"], n), x.element_size(), x.device.type)
+        chunk = min(self.config["chunk_size"], n)
+        if self.config["backward"] != "manual":
+            return 1, chunk
+        k = hidden_tiles(n, d, hidden, chunk, x.element_size(), x.device.type)
+        return k, k * chunk
 
     def describe(self, problem, mode="train"):
-        x, w1 = problem.inputs["x"], problem.model.w1
-        k = self._hidden_tiles(x, w1)
-        rows = k * min(self.config["chunk_size"], x.shape[0])
+        x = problem.inputs["x"]
+        k, rows = self._passes(x, problem.model.w1)
         return {**super().describe(problem, mode), "backward_path": self.config["backward"], "hidden_tiles": k,
                 "rows_per_pass": rows, "passes": -(-x.shape[0] // rows)}
