@@ -576,9 +576,14 @@ class MemlabBenchmark(abc.ABC):
     def _relative(self) -> float:
         """``relative_step_time`` at one intra-op thread (NOTE [ track_relative_step_time at one
         thread ]), measured once per combination and run."""
+        return self._timed()["relative_step_time"]
+
+    def _timed(self) -> dict[str, Any]:
+        """The one-thread measurement's ``relative_step_time``, ``flops`` and ``relative_to`` (the
+        last two None where this memlab version records none), measured once per combination and run."""
         path = self._cache_file().with_suffix(".relative.json")
         if path.exists():
-            return json.loads(path.read_text())["relative_step_time"]
+            return json.loads(path.read_text())
         if not _has_time_budget():
             raise NotImplementedError("this memlab version times no reference step (no relative_step_time)")
         threads = torch.get_num_threads()
@@ -590,16 +595,16 @@ class MemlabBenchmark(abc.ABC):
         value = getattr(m, "relative_step_time", None)
         if value is None:
             raise NotImplementedError("this memlab version reports no relative_step_time")
-        path.write_text(json.dumps({"relative_step_time": value, "flops": getattr(m, "flops", None),
-                                    "relative_to": getattr(m, "relative_to", None)}))
-        return value
+        timed = {"relative_step_time": value, "flops": getattr(m, "flops", None),
+                 "relative_to": getattr(m, "relative_to", None)}
+        path.write_text(json.dumps(timed))
+        return timed
 
     def _limit_gap(self) -> float:
         """``relative_step_time / (flops / baseline flops)`` (NOTE [ time limits ] in memlab.limits):
-        the relative time of the measurement :meth:`_relative` cached, over the FLOP ratio against the
+        the relative time of the measurement :meth:`_timed` cached, over the FLOP ratio against the
         family baseline it was timed against (one traced step of the baseline, cached apart)."""
-        self._relative()
-        timed = json.loads(self._cache_file().with_suffix(".relative.json").read_text())
+        timed = self._timed()
         flops, baseline = timed.get("flops"), timed.get("relative_to")
         if not flops or not baseline:
             raise NotImplementedError("this memlab version records no FLOPs or family baseline")
