@@ -15,17 +15,37 @@ allocated figure is exact.
 # NOTE [ timing without the resident setting ]
 A fixed 128 KiB mmap threshold makes every tensor of 128 KiB or more a fresh ``mmap`` whose pages the
 kernel faults in and zeroes, and every free a ``munmap``: the price of a resident figure that tracks
-tensor lifetimes.  A user's training loop runs under glibc's default, which raises the threshold to
-the largest block freed (up to 32 MiB) and keeps freed blocks for reuse.  Timed under the fixed
-threshold, ``tt_factorized``'s step took 2.4 s instead of 0.45 s and its relative time read 3.5
-instead of 2.0.  So steps are timed in a child of their own that never had the setting
-(:mod:`memlab.measurement.timing`): the fork server and the timing child run with glibc's default,
-and only the measuring child fixes the threshold.  Where a caller measures in its own process
-(``isolate=False``, as asv does) and the process was started with ``MALLOC_MMAP_THRESHOLD_``, the
-timed phase lifts the threshold to glibc's own ceiling (:func:`glibc_default_heap`: 32 MiB mmap,
-64 MiB trim, the values the default's dynamic adjustment tends to for blocks up to 32 MiB) and
-restores the fixed setting afterwards; the row records which heap timed it (``environment``'s
-``timing_heap``).
+tensor lifetimes.  Timed under it, ``tt_factorized``'s step took 2.4 s instead of 0.45 s and its
+relative time read 3.5 instead of 2.0.  So steps are timed in a child of their own that never had the
+setting (:mod:`memlab.measurement.timing`); only the measuring child fixes the threshold.
+
+# NOTE [ the timing heap ]
+glibc's default is not one heap but a history: its mmap threshold starts at 128 KiB and rises to the
+size of each mmapped block freed (up to 32 MiB), its trim threshold with it (twice the mmap
+threshold), so how many pages a step faults in depends on which blocks this process happened to free
+first and on where its free space lies when a step ends.  Timed under the untouched default, a
+relative time measured that history as much as the technique.  In separate processes of the same
+code (one thread, idle, 5 Dec 2026, Adam, ``memlab.measure`` as the
+advisor's time check calls it): ``checkpoint_layer`` (seq 384, batch 2) read 1.216-1.369 with
+1,141-7,352 faults per step, ``chunked_lm_loss`` (seq 512, vocab 2048) 0.906-1.040, and
+``chunked_lm_loss`` at vocab 4096 read 0.85 of its baseline because the baseline faulted 6,116-7,878
+pages a step and the technique 5-484.  Lifting only the mmap threshold to glibc's ceiling (32 MiB,
+trim 64 MiB) left a trim-and-regrow cycle in some processes (``selective_checkpoint``: 16,382 faults
+a step and 1.70 in one of four processes, 1.30-1.35 in the others).
+
+So every timed phase runs under a heap that keeps what it grows (:func:`timing_heap`, set with
+``mallopt``): the mmap threshold at glibc's ceiling of 32 MiB and trimming off, the CPU counterpart
+of PyTorch's CUDA caching allocator, which keeps the segments it has reserved.  The heap grows to its
+high-water mark in the first steps and is reused after: the same settings read 1.318-1.345,
+1.028-1.034 and 1.319-1.333 (selective_checkpoint) at 4-45 faults per step.  A block above 32 MiB is
+still a fresh mapping, as in every glibc process, and its first touch is part of the step's cost
+(``vmap_chunk``'s 32 MiB baseline blocks: 8,000-16,000 faults a step).  ``extra``'s
+``timed_minor_faults``/``baseline_minor_faults`` record the median per step.  This is not the
+resident figure's setting, which exists for another figure.  In a process with the resident setting
+(asv's, ``isolate=False``) the fixed threshold is restored after the phase; in one without it the
+timing heap stays, as glibc offers no way back to its dynamic rule once ``mallopt`` is called.  The
+row names the heap (``environment``'s ``timing_heap``); where ``mallopt`` is not glibc's (musl's
+does nothing), nothing is set and the label says so.
 """
 from __future__ import annotations
 
@@ -36,7 +56,7 @@ import ctypes
 import ctypes.util
 
 __all__ = ["resident_supported", "reset_high_water", "read_kib", "MMAP_THRESHOLD", "fix_mmap_threshold",
-           "glibc_default_heap", "threshold_fixed", "TIMING_HEAP_DEFAULT", "TIMING_HEAP_CEILING"]
+           "timing_heap", "threshold_fixed", "TIMING_HEAP_DEFAULT", "TIMING_HEAP_KEPT"]
 
 MMAP_THRESHOLD = "131072"
 #: mallopt parameters (glibc's malloc.h)
@@ -44,9 +64,11 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 #: glibc's ceiling for its dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX), bytes
 _DYNAMIC_MMAP_CEILING = 32 * 2**20
 _DEFAULT_TRIM_THRESHOLD = 128 * 1024
+#: M_TRIM_THRESHOLD -1: "disables trimming completely" (glibc manual, Malloc Tunable Parameters)
+_NEVER_TRIM = -1
 #: ``environment["timing_heap"]`` values
-TIMING_HEAP_DEFAULT = "glibc default (no malloc setting)"
-TIMING_HEAP_CEILING = "glibc dynamic-threshold ceiling (mallopt: mmap 32 MiB, trim 64 MiB)"
+TIMING_HEAP_DEFAULT = "C library default (no mallopt)"
+TIMING_HEAP_KEPT = "glibc heap kept (mallopt: mmap threshold 32 MiB, no trim)"
 _fixed_here = False
 
 
@@ -77,23 +99,25 @@ def threshold_fixed() -> bool:
 
 
 @contextlib.contextmanager
-def glibc_default_heap():
-    """Time under glibc's default heap behaviour (NOTE [ timing without the resident setting ]).
+def timing_heap():
+    """The timed phase's heap: glibc's mmap threshold at its 32 MiB ceiling and trimming off (NOTE [ the
+    timing heap ]).
 
-    Yields the ``timing_heap`` label.  In a process without the resident setting nothing changes;
-    in one with it, the thresholds are lifted to glibc's dynamic ceiling and fixed again on exit.
+    Yields the ``timing_heap`` label.  Where ``mallopt`` is unavailable nothing changes and the label
+    says which heap the steps ran under; in a process with the resident setting the fixed threshold
+    is set again on exit.
     """
-    fn = _mallopt() if threshold_fixed() else None
-    if fn is None:
+    fn = _mallopt()
+    if fn is None or fn(_M_MMAP_THRESHOLD, _DYNAMIC_MMAP_CEILING) != 1:  # musl's mallopt does nothing, returns 0
         yield TIMING_HEAP_DEFAULT if not threshold_fixed() else f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD}"
         return
-    fn(_M_MMAP_THRESHOLD, _DYNAMIC_MMAP_CEILING)
-    fn(_M_TRIM_THRESHOLD, 2 * _DYNAMIC_MMAP_CEILING)
+    fn(_M_TRIM_THRESHOLD, _NEVER_TRIM)
     try:
-        yield TIMING_HEAP_CEILING
+        yield TIMING_HEAP_KEPT
     finally:
-        fn(_M_MMAP_THRESHOLD, int(os.environ.get("MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD)))
-        fn(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
+        if threshold_fixed():
+            fn(_M_MMAP_THRESHOLD, int(os.environ.get("MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD)))
+            fn(_M_TRIM_THRESHOLD, _DEFAULT_TRIM_THRESHOLD)
 
 
 def read_kib(key: str) -> int | None:

@@ -2,8 +2,9 @@
 
 # NOTE [ timed phase ]
 Times are taken in a phase of their own, in a process that never had the resident-memory malloc
-setting (NOTE [ timing without the resident setting ] in :mod:`memlab.measurement.resident`), with no
-profiler, FLOP counter or dispatch mode active.  The phase builds three problems from one seed:
+setting (NOTE [ timing without the resident setting ] in :mod:`memlab.measurement.resident`), under
+glibc's heap at the ceiling of its dynamic thresholds (NOTE [ the timing heap ], same module), with
+no profiler, FLOP counter or dispatch mode active.  The phase builds three problems from one seed:
 
 * the technique's, whose steps are timed;
 * the **family baseline**'s (``unchunked``, ``dense``, ``residual``, ``resnet``: the technique of the
@@ -37,6 +38,11 @@ from __future__ import annotations
 
 import statistics
 import time
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not a POSIX platform
+    resource = None
 from typing import Any
 
 import torch
@@ -46,7 +52,7 @@ from ..technique import Technique
 from .cpu_pin import pinned_to_one_cpu
 from .devices import synchronize
 from .environment import load_average
-from .resident import glibc_default_heap
+from .resident import timing_heap
 from .step import make_step
 from .step_check import Float64Arbiter, ReferenceAsTechnique, Shadow, StepLog, build_problem, checker_for
 
@@ -137,19 +143,33 @@ def _iqr(xs: list[float]) -> float:
     return q3 - q1
 
 
-def _timed(fn, device, log: StepLog | None = None) -> tuple[float, float]:
-    """``(wall seconds, thread CPU seconds)`` of one call, less the time ``log`` spent sampling it."""
+def _minor_faults() -> int | None:
+    """The process's minor page faults so far (``getrusage``), or None without ``resource``."""
+    return None if resource is None else resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def _timed(fn, device, log: StepLog | None = None) -> tuple[float, float, int | None]:
+    """``(wall seconds, thread CPU seconds, minor page faults)`` of one call, the times less what
+    ``log`` spent sampling it (the faults include the sampling's: NOTE [ the timing heap ])."""
     synchronize(device)
     if log is not None:
         log.take_overhead()
+    f0 = _minor_faults()
     w0, c0 = time.perf_counter(), time.thread_time()
     fn()
     synchronize(device)
     wall, cpu = time.perf_counter() - w0, time.thread_time() - c0
+    faults = None if f0 is None else _minor_faults() - f0
     if log is None:
-        return wall, cpu
+        return wall, cpu, faults
     sampled_wall, sampled_cpu = log.take_overhead()
-    return wall - sampled_wall, cpu - sampled_cpu
+    return wall - sampled_wall, cpu - sampled_cpu, faults
+
+
+def _median_faults(samples: list[tuple[float, float, int | None]]) -> float | None:
+    """Median minor page faults per step of ``_timed`` samples, or None where they were not counted."""
+    faults = [s[2] for s in samples if s[2] is not None]
+    return statistics.median(faults) if faults else None
 
 
 class _Problems:
@@ -201,14 +221,14 @@ def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cp
     """``baseline, technique, baseline, ...``; after each technique step the shadow steps, untimed,
     and the two are compared.
 
-    Returns ``(technique (wall, cpu) pairs, baseline pairs)``: at least ``min_steps`` technique
+    Returns ``(technique (wall, cpu, faults) samples, baseline samples)``: at least ``min_steps`` technique
     steps, then more until :func:`_settled` (NOTE [ when to stop timing ]) or ``budget_s`` seconds
     have passed.
     """
     started = time.perf_counter()
     k = 1 if cpu_clock else 0
     ref = [_timed(problems.baseline, device, problems.baseline_log)]
-    times: list[tuple[float, float]] = []
+    times: list[tuple[float, float, int | None]] = []
     while len(times) < MAX_TIMED_STEPS:
         problems.sync_shadow()
         times.append(_timed(problems.step, device, problems.log))
@@ -226,7 +246,7 @@ def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cp
     return times, ref
 
 
-def _settled(times: list[tuple[float, float]], ref: list[tuple[float, float]], cpu_clock: bool) -> bool:
+def _settled(times: list[tuple], ref: list[tuple], cpu_clock: bool) -> bool:
     """Stable step times and a precise median ratio (NOTE [ when to stop timing ])."""
     k = 1 if cpu_clock else 0
     clock = [t[k] for t in times]
@@ -249,8 +269,9 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     ``relative_to``, ``timing_threads``, ``steps_checked``, ``load_avg_before``/``after``, and
     ``timed_check`` (a :class:`~memlab.measurement.step_check.StepComparison`; pass it to
     :func:`timed_verdict`), ``timing_heap``, ``timing_cpu`` (the CPU the phase was pinned to, or None:
-    NOTE [ one CPU per timed phase ] in :mod:`memlab.measurement.cpu_pin`), ``relative_time_clock``
-    and ``optimizer_class``.
+    NOTE [ one CPU per timed phase ] in :mod:`memlab.measurement.cpu_pin`), ``relative_time_clock``,
+    ``optimizer_class``, and ``timed_minor_faults``/``baseline_minor_faults`` (median minor page
+    faults per technique/baseline step: NOTE [ the timing heap ]).
     ``threads``: intra-op threads for the phase (default :data:`TIMING_THREADS`), restored after.
     ``check=False``: no shadow, no step compared (``steps_checked`` 0), as for ``measure(check=False)``.
     """
@@ -260,7 +281,7 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     cpu_clock = device.type == "cpu" and timing_threads == 1
     baseline = family_baseline(technique)
     try:
-        with glibc_default_heap() as heap, pinned_to_one_cpu(cpu_clock) as timing_cpu:
+        with timing_heap() as heap, pinned_to_one_cpu(cpu_clock) as timing_cpu:
             problems = _Problems(technique, baseline, device, dtype, mode, seed, optimizer, loss, check)
             problems.step()  # warm-up of each: lazy initialisation, optimizer state (checked: step 1)
             problems.check_last()
@@ -284,7 +305,8 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
             "timing_threads": timing_threads, "steps_checked": check.steps,
             "load_avg_before": load_before, "load_avg_after": load_after,
             "timed_check": check, "timing_heap": heap, "timing_cpu": timing_cpu, "optimizer_class": optimizer_class,
-            "relative_time_clock": "thread_cpu" if cpu_clock else "wall"}
+            "relative_time_clock": "thread_cpu" if cpu_clock else "wall",
+            "timed_minor_faults": _median_faults(times), "baseline_minor_faults": _median_faults(ref)}
 
 
 def timed_verdict(measurement, timed: dict[str, Any]):
@@ -295,6 +317,8 @@ def timed_verdict(measurement, timed: dict[str, Any]):
     check = timed.pop("timed_check")
     reason = check.reason if hasattr(check, "reason") else check.get("reason")
     extra = {**measurement.extra, "relative_time_clock": timed.pop("relative_time_clock"),
+             "timed_minor_faults": timed.pop("timed_minor_faults", None),
+             "baseline_minor_faults": timed.pop("baseline_minor_faults", None),
              "timed_steps_max_error": check.max_error if hasattr(check, "max_error") else check.get("max_error")}
     environment = {**measurement.environment, "timing_heap": timed.pop("timing_heap"),
                    "timing_cpu": timed.pop("timing_cpu", None)}
