@@ -330,9 +330,11 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
 # family (:func:`fault_term`: a one-dimensional search, each entry's ``r, c, o`` by least squares at
 # each ``f``); 0 where no time point allocates such a block (nothing to fit it from).  With ``M =
 # M_base = 0`` the form is the one of NOTE [ advisor time model ].  On CUDA the term is 0 (the caching
-# allocator keeps its blocks): ``predict_time(..., device="cuda")`` leaves it out.  What it does not
-# count: heap memory returned to the kernel when more than the trim threshold (twice the mmap
-# threshold, at most 64 MiB) lies free at the top of the heap, which is faulted in again too.
+# allocator keeps its blocks): ``predict_time(..., device="cuda")`` leaves it out.  The timed phase's
+# heap fixes the threshold at that 32 MiB ceiling and never trims (NOTE [ the timing heap ] in
+# memlab/measurement/resident.py), so blocks under 32 MiB are faulted in only while the heap grows to
+# its high-water mark in the first steps, whatever the process freed before; a default process can
+# also return the top of its heap to the kernel and fault it in again each step, which no term counts.
 
 
 # NOTE [ work components ]
