@@ -77,7 +77,11 @@ which other jobs on the machine do not move (NOTE [ CPU time and load ] in
 memlab/measurement/timing.py), and the step is timed under glibc's default heap: asv's environment
 sets ``MALLOC_MMAP_THRESHOLD_`` for the resident figure, so the setup lifts glibc's thresholds to
 the ceiling of its own dynamic adjustment for the timed process (:func:`_glibc_default_heap`; the
-resident setting made ``tt_factorized``'s step 5x slower).  On CUDA the thread waits for the
+resident setting made ``tt_factorized``'s step 5x slower).  ``time_step`` keeps that ceiling's 64 MiB
+trim threshold, under which its history was measured; memlab's own timed phase, behind
+``track_relative_step_time``, turns trimming off from 0a9d45d on (NOTE [ the timing heap ] in
+memlab/measurement/resident.py), so a step there no longer returns the top of its heap to the kernel
+and faults it in again.  On CUDA the thread waits for the
 device in ``torch.cuda.synchronize()``, spinning by default, so its CPU time follows the wall clock.
 
 NOTE [ track_relative_step_time at one thread ]
