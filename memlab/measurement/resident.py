@@ -31,13 +31,13 @@ advisor's time check calls it): ``checkpoint_layer`` (seq 384, batch 2) read 1.2
 ``chunked_lm_loss`` at vocab 4096 read 0.85 of its baseline because the baseline faulted 6,116-7,878
 pages a step and the technique 5-484.  Lifting only the mmap threshold to glibc's ceiling (32 MiB,
 trim 64 MiB) left a trim-and-regrow cycle in some processes (``selective_checkpoint``: 16,382 faults
-a step and 1.70 in one of four processes, 1.30-1.35 in the others).
+a step and 1.70 in one of eight processes, 1.30-1.35 in the others).
 
 So every timed phase runs under a heap that keeps what it grows (:func:`timing_heap`, set with
 ``mallopt``): the mmap threshold at glibc's ceiling of 32 MiB and trimming off, the CPU counterpart
 of PyTorch's CUDA caching allocator, which keeps the segments it has reserved.  The heap grows to its
-high-water mark in the first steps and is reused after: the same settings read 1.318-1.345,
-1.028-1.034 and 1.319-1.333 (selective_checkpoint) at 4-45 faults per step.  A block above 32 MiB is
+high-water mark in the first steps and is reused after: the same settings read 1.318-1.354,
+1.028-1.038 and 1.319-1.336 (selective_checkpoint) at 4-44 faults per step.  A block above 32 MiB is
 still a fresh mapping, as in every glibc process, and its first touch is part of the step's cost
 (``vmap_chunk``'s 32 MiB baseline blocks: 8,000-16,000 faults a step).  ``extra``'s
 ``timed_minor_faults``/``baseline_minor_faults`` record the median per step.  This is not the
