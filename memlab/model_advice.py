@@ -117,14 +117,17 @@ def _applicable(workload, names: Mapping[str, str]) -> list[str]:
 
 def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
     """The advisor declaration of a model file: the file's own ``AdvisorModel`` subclass, its
-    unset fields filled in, or the default (module doc).
+    unset fields filled in, or the default (module doc).  Every :class:`Declaration` field the
+    subclass sets in its body (or a base below ``AdvisorModel``) is taken as it is, even one equal to
+    ``AdvisorModel``'s default (:func:`_own_fields`).
 
     Args:
         model: the model file's path.
         vary: the sizes the models vary, ``batch`` first, then keywords of ``batch()`` (``seq``).
 
     Raises:
-        AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, or a bad declaration.
+        AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, a bad declaration, or
+            one that sets ``workload`` or ``family`` (the file is the workload).
     """
     from .own_model import load_model, model_techniques, technique_name
 
