@@ -24,6 +24,7 @@ predicted relative step time.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import hashlib
 import json
@@ -63,6 +64,44 @@ def _file_declaration(workload) -> type[AdvisorModel] | None:
     return found[0] if found else None
 
 
+#: fields of a model file's ``AdvisorModel`` that :func:`model_declaration` reads itself, not through
+#: :func:`_own_fields`: ``sizes`` and ``entries`` (kinds become the file's technique names)
+_READ_APART = ("sizes", "entries")
+#: ``AdvisorModel`` attributes a model file may not set: the file is the workload and names the family
+_NOT_SETTABLE = ("family", "workload")
+
+
+def _frozen(value: Any) -> Any:
+    """A declared value as :class:`Declaration` holds it: mappings as dicts, lists and tuples as tuples,
+    all the way down (``time_sizes``: a tuple of dicts; ``chunk_split_work``: a dict of tuples)."""
+    if isinstance(value, Mapping):
+        return {k: _frozen(v) for k, v in value.items()}
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def _own_fields(own: type[AdvisorModel], file_name: str) -> dict[str, Any]:
+    """``{field: value}`` of every :class:`Declaration` field the model file's ``AdvisorModel`` subclass
+    ``own`` sets (in its body or a base below ``AdvisorModel``), but ``sizes`` and ``entries``.
+
+    The fields come from :class:`Declaration` itself, so a field added there is copied without an
+    edit here; an ``AdvisorModel`` attribute the file sets that is no such field raises.
+
+    Raises:
+        AdviceError: ``own`` sets ``workload`` or ``family``, or an attribute that names no field.
+    """
+    mro = own.__mro__
+    below = mro[:mro.index(AdvisorModel)]
+    declarable = {n for n in vars(AdvisorModel) if not n.startswith("_") and not callable(getattr(AdvisorModel, n))}
+    set_names = sorted({n for c in below for n in vars(c) if n in declarable})
+    copied = {f.name for f in dataclasses.fields(Declaration)} - set(_READ_APART) - {"name", "declared_by"}
+    refused = [n for n in set_names if n in _NOT_SETTABLE or (n not in copied and n not in _READ_APART)]
+    if refused:
+        raise AdviceError(f"model file {file_name}: {own.__qualname__} sets {', '.join(refused)}, which a model "
+                          f"file's AdvisorModel may not set (the file is the workload; it may set "
+                          f"{', '.join(sorted(copied - set(_NOT_SETTABLE) | set(_READ_APART)))})")
+    return {n: (getattr(own, n) if n == "loop" else _frozen(getattr(own, n))) for n in set_names if n in copied}
+
+
 def _applicable(workload, names: Mapping[str, str]) -> list[str]:
     """Kinds that run on the CPU and find what they need (blocks) on this model."""
     from .registry import get_technique
@@ -78,14 +117,17 @@ def _applicable(workload, names: Mapping[str, str]) -> list[str]:
 
 def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
     """The advisor declaration of a model file: the file's own ``AdvisorModel`` subclass, its
-    unset fields filled in, or the default (module doc).
+    unset fields filled in, or the default (module doc).  Every :class:`Declaration` field the
+    subclass sets in its body (or a base below ``AdvisorModel``) is taken as it is, even one equal to
+    ``AdvisorModel``'s default (:func:`_own_fields`).
 
     Args:
         model: the model file's path.
         vary: the sizes the models vary, ``batch`` first, then keywords of ``batch()`` (``seq``).
 
     Raises:
-        AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, or a bad declaration.
+        AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, a bad declaration, or
+            one that sets ``workload`` or ``family`` (the file is the workload).
     """
     from .own_model import load_model, model_techniques, technique_name
 
@@ -109,12 +151,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
                   max_quantum=MAX_QUANTUM_LIMIT, trace_values=TRACE_VALUES,
                   declared_by="memlab.model_advice.model_declaration")
     if own is not None:
-        for f in ("workload_fixed", "time_sizes", "work", "held_out", "max_degree", "trace_values", "time_chunks"):
-            value = getattr(own, f)
-            if value != getattr(AdvisorModel, f):
-                fields[f] = tuple(dict(p) for p in value) if f == "time_sizes" else value
-        if type(own.loop) is not NoLoop:
-            fields["loop"] = own.loop
+        fields.update(_own_fields(own, workload.model_file.name))
         fields["declared_by"] = f"{own.__module__}.{own.__qualname__}"
     try:
         return Declaration(**fields)

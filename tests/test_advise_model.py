@@ -66,6 +66,62 @@ def test_a_file_overrides_the_declaration_with_its_own_advisor_model(model_file)
     assert decl.held_out == {"batch": (1, 3)} and decl.declared_by.endswith(".Advice")
 
 
+EVERY_FIELD = TINY + '''
+import memlab
+from memlab.advisor import Chunks, Entry
+
+class Advice(memlab.AdvisorModel):
+    sizes = ("batch", "seq")
+    entries = (Entry("plain"),)
+    loop = Chunks(rows="seq", knob="chunk_size")
+    workload_fixed = {"blocks": "0"}
+    held_out = {"batch": [1, 4], "seq": (2, 6)}
+    time_sizes = [{"batch": 2, "seq": 3}, {"batch": 4, "seq": 3}, {"batch": 2, "seq": 6}, {"batch": 4, "seq": 6}]
+    work = {"layers": "batch*seq", "head": "batch"}
+    time_chunks = [1, 4]
+    max_degree = 2
+    max_quantum = 4096
+    trace_values = [2, 3, 5, 7, 11]
+    time_only_sizes = [{"batch": 9, "seq": 7}]
+    chunk_cost_scale = {"chunk_size": "batch"}
+    chunk_split_work = {"chunk_size": ["layers"]}
+'''
+
+
+def test_a_file_sets_every_declaration_field_and_each_is_honoured(model_file):
+    """Every :class:`Declaration` field a model file's ``AdvisorModel`` sets reaches the declaration,
+    lists read as tuples and mappings as dicts (``time_only_sizes``, ``chunk_cost_scale`` and
+    ``chunk_split_work`` were once dropped without a word).  The file sets every field but the three
+    ``model_declaration`` derives, so a field added to ``Declaration`` fails here until it is added above."""
+    import dataclasses
+
+    from memlab.advisor.declaration import Declaration
+
+    decl = model_declaration(model_file("adv_every.py", EVERY_FIELD))
+    want = dict(sizes=("batch", "seq"), entries=("adv_every__plain",), loop=("chunks", "seq", "chunk_size"),
+                workload_fixed={"blocks": "0"}, held_out={"batch": (1, 4), "seq": (2, 6)},
+                time_sizes=({"batch": 2, "seq": 3}, {"batch": 4, "seq": 3}, {"batch": 2, "seq": 6},
+                            {"batch": 4, "seq": 6}),
+                work={"layers": "batch*seq", "head": "batch"}, time_chunks=(1, 4), max_degree=2, max_quantum=4096,
+                trace_values=(2, 3, 5, 7, 11), time_only_sizes=({"batch": 9, "seq": 7},),
+                chunk_cost_scale={"chunk_size": "batch"}, chunk_split_work={"chunk_size": ("layers",)})
+    assert set(want) == {f.name for f in dataclasses.fields(Declaration)} - {"name", "workload", "declared_by"}
+    got = {f: getattr(decl, f) for f in want}
+    got["entries"] = tuple(e.technique for e in decl.entries)
+    got["loop"] = (decl.loop.kind, decl.loop.rows, decl.loop.knob)
+    assert got == want
+    assert all(type(got[f]) is type(want[f]) for f in want if f not in ("entries", "loop"))
+    assert Declaration.from_json(decl.to_json()) == decl
+
+
+@pytest.mark.parametrize("name", ["workload", "family"])
+def test_a_file_setting_what_it_may_not_is_one_error_naming_it(model_file, name):
+    path = model_file(f"adv_bad_{name}.py", OWN + f"    {name} = 'model_x'\n")
+    with pytest.raises(AdviceError, match=rf"adv_bad_{name}.py: Advice sets {name}, which a model file's "
+                                          r"AdvisorModel may not set .*may set .*chunk_split_work"):
+        model_declaration(path)
+
+
 def test_declaration_round_trips_with_trace_values_and_a_large_quantum(model_file):
     from memlab.advisor.declaration import Declaration
 

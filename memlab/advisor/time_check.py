@@ -32,7 +32,8 @@ __all__ = ["HELD_OUT", "GOAL", "check_times", "main"]
 #: the relative error the check aims for
 GOAL = 0.10
 
-#: ``(family, entry label, parameters)``: five settings per family, none of them a fitted time point
+#: ``(family, entry label, parameters)``: five settings per family (seven for the transformer, two of
+#: them chunked_attention's), none of them a fitted time point
 HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
     # a family's baseline is 1 by definition (predict_time): the settings are its other entries'
     ("chunking", "slice_loop", {"n": 4096, "d": 256, "hidden": 1024, "chunk_size": 512}),
@@ -51,6 +52,11 @@ HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("transformer", "selective_checkpoint", {"seq": 256, "batch": 8, "vocab": 1024, "layers": 2}),
     ("transformer", "chunked_lm_loss", {"seq": 256, "batch": 2, "vocab": 4096, "chunk": 128, "layers": 2}),
     ("transformer", "chunked_lm_loss", {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64, "layers": 4}),
+    # chunked_attention's query blocks: per-block costs repeat in every layer (chunk_cost_scale) and split
+    # the attention's work (chunk_split_work); seq, batch and vocab none of the fitted time sizes', 8 and
+    # 7 blocks (fitted: 1, 4, 16), at 4 layers (fitted: 2, 6, 24) and at 2
+    ("transformer", "chunked_attention", {"seq": 320, "batch": 3, "vocab": 1536, "block": 40, "layers": 4}),
+    ("transformer", "chunked_attention", {"seq": 448, "batch": 2, "vocab": 2560, "block": 64, "layers": 2}),
     # tensor_train: rank and modes are fixed (TTLinearModel), so the batch and the chunk vary: larger
     # steps than the fitted 256 and 1,024 rows, other chunk counts than 1, 4, 16
     ("tensor_train", "tt_factorized", {"batch": 4096}),
