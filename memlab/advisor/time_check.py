@@ -41,6 +41,7 @@ HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
     ("chunking", "slice_accumulate[backward=manual]", {"n": 8192, "d": 256, "hidden": 1024, "chunk_size": 1024}),
     ("chunking", "einsum_chunk[opt_einsum=false]", {"n": 4096, "d": 128, "hidden": 2048, "chunk_size": 256}),
     ("chunking", "vmap_chunk", {"n": 16384, "d": 64, "hidden": 512, "chunk_size": 4096}),
+    ("chunking", "slice_accumulate[backward=autograd]", {"n": 8192, "d": 128, "hidden": 1024, "chunk_size": 512}),
     ("reversible", "checkpoint_block", {"depth": 32, "batch": 256, "width": 256, "hidden": 512}),
     ("reversible", "reversible", {"depth": 16, "batch": 512, "width": 256, "hidden": 512}),
     ("reversible", "reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
