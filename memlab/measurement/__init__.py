@@ -125,7 +125,7 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
             status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
     if measured.status != "ok":
         return measured
-    # the timed phase in a child of its own, under glibc's default heap (NOTE [ timed phase ])
+    # the timed phase in a child of its own, under the timing heap (NOTE [ timed phase ])
     timing = {"kind": "time", "measured": measured.to_dict(), **{k: request[k] for k in (
         "technique", "params", "device", "dtype", "repeats", "seed", "time_budget_s", "threads", "check")}}
     try:

@@ -5,7 +5,7 @@ glibc heap layout), so memlab measures each configuration in its own subprocess 
 child gets the parent's plug-ins and imports nothing from the caller's directory (see NOTE [ worker
 isolation ]).  It starts under glibc's default heap (``MALLOC_MMAP_THRESHOLD_`` is removed from its
 environment): the measuring child fixes the threshold itself before it builds anything, and the
-timing child never does (NOTE [ timing without the resident setting ]).
+timing child never does; its timed phase sets the timing heap (NOTE [ the timing heap ]).
 A crash, a death by signal or a timeout becomes :class:`WorkerFailed`, whose ``status`` is ``oom``
 when the kernel's out-of-memory killer most likely ended the child and ``error`` otherwise.
 

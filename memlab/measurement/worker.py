@@ -35,7 +35,7 @@ def main(argv: list[str]) -> int:
         return 0
     technique = get_technique(req["technique"])(**req["params"])
     device, dtype = parse_device(req["device"]), parse_dtype(req["dtype"])
-    if req["kind"] == "time":  # glibc's default heap: NOTE [ timing without the resident setting ]
+    if req["kind"] == "time":  # never the resident setting; the timing heap: NOTE [ the timing heap ]
         measured = Measurement.from_dict(req["measured"])
         result = time_measured(measured, technique, device, dtype, repeats=req["repeats"],
                                time_budget_s=req["time_budget_s"], seed=req["seed"],
