@@ -3,8 +3,8 @@
 # NOTE [ timed phase ]
 Times are taken in a phase of their own, in a process that never had the resident-memory malloc
 setting (NOTE [ timing without the resident setting ] in :mod:`memlab.measurement.resident`), under
-glibc's heap at the ceiling of its dynamic thresholds (NOTE [ the timing heap ], same module), with
-no profiler, FLOP counter or dispatch mode active.  The phase builds three problems from one seed:
+a heap that keeps what it grows (glibc's mmap threshold at its 32 MiB ceiling, trimming off: NOTE [
+the timing heap ], same module), with no profiler, FLOP counter or dispatch mode active.  The phase builds three problems from one seed:
 
 * the technique's, whose steps are timed;
 * the **family baseline**'s (``unchunked``, ``dense``, ``residual``, ``resnet``: the technique of the
@@ -38,11 +38,6 @@ from __future__ import annotations
 
 import statistics
 import time
-
-try:
-    import resource
-except ImportError:  # pragma: no cover - not a POSIX platform
-    resource = None
 from typing import Any
 
 import torch
@@ -55,6 +50,11 @@ from .environment import load_average
 from .resident import timing_heap
 from .step import make_step
 from .step_check import Float64Arbiter, ReferenceAsTechnique, Shadow, StepLog, build_problem, checker_for
+
+try:
+    import resource
+except ImportError:  # pragma: no cover - not a POSIX platform
+    resource = None
 
 __all__ = ["time_in_process", "family_baseline", "relative_step_time", "step_time_fields", "timed_verdict",
            "TIMING_THREADS", "STABLE_IQR_FRACTION", "RATIO_PRECISION", "MAX_TIMED_STEPS", "WALL_BUDGET_FACTOR"]
