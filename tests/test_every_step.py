@@ -197,6 +197,62 @@ def test_an_updated_parameter_beyond_the_drift_is_not_arbitrated():
     assert checker.result().reason.startswith("measured step 2: param:0 differs")
 
 
+# -- NOTE [ updates of undetermined sign ] -----------------------------------------------------------------
+
+def _adam_like_step(grad_ref, grad_got, param_ref, param_got, output=(1.0,)):
+    return (_sampled(output=list(output), **{"grad:0": grad_got, "param:0": param_got}),
+            _sampled(output=list(output), **{"grad:0": grad_ref, "param:0": param_ref}))
+
+
+def test_an_update_whose_gradient_is_rounding_is_not_compared():
+    """The key bias's gradient is zero in exact arithmetic (5e-10 of rounding in float32, either sign)
+    and Adam moves each such entry by about lr in the direction the rounding picks: the two updates of
+    entry 1 disagree by 2e-5 where the drift allows ~1e-6 of 0.5."""
+    from memlab.measurement.step_check import StepChecker
+
+    checker = StepChecker(2.0 ** -23, "measured step")
+    checker.add(1, *_adam_like_step([0.02, 5e-10], [0.02, -3e-10], [0.5, 0.1 - 1e-5], [0.5, 0.1 + 1e-5]))
+    assert checker.result().ok, checker.result().reason
+    assert checker.undetermined["param:0"].tolist() == [False, True]
+
+
+def test_an_update_whose_gradient_is_determined_is_still_compared():
+    from memlab.measurement.step_check import StepChecker
+
+    checker = StepChecker(2.0 ** -23, "measured step")
+    checker.add(1, *_adam_like_step([0.02, 0.01], [0.02, 0.01], [0.5, 0.1 - 1e-5], [0.5, 0.1 + 1e-5]))
+    assert checker.result().reason.startswith("measured step 1: param:0 differs")
+
+
+def test_an_entry_whose_gradients_were_always_exactly_zero_must_not_move():
+    from memlab.measurement.step_check import StepChecker
+
+    checker = StepChecker(2.0 ** -23, "measured step")
+    checker.add(1, *_adam_like_step([0.02, 0.0], [0.02, 0.0], [0.5, 0.1], [0.5, 0.1]))
+    checker.add(2, *_adam_like_step([0.02, 0.0], [0.02, 0.0], [0.5, 0.1], [0.5, 0.1 + 1e-5]))
+    assert checker.result().reason.startswith("measured step 2: param:0 differs")
+
+
+def test_an_entry_once_rounding_stays_uncompared_when_its_gradients_later_read_exactly_zero():
+    """sdpa, timed step 9: both gradients of a key-bias entry were exactly 0, and Adam's momentum of
+    the earlier steps' rounding still moved the two copies 2.0e-6 apart."""
+    from memlab.measurement.step_check import StepChecker
+
+    checker = StepChecker(2.0 ** -23, "timed step")
+    checker.add(1, *_adam_like_step([0.02, 4e-10], [0.02, -2e-10], [0.5, 0.1], [0.5, 0.1]))
+    checker.add(2, *_adam_like_step([0.02, 0.0], [0.02, 0.0], [0.5, 0.1 - 1e-5], [0.5, 0.1 + 1e-5]))
+    assert checker.result().ok, checker.result().reason
+
+
+@pytest.mark.parametrize("technique", ["sdpa", "chunked_attention"])
+def test_attention_under_adam_agrees_with_its_reference_at_every_step(technique):
+    """Both were ``mismatch`` in the committed Adam sweep (param:5, the first block's qkv bias, at
+    measured step 1) before the key bias's undetermined updates were left out."""
+    m = memlab.measure(technique, isolate="fork", optimizer="adam", iterations=2, repeats=12, time_budget=0)
+    assert m.status == "ok", m.error
+    assert m.steps_checked >= 12
+
+
 def test_the_float64_arbiter_steps_the_reference_from_the_techniques_start():
     from memlab.measurement.step_check import Float64Arbiter
 
