@@ -112,9 +112,9 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         "depends on depth (and, in a GPU total, on what else is counted): the memory claim is reproduced."
         + ("" if time_ok else " The time ratio is not: the extra compute is one forward (about 4/3 of a step), "
            "but at this small width a step is dominated by per-operation overhead, which checkpointing's "
-           "per-segment bookkeeping and recomputation multiply, and the rows were measured on 2 shared cores "
-           "under load; read memlab's time column as an upper bound for small networks, not as the paper's "
-           "GPU figure."),
+           "per-segment bookkeeping and recomputation multiply (the ratio is the measuring thread's CPU time "
+           "at one intra-op thread, so other jobs on the machine do not move it); read memlab's time column as "
+           "an upper bound for small networks, not as the paper's GPU figure."),
         "Caveat: CPU, small width and batch (exact bytes; the ratios do not depend on the batch); the paper's "
         "figures are GPU totals with its own memory planner.",
     ])
