@@ -299,3 +299,20 @@ def test_bfloat16_starting_values_reach_the_shadow_as_numbers():
         into = torch.zeros(5, dtype=dtype)
         Shadow.sync(SimpleNamespace(problem=SimpleNamespace(leaves=lambda: [into])), log.start_of(1))
         assert torch.equal(into, leaf.to(dtype)), (dtype, into)
+
+
+def test_a_step_where_both_overflowed_compares_quietly():
+    """Both NaN (the reference overflowed where the technique did too): no error number, no NumPy
+    RuntimeWarning (an All-NaN slice warned from every such step of reversible's quick page)."""
+    import math
+    import warnings
+
+    from memlab.measurement.step_check import StepChecker
+
+    checker = StepChecker(2.0 ** -23, "measured step")
+    both = _sampled(output=[math.nan, math.nan], **{"grad:0": [math.inf, math.nan], "param:0": [math.nan, 1.0]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checker.add(1, both, both)
+        checker.add(2, both, both)
+    assert checker.result().ok

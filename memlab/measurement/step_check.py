@@ -292,10 +292,19 @@ def _errors(got: dict, want: dict) -> tuple[dict[str, tuple[float, float]], str 
         reason = _structural(name, got, shape, b)
         if reason is not None:
             return errors, reason
-        err = np.abs(got[name][1] - b)
-        errors[name] = (float(np.nanmax(err)) if err.size else 0.0,
-                        float(np.nanmax(np.abs(b))) if b.size else 0.0)
+        with np.errstate(invalid="ignore"):  # inf - inf where both overflowed: NaN, ignored below
+            err = np.abs(got[name][1] - b)
+        errors[name] = (_largest(err), _largest(np.abs(b)))
     return errors, None
+
+
+def _largest(a: np.ndarray) -> float:
+    """The largest entry that is not NaN; NaN when every entry is (a reference that overflowed where
+    the technique did too: nothing to compare, and no RuntimeWarning); 0.0 for no entries."""
+    if not a.size:
+        return 0.0
+    kept = a[~np.isnan(a)]
+    return float(kept.max()) if kept.size else math.nan
 
 
 def _update_errors(got: dict, want: dict, d0: float, eps: float,
@@ -313,11 +322,12 @@ def _update_errors(got: dict, want: dict, d0: float, eps: float,
         (gshape, g_ref), (_, g_got), a = want[grad], got[grad], got[name][1]
         if gshape != shape or g_ref.shape != b.shape or g_got.shape != b.shape or a.shape != b.shape:
             continue  # compared whole, as _errors did
-        limit = allowance * (float(np.nanmax(np.abs(g_ref))) if g_ref.size else 0.0)
+        limit = allowance * _largest(np.abs(g_ref))
         now = (np.abs(g_ref) <= limit) & (np.abs(g_got) <= limit) & ((g_ref != 0) | (g_got != 0))
         left_out = undetermined[name] = now | undetermined.get(name, np.zeros(b.shape, dtype=bool))
-        err = np.abs(a - b)[~left_out]
-        errors[name] = (float(np.nanmax(err)) if err.size else 0.0, float(np.nanmax(np.abs(b))) if b.size else 0.0)
+        with np.errstate(invalid="ignore"):
+            err = np.abs(a - b)[~left_out]
+        errors[name] = (_largest(err), _largest(np.abs(b)))
     return errors
 
 
