@@ -101,7 +101,8 @@ WALL_BUDGET_FACTOR = 10
 # On a noisier host of the same kind (5 Dec 2026, 22:58-23:03 UTC, load 1.0-1.2, kernel build v1272)
 # the budget did limit it: six fork-server processes of slice_loop at chunk 100 read 1.256-1.389
 # (10.6% apart; one process's steps scattered with an IQR of 24%) at the default 2 s, which bought 5-6
-# rounds, and 1.332-1.376 (3.3%) at 8 s, where the precision rule stopped after 5-23 rounds.  A larger
+# rounds, and 1.332-1.376 (3.3%) at 8 s (the precision rule stopped four after 5-17 rounds, two ran the
+# budget out at 23).  A larger
 # default would cost only the steps that do not settle; its price on the test suite is not measured.
 
 
