@@ -98,7 +98,7 @@ WALL_BUDGET_FACTOR = 10
 # process do not remove a drift that is slower than the process (a 4x budget read 1.398 and 1.315).
 # The asv time history measures it across fresh processes: 50 idle runs of slice_loop at chunk 500
 # have a CV of 1.2% and 3 of them differ by more than 5% with probability 0.06 (results/README.md).
-# On a noisier host of the same kind (5 Dec 2026, 22:55-23:00 UTC, load 1.0-1.2, kernel build v1272)
+# On a noisier host of the same kind (5 Dec 2026, 22:54-22:57 UTC, load 1.0-1.2, kernel build v1272)
 # the budget did limit it: six fork-server processes of slice_loop at chunk 100 read 1.256-1.389
 # (10.6% apart; one process's steps scattered with an IQR of 24%) at the default 2 s, which bought 5-6
 # rounds, and 1.332-1.376 (3.3%) at 8 s (the precision rule stopped four after 5-17 rounds, two ran the
