@@ -199,9 +199,10 @@ def test_an_updated_parameter_beyond_the_drift_is_not_arbitrated():
 
 # -- NOTE [ updates of undetermined sign ] -----------------------------------------------------------------
 
-def _adam_like_step(grad_ref, grad_got, param_ref, param_got, output=(1.0,)):
-    return (_sampled(output=list(output), **{"grad:0": grad_got, "param:0": param_got}),
-            _sampled(output=list(output), **{"grad:0": grad_ref, "param:0": param_ref}))
+def _adam_like_step(grad_ref, grad_got, param_ref, param_got):
+    """``(technique's samples, reference's samples)`` of one step with one parameter."""
+    return (_sampled(output=[1.0], **{"grad:0": grad_got, "param:0": param_got}),
+            _sampled(output=[1.0], **{"grad:0": grad_ref, "param:0": param_ref}))
 
 
 def test_an_update_whose_gradient_is_rounding_is_not_compared():

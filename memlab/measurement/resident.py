@@ -40,9 +40,9 @@ high-water mark in the first steps and is reused after: the same settings read 1
 1.028-1.038 and 1.319-1.336 (selective_checkpoint) at 4-44 faults per step.  Fragmentation can
 still grow it by a block in a few later steps, how many depending on where the heap starts (ASLR):
 ``unchunked`` at n=4096 (16 MiB blocks, ~4,100 faults each) grew in 0-3 of 16 baseline steps over 8
-fork-server starts, and in 4 of its first 8 in one CI run; the median is the settled step's.  A block of 32 MiB or more is
-still a fresh mapping, as in every glibc process, and its first touch is part of the step's cost
-(``vmap_chunk``'s 32 MiB baseline blocks: 8,000-16,000 faults a step).  ``extra``'s
+fork-server starts, and in 4 of its first 8 in one CI run; the median is the settled step's.  A
+block of 32 MiB or more is still a fresh mapping, as in every glibc process, and its first touch is
+part of the step's cost (``vmap_chunk``'s 32 MiB baseline blocks: 8,000-16,000 faults a step).  ``extra``'s
 ``timed_minor_faults``/``baseline_minor_faults`` record the median per step.  This is not the
 resident figure's setting, which exists for another figure.  In a process with the resident setting
 (asv's, ``isolate=False``) the fixed threshold is restored after the phase; in one without it the
