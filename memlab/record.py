@@ -186,12 +186,12 @@ def _tupled(v: Any) -> Any:
 # ~~~~~~~~~~~~~~~~~~~
 # A measurement that uses the whole machine keeps the 1-minute load average at about the cores by
 # itself: ``memlab sweep --jobs 2`` on 2 cores runs two single-thread children, and the sweep's own
-# process starts and forks add a little.  With nothing else running, the full CPU sweep's rows read
-# 0.9 to 2.2 (4 December 2026; 60% of the rows of every idle --jobs 2 run were above 2.0), so a
-# threshold of "load > cores" marked most of an idle sweep as loaded.  A row is *under load* when the
-# load exceeded ``UNDER_LOAD_FACTOR`` x the cores: at least a quarter of a core per core of work
-# that is not the sweep's.  The committed sweep measured under a real load (1.6 to 6.9 on 2 cores)
-# stays marked; its seconds are not an idle machine's (its relative step time still compares).
+# process starts and forks add a little.  With nothing else running, most rows of an idle full CPU
+# sweep read a load above the cores, so a threshold of "load > cores" marked most of an idle sweep
+# as loaded.  A row is *under load* when the load exceeded ``UNDER_LOAD_FACTOR`` x the cores: at
+# least a quarter of a core per core of work that is not the sweep's.  The committed sweep, measured
+# under a real load, stays marked; its seconds are not an idle machine's (its relative step time
+# still compares).  Evidence: docs/evidence/code-notes.md#under-load
 #: a load average above this many times the cores marks a measurement as under load
 UNDER_LOAD_FACTOR = 1.25
 

@@ -7,11 +7,10 @@ family baseline, interleaved) and compared with :func:`memlab.advisor.model.pred
 committed models; the table is written to ``data/models/time-check-<optimizer>.json``.  The goal is
 an error within :data:`GOAL` (10%) at every setting.
 
-One measurement of a setting is not always precise to 10% on a loaded machine: three single runs of
-the transformer's five settings (2 cores, load 15-18, every command at the lowest CPU weight) read
-checkpoint_layer at seq 384, batch 2, vocab 1024 as 1.241, 1.465 and 1.241, and chunked_lm_loss at
-seq 256, batch 2, vocab 4096 as 0.814, 0.969 and 0.850 (steps of 5-40 ms: thread CPU time still moves
-with cache and memory-bandwidth contention, NOTE [ CPU time and load ]).  ``--runs N`` measures every
+One measurement of a setting is not always precise to 10% on a loaded machine: single runs of the
+transformer's settings, whose steps take milliseconds, can read 15-20% apart (thread CPU time still
+moves with cache and memory-bandwidth contention, NOTE [ CPU time and load ]; Evidence:
+docs/evidence/code-notes.md#time-check-runs).  ``--runs N`` measures every
 setting N times, one pass over the settings after another, and compares the median.
 """
 from __future__ import annotations

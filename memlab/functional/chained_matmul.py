@@ -27,10 +27,9 @@ elements either way, the pass's output rows ``[k c, d]`` are no more than that (
 required), so no peak grows (the committed sweep's figures are compared in tests).
 :func:`hidden_tiles` picks ``k``: 1 off the CPU, when the four full weights already fit
 :data:`CACHE_BYTES`, or when fewer than four passes would remain; else the smallest divisor of
-``hidden`` whose tiles fit.  Measured (issue 32; n = 4000, d = 256, hidden = 1024, chunk 40, one
-thread, interleaved with ``unchunked``, 15 rounds, load 4): relative step time 1.226 with whole rows
-of hidden, 1.144 / 1.119 / 1.140 with k = 2 / 4 / 8 (FLOP limit 7/6 = 1.167); at n = 10000 chunk
-100 1.050 -> 1.034, chunk 500 1.023 -> 1.026.
+``hidden`` whose tiles fit.  At chunk 40 (issue 32; n = 4000, d = 256, hidden = 1024) tiles of
+k = 2, 4 or 8 bring the relative step time from above the FLOP limit (7/6 = 1.167) to below it;
+at larger chunks they change it little.  Evidence: docs/evidence/code-notes.md#hidden-tiles
 
 The autograd recomputation (slice_accumulate's default) holds ``h`` and ``gh`` together, the chunk's
 output [c, d] and a [d, hidden] + [hidden, d] temporary per chunk before adding them.

@@ -5,13 +5,12 @@ glibc serves an allocation of 32 MiB or more (its largest dynamic mmap threshold
 ``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit) by a new ``mmap`` and unmaps it when it is freed, so a
 step that allocates such a buffer every time takes one page fault per 4 KiB of it every time, and the
 kernel zeroes each page as it maps it.  ``tt_factorized`` keeps one [40960, 800] float32 intermediate
-at B = 4096 (131 MB): 32,001 faults a step, about a fifth of its step's thread CPU time (one thread,
-interleaved with ``dense``, load 2-4 on 2 cores: 345 ms a step against 287 ms with a buffer that was
-already mapped, dense 257 ms).
+at B = 4096 (131 MB): 32,001 faults a step, about a fifth of its step's thread CPU time (Evidence:
+docs/evidence/code-notes.md#huge-pages-for-a-fresh-buffer).
 
 :func:`advise_huge_pages` asks the kernel (``madvise(MADV_HUGEPAGE)``) to map the buffer's 2 MiB-aligned
-part by transparent huge pages: 64 faults instead of 32,001 for that buffer (308 ms a step in the
-same run).  It changes no byte that memlab measures: the allocation is PyTorch's own, of the same
+part by transparent huge pages: 64 faults instead of 32,001 for that buffer, and a shorter step.  It
+changes no byte that memlab measures: the allocation is PyTorch's own, of the same
 size, and only pages inside it are mapped (the resident set grows by no more than the buffer).  It
 does nothing where it cannot help or is not available: off Linux, on other devices, below 32 MiB
 (glibc reuses such blocks from its heap, already mapped), or when the kernel refuses (transparent

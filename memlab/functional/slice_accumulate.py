@@ -26,18 +26,16 @@ The forward loop allocates its workspace after ``y`` (from the first chunk, comp
 itself) and frees it at the loop's end; the backward allocates its own after ``grad_x`` and the
 parameter accumulators and frees it before returning, so nothing is kept between the two.
 
-Measured (issue 32; n=4000, d=256, hidden=1024, c=40, one thread, in-process, interleaved, load
-13-14 on 2 cores): the workspace and in-place forward gain 1-2% of the step, the backward's order
-(:func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp`) 2-3% more; memlab's own
-timing (``memlab bench-harness --limits``' point, forked, 9 interleaved rounds) at load 2-3 could
-not tell the two apart: relative time 1.220-1.229 with the workspace, 1.189-1.246 without (limit
-7/6 = 1.167, gap 1.02-1.07 either way).  What remains is in
-the products themselves: a torch profile puts 95% of the step in ``mm``/``addmm_`` and ~5% in the
-loop, and the chunked products of 40 rows run ~5% slower than the unchunked ones (each call streams a
-1 MiB weight or accumulator for 40 rows, from L3: this CPU's L2 is 1 MiB per core).  The chained
-matmul's manual path now spends the same workspace on more rows and fewer hidden columns per
-product (NOTE [ hidden tiles ] in :mod:`memlab.functional.chained_matmul`): 1.151 relative to
-``unchunked`` at n/100 (gap 0.99, load 5).
+What it buys is small (issue 32; n=4000, d=256, hidden=1024, c=40): a few per cent of the step
+in-process, the workspace and in-place forward first, the backward's order
+(:func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp`) next, and less than the scatter
+of memlab's own timing (``memlab bench-harness --limits``' point).  What remains is in the products
+themselves: nearly all of the step is ``mm``/``addmm_``, little of it the loop, and the chunked
+products of 40 rows run slower than the unchunked ones (each call streams a 1 MiB weight or
+accumulator for 40 rows, from L3: this CPU's L2 is 1 MiB per core).  The chained matmul's manual
+path now spends the same workspace on more rows and fewer hidden columns per product (NOTE [
+hidden tiles ] in :mod:`memlab.functional.chained_matmul`).  Evidence:
+docs/evidence/code-notes.md#chunk-scratch
 """
 from __future__ import annotations
 

@@ -732,19 +732,17 @@ def _backward_steps(plan: TTPlan, x: torch.Tensor, grad_y: torch.Tensor, blocks:
 # NOTE [ the kept intermediate's fresh pages ]
 # ``tt_factorized``'s one kept intermediate is [10 B, 800] float32 for the default layer (d = 10,
 # r = 8): 131 MB at B = 4096, above glibc's 32 MiB mmap ceiling, so it is a fresh mapping every step
-# and its first touch faulted 32,001 small pages a step: about a fifth of the step's thread CPU time
-# (345 ms against 287 ms with a buffer mapped beforehand, dense 257 ms; one thread, interleaved, load
-# 2-4; the cost is the kernel zeroing and mapping each page: MADV_POPULATE_WRITE, which only saves the
-# traps, took 128.6 -> 125.1 ms of the forward's writes).  :func:`_forward_rows` therefore asks for
-# transparent huge pages behind every kept buffer of 32 MiB or more before writing it (NOTE [ huge
-# pages for a fresh buffer ] in :mod:`memlab.functional.huge_pages`): ``memlab bench-harness
-# --limits``' point went 1.373 / 1.359 -> 1.190 / 1.176 relative to dense (gap 1.56 -> 1.35, FLOP
-# ratio 0.880; two runs each, load 5-7, 5 Dec 2026), the same bytes.  B = 1024's intermediate (32.8
-# MB) is under the ceiling, reused from glibc's heap, and left as it is.  Tried before and left out:
-# the intermediate in row segments under the ceiling (glibc trims the freed heap: 3,336-39,969
-# faults a step).  An earlier trial of huge pages under load 20-25 saw rounds of 263-339 ms among
-# 83-93 ms ones (the kernel compacting memory to find free 2 MiB blocks); at load 2-7 the advised
-# step's rounds stayed within 288-347 ms but one of 15 (489 ms): the median is what memlab reports.
+# and its first touch faults 32,001 small pages a step: about a fifth of the step's thread CPU time.
+# The cost is the kernel zeroing and mapping each page (MADV_POPULATE_WRITE, which only saves the
+# traps, barely moved the forward's writes).  :func:`_forward_rows` therefore asks for transparent
+# huge pages behind every kept buffer of 32 MiB or more before writing it (NOTE [ huge pages for a
+# fresh buffer ] in :mod:`memlab.functional.huge_pages`): ``memlab bench-harness --limits``' point
+# then reads a clearly smaller time relative to dense, for the same bytes.  B = 1024's intermediate
+# (32.8 MB) is under the ceiling, reused from glibc's heap, and left as it is.  Tried before and left
+# out: the intermediate in row segments under the ceiling (glibc trims the freed heap, and the
+# faults come back).  Where free 2 MiB blocks are short the kernel compacts memory to find them,
+# which shows as slow rounds among fast ones: the median is what memlab reports.
+# Evidence: docs/evidence/code-notes.md#the-kept-intermediates-fresh-pages
 
 #: cache blocking (NOTE [ TT contraction plans ]): rows are contracted in blocks whose intermediates
 #: take at most this many bytes (half this CPU's 2 MiB L2), so a block's intermediate is still in

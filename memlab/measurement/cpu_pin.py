@@ -1,13 +1,12 @@
 """The timed phase on one CPU: the measuring thread pinned for the phase, one timed phase per CPU.
 
 # NOTE [ one CPU per timed phase ]
-On this project's 2-vCPU machines the two CPUs are not alike: ``slice_loop`` (n=4000, chunk 100)
-against ``unchunked``, 60 interleaved rounds at one thread, read 1.383 and 1.384 pinned to CPU 0 and
-1.341 and 1.341 pinned to CPU 1 (two runs each, 2026-12-05, load 7-12 of low-weight work).  An
-unpinned thread migrates between them, so one run's relative time was a mix that differed from the
-next run's by up to 6% idle: more rounds did not help (blocks of 20 rounds of one run still varied
-by 8%), pinning did.  So a CPU timed phase at one intra-op thread pins its thread to one CPU for the
-phase and restores the thread's affinity after:
+On this project's 2-vCPU machines the two CPUs are not alike: the same relative time, pinned to
+CPU 0 and to CPU 1, reads a few per cent apart, and each CPU's reading repeats.  An unpinned thread
+migrates between them, so one run's relative time was a mix that differed from the next run's,
+idle: more rounds did not help, pinning did (Evidence:
+docs/evidence/code-notes.md#one-cpu-per-timed-phase).  So a CPU timed phase at one intra-op thread
+pins its thread to one CPU for the phase and restores the thread's affinity after:
 
 * the CPU is the lowest-numbered one of the thread's affinity mask that no other timed phase on this
   machine holds (an ``flock`` on ``<tmp>/memlab-timing-cpu-<n>.lock``, released when the phase ends

@@ -140,13 +140,13 @@ def time_measured(measured: Measurement, technique: Technique, device: torch.dev
 # intra-op parallelism breaks: with 2 OpenMP threads on 2 cores and 2 busy processes, every parallel
 # region ends at a barrier that waits for whichever thread the scheduler has just descheduled, so a
 # step's slowdown grows with its number of parallel regions.  A chunked loop (slice_loop at n=4000,
-# chunk 1000: 4x the GEMM calls of its reference) then slows more than its reference: under two busy
-# loops its step took x3.27 and its relative time moved x1.35 (x2.03 in another run).  With one
-# thread there is no barrier, both steps get the same share of a core, and the ratio held: step
-# x1.39, relative time x1.06; under four busy loops x1.01 (``memlab bench-harness``, 3 December 2026,
-# 2 idle cores).  The measured child leads its own session, so with the kernel's autogroup
-# scheduling (on here) it competes as one group against the busy loops' group, however many loops
-# there are: the absolute single-thread time moves less than a naive share would say.  So on a
+# chunk 1000: 4x the GEMM calls of its reference) then slows more than its reference, and under a
+# few busy loops its relative time moves by a third or more.  With one thread there is no barrier,
+# both steps get the same share of a core, and the ratio holds to a few per cent while the step
+# itself slows (``memlab bench-harness``; Evidence: docs/evidence/code-notes.md#threads-and-load).
+# The measured child leads its own session, so with the kernel's autogroup scheduling (on here) it
+# competes as one group against the busy loops' group, however many loops there are: the absolute
+# single-thread time moves less than a naive share would say.  So on a
 # shared machine measure with ``threads=1`` (``memlab sweep --threads 1``, or ``--jobs 2``) when the
 # relative time is the figure that matters; absolute times are then single-core times.
 

@@ -5,7 +5,8 @@ its parent ends (:func:`die_with_parent`), and only then runs ``MODULE`` as ``__
 It is run by its path, never with ``-m``: ``-m memlab.measurement.worker`` imports the package
 ``memlab`` (hence torch) before the module's first line, seconds on an idle machine and minutes under
 load, and a parent killed in that window left a server or worker importing for nobody (the SIGKILL
-test of ``memlab sweep --jobs 2`` found two at load 25).  This file imports nothing of memlab's.
+test of ``memlab sweep --jobs 2`` under heavy load found two; Evidence:
+docs/evidence/code-notes.md#launch-die-with-parent).  This file imports nothing of memlab's.
 """
 from __future__ import annotations
 

@@ -24,20 +24,18 @@ glibc's default is not one heap but a history: its mmap threshold starts at 128 
 size of each mmapped block freed (up to 32 MiB), its trim threshold with it (twice the mmap
 threshold), so how many pages a step faults in depends on which blocks this process happened to free
 first and on where its free space lies when a step ends.  Timed under the untouched default, a
-relative time measured that history as much as the technique.  In separate processes of the same
-code (one thread, idle, 5 Dec 2026, Adam, ``memlab.measure`` as the
-advisor's time check calls it): ``checkpoint_layer`` (seq 384, batch 2) read 1.216-1.369 with
-1,141-7,352 faults per step, ``chunked_lm_loss`` (seq 512, vocab 2048) 0.906-1.040, and
-``chunked_lm_loss`` at vocab 4096 read 0.85 of its baseline because the baseline faulted 6,116-7,878
-pages a step and the technique 5-484.  Lifting only the mmap threshold to glibc's ceiling (32 MiB,
-trim 64 MiB) left a trim-and-regrow cycle in some processes (``selective_checkpoint``: 16,382 faults
-a step and 1.70 in one of eight processes, 1.30-1.35 in the others).
+relative time measured that history as much as the technique: in separate processes of the same
+code a relative time moved by over 10% with the thousands of pages each process faulted a step, and
+a baseline that faulted thousands of pages a step against its technique's hundreds made the
+technique read faster than its baseline.  Lifting only the mmap threshold to glibc's ceiling (32
+MiB, trim 64 MiB) left a trim-and-regrow cycle in some processes (``selective_checkpoint``: one
+process in eight far off the others).
 
 So every timed phase runs under a heap that keeps what it grows (:func:`timing_heap`, set with
 ``mallopt``): the mmap threshold at glibc's ceiling of 32 MiB and trimming off, the CPU counterpart
 of PyTorch's CUDA caching allocator, which keeps the segments it has reserved.  The heap grows to its
-high-water mark in the first steps and is reused after: the same settings read 1.318-1.354,
-1.028-1.038 and 1.319-1.336 (selective_checkpoint) at 4-44 faults per step.  Fragmentation can
+high-water mark in the first steps and is reused after: the same settings then repeat to a few per
+cent at tens of faults per step (Evidence: docs/evidence/code-notes.md#the-timing-heap).  Fragmentation can
 still grow it by a block in a few later steps, how many depending on where the heap starts (ASLR):
 ``unchunked`` at n=4096 (16 MiB blocks, ~4,100 faults each) grew in 0-3 of 16 baseline steps over 8
 fork-server starts, and in 4 of its first 8 in one CI run; the median is the settled step's.  A

@@ -54,7 +54,7 @@ _TAIL_LINES = 3
 _TAIL_BYTES = 64 * 1024
 _REAP_AFTER_KILL_S = 30.0
 #: Progress lines the profiler (kineto) prints on every run, e.g.
-#: ``USDT:2026-01-01 07:50:13 9742:9742 SyncActivityProfilerHandler.cpp:52] profiler_start``: never the
+#: ``USDT:<YYYY-MM-DD hh:mm:ss> <pid>:<tid> SyncActivityProfilerHandler.cpp:52] profiler_start``: never the
 #: reason of a failure, so left out of the message (kineto's WARNING and ERROR lines are kept).
 _PROFILER_CHATTER = re.compile(r"(VERBOSE|INFO|STAGE|USDT):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \S+:\d+\]")
 

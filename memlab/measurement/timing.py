@@ -79,31 +79,26 @@ WALL_BUDGET_FACTOR = 10
 # IQR / 1.349, so 0.93 IQR / sqrt(n) <= RATIO_PRECISION * median.  Or when the time budget is
 # spent, counted on the same clock as the figure (thread CPU time of the technique's and the
 # baseline's steps at one thread): a wall-clock budget ran out after the fewest rounds on a loaded
-# machine (slice_loop: 5 rounds of 1.4 s wall at load 10, where idle took 13), so the figure was least
-# precise exactly when the machine was busy.  Stopping on the step's own stability alone stopped at the fewest rounds (a CPU-time step is
-# stable at once), and the relative time of slice_loop at n=4000, chunk 100 then moved 7% between
-# three runs of one configuration (memlab bench-harness, load 4-11); its ratio is what users read.
+# machine, so the figure was least precise exactly when the machine was busy.  Stopping on the
+# step's own stability alone stopped at the fewest rounds (a CPU-time step is stable at once), and
+# the relative time then moved by several per cent between runs of one configuration; its ratio is
+# what users read.  Evidence: docs/evidence/code-notes.md#when-to-stop-timing
 
 # NOTE [ the noise floor of a memory-bound step ]
 # What is left of run-to-run spread once the phase is pinned, in CPU time, idle, is the step's own
-# user time.  slice_loop at n=4000, chunk 100 (40 chunk gradients, each a 4 MB zero-filled tensor
-# plus a 4 MB add: memory-bound) against unchunked (two GEMMs), 40 interleaved rounds per process,
-# per-step getrusage(RUSAGE_THREAD), 5 December 2026, load 0.6-1.0: zero minor page faults and zero
-# system time in every timed step of either; the reference steps steady (median 136.5-137.5 ms in
-# six processes), the technique's per-round ratio scattering with sd 3.0-6.3% whether the every-step
-# check ran (1.393, 1.355, 1.340) or not (``check=False``: 1.359, 1.325, 1.358).  So the scatter is
-# neither the allocator, the kernel, the check nor the other CPU: it is the memory-bound step's speed
-# itself, which drifts over minutes (200-round series: 20-round medians CV 1.9-2.3%; whole-series
-# medians 1.357-1.399), consistent with memory bandwidth shared beyond this VM.  More rounds in one
-# process do not remove a drift that is slower than the process (a 4x budget read 1.398 and 1.315).
-# The asv time history measures it across fresh processes: 50 idle runs of slice_loop at chunk 500
-# have a CV of 1.2% and 3 of them differ by more than 5% with probability 0.06 (results/README.md).
-# On a noisier host of the same kind (5 Dec 2026, 22:54-22:57 UTC, load 1.0-1.2, kernel build v1272)
-# the budget did limit it: six fork-server processes of slice_loop at chunk 100 read 1.256-1.389
-# (10.6% apart; one process's steps scattered with an IQR of 24%) at the default 2 s, which bought 5-6
-# rounds, and 1.332-1.376 (3.3%) at 8 s (the precision rule stopped four after 5-17 rounds, two ran the
-# budget out at 23).  A larger default would cost only the steps that do not settle; its price on
-# the test suite is not measured.
+# user time.  For a memory-bound step (slice_loop at n=4000, chunk 100: 40 chunk gradients, each a
+# 4 MB zero-filled tensor plus a 4 MB add, against unchunked's two GEMMs) the timed steps of either
+# take no minor page faults and no system time and the reference steps are steady, yet the
+# technique's per-round ratio scatters by several per cent whether the every-step check runs or
+# not.  So the scatter is neither the allocator, the kernel, the check nor the other CPU: it is the
+# memory-bound step's speed itself, which drifts over minutes, consistent with memory bandwidth
+# shared beyond this VM.  More rounds in one process do not remove a drift that is slower than the
+# process.  The asv time history measures it across fresh processes: 50 idle runs of slice_loop at
+# chunk 500 have a CV of 1.2% and 3 of them differ by more than 5% with probability 0.06
+# (results/README.md).  On a noisier host of the same kind the default 2 s budget, not the
+# precision rule, limited such a step's rounds, and a 4x budget narrowed the spread between
+# processes.  A larger default would cost only the steps that do not settle; its price on the test
+# suite is not measured.  Evidence: docs/evidence/code-notes.md#the-noise-floor-of-a-memory-bound-step
 
 
 def family_baseline(technique: Technique) -> Technique | None:

@@ -153,11 +153,11 @@ def visible_gpus() -> list[str]:
 # ``relative_step_time`` load-robust (NOTE [ threads and load ] in memlab.measurement.inprocess);
 # the rows record their threads and the load average, and their absolute times are single-thread
 # times.  For absolute times on an idle machine, sweep with jobs=1.
-# What it buys (3 December 2026, 2 idle cores): ``make demo`` (38 quick points, where process and
-# Python overheads dominate) took 41 s with ``--jobs 2``; the full grid, where compute dominates,
-# ran at 10.7 s per point (101 of 213 points in 18 min), about what one job with two threads
-# does: two single-thread GEMMs are no faster than one two-thread GEMM.  Its 747 exact figures at the
-# 83 points it shared with data/sweeps/cpu.jsonl (one job, two threads) were identical.
+# What it buys: where process and Python overheads dominate (``make demo``'s quick points) two jobs
+# finish sooner; where compute dominates (the full grid) they do about what one job with two threads
+# does: two single-thread GEMMs are no faster than one two-thread GEMM.  The exact figures of a
+# ``--jobs 2`` sweep equal those of a one-job sweep at the points both measured.
+# Evidence: docs/evidence/code-notes.md#parallel-sweep
 
 
 def _attempt(measure_one, point: SweepPoint) -> tuple[SweepPoint, Any, float]:
