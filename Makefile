@@ -1,5 +1,5 @@
 # memlab: two commands do all setup on a fresh machine.
-#   make demo   venv + install + quick CPU sweep + site; prints the path of index.html
+#   make demo   venv + install + quick CPU sweep + site; ends with a summary and the page to open first
 #   make test   venv + install + the test suite
 # torch is pinned in pyproject.toml only (torch==2.13.0: a local CPU wheel on our machines).
 
@@ -14,6 +14,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@echo "installing memlab, torch and the peers into $(VENV) (pip, quiet: several minutes)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[site,test,bench,peers,cluster]"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps memcnn==1.5.2 torchtune==0.6.1 cut-cross-entropy==25.1.1
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
@@ -21,22 +22,31 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-## quick CPU sweep of every family (66 points, two at a time: every technique at its family's quick grid, the
-## transformer's 14 with its peers at seq 32 and 64), then the site: the sweep took 0.8 min at load ~2 on 2 cores
-## when it had 38 points (before the transformer family)
-demo: install
-	@mkdir -p $(OUT)
-	$(BIN)/memlab sweep --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5 --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
+## the quick CPU sweep of every family (every technique at its family's quick grid, two at a time; its size is
+## printed at its start, counted from the plan: python -m memlab.sweep.demo plan), then the site, then a summary:
+## the count per status, each non-ok row with its reason, expected ones (a technique's known_mismatch or
+## known_unavailable, or a device it does not run on) apart from unexpected ones, the site's path and the page
+## to open first.  Exit status 1 when something is unexpected.  DEMO_TIME: its typical time on 2 idle cores
+## (the runs behind it: docs/evidence/makefile-runs.md)
+DEMO_SWEEP := --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5
+DEMO_TIME  := about 10 min on 2 idle cores, pip install about 7 of them (first run only)
+demo:
+	@echo "make demo: install memlab into $(VENV) (first run only), a quick CPU sweep of every family, the site;"
+	@echo "  typically $(DEMO_TIME)"
+	@$(MAKE) --no-print-directory -s install
+	@mkdir -p $(OUT) && rm -f $(OUT)/.site-path
+	@$(BIN)/python -m memlab.sweep.demo plan $(DEMO_SWEEP)
+	$(BIN)/memlab sweep $(DEMO_SWEEP) --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
 	@$(BIN)/memlab site --results results --data data --run $(OUT)/demo-sweep.jsonl --out $(OUT)/site > $(OUT)/.site-path \
-	  && echo "site: $$(cat $(OUT)/.site-path)" \
-	  || echo "site builder not available yet; the sweep table is above ($(OUT)/demo-sweep.jsonl)"
+	  || echo "the site was not built (the error is above)"
+	@$(BIN)/python -m memlab.sweep.demo summary $(OUT)/demo-sweep.jsonl --site "$$(cat $(OUT)/.site-path)" $(DEMO_SWEEP)
 
 ## the suite on two workers (pytest-xdist, from the test extra), one test file per worker at a time
 ## (--dist loadfile): a module's fixtures (the browser, the Ray instance, the module-wide sweeps and fits) start
 ## once, and its tests run in their file's order, as they do serially
 ## two workers on two cores: each test's torch threads would spin-wait for CPUs the other worker holds
-## (OpenMP's default active wait); passive waiting cut a 4-file subset from 125.8 s to 95.6 s wall
-## (212 -> 147 s user CPU; 5 Dec 2026, load 3). It changes no figure a test asserts (no test asserts a time)
+## (OpenMP's default active wait), so they wait passively; it changes no figure a test asserts (no test
+## asserts a time).  Typically about 8 min on 2 idle cores after install (docs/evidence/makefile-runs.md)
 test: install
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
@@ -46,10 +56,11 @@ test-slow: install
 
 ## full sweeps (SGD over every family's grid, the resnet depth scan's two middle depths, Adam at each technique's
 ## defaults), timelines and reproductions committed under data/; an interrupted sweep continues with the same
-## command plus --resume.  On 2 idle cores (4 Dec 2026): the SGD grid (213 points) 28.4 min, 34% of it in the
-## float64 reference checks at the measured size (python -m memlab.sweep.breakdown data/sweeps/cpu.jsonl); the resnet
-## depths 23 s; Adam (26 points) 4.1 min.  Two jobs of one intra-op thread each, and the reproductions at one
-## thread too: every CPU row at threads=1 (a convolution's exact CPU peak depends on the threads)
+## command plus --resume.  Typically on 2 idle cores: the SGD grid well over half an hour (a third of it in the
+## float64 reference checks at the measured size: python -m memlab.sweep.breakdown data/sweeps/cpu.jsonl), the
+## resnet depths under a minute, Adam about 4 min (docs/evidence/makefile-runs.md).  Two jobs of one intra-op
+## thread each, and the reproductions at one thread too: every CPU row at threads=1 (a convolution's exact CPU
+## peak depends on the threads)
 SWEEP_FLAGS := --jobs 2 --iterations 2 --repeats 3 --time-budget 1
 data: install
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --out data/sweeps/cpu.jsonl || test $$? -eq 1
@@ -59,8 +70,9 @@ data: install
 	OMP_NUM_THREADS=1 $(BIN)/memlab reproduce --out data/reproductions
 
 ## memory models for memlab advise (data/models/*.json) of every family that declares one (memlab.AdvisorModel):
-## exact traces + held-out measurements; chunking + reversible ~10 min on 2 cores; tensor_train 288 s and
-## resnet 1146 s (SGD and Adam) at load 20-29; `--family NAME` fits one and keeps the rest
+## exact traces + held-out measurements; chunking + reversible about 10 min on 2 cores, tensor_train about 5 min
+## and resnet about 20 min, SGD and Adam (those two timed on busy cores: docs/evidence/makefile-runs.md);
+## `--family NAME` fits one and keeps the rest
 models: install
 	$(BIN)/memlab advise --fit
 
