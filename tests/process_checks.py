@@ -22,3 +22,9 @@ def assert_process_ended(pid: int, what: str, wait_s: float = 10.0) -> None:
     if not ended:
         os.kill(pid, signal.SIGKILL)
     assert ended, f"process {pid} {what}"
+
+
+#: the hang guard of every subprocess a test starts (seconds): a guard, never a verdict, so it is sized
+#: for a loaded runner (the suite beside another ``make test`` on two cores ran the asv checks past 150 s);
+#: a real hang still ends the test
+HANG_GUARD_S = 1200

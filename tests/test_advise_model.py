@@ -20,6 +20,7 @@ EXAMPLES = ROOT / "examples"
 TINY = '''
 import torch
 from torch import nn
+from process_checks import HANG_GUARD_S
 
 def build():
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
@@ -184,7 +185,7 @@ def test_cli_errors_are_one_line_exit_2(model_file):
                           (["--budget", "lots"], "--budget 'lots' is not a memory size"),
                           ([], "needs --budget")):
         out = subprocess.run([sys.executable, "-m", "memlab", "advise", "--model", str(path), *args],
-                             capture_output=True, text=True, timeout=300, env=env)
+                             capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
         assert out.returncode == 2 and message in out.stderr, (args, out.stderr)
         assert out.stderr.strip().count("\n") == 0, out.stderr
 
@@ -438,7 +439,7 @@ def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_
     code = ("import json, sys; from memlab.model_advice import advise_model; "
             f"a = advise_model({str(path)!r}, 10**6, cache_root={str(root)!r}, say=print); "
             "print(json.dumps([a['cached'], 'torch' in sys.modules, a['answers'], a['held'], a['model_file']]))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1]) == [True, False, first["answers"], first["held"],

@@ -18,6 +18,7 @@ from memlab.advisor.model import MODELS_DIR, eval_poly
 from memlab.advisor.structure import StructureError, infer_loops, pieces_of, prune, total_poly
 from memlab.advisor.trace import SymEvent
 from memlab.cli import main
+from process_checks import HANG_GUARD_S
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -382,12 +383,12 @@ def test_advisor_imports_no_torch_and_is_quick():
     cli = ("import sys; from memlab.cli import main; "
            "assert main(['advise', '--family', 'reversible', '--budget', '1GiB', '--param', 'depth=32']) == 0; "
            "assert 'torch' not in sys.modules, 'torch imported'")
-    p = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
     code = ("import sys, time; t = time.perf_counter(); from memlab.advisor import advise, format_advice; "
             "a = advise('reversible', '1GiB', ['depth=32']); text = format_advice(a); "
             "assert 'torch' not in sys.modules; print(time.perf_counter() - t)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
     assert float(p.stdout.strip().splitlines()[-1]) < 2.0
 

@@ -22,6 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import asv_host  # noqa: E402
+from process_checks import HANG_GUARD_S
 
 FACTS = {"os": "Linux 6.1", "arch": "x86_64", "cpu": "Test CPU", "num_cpu": "8", "ram": "1000", "gpu": "none"}
 
@@ -185,7 +186,7 @@ def _make(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("ASV_MACHINE", "MAKEFLAGS", "MFLAGS")}
     # -o: treat the venv as installed; the registration must not reinstall anything
     return subprocess.run(["make", "--no-print-directory", "-o", ".venv/.installed", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, env={**env, "HOME": str(tmp_path)})
+                          capture_output=True, text=True, timeout=HANG_GUARD_S, env={**env, "HOME": str(tmp_path)})
 
 
 def _host_facts() -> dict[str, str]:

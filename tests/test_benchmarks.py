@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from process_checks import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
@@ -296,7 +297,7 @@ def test_device_list_follows_the_environment_in_a_fresh_import():
     """What asv's discovery and fork server see: MEMLAB_ASV_DEVICES decides, and CUDA stays untouched."""
     code = ("import torch, benchmarks.bench_chunking as b; "
             "print(b.ChainedMatmul.params[-1], torch.cuda.is_initialized())")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S,
                          env={**os.environ, "MEMLAB_ASV_DEVICES": "cuda,cpu"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["['cpu',", "'cuda']", "False"]
@@ -355,7 +356,7 @@ def test_import_warms_the_fork_server():
     once at import, not once per forked combination (checked in a fresh interpreter)."""
     code = ("import sys, torch; assert 'torch._dynamo' not in sys.modules; "
             "import benchmarks.common; print('torch._dynamo' in sys.modules, torch.cuda.is_initialized())")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-2:] == ["True", "False"]
 
@@ -394,7 +395,7 @@ def _asv(tmp_path: Path, *args: str, timeout: float, env: dict | None = None,
 
 @pytest.mark.asv
 def test_asv_check(tmp_path):
-    out = _asv(tmp_path, "check", "--python=same", timeout=150)
+    out = _asv(tmp_path, "check", "--python=same", timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "No problems found" in out.stdout, out.stdout
 
@@ -427,7 +428,7 @@ def test_asv_quick_dry_run_of_one_combination(tmp_path):
     bench = r"bench_chunking\.ChainedMatmul\.track_peak_allocated"
     out = _asv(tmp_path, "run", "--python=same", "--quick", "--dry-run", "--show-stderr",
                "--machine", "memlab-test", "-b", bench + r"\('einsum_chunk', 2000, 'cpu'\)",
-               "-b", bench + r"\('plugin_unchunked', 2000, 'cpu'\)", timeout=180,
+               "-b", bench + r"\('plugin_unchunked', 2000, 'cpu'\)", timeout=HANG_GUARD_S,
                env={"MEMLAB_PLUGINS": str(plugin)})
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
@@ -463,7 +464,7 @@ def _setup_in_fresh_process(tmp_path: Path, pythonpath: str | None = None, env: 
     if pythonpath:
         code = f"import sys; sys.path.insert(0, {pythonpath!r})\n" + code.replace(
             f"sys.path.insert(0, {str(ROOT)!r})", f"sys.path.insert(1, {str(ROOT)!r})")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S,
                          env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stderr
     return out.stdout.strip().splitlines()[-1]
@@ -528,9 +529,9 @@ def test_asv_records_a_broken_commit_as_failed(tmp_path):
     good, bad = (subprocess.run([*git, "rev-parse", rev], check=True, capture_output=True, text=True).stdout.strip()
                  for rev in ("HEAD~1", "HEAD"))
     run = ("run", "--python=same", "--show-stderr", "--machine", "memlab-test", "-b", GOOD_BAD_CONF_BENCH)
-    out_good = _asv(tmp_path, *run, "--set-commit-hash", good, timeout=240, repo=repo)
+    out_good = _asv(tmp_path, *run, "--set-commit-hash", good, timeout=HANG_GUARD_S, repo=repo)
     assert out_good.returncode == 0, out_good.stdout + out_good.stderr
-    out_bad = _asv(tmp_path, *run, "--set-commit-hash", bad, timeout=240, repo=repo,
+    out_bad = _asv(tmp_path, *run, "--set-commit-hash", bad, timeout=HANG_GUARD_S, repo=repo,
                    env={"ASV_PYTHONPATH": str(repo)})
     text = out_bad.stdout + out_bad.stderr
     assert out_bad.returncode != 0, text  # asv run exits non-zero when a benchmark failed
@@ -541,7 +542,7 @@ def test_asv_records_a_broken_commit_as_failed(tmp_path):
     params = dict(zip(data["result_columns"], data["results"][name]))["params"]
     values = dict(zip(data["result_columns"], data["results"][name]))["result"]
     assert values is None or values[list(itertools.product(*params)).index(("'einsum_chunk'", "2000", "'cpu'"))] is None
-    cmp = _asv(tmp_path, "compare", "--machine", "memlab-test", good, bad, timeout=120, repo=repo)
+    cmp = _asv(tmp_path, "compare", "--machine", "memlab-test", good, bad, timeout=HANG_GUARD_S, repo=repo)
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
     # asv 0.6's markdown table: | Change | Before | After | Ratio | Benchmark (Parameter) |
     (row,) = [line for line in cmp.stdout.splitlines() if "('einsum_chunk', 2000, 'cpu')" in line]
@@ -560,7 +561,7 @@ def _matrix_resolves_with_a_local_torch() -> str | None:
     reqs = [f"{name}=={versions[0]}" for name, versions in conf["matrix"]["req"].items()]
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
                           "--quiet", "--report", "-", *reqs, "asv_runner", "pympler", "build"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, "PIP_RETRIES": "0"})
+                         capture_output=True, text=True, timeout=HANG_GUARD_S, env={**os.environ, "PIP_RETRIES": "0"})
     if out.returncode != 0:
         return f"pip cannot resolve asv's matrix here: {out.stderr.strip()[-300:]}"
     urls = {item["metadata"]["name"].lower(): item["download_info"]["url"] for item in json.loads(out.stdout)["install"]}
@@ -587,11 +588,11 @@ def test_asv_run_builds_a_broken_commit_and_records_it_as_failed(tmp_path):
                  for rev in ("HEAD~1", "HEAD"))
     (tmp_path / "commits.txt").write_text(f"{good}\n{bad}\n")
     run = _asv(tmp_path, "run", "--show-stderr", "--machine", "memlab-test", "-b", GOOD_BAD_CONF_BENCH,
-               f"HASHFILE:{tmp_path / 'commits.txt'}", timeout=900, repo=repo)
+               f"HASHFILE:{tmp_path / 'commits.txt'}", timeout=HANG_GUARD_S, repo=repo)
     text = run.stdout + run.stderr
     assert run.returncode != 0, text  # asv run exits non-zero when a benchmark failed
     assert re.search(r"track_peak_allocated\s+1/\d+ failed", text) and "import memlab failed" in text, text
-    cmp = _asv(tmp_path, "compare", "--machine", "memlab-test", good, bad, timeout=120, repo=repo)
+    cmp = _asv(tmp_path, "compare", "--machine", "memlab-test", good, bad, timeout=HANG_GUARD_S, repo=repo)
     assert cmp.returncode == 0, cmp.stdout + cmp.stderr
     (row,) = [line for line in cmp.stdout.splitlines() if "('einsum_chunk', 2000, 'cpu')" in line]
     change, before, after = (cell.strip() for cell in row.strip().strip("|").split("|")[:3])

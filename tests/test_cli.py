@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from memlab.cli import main
+from process_checks import HANG_GUARD_S
 
 pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 
@@ -41,7 +42,7 @@ def test_cuda_without_gpu_is_a_clean_error(capsys):
 
 def test_console_script_error_has_no_traceback():
     p = subprocess.run([sys.executable, "-m", "memlab", "measure", "slice_loop", "--param", "chunk_size=0"],
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 2
     assert "Traceback" not in p.stderr and "chunk_size=0" in p.stderr
 

@@ -6,6 +6,7 @@ import pytest
 
 import memlab
 from memlab.measurement.runner import shutdown_server
+from process_checks import HANG_GUARD_S
 
 STATEFUL = Path(__file__).parent / "plugins" / "stateful.py"
 pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
@@ -100,7 +101,7 @@ def test_the_server_reads_the_git_commit_once_before_any_fork():
 
     code = ("from memlab.measurement import environment, forkserver; forkserver._warm(); "
             "print(environment.git_commit.cache_info().currsize)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "1"
 

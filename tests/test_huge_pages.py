@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from memlab.functional.huge_pages import FRESH_MAPPING_BYTES, HUGE_PAGE_BYTES, advise_huge_pages
+from process_checks import HANG_GUARD_S
 
 THP = "/sys/kernel/mm/transparent_hugepage/enabled"
 needs_thp = pytest.mark.skipif(not sys.platform.startswith("linux") or not os.path.exists(THP),
@@ -75,6 +76,6 @@ def test_tt_factorized_keeps_its_large_intermediate_in_huge_pages_and_its_small_
     import subprocess
 
     run = subprocess.run([sys.executable, "-c", _TT_CHECK.format(tests=os.path.dirname(__file__))],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["4096", "True", "1024", "False"], run.stdout

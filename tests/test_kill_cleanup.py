@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from process_checks import HANG_GUARD_S
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -79,7 +80,7 @@ def test_a_child_whose_parent_is_gone_exits_before_importing_torch():
     gone.wait()
     env = {**os.environ, PARENT_ENV: str(gone.pid), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     cmd = command("memlab.measurement.forkserver")
-    out = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, capture_output=True, timeout=120)
+    out = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], env=env, capture_output=True, timeout=HANG_GUARD_S)
     assert out.returncode == 1 and b"ready" not in out.stdout, out
     imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.decode().splitlines() if line.count("|") == 2}
     assert "ctypes" in imported, imported

@@ -34,6 +34,7 @@ from torch.utils.checkpoint import checkpoint
 
 import memlab
 from memlab.advisor import Entry, NoLoop
+from process_checks import HANG_GUARD_S
 
 
 class TwoLayer(memlab.Workload, name="two_layer", family="two_layer_mlp"):
@@ -103,7 +104,7 @@ class Recompute(memlab.Technique, name="two_layer_recompute"):
 def _memlab(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.pop("MEMLAB_PLUGINS", None)
-    out = subprocess.run([sys.executable, "-m", "memlab", *args], capture_output=True, text=True, timeout=600,
+    out = subprocess.run([sys.executable, "-m", "memlab", *args], capture_output=True, text=True, timeout=HANG_GUARD_S,
                          cwd=ROOT, env=env)
     if check:
         assert out.returncode == 0, (args, out.stdout[-2000:], out.stderr[-2000:])
@@ -224,7 +225,7 @@ def test_benchmarked_by_asv_through_memlab_plugins(built, measured, tmp_path):
     _, plugin, _, _ = built
     code = ASV_PROBE.format(root=str(ROOT), bench=str(ROOT / "benchmarks"), cache=str(tmp_path))
     env = {**os.environ, "MEMLAB_PLUGINS": str(plugin), "MEMLAB_ASV_DEVICES": "cpu"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=tmp_path,
                          env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -241,7 +242,7 @@ def test_asv_run_measures_the_plugin_family(built, tmp_path):
     workload measured through asv's fork server, none failed."""
     _, plugin, _, _ = built
     out = _asv(tmp_path, "run", "--python=same", "--quick", "--dry-run", "--show-stderr", "--machine", "memlab-test",
-               "-b", r"bench_plugins\.PluginTwoLayer\.track_peak_allocated", timeout=300,
+               "-b", r"bench_plugins\.PluginTwoLayer\.track_peak_allocated", timeout=HANG_GUARD_S,
                env={"MEMLAB_PLUGINS": str(plugin), "MEMLAB_ASV_DEVICES": "cpu"})
     text = out.stdout + out.stderr
     assert out.returncode == 0, text

@@ -7,6 +7,7 @@ import pytest
 import memlab
 from memlab import Technique
 from memlab.workloads.chained_matmul import ChainedMatmul
+from process_checks import HANG_GUARD_S
 
 
 def test_builtin_techniques_are_discovered_and_sorted():
@@ -75,12 +76,12 @@ def test_plugin_via_cli_list_and_measure(tmp_path):
     path = tmp_path / "cli_technique.py"
     path.write_text(USER_FILE.format(name="cli_two_chunks"))
     out = subprocess.run([sys.executable, "-m", "memlab", "list", "--plugin", str(path)],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr
     assert "cli_two_chunks" in out.stdout
     out = subprocess.run([sys.executable, "-m", "memlab", "measure", "cli_two_chunks", "--plugin", str(path),
                           "--param", "n=32", "--param", "d=4", "--param", "hidden=8", "--iterations", "1",
-                          "--repeats", "1", "--json"], capture_output=True, text=True, timeout=300)
+                          "--repeats", "1", "--json"], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert out.returncode == 0, out.stderr
     rec = memlab.Measurement.from_json(out.stdout.strip().splitlines()[-1])
     assert rec.technique == "cli_two_chunks" and rec.status == "ok"

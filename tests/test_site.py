@@ -16,6 +16,7 @@ from memlab.site import figures as F
 from memlab.site import build_site
 from memlab.site.context import build_context
 from memlab.site.render import MARKER
+from process_checks import HANG_GUARD_S
 from site_fixtures import (EVIL, MiB, chunking_records, chunking_variants, make_inputs, measurement,
                            reversible_records, write_jsonl)
 
@@ -165,7 +166,7 @@ def test_no_torch_import(tmp_path):
     code = ("import sys; from pathlib import Path; from memlab.site import build_site; "
             f"build_site(Path({str(results)!r}), Path({str(data)!r}), Path({str(tmp_path / 'o')!r})); "
             "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 

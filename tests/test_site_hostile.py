@@ -21,6 +21,7 @@ from memlab import results as R
 from memlab.cli import main
 from memlab.site import build_site
 from memlab.site.render import MARKER
+from process_checks import HANG_GUARD_S
 from site_fixtures import (BENCH, EVIL, MiB, make_inputs, measurement, reproduction, schema2, timeline,
                            with_verdict, write_jsonl)
 
@@ -240,7 +241,7 @@ def test_a_fifo_named_like_a_sweep_is_skipped_without_opening(tmp_path):
     os.mkfifo(data / "timelines" / "pipe.json")
     cmd = [sys.executable, "-m", "memlab", "site", "--results", str(results), "--data", str(data),
            "--out", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert f"memlab: warning: {data / 'sweeps' / 'pipe.jsonl'}: a FIFO, not a regular file; skipped without " \
@@ -441,7 +442,7 @@ def test_everything_at_once_in_a_fresh_process(tmp_path):
     write_jsonl(sweeps / "verdicts.jsonl", _verdict_records())
     cmd = [sys.executable, "-m", "memlab", "site", "--results", str(results), "--data", str(data),
            "--out", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=REPO)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     lines = proc.stderr.splitlines()
     warned = [ln for ln in lines if ln.startswith("memlab: warning: ")]

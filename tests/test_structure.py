@@ -6,6 +6,7 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+from process_checks import HANG_GUARD_S
 
 MEMLAB = Path(__file__).resolve().parent.parent / "memlab"
 
@@ -21,10 +22,10 @@ def test_record_core_imports_no_torch():
     code = ("import sys, memlab.record, memlab.results; "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch'); assert not bad, bad; "
             "assert 'pandas' not in sys.modules or 'memlab.results' in sys.modules")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
     code = "import sys, memlab.record; bad = sorted(set(sys.modules) & {'torch', 'pandas', 'numpy'}); assert not bad, bad"
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
 
 

@@ -20,6 +20,7 @@ from memlab.atomic import append_line_durable
 from memlab.cli import main
 from memlab.record import Measurement
 from memlab.sweep import SweepOutputBusy, open_sweep_output
+from process_checks import HANG_GUARD_S
 
 HELPERS = Path(__file__).parent / "plugins" / "sweep_helpers.py"
 SWEEP = ["sweep", "--plugin", str(HELPERS), "--technique", "sweep_tiny_right", "--iterations", "1", "--repeats", "1"]
@@ -88,7 +89,7 @@ def test_second_sweep_refuses_a_locked_file_naming_the_holder_pid(fake, tmp_path
         assert fake.calls == []
     finally:
         holder.stdin.close()
-        holder.wait(timeout=30)
+        holder.wait(timeout=HANG_GUARD_S)
     assert main([*SWEEP, "--out", str(out)]) == 0  # the holder is gone, so is its lock
     assert _ns(out) == [2, 3, 4]
 
@@ -331,7 +332,7 @@ def test_closed_stdout_never_stops_the_sweep(tmp_path, technique, close_stderr, 
         proc.stdout.close()  # like `| head -1` having read its line and gone
         if close_stderr:
             proc.stderr.close()
-        assert proc.wait(timeout=120) == code
+        assert proc.wait(timeout=HANG_GUARD_S) == code
     assert _ns(out) == [2, 3, 4]
     assert {Measurement.from_json(line).status for line in _lines(out)} == {"ok" if code == 0 else "error"}
     if summary:

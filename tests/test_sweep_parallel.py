@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from memlab.cli import main
-from process_checks import assert_process_ended
+from process_checks import HANG_GUARD_S, assert_process_ended
 from memlab.measurement import runner
 from memlab.sweep import SweepPoint, check_jobs, run_sweep
 
@@ -86,7 +86,7 @@ def test_sigterm_stops_the_sweep_and_its_running_measurements(tmp_path, jobs):
             time.sleep(0.2)
         assert pidfile.exists(), "no measurement reached the technique's forward"
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
     finally:
         if proc.poll() is None:
             proc.kill()
