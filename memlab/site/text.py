@@ -55,7 +55,7 @@ def fmt_rate(v: Any) -> str:
 
 
 def fmt_load(before: Any, after: Any, cores: Any) -> str:
-    """``'load 3.10 → 2.80 on 2 cores'``; ``'-'`` when no load average was recorded."""
+    """``'load B → A on N cores'`` (the 1-minute load averages before and after, two decimals); ``'-'`` when no load average was recorded."""
     if not (_finite(before) or _finite(after)):
         return "-"
     one = lambda v: f"{v:.2f}" if _finite(v) else "?"  # noqa: E731
