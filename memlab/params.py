@@ -165,7 +165,8 @@ def split_params(pairs: Sequence[str]) -> dict[str, str]:
         key, sep, text = pair.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"--param {pair!r} is not of the form name=value")
+            raise ValueError(f"--param {pair!r} is not of the form name=value: expected NAME=VALUE, "
+                             f"e.g. --param {key or 'chunk_size'}=1000")
         if key in out:
             raise ValueError(f"--param {key} is given twice ({key}={out[key]!r} and {key}={text!r}); give it once")
         out[key] = text

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 __all__ = ["register_workload", "register_technique", "register_advisor", "get_advisor", "list_advisors", "discover", "load_plugin", "loaded_plugins",
+           "builtin_modules",
            "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
 _WORKLOADS: dict[str, type] = {}
@@ -122,11 +123,24 @@ def discover() -> None:
         _import_all()
 
 
-def _import_all() -> None:
-    for pkg in map(importlib.import_module, _BUILTIN_PACKAGES):
-        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+def builtin_modules() -> list[tuple[str, Path]]:
+    """``(module name, source file)`` of every built-in workload and technique module, in the order
+    :func:`discover` imports them, found without importing them (nor torch): the CLI reads the names
+    they declare from their source to refuse a wrong name before torch is imported."""
+    out = []
+    for package in _BUILTIN_PACKAGES:
+        spec = importlib.util.find_spec(package)
+        for info in sorted(pkgutil.iter_modules(spec.submodule_search_locations), key=lambda i: i.name):
             if not info.name.startswith("_"):
-                importlib.import_module(f"{pkg.__name__}.{info.name}")
+                where = Path(info.module_finder.path)
+                out.append((f"{package}.{info.name}",
+                            where / info.name / "__init__.py" if info.ispkg else where / f"{info.name}.py"))
+    return out
+
+
+def _import_all() -> None:
+    for module, _ in builtin_modules():
+        importlib.import_module(module)
     for path in os.environ.get("MEMLAB_PLUGINS", "").split(os.pathsep):
         if path.strip():
             load_plugin(path.strip())

@@ -1,0 +1,106 @@
+"""The parser's shape: one-line errors (with a NAME=VALUE hint), the ``--timeout`` type, and the option
+groups several commands share.  Imports nothing heavy: ``memlab --help`` and a refused name stay fast."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NamedTuple, Sequence
+
+__all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options"]
+
+#: the longest --timeout: a week (select() and the clocks behind it overflow long before inf)
+MAX_TIMEOUT_S = 7 * 24 * 3600
+
+#: options whose value is one ``NAME=...`` word, with the form a hint spells out
+PAIR_OPTIONS = {"--param": "NAME=VALUE", "--grid": "NAME=V1,V2,..."}
+
+
+def timeout_seconds(text: str) -> float:
+    """argparse ``type=`` of every ``--timeout``: seconds, finite, > 0 and at most :data:`MAX_TIMEOUT_S`."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= MAX_TIMEOUT_S:  # NaN fails the comparison too
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid: expected seconds > 0 and <= {MAX_TIMEOUT_S} "
+                                         f"(a week)")
+    return value
+
+
+def pair_hint(argv: Sequence[str], extras: Sequence[str]) -> str:
+    """``--param chunk_size 1000`` leaves ``1000`` unrecognised: the form the option wanted, with the
+    user's own words put together ("" when the extra word follows no such option)."""
+    for i, word in enumerate(argv[:-2]):
+        name, value = argv[i + 1], argv[i + 2]
+        if word in PAIR_OPTIONS and "=" not in name and extras and value == extras[0]:
+            return f"; expected {PAIR_OPTIONS[word]}, e.g. {word} {name}={value}"
+    return ""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A parser whose errors (bad value, unknown option, missing argument) are one line on stderr,
+    exit status 2, like every other bad input (the usage is one ``--help`` away)."""
+
+    argv: Sequence[str] = ()
+
+    def parse_args(self, args=None, namespace=None):
+        self.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message: str):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            message += pair_hint(self.argv, message[len(prefix):].split())
+        self.exit(2, f"memlab: error: {message}; see {self.prog} --help\n")
+
+
+class Shared(NamedTuple):
+    """The option groups (argparse parents) several commands take."""
+
+    common: argparse.ArgumentParser  # --plugin
+    meas: argparse.ArgumentParser    # how to measure: device, dtype, iterations, threads...
+    model: argparse.ArgumentParser   # --model, --blocks
+
+
+def _measuring(meas: argparse.ArgumentParser) -> None:
+    meas.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    meas.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16 (default float32)")
+    meas.add_argument("--mode", default="train", help="train (forward+backward+optimizer step, the default) or "
+                                                      "infer (no_grad forward)")
+    meas.add_argument("--iterations", type=int, default=5, help="allocation-measured steps (default 5)")
+    meas.add_argument("--optimizer", default="sgd", metavar="NAME",
+                      help="training step's optimizer: sgd, sgd_momentum, adam or adamw (default sgd)")
+    meas.add_argument("--loss", default="given", metavar="NAME",
+                      help="given (backward from the workload's preallocated upstream gradient, default) or mse "
+                           "(mse_loss(output, 0): its gradient is allocated inside the step)")
+    meas.add_argument("--repeats", type=int, default=5, help="timed steps; the median is reported (default 5)")
+    meas.add_argument("--timeout", type=timeout_seconds, default=900.0,
+                      help="seconds per isolated measurement (default 900)")
+    meas.add_argument("--time-budget", type=float, default=2.0, metavar="SECONDS",
+                      help="keep timing steps (after --repeats) until their IQR is within 5%% of the median "
+                           "or this many seconds pass (default 2)")
+    meas.add_argument("--threads", type=int, default=None, metavar="N",
+                      help="torch intra-op threads per measurement (default: one per core for the memory "
+                           "phase, one for the timed phase). 1 keeps the relative step time load-robust on a "
+                           "shared machine")
+    meas.add_argument("--in-process", action="store_true", help="measure in this process instead of a fresh subprocess")
+    meas.add_argument("--spawn", action="store_true",
+                      help="a fresh Python process per measurement instead of a child forked from the warm "
+                           "server (the default for CPU; CUDA always spawns)")
+
+
+def shared_options() -> Shared:
+    """``--plugin``; the measuring options; ``--model`` and ``--blocks``."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--plugin", action="append", metavar="FILE.py",
+                        help="a Python file defining memlab.Technique subclasses (repeatable)")
+    meas = argparse.ArgumentParser(add_help=False)
+    _measuring(meas)
+    model = argparse.ArgumentParser(add_help=False)
+    model.add_argument("--model", metavar="FILE.py", help="your own model: a file defining build() -> nn.Module, "
+                       "batch(size) -> tensors and optionally loss(output, batch); technique names are then "
+                       "plain, checkpoint_blocks, checkpoint_sqrt, selective_checkpoint, autocast_bf16, "
+                       "offload_activations (see README, 'Your own model')")
+    model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
+                       "nn.Sequential of repeated blocks (default: guessed)")
+    return Shared(common, meas, model)
