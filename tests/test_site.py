@@ -18,7 +18,7 @@ from memlab.site.context import build_context
 from memlab.site.render import MARKER
 from process_checks import HANG_GUARD_S
 from site_fixtures import (EVIL, MiB, chunking_records, chunking_variants, make_inputs, measurement,
-                           reversible_records, write_jsonl)
+                           reproduction, reversible_records, write_jsonl)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -266,7 +266,9 @@ def test_config_groups_split_workload_configs(tmp_path):
     entry, = ctx["pages"][0]["entries"]  # one section for the family, a panel per configuration
     assert [(p["label"], p["answers"][0]["technique"], p["table"]["rows"][0]["saving"]) for p in entry["panels"]] == [
         ("n=2000", "vmap_chunks", "-50%"), ("n=4000", "slice_loop", "-25%")]
-    assert [r["config"] for r in entry["summary"]["rows"]] == ["n=2000", "n=4000"]
+    # the --run file's configuration is "your run": first in the summary table, its panel shown first
+    assert [(r["config"], r["yours"]) for r in entry["summary"]["rows"]] == [("n=4000", "your run"), ("n=2000", "")]
+    assert [(p["yours"], p["default"]) for p in entry["panels"]] == [("", False), ("your run", True)]
     sections = ctx["pages"][1]["sections"]
     assert [s["config"] for s in sections] == ["n=2000", "n=4000"]
 
@@ -802,3 +804,101 @@ def test_the_index_groups_rows_failing_the_same_way_with_their_count(tmp_path):
     assert "(and 2 more)" in row["params"] and index["n_bad"] == 3
     family = next(p for p in ctx["pages"] if p.get("family") == "reversible")
     assert len(family["not_ranked"]["rows"]) == 3
+
+
+# -- issue 41: site text ---------------------------------------------------------------------------------
+def test_a_seed_page_is_titled_by_what_it_settles_with_the_report_title_beneath(tmp_path):
+    """The title comes from the reproduction module's own ``SETTLES`` (read from its source, never
+    imported); the report's title (the reproduction file's ``title``) is shown beneath it."""
+    from memlab.site.seed_meta import page_titles, seed_metadata
+
+    results, data = make_inputs(tmp_path)
+    report = "Memory consumption does not seem to reflect the indicated consumption of nvidia-smi"
+    (data / "reproductions" / "reversible-memory-accounting.json").write_text(
+        json.dumps({**reproduction("reversible-memory-accounting"), "title": report}))
+    settles = seed_metadata("reversible-memory-accounting")["SETTLES"]
+    assert settles == "Reversible nets: where the savings go and whether memory leaks across steps"
+    build_site(results, data, tmp_path / "out")
+    page = (tmp_path / "out" / "seed-reversible-memory-accounting.html").read_text()
+    assert f"<h1>{settles}</h1>" in page
+    assert f'<p class="report-title">User report: <cite>{report}</cite></p>' in page
+    assert f"<title>{settles} · memlab</title>" in page
+    index = (tmp_path / "out" / "index.html").read_text()
+    assert settles in index and f"User report: <cite>{report}</cite>" in index
+    # a seed whose module says nothing it settles keeps the report's title, with nothing beneath
+    other = (tmp_path / "out" / "seed-chunked-slicing.html").read_text()
+    assert "<h1>Report chunked-slicing</h1>" in other and "report-title" not in other
+    assert page_titles("chunked-slicing", "Report chunked-slicing") == ("Report chunked-slicing", "")
+
+
+def test_seed_metadata_is_read_from_the_module_source_not_imported(tmp_path):
+    from memlab.site.seed_meta import page_titles, seed_metadata
+
+    (tmp_path / "mine.py").write_text('import torch\nSEED = "mine"\nTITLE = "Why so much memory?"\n'
+                                      'SETTLES = ("What the step keeps "\n           "and why")\nCLAIM = 1\n')
+    (tmp_path / "_private.py").write_text('SEED = "hidden"\nSETTLES = "no"\n')
+    (tmp_path / "broken.py").write_text('SEED = "broken"\nSETTLES = (\n')
+    assert seed_metadata("mine", tmp_path) == {"SEED": "mine", "TITLE": "Why so much memory?",
+                                               "SETTLES": "What the step keeps and why"}
+    assert seed_metadata("hidden", tmp_path) == {} and seed_metadata("broken", tmp_path) == {}
+    assert page_titles("mine", "Why so much memory?", tmp_path) == ("What the step keeps and why", "Why so much memory?")
+    # every user report reproduced in memlab/reproductions says what it settles
+    for seed in ("reversible-memory-accounting", "chunked-slicing-backward-spike", "tt-layer-memory"):
+        meta = seed_metadata(seed)
+        assert meta["SETTLES"] and meta["SETTLES"] != meta["TITLE"], seed
+
+
+def test_a_chart_whose_series_are_all_zero_is_not_drawn_and_says_why():
+    from memlab.site.page import Page
+
+    page = Page("p.html")
+    flat = {"data": [{"type": "scatter", "x": [1, 2], "y": [0, 0.0]}, {"type": "scatter", "x": [None], "y": [None]}],
+            "layout": {}}
+    c = page.chart(flat, "Peak resident vs batch", "a caption", absent="peak resident is 0 in every row.")
+    assert c["figure"] == "" and c["absent"] == "peak resident is 0 in every row." and c["caption"] == ""
+    assert page.chart({"data": [], "layout": {}}, "Nothing")["absent"]  # the general reason
+    bars = {"data": [{"type": "bar", "orientation": "h", "y": ["a"], "x": [0]},
+                     {"type": "bar", "orientation": "h", "y": ["b"], "x": [2.5]}], "layout": {}}
+    assert F.draws_data(bars) and "absent" not in page.chart(bars, "Bars")
+    assert not F.draws_data({"data": [{"type": "bar", "orientation": "h", "y": [1, 2], "x": [0, 0]}]})
+
+
+def test_rows_that_reserve_nothing_get_no_resident_chart_and_no_empty_held_fixed_value(tmp_path):
+    """A model file's sweep (issue 41): ``blocks`` left empty (the guess) and peak resident 0 in every
+    row.  The family page draws no flat "Peak resident vs batch" (one line says why) and never reads
+    ``blocks=``."""
+    recs = [measurement(t, "model:toy", {"batch": b, "blocks": ""}, b * k * MiB, reserved=0)
+            for b in (1, 2, 4) for t, k in (("toy__plain", 2), ("toy__checkpoint_blocks", 1))]
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "toy.jsonl", recs)
+    ctx = build_context(results, data)
+    page = next(p for p in ctx["pages"] if p.get("family") == "model:toy")
+    section, = page["sections"]
+    resident = next(c for c in section["charts"] if c["title"] == "Peak resident vs batch")
+    assert resident["figure"] == "" and "0 in every row" in resident["absent"]
+    assert section["fixed"] == "" and "blocks=" not in section["heading"]
+    assert A.param_text({"batch": 2, "blocks": "", "x": None}) == "batch=2"
+    build_site(results, data, tmp_path / "out")
+    html = (tmp_path / "out" / "family-model-toy.html").read_text()
+    assert "blocks=" not in html and "<code></code>" not in html
+    assert "Not drawn: peak resident is 0 in every row" in html
+
+
+def test_complexity_slopes_are_labelled_by_the_variable_they_are_fitted_against(tmp_path):
+    """The transformer family sweeps ``seq``: its slopes read "against seq", never "against depth"."""
+    from memlab.site.complexity import against, family_badges
+
+    recs = [{**measurement(t, "transformer", {"seq": s, "batch": 2}, s * s * k * MiB // 64),
+             "extra": {"activation_peak_bytes": s * (s if t == "eager" else 64) * MiB // 64}}
+            for s in (32, 64, 128, 256) for t, k in (("eager", 2), ("sdpa", 1))]
+    results, data = make_inputs(tmp_path)
+    write_jsonl(data / "sweeps" / "transformer.jsonl", recs)
+    df = _runs(tmp_path / "runs", recs)
+    badges = family_badges(df)
+    assert {b["x"] for b in badges} == {"seq"} and all("(4 values of seq)" in b["text"] for b in badges), badges
+    assert against("O(n): exponent 1.00, R² 1.000 over 4x (3 depths)", "depth").endswith("(3 depths)")
+    build_site(results, data, tmp_path / "out")
+    html = (tmp_path / "out" / "family-transformer.html").read_text()
+    section = html[html.index('id="complexity"'):html.index("</section>", html.index('id="complexity"'))]
+    assert "against seq" in section and "against <code>seq</code>" in section
+    assert "depth" not in section, section

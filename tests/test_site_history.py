@@ -210,7 +210,7 @@ def test_history_page_lists_the_doubling_commit(tmp_path):
     figures = [json.loads(htmlmod.unescape(m)) for m in re.findall(r'data-figure="([^"]*)"', page)]
     assert len(figures) == 3  # one per benchmark on the one machine
     assert all(f["layout"]["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in commits] for f in figures)
-    assert "in the repository&#39;s history order" in page or "in the repository's history order" in page
+    assert "Commits of main&#39;s own line, in its history order" in page
 
 
 def test_memory_sections_come_before_times():
@@ -365,3 +365,56 @@ def test_a_chart_first_shows_the_commits_that_hold_its_benchmark(tmp_path):
     assert mem["range"] == [-0.5, 49.5] and time_["range"] == [39.5, 49.5]
     assert mem["rangeslider"]["range"] == time_["rangeslider"]["range"] == [-0.5, 49.5]
     assert len(time_["categoryarray"]) == 50
+
+
+# -- issue 41: the line is main's ---------------------------------------------------------------------
+def test_the_line_is_mains_first_parent_history_and_other_commits_are_listed_apart(tmp_path):
+    """NOTE [ the main line ]: a WIP commit made on a branch and merged, a commit of a branch never
+    merged and a commit git does not know are measured too; the charts' x-axis is main's own line
+    (first parent), no step change is computed through the WIP commit (which doubled slice_loop),
+    and the three are listed apart with where each is."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "suite")
+    _git(repo, "checkout", "-q", "-b", "wip")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "WIP issue 32 (not on main)")
+    _git(repo, "checkout", "-q", "main")
+    _git(repo, "merge", "-q", "--no-ff", "wip", "-m", "merge the work")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "site")
+    _git(repo, "checkout", "-q", "-b", "other")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "an experiment")
+    _git(repo, "checkout", "-q", "main")
+    log = _git(repo, "log", "--all", "--format=%H %s").splitlines()
+    sha = {s: h for h, s in (line.split(" ", 1) for line in log)}
+    main = [sha["suite"], sha["merge the work"], sha["site"]]
+    wip, other, unknown = sha["WIP issue 32 (not on main)"], sha["an experiment"], "e" * 40
+    line = H.main_line(repo)
+    assert [c for c, _ in line.line] == main
+    assert set(line.merged) == {wip} and set(line.elsewhere) == {other}
+    doubled = {**BASE, "slice_loop": 2 * BASE["slice_loop"]}
+    commits = [main[0], wip, main[1], other, main[2], unknown]
+    values = {c: {MEM: _values(doubled if c == wip else BASE)} for c in commits}
+    write_tree(repo / "results", commits, values)
+    (tmp_path / "data").mkdir()
+    build_site(repo / "results", tmp_path / "data", tmp_path / "out")
+    page = (tmp_path / "out" / "history.html").read_text()
+    figures = [json.loads(htmlmod.unescape(m)) for m in re.findall(r'data-figure="([^"]*)"', page)]
+    assert figures and all(f["layout"]["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in main] for f in figures)
+    assert "No exact memory value changed between consecutive measured commits" in page  # WIP's doubling: not a step
+    apart = page[page.index('<ul class="commits-apart">'):]
+    apart = apart[:apart.index("</ul>")]
+    assert [m for m in re.findall(r"<code>([0-9a-f]+)</code>", apart)] == [c[:H.SHORT] for c in (wip, other, unknown)]
+    assert "WIP issue 32 (not on main)" in apart and "merged into main" in apart
+    assert "an experiment" in apart and "on a branch not merged into main" in apart
+    assert "(subject unknown) <small>(not in this repository" in apart
+    assert "3 commit(s) on main, 3 apart" in page
+
+
+def test_the_main_branch_is_the_one_asv_measures(tmp_path):
+    (tmp_path / "results").mkdir()
+    assert H.main_branch(tmp_path / "results") == "main"  # no asv.conf.json
+    (tmp_path / "asv.conf.json").write_text('{\n    // asv\n    "version": 1,\n    "branches": ["trunk"]\n}\n')
+    assert H.main_branch(tmp_path / "results") == "trunk"
+    assert H.main_line(tmp_path) == H.MainLine()  # not a git repository: no line, every commit drawn by date
+    assert H.off_line([], H.MainLine()) == []

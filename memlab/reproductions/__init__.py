@@ -5,6 +5,7 @@ Contract of a reproduction module ``memlab/reproductions/<name>.py`` (auto-disco
     SEED = "chunked-slicing-backward-spike"   # stem of the report file in shared/seeds/
     TITLE = "For loop on slices creates multiple intermediate gradients"
     CLAIM = "one line: what the user claimed"
+    SETTLES = "what the page settles"         # optional: the seed page's title, TITLE beneath it
 
     def reproduce(quick: bool = False) -> dict: ...
 

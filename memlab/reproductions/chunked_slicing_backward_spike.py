@@ -28,6 +28,8 @@ __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "cuda_variants", "slice_backwa
 
 SEED = "chunked-slicing-backward-spike"
 TITLE = "For loop on slices creates multiple intermediate gradients"
+#: what this page settles (its title; TITLE, the report's own, is shown beneath)
+SETTLES = "Chunking a matmul over row slices: where the backward spike comes from and what removes it"
 CLAIM = ("Chunking y = (x @ w1) @ w2 over row slices lowers the forward peak, but backward allocates a "
          "full-size slice_backward gradient per slice and the memory grows as chunks get smaller.")
 

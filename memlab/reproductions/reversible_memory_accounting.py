@@ -36,6 +36,8 @@ __all__ = ["SEED", "TITLE", "CLAIM", "REPORT", "reproduce", "memcnn_models"]
 
 SEED = "reversible-memory-accounting"
 TITLE = "Memory consumption does not seem to reflect the indicated consumption of nvidia-smi"
+#: what this page settles (its title; TITLE, the report's own, is shown beneath)
+SETTLES = "Reversible nets: where the savings go and whether memory leaks across steps"
 CLAIM = ("Reversible blocks (MemCNN) showed no saving in nvidia-smi, and allocated memory after "
          "optimizer.step() grew across iterations.")
 

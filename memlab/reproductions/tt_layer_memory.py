@@ -23,6 +23,8 @@ from ..units import MiB
 
 SEED = "tt-layer-memory"
 TITLE = "High GPU memory consumption (TT layer)"
+#: what this page settles (its title; TITLE, the report's own, is shown beneath)
+SETTLES = "TT layers: why a 3-core layer holds more activation memory than dense, and how much a plan saves"
 CLAIM = ("A 3-core TT layer keeps B d^3 (2r+1) activation elements, so at large batch it uses more memory than "
          "the dense layer in training and in eval; reconstructing the full weight first costs about a dense layer.")
 

@@ -1,10 +1,10 @@
 """Complexity badges and paper tables for the site (issue 18), read from results; no torch.
 
-* :func:`family_badges`: for a family whose rows sweep a depth (``depth`` or ``length``) at
-  otherwise fixed parameters, the log-log exponent of the measured activation peak against depth
-  per technique (:mod:`memlab.complexity`), as badges for the family page.  The x is
-  ``extra["blocks"]`` when the rows carry it (the resnet family: 3n residual blocks), else the
-  depth parameter.
+* :func:`family_badges`: for a family whose rows sweep a size (``depth``, ``length`` or ``seq``) at
+  otherwise fixed parameters, the log-log exponent of the measured activation peak against that
+  size per technique (:mod:`memlab.complexity`), as badges for the family page, each labelled by
+  the variable it is fitted against (``x``).  The x is ``extra["blocks"]`` when the rows carry it
+  (the resnet family: 3n residual blocks), else the swept parameter.
 * :func:`reproduction_extras`: a reproduction's optional ``tables`` (the paper's table beside
   memlab's) and ``badges`` (see :mod:`memlab.reproductions._papers`), validated, as page tables.
   Anything malformed is left out (a reproduction file is input like any other).
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Mapping
 
 from ..complexity import badge, fit_exponent
 from .tables import clean, column, sort_value
 
-__all__ = ["family_badges", "reproduction_extras", "DEPTH_PARAMS"]
+__all__ = ["family_badges", "reproduction_extras", "against", "axes_text", "DEPTH_PARAMS"]
 
 #: parameters read as a depth, in order of preference (``seq``: the transformer family's sequence
 #: length, whose exponent separates O(T²) attention from O(T))
@@ -26,6 +27,15 @@ DEPTH_PARAMS = ("depth", "length", "seq")
 #: fewest depths, and smallest max/min depth ratio, for a badge
 MIN_DEPTHS, MIN_SPAN = 3, 4.0
 _MAX_TABLES, _MAX_ROWS, _MAX_COLS, _MAX_TEXT = 8, 200, 16, 400
+
+
+def against(text: str, variable: str) -> str:
+    """A badge's text (:func:`memlab.complexity.badge`: ``"... over 8x (4 depths)"``) with its count
+    of points named by the ``variable`` the slope is fitted against (``"(4 values of seq)"``), unless
+    that is a depth."""
+    if variable == "depth":
+        return text
+    return re.sub(r"\((\d+) depths\)", lambda m: f"({m.group(1)} values of {variable})", text)
 
 
 def _num(v: Any) -> float | None:
@@ -66,10 +76,17 @@ def family_badges(rows) -> list[dict[str, Any]]:
         fit = fit_exponent(xs, [sorted(by_x[x])[len(by_x[x]) // 2] for x in xs])
         b = badge(fit)
         fixed_text = ", ".join(f"{k}={v}" for k, v in json.loads(fixed).items())
-        out.append({"technique": tech, "fixed": fixed_text, "x": xname, "label": b.label, "text": b.text,
-                    "machine": machine})
+        out.append({"technique": tech, "fixed": fixed_text, "x": xname, "label": b.label,
+                    "text": against(b.text, xname), "machine": machine})
     several = len({b["machine"] for b in out}) > 1
     return [b if several else {k: v for k, v in b.items() if k != "machine"} for b in out]
+
+
+def axes_text(badges: list[dict[str, Any]]) -> str:
+    """The variables ``badges`` are fitted against, in order of first appearance (``"seq"``,
+    ``"blocks and seq"``): what "against" names in a family page's complexity section."""
+    names = list(dict.fromkeys(b["x"] for b in badges))
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _cell(v: Any) -> Any:
@@ -122,5 +139,6 @@ def reproduction_extras(page, data: Mapping[str, Any], machine: str = "") -> dic
     badges = [{"name": str(b.get("name"))[:100], "label": str(b.get("label"))[:40], "text": str(b.get("text"))[:_MAX_TEXT]}
               for b in raw[:50] if isinstance(b, Mapping) and all(isinstance(b.get(k), str) for k in ("name", "label", "text"))]
     axis = data.get("badge_axis")
-    return {"paper_tables": [t for t in made if t is not None], "badges": badges,
-            "badge_axis": axis[:60] if isinstance(axis, str) and axis.strip() else "depth"}
+    axis = axis[:60] if isinstance(axis, str) and axis.strip() else "depth"
+    return {"paper_tables": [t for t in made if t is not None], "badge_axis": axis,
+            "badges": [{**b, "text": against(b["text"], axis)} for b in badges]}

@@ -27,13 +27,14 @@ from . import ranking as A
 from . import figures as F
 from . import cuda as C
 from .choose import add_choose_page, load_models, model_files
-from .complexity import family_badges, reproduction_extras
+from .complexity import axes_text, family_badges, reproduction_extras
 from .notes import CATEGORY_NAMES, footnotes
 from .overview import family_overview
 from .page import Page
 from .rows import measurement_table, not_ranked_groups, not_ranked_table
 from .tables import column
 from .gpu_seed import add_gpu_measured_to_seed_pages
+from .seed_meta import page_titles
 from .models_page import add_model_pages, model_check_files
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
 
@@ -179,8 +180,8 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
     charts = []
     ok = A.ranked(rows)
 
-    def chart(fig: dict, title: str, caption: str = "") -> None:
-        charts.append(page.chart(fig, title, caption, anchor=f"{heading} {title}"))
+    def chart(fig: dict, title: str, caption: str = "", absent: str = "") -> None:
+        charts.append(page.chart(fig, title, caption, anchor=f"{heading} {title}", absent=absent))
 
     if len(ok):
         if swept:
@@ -197,7 +198,9 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
                       "here). " + _line_caption(fig, "the analytic expectation the technique states"))
             if ok["peak_reserved_bytes"].notna().any():
                 chart(F.memory_vs_param(rows, variants, swept, "peak_reserved_bytes", f"peak {second} (MiB)", colors),
-                      f"Peak {second} vs {swept}")
+                      f"Peak {second} vs {swept}",
+                      absent=f"peak {second} is 0 in every row (the memory the step needed was already {second} "
+                             "before it, from the warm-up step); the table gives each row's figure.")
         else:
             chart(F.memory_by_technique(rows, variants, colors), "Peak memory per configuration",
                   "Coloured bars: peak allocated (one colour per technique, peers hatched); "
@@ -270,11 +273,12 @@ def _family_page(ctx: Context, family: str, path: str) -> dict[str, Any]:
                          lambda: _setting_section(page, group, s, config, swept, ctx["colors"], marks, baseline,
                                                   split, shared[(s, A.param_text(config))] > 1, machine))
                 for s, config, swept, group, split in parts]
+    badges = _guarded(ctx, f"family {family!r}: complexity badges", lambda: family_badges(rows)) or []
     return page.done({"template": "family.html", "path": path, "title": f"Family: {family}", "family": family,
                       "baseline": baseline, "machines": sorted(set(rows["machine"])) if machine else [], "sections": [s for s in sections if s is not None],
                       "not_ranked": not_ranked, "n_bad": len(bad), "notes": notes,
                       "peers": sorted(set(rows.loc[rows["peer"], "technique"])),
-                      "complexity": _guarded(ctx, f"family {family!r}: complexity badges", lambda: family_badges(rows)) or []})
+                      "complexity": badges, "complexity_axes": axes_text(badges) if badges else ""})
 
 
 def add_family_pages(ctx: Context) -> Context:
@@ -302,14 +306,15 @@ def add_overview_page(ctx: Context) -> Context:
     page = Page("index.html")
     for fixed in ("data-problems", "not-ranked", "reports"):
         page.anchor(fixed)  # section ids the template writes by hand
-    entries = []
+    entries, yours = [], frozenset(R.shown_path(p) for p in ctx["extra_runs"])  # NOTE [ your run ]
     for family in sorted(set(runs["family"])) if len(runs) else []:
         rows = runs[runs["family"] == family]
         entry = _guarded(ctx, f"overview of family {family!r}",
-                         lambda: family_overview(page, family, rows, ctx["baselines"].get(family), ctx["colors"]))
+                         lambda: family_overview(page, family, rows, ctx["baselines"].get(family), ctx["colors"], yours))
         if entry is not None:
             entries.append({**entry, "path": ctx["family_paths"][family]})
-    seeds = [{"seed": s["seed"], "title": s["title"], "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
+    seeds = [{"seed": s["seed"], **dict(zip(("title", "report_title"), page_titles(s["seed"], s["title"]))),
+              "verdict": s["verdict"], "path": ctx["seed_paths"][s["seed"]],
               "verdict_class": verdict_class(s["verdict"])} for s in ctx["seeds"] if s["seed"] in ctx["seed_paths"]]
     not_ranked = not_ranked_groups(page, "not ranked rows", runs) if len(A.not_ranked(runs)) else None
     index = page.done({"template": "index.html", "path": "index.html", "title": "memlab results", "entries": entries,
@@ -432,8 +437,10 @@ def _seed_page(s: dict, path: str, colors: dict[str, str]) -> dict[str, Any]:
         techniques = sorted({t["technique"] for t in s["timelines"]} | (set(rows["technique"]) if len(rows) else set()))
         figure = page.chart(F.seed_figure(s["figure"], colors, techniques),
                             s["figure"]["title"] or "The figure that settles it")
+    title, report_title = page_titles(s["seed"], s["title"])
     return page.done({
-        "template": "seed.html", "path": path, "title": s["title"], "seed": s["seed"], "runs": [run],
+        "template": "seed.html", "path": path, "title": title, "report_title": report_title, "seed": s["seed"],
+        "runs": [run],
         "claim": s["claim"], "verdict": s["verdict"], "verdict_class": verdict_class(s["verdict"]),
         "summary": s["summary"], "summary_items": summary_items(s["summary"]), "quick": s["quick"], "figure": figure,
         "table": measurement_table(page, "measurement rows", rows, skip=_fixed_params(rows)) if len(rows) else None,

@@ -25,6 +25,7 @@ from .. import results as R
 from . import figures as F
 from . import ranking as A
 from .page import Page
+from .seed_meta import seed_metadata
 from .tables import column, sort_value
 from .text import fmt_mib
 
@@ -197,10 +198,9 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
 
 
 def _answer_technique(seed: str) -> str:
-    """The technique a seed's own answer is about: its reproduction module's ``CUDA_ANSWER_TECHNIQUE``."""
-    from ..reproductions import find_reproduction
-
-    return getattr(find_reproduction(seed), "CUDA_ANSWER_TECHNIQUE", "")
+    """The technique a seed's own answer is about: its reproduction module's ``CUDA_ANSWER_TECHNIQUE``
+    (read from its source, :mod:`memlab.site.seed_meta`: importing the modules could import torch)."""
+    return seed_metadata(seed).get("CUDA_ANSWER_TECHNIQUE", "")
 
 
 def _slice_answer(page: Page, sb: dict[str, Any], colors: dict[str, str], technique: str) -> dict[str, Any]:

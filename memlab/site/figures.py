@@ -35,7 +35,7 @@ from .colors import BASELINE_COLOR, PALETTE, technique_color
 from .ranking import pareto_front, ranked, sort_key
 from .text import relative_against
 
-__all__ = ["esc", "value", "mib", "to_json", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
+__all__ = ["esc", "value", "mib", "to_json", "draws_data", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
            "CATEGORY_COLORS", "memory_vs_param", "memory_by_technique", "step_vs_param", "step_by_technique",
            "throughput_vs_peak", "draws_second_bars", "SECOND_BAR_COLOR", "lowest_peaks", "peak_by_category", "history", "timeline", "timelines_overlay",
@@ -103,6 +103,18 @@ def fit_legend(fig: dict) -> dict:
     if need > layout.get("height", 450):
         fig = {**fig, "layout": {**layout, "height": need}}
     return fig
+
+
+def draws_data(fig: dict) -> bool:
+    """Whether ``fig`` draws anything: a trace with a finite value other than 0 (its ``y``, or its
+    ``x`` for a horizontal bar).  A figure whose every series is empty or 0 (the peak resident of
+    rows that all reserved nothing new) is two flat lines on a made-up axis: not drawn at all
+    (:meth:`memlab.site.page.Page.chart` says why instead)."""
+    for t in fig.get("data", []):
+        values = t.get("x" if t.get("orientation") == "h" else "y") or []
+        if any((f := _num(v)) is not None and f != 0 for v in values):
+            return True
+    return False
 
 
 def to_json(fig: dict) -> str:
@@ -227,7 +239,7 @@ def chart_layout(xaxis: dict, yaxis: dict, **kw: Any) -> dict[str, Any]:
 # -- hover -----------------------------------------------------------------------------------------
 def _hover(row: Any, extra: str = "") -> str:
     lines = [f"<b>{esc(row.technique)}</b>" + (" (peer)" if row.peer else "")]
-    lines += [f"{esc(k)}={esc(v)}" for k, v in sorted(row.params.items())]
+    lines += [f"{esc(k)}={esc(v)}" for k, v in sorted(row.params.items()) if v is not None and str(v).strip()]
     lines.append(f"peak allocated {mib(row.peak_allocated_bytes)} MiB")
     if _num(row.total_peak_bytes) is not None:
         lines.append(f"total peak {mib(row.total_peak_bytes)} MiB (baseline included)")

@@ -16,6 +16,14 @@ commit, not clock time: a day of commits made minutes apart stays readable, a ma
 commits is not squeezed into a corner of another's 200, and where the machine skipped commits of the
 history the gap is marked with the number of commits left out (:func:`history_gaps`).
 
+NOTE [ the main line ]
+The history's line is main's: the first-parent history of the branch asv measures (``branches`` in
+asv.conf.json, :func:`main_branch`), the commits made on main and the merges into it.  A commit
+measured elsewhere (a work-in-progress branch, a side branch's commits that a merge brought into
+main's history, a commit of another clone) is no point of a chart and no step of the regressions
+view: a change "between" it and a main commit would compare two lines of work.  It is listed apart,
+per machine, with where it is (:func:`off_line`).  Without git every commit is drawn, by date.
+
 NOTE [ failed, skipped, version ]
 asv writes null for a combination that *failed* (NOTE [ skipped or failed ] in benchmarks/common.py)
 and NaN for one that was *skipped* (it does not exist in that version).  A failure is a result: the
@@ -56,6 +64,7 @@ import pandas as pd
 from .. import results as R
 
 __all__ = ["Commit", "Line", "TechniqueHistory", "Outcomes", "FAILURE_COLUMNS", "git_commits", "commit_order",
+           "main_branch", "MainLine", "main_line", "off_line",
            "split_benchmark", "is_exact_memory", "load_outcomes", "with_versions", "machine_order", "history_gaps",
            "version_starts", "technique_histories", "line_labels", "benchmark_order", "step_changes",
            "changes_by_commit", "failure_onsets", "failures_by_commit", "SHORT"]
@@ -230,11 +239,15 @@ def with_versions(frame: pd.DataFrame, versions: Mapping[tuple[str, str, str], s
 
 
 # -- order -----------------------------------------------------------------------------------------
-def git_commits(repo: Path | str, rev: str = "HEAD", timeout: float = 30.0) -> list[tuple[str, str]]:
-    """``[(hash, subject), ...]`` of ``rev``'s history, oldest first; ``[]`` when ``repo`` is not in
-    a git repository or git is missing (the history is then ordered by commit date).  Local only."""
+def git_commits(repo: Path | str, rev: str = "HEAD", timeout: float = 30.0,
+                first_parent: bool = False) -> list[tuple[str, str]]:
+    """``[(hash, subject), ...]`` of ``rev``'s history, oldest first (``first_parent``: its first-parent
+    line only, the commits made on that branch and the merges into it); ``[]`` when ``repo`` is not in
+    a git repository, ``rev`` is unknown or git is missing (the history is then ordered by commit
+    date).  Local only."""
+    line = ["--first-parent"] if first_parent else []
     try:
-        out = subprocess.run(["git", "-C", str(repo), "log", "--reverse", "--format=%H%x1f%s", rev, "--"],
+        out = subprocess.run(["git", "-C", str(repo), "log", "--reverse", *line, "--format=%H%x1f%s", rev, "--"],
                              capture_output=True, timeout=timeout, check=False)
     except (OSError, subprocess.SubprocessError):
         return []
@@ -246,6 +259,77 @@ def git_commits(repo: Path | str, rev: str = "HEAD", timeout: float = 30.0) -> l
         if len(sha) == 40:
             commits.append((sha, subject.strip()))
     return commits
+
+
+def main_branch(results_dir: Path | str) -> str:
+    """The branch asv measures: the first of ``branches`` in the ``asv.conf.json`` beside the results
+    folder (asv's JSON with ``//`` comment lines), else ``"main"``."""
+    try:
+        text = (Path(results_dir).resolve().parent / "asv.conf.json").read_text(encoding="utf-8")
+        branches = json.loads("\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("//")))["branches"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "main"
+    return branches[0] if isinstance(branches, list) and branches and isinstance(branches[0], str) else "main"
+
+
+@dataclass(frozen=True)
+class MainLine:
+    """What git says of the measured commits (NOTE [ the main line ]): ``line``, the main branch's
+    first-parent history ``[(hash, subject)]`` oldest first (the history page's x-axis); ``merged``,
+    the other commits of main's history (made on a branch, then merged) and ``elsewhere``, commits
+    of other branches, each ``{hash: subject}``.  All empty without git."""
+
+    line: tuple = ()
+    merged: dict = field(default_factory=dict)
+    elsewhere: dict = field(default_factory=dict)
+
+    def where(self, commit: str) -> str:
+        """Why a commit is not on the line, in words."""
+        if commit in self.merged:
+            return "made on a branch, then merged into main (not on main's own line)"
+        if commit in self.elsewhere:
+            return "on a branch not merged into main"
+        return "not in this repository"
+
+    def subject(self, commit: str) -> str:
+        """The subject git knows for a commit off the line ("" when it does not know it)."""
+        return self.merged.get(commit) or self.elsewhere.get(commit) or ""
+
+
+def main_line(repo: Path | str, branch: str = "main") -> MainLine:
+    """:class:`MainLine` of ``repo``: ``branch``'s first-parent history (``HEAD``'s when there is no
+    such branch), the rest of its history, and every other branch's commits."""
+    line = git_commits(repo, branch, first_parent=True)
+    rev = branch if line else "HEAD"
+    line = line or git_commits(repo, rev, first_parent=True)
+    if not line:
+        return MainLine()
+    on = {sha for sha, _ in line}
+    merged = {sha: s for sha, s in git_commits(repo, rev) if sha not in on}
+    elsewhere = {sha: s for sha, s in git_commits(repo, "--all") if sha not in on and sha not in merged}
+    return MainLine(tuple(line), merged, elsewhere)
+
+
+def off_line(frames: Sequence[pd.DataFrame], main: MainLine) -> list[dict[str, Any]]:
+    """The measured commits of ``frames`` (one machine's values and failures) that are not on the main
+    line, oldest first (by date, then hash): ``hash``, ``short``, ``subject`` (cut at 100 characters),
+    ``where`` (why not on the line) and ``benchmarks`` (how many it holds).  ``[]`` when git gave no line (then every
+    commit is drawn, ordered by date)."""
+    if not main.line:
+        return []
+    on = {sha for sha, _ in main.line}
+    seen: dict[str, dict[str, Any]] = {}
+    for f in frames:
+        if f is None or not len(f):
+            continue
+        for c, d, b in zip(f["commit"], f["date_ms"], f["benchmark"]):
+            if c not in on:
+                e = seen.setdefault(c, {"date": _date(d), "benchmarks": set()})
+                e["date"] = min(e["date"], _date(d))
+                e["benchmarks"].add(b)
+    cut = {c: (s if len(s) <= 100 else s[:99] + "…") for c in seen for s in [main.subject(c)]}
+    return [{"hash": c, "short": c[:SHORT], "subject": cut[c], "where": main.where(c),
+             "benchmarks": len(e["benchmarks"])} for c, e in sorted(seen.items(), key=lambda kv: (kv[1]["date"], kv[0]))]
 
 
 def _date(v: Any) -> float:

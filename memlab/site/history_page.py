@@ -1,5 +1,6 @@
-"""The History page: per machine its measured commits and one chart per benchmark, and the
-regressions view (every step change of an exact memory value, every failure onset).
+"""The History page: per machine its measured commits on main and one chart per benchmark, the
+commits measured off main listed apart (NOTE [ the main line ] in :mod:`memlab.site.history`), and
+the regressions view (every step change of an exact memory value, every failure onset).
 
 Built by :func:`memlab.site.context.add_history_page`; the logic is :mod:`memlab.site.history`,
 the chart :mod:`memlab.site.history_chart`.
@@ -44,10 +45,15 @@ def _chart(page: Page, bench: str, machine: str, frames: tuple, order: Sequence[
         f"{bench} on {machine}", caption))
 
 
-def _machine_section(page: Page, machine: str, frames: tuple, known: list, ctx: dict, guard: Guard) -> dict:
-    """A machine's part of the page: its commits (with the gaps) and a chart per benchmark."""
+def _machine_section(page: Page, machine: str, frames: tuple, main: H.MainLine, ctx: dict, guard: Guard) -> dict:
+    """A machine's part of the page: its commits on main (with the gaps), a chart per benchmark, and
+    the commits it measured off main, listed apart (NOTE [ the main line ])."""
     values, fails = (f[f["machine"] == machine] for f in frames)
-    order = H.machine_order(values, fails, machine, known)
+    apart = H.off_line((values, fails), main)
+    if main.line:
+        on = {sha for sha, _ in main.line}
+        values, fails = values[values["commit"].isin(on)], fails[fails["commit"].isin(on)]
+    order = H.machine_order(values, fails, machine, list(main.line))
     benches = sorted(set(values["benchmark"]) | set(fails["benchmark"]), key=H.benchmark_order)
     charts = [_chart(page, b, machine, (values[values["benchmark"] == b], fails[fails["benchmark"] == b]), order,
                      ctx, guard) for b in benches]
@@ -56,7 +62,7 @@ def _machine_section(page: Page, machine: str, frames: tuple, known: list, ctx: 
             "caption": _machine_caption(ctx["machines"].get(machine, {}), machine),
             "commits": [{"short": c.short, "subject": c.subject, "known": c.index is not None} for c in order],
             "first": order[0].short if order else "", "last": order[-1].short if order else "",
-            "gaps": len(gaps), "unmeasured": sum(n for _, n in gaps), "charts": [c for c in charts if c],
+            "gaps": len(gaps), "unmeasured": sum(n for _, n in gaps), "charts": [c for c in charts if c], "apart": apart,
             "changes": H.step_changes(values, order), "failures": H.failure_onsets(values, fails, order)}
 
 
@@ -158,14 +164,14 @@ def history_page(ctx: dict[str, Any], guard: Guard) -> dict[str, Any]:
     if "version" not in values:
         values = H.with_versions(values, {})
     machines = sorted(set(values["machine"]) | set(fails["machine"]))
-    known = H.git_commits(ctx["results_dir"]) if machines else []
-    sections = [_machine_section(page, m, (values, fails), known, ctx, guard) for m in machines]
+    main = H.main_line(ctx["results_dir"], H.main_branch(ctx["results_dir"])) if machines else H.MainLine()
+    sections = [_machine_section(page, m, (values, fails), main, ctx, guard) for m in machines]
     changes = sorted((c for s in sections for c in s["changes"]),
                      key=lambda c: (c["machine"], c["after"].position, c["benchmark"], c["technique"]))
     onsets = [f for s in sections for f in s["failures"]]
     return page.done({
         "template": "history.html", "path": "history.html", "title": "History (asv)", "sections": sections,
-        "machines": machines, "ordered_by_git": bool(known), "summary": _summary(changes, onsets),
+        "machines": machines, "ordered_by_git": bool(main.line), "summary": _summary(changes, onsets),
         "regressions": _table(page, "memory step changes", _CHANGE_COLUMNS, changes, _change_row),
         "failures": _table(page, "failures", _FAILURE_COLUMNS, onsets, _failure_row),
         "regressions_id": page.anchor("regressions"), "n_changes": len(changes), "n_failures": len(onsets)})

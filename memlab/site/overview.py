@@ -21,7 +21,7 @@ from .rows import machine_column, machine_facts
 from .tables import column, sort_value
 from .text import env_caption, fmt_check, fmt_mib, fmt_pct, fmt_relative, fmt_step, relative_against
 
-__all__ = ["BUDGETS", "family_overview"]
+__all__ = ["BUDGETS", "family_overview", "your_run"]
 
 #: The memory budgets of "fastest within": fractions of the baseline's memory.
 BUDGETS = (0.5, 0.9)
@@ -191,9 +191,72 @@ def _winner_cell(found: Any, measure: str) -> tuple[str, float | None]:
     return text, _n(row[speed])
 
 
+def _summary_row(c: dict, label: str, pid: str, facts: dict, baseline: str, measure: str,
+                 yours: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A configuration's row of the family's summary table, and its record for the downloads."""
+    mem, act = facts["memory"], facts["activation"]
+    fast = {b: _winner_cell(facts[b], measure) for b in BUDGETS}
+    mem_text = (f"{baseline} (nothing beats it)" if mem["row"]["technique"] == baseline
+                else f"{mem['row']['technique']} {fmt_pct(-mem['saving'])}")
+    cell = {
+        "config": label, "config_id": pid, "machine": c["base"]["machine"], "yours": yours,
+        "baseline_memory": fmt_mib(c["base"][measure]),
+        "baseline_memory__sort": _n(c["base"][measure]), "memory": mem_text,
+        "memory__sort": _n(-mem["saving"]) if mem["saving"] is not None else None,
+        "activation": f"{act['row']['technique']} ({fmt_mib(act['bytes'])})" if act else "-",
+        "activation__sort": act["bytes"] if act else None,
+        **{f"fast{int(b * 100)}": fast[b][0] for b in BUDGETS},
+        **{f"fast{int(b * 100)}__sort": fast[b][1] for b in BUDGETS}}
+    record = {
+        "setting": A.setting_text(c["setting"]), "machine": c["base"]["machine"], "params": c["base"]["params"],
+        "your_run": bool(yours), "memory_measure": measure,
+        "baseline_bytes": c["base"][measure], "lowest_memory_technique": mem["row"]["technique"],
+        "lowest_memory_params": mem["row"]["params"], "lowest_memory_bytes": mem["row"][measure],
+        "saving": mem["saving"], "lowest_activation_technique": act["row"]["technique"] if act else None,
+        "lowest_activation_bytes": act["bytes"] if act else None,
+        **{f"fastest_within_{int(b * 100)}pct": facts[b][0]["technique"] if facts[b] else None for b in BUDGETS},
+        **{f"fastest_within_{int(b * 100)}pct_params": facts[b][0]["params"] if facts[b] else None for b in BUDGETS}}
+    return cell, record
+
+
+def your_run(rows: pd.DataFrame, yours: frozenset[str] | set[str]) -> str:
+    """``"your run"`` when every row of a configuration comes from one of the ``yours`` files (the
+    ``--run`` files of ``memlab site``, the run just made), ``"with your run"`` when some do, else ``""``."""
+    if not yours or not len(rows):
+        return ""
+    mine = rows["source"].isin(list(yours))
+    return "your run" if mine.all() else ("with your run" if mine.any() else "")
+
+
+def _summary_table(page: Page, family: str, baseline: str, cells: list[dict], records: list[dict]) -> dict[str, Any]:
+    """The family's summary table: a row per configuration, those of your run first (NOTE [ your run ])."""
+    order = sorted(range(len(cells)), key=lambda i: not cells[i]["yours"])
+    cells, records = [cells[i] for i in order], [records[i] for i in order]
+    cols = [column("config", "configuration", kind="config"), machine_column(),
+            column("baseline_memory", f"{baseline}", num=True, title="the baseline's memory at this configuration"),
+            column("memory", "lowest memory", num=True, title="the technique holding least, and its saving"),
+            column("activation", "lowest activation memory", num=True),
+            *[column(f"fast{int(b * 100)}", f"fastest within {b:.0%}", num=True,
+                     title=f"the fastest measurement holding at most {b:.0%} of the baseline's memory") for b in BUDGETS]]
+    if not any(r["activation"] != "-" for r in cells):
+        cols = [col for col in cols if col["key"] != "activation"]
+    return page.table(f"{family} configurations", cols, cells, records)
+
+
+# NOTE [ your run ]
+# ~~~~~~~~~~~~~~~~~
+# ``memlab site --run FILE`` (``make demo``) adds a sweep just made to the committed data.  Its rows
+# are a configuration like any other to the ranking (compared within their machine only), but the
+# reader made them a minute ago and looks for them first: a configuration holding them is marked
+# "your run" (a badge in the summary table, its row first, the label of its panel) and is the panel
+# shown first; one that mixes them with committed rows (same machine and parameters) says "with your
+# run".  Without ``--run`` nothing is marked.
 def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str | None,
-                    colors: dict[str, str]) -> dict[str, Any]:
-    """The family's index section: summary table, one panel per configuration, footnotes."""
+                    colors: dict[str, str], yours: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
+    """The family's index section: summary table, one panel per configuration, footnotes.
+
+    ``yours``: the ``source`` of the rows of the run just made (NOTE [ your run ]).
+    """
     anchor = page.anchor(family)
     out: dict[str, Any] = {"family": family, "id": anchor, "baseline": baseline, "panels": [], "summary": None,
                            "environments": env_caption(rows), "n_not_ranked": len(A.not_ranked(rows)),
@@ -210,51 +273,28 @@ def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str |
     summary_cells, summary_records, winners = [], [], Counter()
     for c in configs:
         measure = A.memory_measure(c["rows"])
+        mine = your_run(c["rows"], yours)
         label = _label(c, varying, several, machine)
         pid = page.anchor(f"{family} {label}")
         answers, facts = _answers(c, baseline, measure)
         winners[facts["memory"]["row"]["technique"]] += 1
         out["panels"].append({
-            "id": pid, "label": label, "default": c["default"], "setting": A.setting_text(c["setting"], machine=machine),
+            "id": pid, "label": label, "default": c["default"], "yours": mine,
+            "setting": A.setting_text(c["setting"], machine=machine),
             "params": A.param_text(c["base"]["params"]), "measure": _MEASURES[measure], "answers": answers,
             "table": _technique_table(page, f"{pid} techniques", c, facts, baseline, measure, marks),
             "chart": _chart(page, family, label, c, facts, baseline, measure, colors)})
-        mem = facts["memory"]
-        act = facts["activation"]
-        fast = {b: _winner_cell(facts[b], measure) for b in BUDGETS}
-        mem_text = (f"{baseline} (nothing beats it)" if mem["row"]["technique"] == baseline
-                    else f"{mem['row']['technique']} {fmt_pct(-mem['saving'])}")
-        summary_cells.append({
-            "config": label, "config_id": pid, "machine": c["base"]["machine"],
-            "baseline_memory": fmt_mib(c["base"][measure]),
-            "baseline_memory__sort": _n(c["base"][measure]), "memory": mem_text,
-            "memory__sort": _n(-mem["saving"]) if mem["saving"] is not None else None,
-            "activation": f"{act['row']['technique']} ({fmt_mib(act['bytes'])})" if act else "-",
-            "activation__sort": act["bytes"] if act else None,
-            **{f"fast{int(b * 100)}": fast[b][0] for b in BUDGETS},
-            **{f"fast{int(b * 100)}__sort": fast[b][1] for b in BUDGETS}})
-        summary_records.append({
-            "setting": A.setting_text(c["setting"]), "machine": c["base"]["machine"], "params": c["base"]["params"],
-            "memory_measure": measure,
-            "baseline_bytes": c["base"][measure], "lowest_memory_technique": mem["row"]["technique"],
-            "lowest_memory_params": mem["row"]["params"], "lowest_memory_bytes": mem["row"][measure],
-            "saving": mem["saving"], "lowest_activation_technique": act["row"]["technique"] if act else None,
-            "lowest_activation_bytes": act["bytes"] if act else None,
-            **{f"fastest_within_{int(b * 100)}pct": facts[b][0]["technique"] if facts[b] else None for b in BUDGETS},
-            **{f"fastest_within_{int(b * 100)}pct_params": facts[b][0]["params"] if facts[b] else None for b in BUDGETS}})
-    measures = {p["measure"] for p in out["panels"]}
-    out["measure"] = " or ".join(sorted(measures))
-    cols = [column("config", "configuration", kind="config"), machine_column(),
-            column("baseline_memory", f"{baseline}", num=True, title="the baseline's memory at this configuration"),
-            column("memory", "lowest memory", num=True, title="the technique holding least, and its saving"),
-            column("activation", "lowest activation memory", num=True),
-            *[column(f"fast{int(b * 100)}", f"fastest within {b:.0%}", num=True,
-                     title=f"the fastest measurement holding at most {b:.0%} of the baseline's memory") for b in BUDGETS]]
-    if not any(r["activation"] != "-" for r in summary_cells):
-        cols = [col for col in cols if col["key"] != "activation"]
-    out["summary"] = page.table(f"{family} configurations", cols, summary_cells, summary_records)
+        cell, record = _summary_row(c, label, pid, facts, baseline, measure, mine)
+        summary_cells.append(cell)
+        summary_records.append(record)
+    out["measure"] = " or ".join(sorted({p["measure"] for p in out["panels"]}))
+    out["summary"] = _summary_table(page, family, baseline, summary_cells, summary_records)
     out["verdicts"] = ", ".join(f"{t}{' (the baseline)' if t == baseline else ''} at {n}" for t, n in
                                 sorted(winners.items(), key=lambda kv: (-kv[1], kv[0])))
+    first_yours = next((p for p in out["panels"] if p["yours"]), None)
+    if first_yours is not None:  # the run just made is what its reader looks for first
+        for p in out["panels"]:
+            p["default"] = p is first_yours
     if not any(p["default"] for p in out["panels"]):
         out["panels"][0]["default"] = True
     out["n_configs"] = len(configs)

@@ -3,8 +3,9 @@
 Every section, chart and table of a page gets an ``id`` made from its heading (lower case, ``a-z0-9_-``),
 unique within the page (``-2``, ``-3`` ... on a repeat), so a link to ``page.html#id`` survives a
 rebuild from the same data.  Charts are ``{"id", "title", "caption", "figure"}`` (``figure`` the
-canonical JSON); tables come from :func:`memlab.site.tables.table` and their downloads are collected
-in :attr:`Page.files` (written beside the pages by :mod:`memlab.site.render`).
+canonical JSON; a figure that would draw nothing has ``absent``, the reason shown in its place);
+tables come from :func:`memlab.site.tables.table` and their downloads are collected in
+:attr:`Page.files` (written beside the pages by :mod:`memlab.site.render`).
 """
 from __future__ import annotations
 
@@ -39,10 +40,19 @@ class Page:
         self._ids.add(out)
         return out
 
-    def chart(self, figure: dict, title: str, caption: str = "", anchor: str | None = None) -> dict[str, str]:
-        """A chart headed ``title`` (HTML, with a permalink; plotly draws no title)."""
-        return {"id": self.anchor(anchor or title), "title": title, "caption": caption,
-                "figure": F.to_json(F.fit_legend(figure))}
+    def chart(self, figure: dict, title: str, caption: str = "", anchor: str | None = None,
+              absent: str = "") -> dict[str, str]:
+        """A chart headed ``title`` (HTML, with a permalink; plotly draws no title).
+
+        A figure that draws nothing (:func:`memlab.site.figures.draws_data`: every series empty or 0)
+        is not drawn: the chart is ``{"id", "title", "absent", "caption": "", "figure": ""}``, where
+        ``absent`` is one line saying why (the caller's, else a general one), shown in its place.
+        """
+        chart_id = self.anchor(anchor or title)
+        if not F.draws_data(figure):
+            why = absent or "every series in it is empty or 0 here, so there is nothing to draw."
+            return {"id": chart_id, "title": title, "caption": "", "figure": "", "absent": why}
+        return {"id": chart_id, "title": title, "caption": caption, "figure": F.to_json(F.fit_legend(figure))}
 
     def table(self, name: str, columns: list[dict[str, Any]], rows: list[dict[str, Any]],
               records: list[dict[str, Any]]) -> dict[str, Any]:

@@ -269,9 +269,11 @@ def comparable(base_params: dict, params: dict) -> bool:
 
 
 def param_text(params: dict, skip: dict | None = None) -> str:
-    """``k=v`` pairs in name order, leaving out those equal in ``skip``."""
+    """``k=v`` pairs in name order, leaving out those equal in ``skip`` and those with no value (None
+    or an empty string: a model file's ``blocks`` left to the guess), which would read ``blocks=``."""
     skip = skip or {}
-    return ", ".join(f"{k}={v}" for k, v in sorted(params.items()) if not (k in skip and skip[k] == v))
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items())
+                     if not (k in skip and skip[k] == v) and v is not None and str(v).strip() != "")
 
 
 def savings(rows: pd.DataFrame, baseline: str) -> dict[str, Any] | None:
