@@ -29,7 +29,7 @@ install: $(VENV)/.installed
 ## to open first.  Exit status 1 when something is unexpected.  DEMO_TIME: its typical time on 2 idle cores
 ## (the runs behind it: docs/evidence/makefile-runs.md)
 DEMO_SWEEP := --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5
-DEMO_TIME  := about 10 min on 2 idle cores, pip install about 7 of them (first run only)
+DEMO_TIME  := under 6 min on 2 idle cores: pip install about 3 min (first run only), the sweep about 2 min, the site 15 s
 demo:
 	@echo "make demo: install memlab into $(VENV) (first run only), a quick CPU sweep of every family, the site;"
 	@echo "  typically $(DEMO_TIME)"
