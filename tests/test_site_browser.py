@@ -12,7 +12,8 @@ technique drawn (chart traces, per-bar colours, table swatches) in its one colou
 colour assignment, no series that names no technique drawn in a technique's colour (a chart left
 to plotly's default palette) and no swatch for a label that is no technique; a numeric column in
 which text order is not number order sorts as numbers when its header is clicked (and back when
-clicked again).  Across pages: the chunking family's first chart has ``chunk_size`` on its x-axis;
+clicked again); no chart whose every series is empty or 0 and no empty "held fixed" value (issue
+41).  Across pages: the chunking family's first chart has ``chunk_size`` on its x-axis;
 a technique has the same colour on the index, its family page, the timelines page, a paper page and
 the Choose page.  :func:`test_the_page_checks_can_fail` shows each check failing on a page with the
 defect.  Writes a screenshot of every page to ``test-artifacts/`` (or ``$MEMLAB_TEST_ARTIFACTS``).
@@ -185,7 +186,8 @@ _PROMISES_JS = """(() => {
   const pts = t => ((t.orientation === 'h' ? t.x : t.y) || []).filter(v => v !== null && v !== undefined && Number.isFinite(+v)).length;
   document.querySelectorAll('figure.chart-box').forEach(fig => {
     const d = fig.querySelector('div.chart');
-    const data = (d && d.data) || [];
+    if (!d) return;  // a chart not drawn (every series empty or 0): the page says why instead
+    const data = d.data || [];
     const cap = (fig.querySelector('figcaption') || {textContent: ''}).textContent;
     const shown = data.filter(t => t.showlegend !== false && t.name);
     if (((d.layout || {}).showlegend !== false) && shown.length > 1) shown.forEach(t => {
@@ -204,6 +206,35 @@ _PROMISES_JS = """(() => {
   });
   return JSON.stringify(out);
 })()"""
+
+
+# Issue 41: a chart whose every series is empty or 0 (two flat lines at 0 on a made-up axis: it should
+# not be drawn at all, the page saying why instead), and an empty "held fixed" / "held at" value (a
+# parameter read ``blocks=``, ``blocks=.``, or an empty <code>).  A list of problems.
+_EMPTY_JS = """(() => {
+  const out = [];
+  const nonzero = t => ((t.orientation === 'h' ? t.x : t.y) || []).some(v => v !== null && v !== undefined && v !== '' && Number.isFinite(+v) && +v !== 0);
+  document.querySelectorAll('div.chart[data-figure]').forEach(d => {
+    const fig = JSON.parse(d.getAttribute('data-figure'));
+    if (!(fig.data || []).some(nonzero)) out.push(d.id + ': every series is empty or 0 (an empty chart)');
+  });
+  document.querySelectorAll('p, li, dd, figcaption').forEach(p => {
+    if (!/held (fixed|at)/i.test(p.textContent)) return;
+    p.querySelectorAll('code').forEach(c => { if (!c.textContent.trim()) out.push('an empty held-fixed value: ' + p.textContent.trim().slice(0, 120)); });
+    const m = p.textContent.match(/(^|[\\s,(])([\\w.]+)=(?=[\\s,.;)]|$)/);
+    if (m) out.push('a held-fixed parameter with no value (' + m[2] + '=): ' + p.textContent.trim().slice(0, 120));
+  });
+  return JSON.stringify(out);
+})()"""
+
+# A seed page's title and the line beneath it: {h1, report}.
+_TITLES_JS = """JSON.stringify({h1: document.querySelector('h1').textContent.trim(),
+  report: (document.querySelector('h1 + .report-title') || {textContent: ''}).textContent.trim()})"""
+
+# The History page: every chart's commits (its x categories) and the commits listed apart, per machine.
+_HISTORY_JS = """JSON.stringify({
+  drawn: [...document.querySelectorAll('div.chart[data-figure]')].map(d => ((JSON.parse(d.getAttribute('data-figure')).layout || {}).xaxis || {}).categoryarray || []),
+  apart: [...document.querySelectorAll('ul.commits-apart li code')].map(c => c.textContent.trim())})"""
 
 
 def _at_width(b: "Chromium", session: str, width: int) -> None:
@@ -482,6 +513,7 @@ def test_every_page_loads_without_errors_and_draws_its_charts(browser, served, t
             assert chart["drawn"] is not None and int(chart["drawn"]) > 0, f"{page} {chart}"
             assert chart["traces"] > 0 and chart["points"] > 0 and chart["svg"] > 0, f"{page} {chart}"
         drawn += len(state["charts"])
+        problems += [f"{page}: {p}" for p in _evaluate(browser, session, _EMPTY_JS)]
         seen = _evaluate(browser, session, _INSPECT_JS)
         for chart in seen["charts"]:
             assert chart["under"] == [], f"{page} {chart['id']}: text under the toolbar: {chart['under']}"
@@ -560,6 +592,8 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
     (tmp_path / "rows.json").write_text("[]")
     (tmp_path / "rows.csv").write_text("technique\n")
     long_legend = [{"type": "scatter", "name": f"series {i}", "x": [1, 2], "y": [i, i + 1]} for i in range(30)]
+    flat = {"data": [{"type": "scatter", "name": "a", "x": [1, 2], "y": [0, 0]}, {"type": "bar", "orientation": "h",
+                                                                              "y": ["b"], "x": [None]}], "layout": {}}
     figure = {"data": [{"type": "bar", "name": "ResNet", "x": ["a", "b"], "y": [1, 2], "marker": {"color": "#1f77b4"}},
                        {"type": "scatter", "name": "slice_loop", "x": ["a", "b"], "y": [2, 1], "meta": {"technique": "slice_loop"},
                         "line": {"color": "#d62728"}},
@@ -570,6 +604,8 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
         "<!DOCTYPE html><html><head><link rel='icon' href='data:,'><script src='plotly.min.js'></script></head><body>"
         "<figure class='chart-box' id='c-box'><div class='chart' id='c'></div><figcaption>Coloured bars; grey bars: peak resident.</figcaption></figure>"
         "<div class='chart' id='l'></div>"
+        "<div class='chart' id='flat' data-drawn='0' data-figure='" + html.escape(json.dumps(flat), quote=True) + "'></div>"
+        "<p>Held fixed in every row below: <code>blocks=</code>.</p><p>Held fixed: <code></code>.</p>"
         "<div style='width:200px' id='wide'><table><tr><td style='white-space:nowrap'>" + "a very wide cell " * 20 + "</td></tr></table></div>"
         "<div class='table-box' id='t'><a href='rows.csv' download>CSV</a> <a href='rows.json' download>JSON</a>"
         "<table class='rows sortable'><thead><tr><th>technique</th><th data-type='num'>peak</th></tr></thead><tbody>"
@@ -593,6 +629,10 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
     assert any("promises grey bars" in p for p in promises) and any("'no-points'" in p or '"no-points"' in p for p in promises), promises
     overflow = _evaluate(browser, session, _OVERFLOW_JS)
     assert any("wide: overflows its container" in p for p in overflow), overflow
+    empty = _evaluate(browser, session, _EMPTY_JS)
+    assert any(p.startswith("flat: every series is empty or 0") for p in empty), empty
+    assert any("(blocks=)" in p for p in empty) and any(p.startswith("an empty held-fixed value") for p in empty), empty
+    assert not any(p.startswith(("c:", "l:")) for p in empty), empty
     with pytest.raises(AssertionError):
         _check_sorting(browser, session)  # no site.js: a click does not sort
     with pytest.raises(AssertionError):
@@ -603,17 +643,23 @@ def test_the_page_checks_can_fail(browser, served, tmp_path):
 def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_path):
     """Issue 29, as a newcomer builds it: the committed data plus a demo sweep's chunking rows
     (``tests/data/demo-chunking.jsonl``: ``memlab sweep --quick``) plus the README's plug-in sweep
-    (``tests/data/plugin-half_and_half.jsonl``: ``--grid split=2,4,8``).  Chunking is drawn by
+    (``tests/data/plugin-half_and_half.jsonl``: ``--grid split=2,4,8``) plus a model file's sweep
+    (``tests/data/model-small_cnn.jsonl``: ``memlab sweep --model examples/small_cnn.py``, its
+    ``blocks`` left to the guess and its peak resident 0 in every row).  Chunking is drawn by
     chunk_size and the plug-in by split (as a technique: solid, in its own colour, not grey); every
     built-in technique has the same colour, in the build and as drawn, with and without the
     plug-in; at 1024 and 1400 px no table overflows its container or scrolls without saying so, and
-    no chart's legend or caption names a series it does not draw."""
-    demo, plug = REPO / "tests" / "data" / "demo-chunking.jsonl", REPO / "tests" / "data" / "plugin-half_and_half.jsonl"
-    sites = {}
-    for name, extra in (("without", [demo]), ("with", [demo, plug])):
+    no chart's legend or caption names a series it does not draw.  Issue 41: no page draws an empty
+    chart or prints an empty held-fixed value; each seed page whose module says what it settles is
+    titled so, the report's title beneath; History's charts hold main's own commits only, the
+    others listed apart; the --run files' configurations are marked "your run" on the index."""
+    data = REPO / "tests" / "data"
+    demo, plug, model = data / "demo-chunking.jsonl", data / "plugin-half_and_half.jsonl", data / "model-small_cnn.jsonl"
+    sites, contexts = {}, {}
+    for name, extra in (("without", [demo]), ("with", [demo, plug, model])):
         ctx = build_context(REPO / "results", REPO / "data", extra_runs=extra)
         render_site(ctx, tmp_path / name, SITE_ROOT)
-        sites[name] = (ctx["colors"], served(tmp_path / name))
+        sites[name], contexts[name] = (ctx["colors"], served(tmp_path / name)), ctx
     (before, url_before), (after, url) = sites["without"], sites["with"]
     assert all(after[t] == c for t, c in before.items()), {t: (c, after[t]) for t, c in before.items() if after[t] != c}
     assert after["half_and_half"] not in (F.BASELINE_COLOR,) and after["half_and_half"] in F.PALETTE
@@ -636,7 +682,7 @@ def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_p
     for tech, colors in drawn["without"].items():
         if tech in before and colors:
             assert drawn["with"].get(tech) == colors == {before[tech]}, (tech, colors, drawn["with"].get(tech))
-    problems = []
+    problems, seen_pages = [], {}
     for page in sorted(p.name for p in (tmp_path / "with").glob("*.html")):
         for width in (1024, 1400):
             state, errors, session = _visit(browser, url(page), width)
@@ -644,5 +690,48 @@ def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_p
             problems += [f"{page} at {width} px: {p}" for p in _evaluate(browser, session, _OVERFLOW_JS)]
             if width == 1400:
                 problems += [f"{page}: {p}" for p in _evaluate(browser, session, _PROMISES_JS)]
+                problems += [f"{page}: {p}" for p in _evaluate(browser, session, _EMPTY_JS)]
+                if page.startswith("seed-"):
+                    seen_pages[page] = _evaluate(browser, session, _TITLES_JS)
+                elif page == "history.html":
+                    seen_pages[page] = _evaluate(browser, session, _HISTORY_JS)
+                elif page == "index.html":
+                    seen_pages[page] = _evaluate(browser, session, _YOURS_JS)
             _close(browser, session)
     assert problems == [], "\n".join(problems)
+    _check_site_text(contexts["with"], seen_pages)
+
+
+# The index's configurations marked as the run just made: per family section, the badges' texts.
+_YOURS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll('section.family')].map(s =>
+  [s.id, [...s.querySelectorAll('tr.yours span.badge.yours')].map(b => b.textContent.trim())])))"""
+
+
+def _check_site_text(ctx: dict, seen: dict) -> None:
+    """Issue 41 on the committed site as drawn: seed titles, History's line, "your run"."""
+    from memlab.site import history as H
+    from memlab.site.seed_meta import seed_metadata
+
+    titled = 0
+    for s in ctx["seeds"]:
+        shown, settles = seen[ctx["seed_paths"][s["seed"]]], seed_metadata(s["seed"]).get("SETTLES")
+        if settles:
+            assert shown == {"h1": settles, "report": f"User report: {s['title']}"}, shown
+            titled += 1
+        else:
+            assert shown == {"h1": s["title"], "report": ""}, shown
+    assert titled >= 3  # the three user reports of shared/seeds
+    assert seen[ctx["seed_paths"]["reversible-memory-accounting"]]["h1"] == \
+        "Reversible nets: where the savings go and whether memory leaks across steps"
+    main = H.main_line(REPO / "results", H.main_branch(REPO / "results"))
+    if main.line:  # a clone with git: the line is main's first-parent history
+        on = {sha[:H.SHORT] for sha, _ in main.line}
+        drawn = {c for cats in seen["history.html"]["drawn"] for c in cats}
+        assert drawn and drawn <= on, sorted(drawn - on)[:10]
+        assert set(seen["history.html"]["apart"]).isdisjoint(drawn)
+        wip = "f55fdb7a"  # "WIP issue 32 (not on main)": measured on the vm, merged from a branch
+        if wip in {sha[:H.SHORT] for sha in main.merged}:
+            assert wip in seen["history.html"]["apart"] and wip not in drawn
+    yours = seen["index.html"]
+    assert yours.get("chunking") and yours.get("model-small_cnn"), yours
+    assert all(set(b) <= {"your run", "with your run"} for b in yours.values()), yours

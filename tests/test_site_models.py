@@ -73,3 +73,33 @@ def test_a_model_page_answers_per_gpu_and_renders(tmp_path):
     assert ("1 allocation (an unnamed op in forward), no polynomial of the sizes (kernel scratch), read at the largest "
             "traced size: the peak overstated by at most 6.0 KiB (6,144 B; 4,608 B at the traced sizes)") in html
     assert (index.parent / "tables" / "model-toy-sgd--largest-batch-per-gpu.csv").is_file()
+
+
+def test_a_model_page_has_no_empty_chart_and_no_empty_held_value(tmp_path):
+    """Issue 41: every chart of a model page draws data (a figure whose series are all 0 is replaced by
+    one line saying why), and no held-fixed value is empty."""
+    import html as htmlmod
+    import re
+
+    from memlab.site import figures as F
+
+    data = tmp_path / "data"
+    (data / "model-files").mkdir(parents=True)
+    doc = _doc()
+    (data / "model-files" / "toy-sgd.json").write_text(json.dumps(doc))
+    zero = _doc()
+    fam = zero["families"]["model:toy"]
+    for e in fam["entries"]:  # nothing at all predicted: every category 0
+        e["classes"] = [{"k": 1, "pieces": [{"parameters": {"1": 0}}]}]
+    (data / "model-files" / "zero-sgd.json").write_text(json.dumps(zero))
+    ctx = add_model_pages({"data_dir": data, "pages": [], "problems": [], "colors": {}})
+    pages = {p["path"]: p for p in ctx["pages"]}
+    assert F.draws_data(json.loads(pages["model-toy-sgd.html"]["chart"]["figure"]))
+    assert pages["model-zero-sgd.html"]["chart"]["figure"] == "" and pages["model-zero-sgd.html"]["chart"]["absent"]
+    index = render_site({"pages": ctx["pages"], "nav": [], "footer": None}, tmp_path / "site")
+    for name in ("model-toy-sgd.html", "model-zero-sgd.html"):
+        html = (index.parent / name).read_text()
+        for fig in re.findall(r'data-figure="([^"]*)"', html):
+            assert F.draws_data(json.loads(htmlmod.unescape(fig))), name
+        assert not re.search(r"held at [^<]*=(,|\)|$)", html) and "<code></code>" not in html, name
+    assert "Not drawn:" in (index.parent / "model-zero-sgd.html").read_text()

@@ -197,7 +197,7 @@ def model_page(doc: dict[str, Any], path: str, colors: dict[str, str]) -> dict[s
     return page.done({
         "template": "model.html", "path": path, "title": f"Model: {stem}",
         "model_file": doc.get("model_file", ""), "family": name, "optimizer": doc.get("optimizer", "sgd"),
-        "size": size, "held": ", ".join(f"{k}={v}" for k, v in held.items()),
+        "size": size, "held": ", ".join(f"{k}={v}" for k, v in held.items() if v is not None and str(v).strip()),
         "parameter_bytes": fmt_mib(params),
         "trace_values": ", ".join(map(str, decl.trace_values)), "measured_max": doc.get("measured_max"),
         "factors": ", ".join(f"{f}x" for f in doc.get("factors") or []), "worst": worst,
