@@ -23,6 +23,7 @@ measured elsewhere (a work-in-progress branch, a side branch's commits that a me
 main's history, a commit of another clone) is no point of a chart and no step of the regressions
 view: a change "between" it and a main commit would compare two lines of work.  It is listed apart,
 per machine, with where it is (:func:`off_line`).  Without git every commit is drawn, by date.
+Evidence: docs/evidence/code-notes-site.md, "the main line".
 
 NOTE [ failed, skipped, version ]
 asv writes null for a combination that *failed* (NOTE [ skipped or failed ] in benchmarks/common.py)

@@ -250,7 +250,7 @@ def _summary_table(page: Page, family: str, baseline: str, cells: list[dict], re
 # reader made them a minute ago and looks for them first: a configuration holding them is marked
 # "your run" (a badge in the summary table, its row first, the label of its panel) and is the panel
 # shown first; one that mixes them with committed rows (same machine and parameters) says "with your
-# run".  Without ``--run`` nothing is marked.
+# run".  Without ``--run`` nothing is marked.  Evidence: docs/evidence/code-notes-site.md, "your run".
 def family_overview(page: Page, family: str, rows: pd.DataFrame, baseline: str | None,
                     colors: dict[str, str], yours: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
     """The family's index section: summary table, one panel per configuration, footnotes.
