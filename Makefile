@@ -95,3 +95,9 @@ gpu-check: install
 ## the seed configurations predicted for a GPU under several PYTORCH_CUDA_ALLOC_CONF settings (CPU only)
 cuda-variants: install
 	$(BIN)/python -m memlab.cuda.variants --out data/cuda-variants
+
+## how long bad input (a wrong technique, family or parameter name, a malformed --param, a missing
+## model file) takes to be refused by a fresh `memlab` process; a benchmark, not a test
+.PHONY: bench-cli
+bench-cli: install
+	$(BIN)/python -m memlab.cli.refusals 5

@@ -159,3 +159,14 @@ def test_measure_prints_the_timed_phase_s_threads(capsys, frozen_heap):
                  "--iterations", "1", "--repeats", "1", "--time-budget", "0", "--in-process"]) == 0
     step = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("step time"))
     assert "steps, 1 thread, load" in step, step
+
+
+# -- the profiler's native log -------------------------------------------------------------------------------
+def test_a_measurement_prints_no_profiler_lines(tmp_path):
+    """Kineto's ``USDT: ... profiler_start/stop`` lines stay off stderr (NOTE [ the profiler's native log ])."""
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    p = subprocess.run([sys.executable, "-m", "memlab", "measure", "unchunked", "--param", "n=64", "--param", "d=8",
+                        "--param", "hidden=16", "--iterations", "2", "--repeats", "1", "--time-budget", "0",
+                        "--in-process"], capture_output=True, text=True, timeout=HANG_GUARD_S, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "profiler_start" not in p.stderr and "USDT" not in p.stderr, p.stderr

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -41,6 +42,14 @@ from ..record import AllocEvent, Window
 from . import host_tags
 from .conv_marks import CONV_MARK, marked_convolutions
 from .host_marks import marked_offloading
+
+# NOTE [ the profiler's native log ]
+# Kineto, behind torch.profiler, writes "USDT: ... profiler_start" and "... profiler_stop" to stderr
+# for every session, at its highest severity (USDT, 5): one `memlab advise --model` printed over a
+# hundred such lines.  KINETO_LOG_LEVEL=6 is above every level.  Kineto reads it when the first
+# session starts, after this module is imported (so torch may be imported first); a level the user
+# set is kept.  tests/test_cli_fast.py counts the lines.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 __all__ = ["AllocEvent", "Window", "AllocationRecorder", "trace_allocations", "IterationStats", "iteration_stats",
            "window", "phase_of", "trace_step"]
