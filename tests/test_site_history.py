@@ -210,7 +210,7 @@ def test_history_page_lists_the_doubling_commit(tmp_path):
     figures = [json.loads(htmlmod.unescape(m)) for m in re.findall(r'data-figure="([^"]*)"', page)]
     assert len(figures) == 3  # one per benchmark on the one machine
     assert all(f["layout"]["xaxis"]["categoryarray"] == [c[:H.SHORT] for c in commits] for f in figures)
-    assert "Commits of main&#39;s own line, in its history order" in page
+    assert "Commits of main's own line, in its history order" in page
 
 
 def test_memory_sections_come_before_times():
