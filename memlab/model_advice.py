@@ -173,9 +173,10 @@ _UNKEYED = ("cli.py", "__main__.py", "_version.py", "model_checks.py")
 # changes with every edit anywhere in the repository, and "+dirty" names no edit at all, so keying
 # on it refitted after every unrelated commit and reused a fit across uncommitted edits), Python's
 # and torch's versions, and the version of every library the model file's own names come from
-# (``from transformers import GPT2Config``: transformers' version).  What the file imports
-# indirectly, and the machine's CPU kernels (oneDNN picks by CPU), are not in the key: delete the
-# cache folder (``--models DIR``) after changing them.
+# (``from transformers import GPT2Config``: transformers' version), and the CPU kernels oneDNN picks
+# (:func:`memlab.host.kernel_host`: a convolution's bytes depend on them, NOTE [ host-dependent bytes ]).
+# What the file imports indirectly is not in the key: delete the cache folder (``--models DIR``) after
+# changing it.
 
 
 def keyed_files() -> list[Path]:
@@ -235,7 +236,9 @@ def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = 
 
     workload = load_model(model)
     mf = workload.model_file
-    versions = {"python": platform.python_version(), "torch": torch.__version__,
+    from .host import kernel_host
+
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "kernels": kernel_host(),
                 **_library_versions(sys.modules.get(workload.__module__))}
     h = hashlib.sha256(Path(mf.path).read_bytes())
     h.update(json.dumps([decl.to_json(), optimizer, source_key(), versions], sort_keys=True).encode())

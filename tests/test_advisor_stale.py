@@ -24,8 +24,12 @@ per-thread scratch (their measured bound is 24,600 B at the default threads; tra
 """
 from __future__ import annotations
 
-import copy
 import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
 from collections import Counter
 from typing import Any, Iterable, Mapping
 
@@ -35,6 +39,7 @@ from memlab.advisor.declaration import as_declaration
 from memlab.advisor.fit import events_peak
 from memlab.advisor.model import CATEGORIES, eval_poly, load_models, models_path, predict
 from memlab.advisor.trace import raw_trace
+from memlab.host import ISA_LEVELS, KERNEL_INDEPENDENT_CATEGORIES, describe, kernel_host
 
 OPTIMIZERS = ("sgd", "adam")
 #: random held-out settings drawn per entry; the one with the smallest predicted peak in the checked
@@ -91,13 +96,16 @@ def _allocated_sizes(fam: Mapping[str, Any], entry: Mapping[str, Any], params: M
 
 def stale_entries(optimizer: str, models_dir=None, only: Iterable[tuple[str, str]] | None = None) -> list[str]:
     """One line per modelled entry (``(family, label)`` in ``only``, default all) of the models for
-    ``optimizer`` in ``models_dir`` (default the committed ones) that a trace of the current code at
-    :func:`check_point` contradicts: a predicted peak off by more than the entry's held-out traced bound
-    (bytes, in total or, where that bound is 0, in any category), or the step's allocations (sizes and
-    counts) not those the model lists; empty when every entry matches."""
+    ``optimizer`` in ``models_dir`` (default the committed ones), as they hold on this host's CPU kernels
+    (:func:`load_models` with ``host``: a convolution family's variant fitted on this host's kernels where
+    one is committed), that a trace of the current code at :func:`check_point` contradicts: a predicted
+    peak off by more than the entry's held-out traced bound (bytes, in total or, where that bound is 0, in
+    any category), or the step's allocations (sizes and counts) not those the model lists; empty when
+    every entry matches.  A family fitted on other kernels, with no variant for this host's, is compared on
+    :data:`KERNEL_INDEPENDENT_CATEGORIES` alone (NOTE [ host-dependent bytes ] in :mod:`memlab.host`)."""
     import torch
 
-    models = load_models(optimizer, models_dir)
+    models = load_models(optimizer, models_dir, host=kernel_host())
     wanted = None if only is None else set(only)
     out = []
     threads = torch.get_num_threads()
@@ -119,9 +127,15 @@ def _contradictions(optimizer: str, name: str, fam: Mapping[str, Any], entry: Ma
     trace = raw_trace(entry["technique"], {**fam["workload_fixed"], **entry["fixed"], **p}, optimizer)
     total, cats = events_peak(trace)
     bound = entry["held_out_traced"]["max_abs_error_bytes"]
+    where = f"{optimizer} {name} {entry['label']} at {p}"
+    if fam.get("other_kernels"):  # fitted on other kernels: what every host allocates alike
+        warnings.warn(f"{where}: the model was fitted on {describe(fam['other_kernels']['fitted'])}, this host runs "
+                      f"{describe(fam['other_kernels']['here'])}: compared on {KERNEL_INDEPENDENT_CATEGORIES} only")
+        off = {c: pred["peak_by_category_bytes"][c] - cats.get(c, 0) for c in KERNEL_INDEPENDENT_CATEGORIES
+               if pred["peak_by_category_bytes"][c] != cats.get(c, 0)}
+        return [f"{where}: predicted - traced by category: {off}"] if off else []
     off = {c: pred["peak_by_category_bytes"][c] - cats.get(c, 0) for c in CATEGORIES
            if pred["peak_by_category_bytes"][c] != cats.get(c, 0)}
-    where = f"{optimizer} {name} {entry['label']} at {p}"
     out = []
     if abs(pred["total_peak_bytes"] - total) > bound or (bound == 0 and off):
         out.append(f"{where}: predicted {pred['total_peak_bytes']} B, traced {total} B (bound {bound} B; "
@@ -166,3 +180,58 @@ def test_a_model_of_code_that_has_changed_since_is_named_with_its_bytes(tmp_path
         assert len(lines) == 2 and f"predicted - traced by category: {{'temporaries': {extra}}})" in lines[0], lines
     else:
         assert len(lines) == 1, lines
+
+
+# -- another host's kernels: oneDNN capped below this CPU's instruction set --------------------------------
+
+def _capped_check(optimizer: str, cap: str) -> dict[str, Any]:
+    """In a fresh interpreter with oneDNN capped at ``cap`` (as a CPU without the instruction sets above
+    it would run: NOTE [ host-dependent bytes ] in :mod:`memlab.host`): this host's kernel record, the
+    families the committed models hold for other kernels there, the host-dependent entries and
+    :func:`stale_entries` of those."""
+    code = f"""
+import importlib.util, json
+spec = importlib.util.spec_from_file_location("stale", {str(Path(__file__))!r})
+stale = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(stale)
+from memlab.advisor.model import load_models
+from memlab.host import kernel_host
+fams = load_models({optimizer!r}, host=kernel_host())["families"]
+dependent = sorted((n, e["label"]) for n, f in fams.items() if f.get("host_dependent") for e in f["entries"])
+print(json.dumps({{"host": kernel_host(), "other": sorted(n for n, f in fams.items() if f.get("other_kernels")),
+                  "dependent": dependent, "stale": stale.stale_entries({optimizer!r}, only=dependent)}}))
+"""
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": cap.upper(), "ATEN_CPU_CAPABILITY": "avx2" if cap != "avx" else "default"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+_HERE = kernel_host()["isa"]
+_LEVELS = [name for name, _flags in ISA_LEVELS]
+needs_above_avx2 = pytest.mark.skipif(
+    _HERE is None or _LEVELS.index(_HERE) <= _LEVELS.index("avx2"),
+    reason=f"this CPU's oneDNN level is {_HERE}: the cap needs a CPU above AVX2 (on an AVX2 host "
+           f"test_committed_models_predict_what_the_code_allocates checks the AVX2 models directly)")
+
+
+@needs_above_avx2
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_the_committed_avx2_models_are_exact_where_onednn_runs_avx2_kernels(optimizer):
+    """The convolution family's committed variant for AVX2 hosts (``data/models/hosts/x86_64-avx2-*``) is
+    what :func:`load_models` holds there, and a trace under AVX2 kernels matches it exactly."""
+    r = _capped_check(optimizer, "avx2")
+    assert r["host"]["isa"] == "avx2", r["host"]
+    assert r["dependent"], "no committed family runs oneDNN kernels: nothing host-dependent is checked"
+    assert r["other"] == [], f"no committed model for {r['host']}'s kernels: {r['other']}"
+    assert r["stale"] == [], r["stale"]
+
+
+@needs_above_avx2
+def test_a_model_fitted_on_other_kernels_is_compared_on_what_every_host_allocates():
+    """With oneDNN at AVX (no committed variant), the convolution family is held as fitted on other kernels
+    and its entries agree with a fresh trace in the kernel-independent categories."""
+    r = _capped_check("sgd", "avx")
+    assert r["host"]["isa"] == "avx"
+    assert r["other"] == sorted({n for n, _label in r["dependent"]}) != []
+    assert r["stale"] == [], r["stale"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
+from ..host import describe, kernel_host
 from ..params import Param, split_params
 from ..record import Category
 from ..units import MiB
@@ -218,7 +219,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
     try:
-        models = load_models(optimizer, models_dir)
+        models = load_models(optimizer, models_dir, host=kernel_host())
     except ValueError as exc:
         raise AdviceError(str(exc)) from None
     fams = models["families"]
@@ -247,7 +248,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
         "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
         "dtype": models.get("dtype"), "fits": fits, "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
-        "extrapolation": _extrapolation(fam, sizes),
+        "extrapolation": _extrapolation(fam, sizes), "kernel_warning": kernel_warning(family, fam),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
         "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
@@ -257,6 +258,18 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
                      "(NOTE [ work components ]), on CPU with the page faults "
                      "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ])",
     }
+
+
+def kernel_warning(family: str, fam: Mapping[str, Any]) -> str | None:
+    """One line when ``fam`` (as :func:`load_models` holds it for this host) was fitted on other CPU kernels
+    than this machine's and its bytes depend on them (NOTE [ host-dependent bytes ] in :mod:`memlab.host`),
+    else None."""
+    other = fam.get("other_kernels")
+    if not other:
+        return None
+    return (f"the {family} model was fitted on {describe(other['fitted'])}; this CPU runs {describe(other['here'])}, "
+            f"whose oneDNN convolutions allocate other bytes: the peaks below may be off here; refit on this machine "
+            f"with memlab advise --fit --family {family} --models DIR and pass --models DIR")
 
 
 def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[str, int], budget_bytes: int,
@@ -337,6 +350,8 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
              f"{fmt_bytes(a['budget_bytes'])}, optimizer {a['optimizer']}, device {a['device']}",
              f"models: {a['models']} (memlab {str(a['memlab_commit'])[:12]}, {a['dtype']}, exact CPU bytes; "
              f"nothing measured)"]
+    if a.get("kernel_warning"):
+        lines.append("warning: " + a["kernel_warning"])
     if a["notes"]:
         lines.append("sizes not given: " + ", ".join(a["notes"]))
     if a["device"] == "cuda":

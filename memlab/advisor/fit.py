@@ -693,6 +693,7 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
     specs = get_technique(fam.entries[0].technique).all_params()
     knob_specs = {k: _spec(get_technique(e.technique).all_params()[k]) for e in fam.entries for k in e.knobs}
     return {
+        **kernels_of(fam, optimizer),
         "workload": fam.workload,
         "sizes": {s: _spec(specs[s]) for s in fam.sizes},
         "knobs": knob_specs,
@@ -702,6 +703,21 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
         "entries": entries,
         **({"not_modelled": skipped} if skipped else {}),
     }
+
+
+def kernels_of(fam: Declaration, optimizer: str) -> dict[str, Any]:
+    """``{"host_dependent", "kernel_host"}`` of a family's model: whether any entry's step runs oneDNN
+    kernels (a trace at the family's first trace point: NOTE [ host-dependent bytes ] in
+    :mod:`memlab.host`), and the kernels this process picks, which such a model holds for."""
+    from ..host import kernel_host
+    from ..measurement.host_tags import ONEDNN_OPS
+    from .trace import raw_trace
+
+    point = fam.trace_points(1, False, lambda pts, v: True)[0]
+    params = {**fam.workload_fixed, **fam.to_params(1, point, False)}
+    dependent = any(op in ONEDNN_OPS for e in fam.entries
+                    for _d, _c, _p, op in raw_trace(e.technique, {**params, **e.fixed}, optimizer))
+    return {"host_dependent": dependent, "kernel_host": kernel_host()}
 
 
 def _kept_families(path: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Add each family's advisor declaration to model files fitted before families declared their models.
+"""Add each family's advisor declaration, and the kernels it holds for, to model files fitted before either.
 
 ``python -m memlab.advisor.migrate [DIR]`` (default ``data/models``) reads every
 ``cpu-float32-*.json``, and for each family without a ``declaration`` writes the registered one
@@ -8,6 +8,11 @@ so the diff is the added declarations only.  Deterministic and idempotent (a sec
 nothing).  The declaration must describe what was fitted: its workload, sizes, fixed parameters and
 entries (labels, fixed parameters, knobs) must equal the file's, else the file is left alone and the
 mismatch is named.
+
+A family fitted before models recorded their kernels gets ``host_dependent`` (whether its step runs
+oneDNN kernels, from a trace) and ``kernel_host`` (NOTE [ host-dependent bytes ] in :mod:`memlab.host`).
+The kernels recorded are this process's, so run the migration only on a host where the model is exact
+(``tests/test_advisor_stale.py`` passes): that is the evidence that it holds for this host's kernels.
 """
 from __future__ import annotations
 
@@ -41,8 +46,10 @@ def mismatch(decl: Declaration, fam: Mapping[str, Any]) -> str | None:
     return None
 
 
-def migrate_file(path: Path, declaration_of: Callable[[str], Declaration]) -> list[str]:
-    """Add the missing declarations to one model file; return the families added.
+def migrate_file(path: Path, declaration_of: Callable[[str], Declaration],
+                 kernels: Callable[[Declaration, str], dict[str, Any]] | None = None) -> list[str]:
+    """Add the missing declarations (and, with ``kernels``, the missing kernel records: ``name (kernels)``)
+    to one model file; return the families added.
 
     Raises:
         ValueError: a family whose registered declaration does not describe its fitted models.
@@ -51,6 +58,9 @@ def migrate_file(path: Path, declaration_of: Callable[[str], Declaration]) -> li
     data = json.loads(text)
     added = []
     for name, fam in sorted(data.get("families", {}).items()):
+        if "host_dependent" not in fam and kernels is not None:
+            fam.update(kernels(declaration_of(name), data.get("optimizer", "sgd")))
+            added.append(f"{name} (kernels)")
         if "declaration" in fam:
             continue
         decl = declaration_of(name)
@@ -70,7 +80,10 @@ def migrate_dir(directory: Path = MODELS_DIR, declaration_of: Callable[[str], De
     """:func:`migrate_file` on every ``cpu-float32-*.json`` under ``directory``: ``{file name: families added}``."""
     if declaration_of is None:
         from .fit import declaration_of
-    return {p.name: migrate_file(p, declaration_of) for p in sorted(Path(directory).glob("cpu-float32-*.json"))}
+    from .fit import kernels_of
+
+    return {p.name: migrate_file(p, declaration_of, kernels_of)
+            for p in sorted(Path(directory).glob("cpu-float32-*.json"))}
 
 
 def main(argv: list[str] | None = None) -> int:

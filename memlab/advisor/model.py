@@ -81,8 +81,8 @@ from ..record import CATEGORIES
 from .declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
-           "MODELS_DIR", "SCHEMA", "CATEGORIES", "predict_time", "chunk_bodies", "mmapped_bytes", "MMAP_CEILING_BYTES",
-           "work_of", "base_work"]
+           "MODELS_DIR", "host_variant_dir", "SCHEMA", "CATEGORIES", "predict_time", "chunk_bodies", "mmapped_bytes",
+           "MMAP_CEILING_BYTES", "work_of", "base_work"]
 
 SCHEMA = 1
 #: committed models, beside the sweeps
@@ -274,8 +274,23 @@ def models_path(optimizer: str, directory: Path | None = None) -> Path:
     return (directory or MODELS_DIR) / f"cpu-float32-{optimizer}.json"
 
 
-def load_models(optimizer: str, directory: Path | None = None) -> dict[str, Any]:
-    """The committed models for ``optimizer``.
+def host_variant_dir(directory: Path | None, host: Mapping[str, Any]) -> Path:
+    """Where the models fitted on ``host``'s kernels live beside ``directory``'s: ``hosts/<key>/``
+    (NOTE [ host-dependent bytes ] in :mod:`memlab.host`)."""
+    from ..host import host_key
+
+    return (directory or MODELS_DIR) / "hosts" / host_key(host)
+
+
+def load_models(optimizer: str, directory: Path | None = None, host: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """The committed models for ``optimizer``, as fitted.
+
+    With ``host`` (a :func:`memlab.host.kernel_host` record), the models as they hold on that host: a
+    family whose bytes depend on the CPU kernels (``host_dependent``) and that was fitted on other
+    kernels is replaced by its variant under :func:`host_variant_dir` where one was fitted on ``host``'s
+    kernels, and otherwise kept and marked ``other_kernels: {"fitted": ..., "here": ...}``, so a caller
+    can say so (``memlab advise``) or compare only what every host allocates alike (the tests).
 
     Raises:
         ValueError: no models for that optimizer, a file of another schema, or a family without its
@@ -297,5 +312,24 @@ def load_models(optimizer: str, directory: Path | None = None) -> dict[str, Any]
             raise ValueError(f"{path}: family {name!r}: {exc}") from None
         if decl.name != name:
             raise ValueError(f"{path}: family {name!r} carries family {decl.name!r}'s advisor declaration")
+    if host is not None:
+        _hold_for(data, optimizer, directory, host)
     return data
+
+
+def _hold_for(data: dict[str, Any], optimizer: str, directory: Path | None, host: Mapping[str, Any]) -> None:
+    """:func:`load_models`' ``host`` step, in place."""
+    from ..host import same_kernels
+
+    variant_dir = host_variant_dir(directory, host)
+    variants = (load_models(optimizer, variant_dir)["families"] if models_path(optimizer, variant_dir).is_file()
+                else {})
+    for name, fam in list(data["families"].items()):
+        if not fam.get("host_dependent") or same_kernels(fam.get("kernel_host"), host):
+            continue
+        other = variants.get(name)
+        if other is not None and same_kernels(other.get("kernel_host"), host):
+            data["families"][name] = other
+        else:
+            fam["other_kernels"] = {"fitted": fam.get("kernel_host"), "here": dict(host)}
 
