@@ -111,3 +111,11 @@ def test_the_kernel_record_is_read_without_importing_torch():
     assert out.returncode == 0, out.stderr
     imported, version = out.stdout.split()
     assert imported == "False" and version.startswith("2.13.0")
+
+
+def test_every_measured_row_records_the_kernels_its_bytes_hold_for():
+    import memlab
+
+    m = memlab.measure("unchunked", n=200, d=16, hidden=32, iterations=1, repeats=1, time_budget=0)
+    assert m.status == "ok", m.error
+    assert m.environment["kernels"] == kernel_host()

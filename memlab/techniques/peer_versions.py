@@ -1,6 +1,6 @@
 """The one check every peer comparator makes first: the exact version of its package that memlab was
 written and verified against is installed, or the technique is unavailable with the command that
-installs it (NOTE [ peer pins ] in the README's peers section)."""
+installs it (NOTE [ peer pins ] in docs/families.md, section Peers)."""
 from __future__ import annotations
 
 from importlib import metadata
