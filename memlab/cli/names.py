@@ -9,9 +9,9 @@ fixed shape: ``class X(Technique, name="...")`` or ``class W(Workload, name="...
 (:func:`memlab.registry.builtin_modules`), so :mod:`memlab.cli` refuses a wrong technique, family or
 parameter name in a fraction of a second, with the message the registry gives.  Only a refusal is
 decided here: a name the index knows goes on to the registry, which checks it again with the values'
-ranges.  With a plug-in (``--plugin``, ``MEMLAB_PLUGINS``) or a model file, names come from code that
-must run, so the index is not used; a parameter table it cannot read (not a literal dict) is not
-checked here either.  ``tests/test_cli_fast.py`` checks that the index equals the registry.
+ranges.  With a plug-in (``--plugin``, ``MEMLAB_PLUGINS``), a model file, or a technique registered in
+the process beforehand, names come from code that must run, so the index is not used; a parameter
+table it cannot read (not a literal dict) is not checked here either.  ``tests/test_cli_fast.py`` checks that the index equals the registry.
 """
 from __future__ import annotations
 
@@ -146,8 +146,13 @@ def builtin_index() -> dict[str, TechniqueInfo]:
 
 def applies(plugins, model=None) -> bool:
     """True when every technique comes from the built-ins: no ``--plugin``, no ``MEMLAB_PLUGINS``, no
-    ``--model`` (their names are known only once their code has run)."""
-    return not plugins and not model and not os.environ.get("MEMLAB_PLUGINS", "").strip()
+    ``--model`` (their names are known only once their code has run), and none registered in this
+    process beyond the built-ins (a caller of :func:`memlab.cli.main` that loaded a plug-in itself)."""
+    from ..registry import loaded_plugins, registered
+
+    if plugins or model or os.environ.get("MEMLAB_PLUGINS", "").strip() or loaded_plugins():
+        return False
+    return set(registered()) <= set(builtin_index())
 
 
 def families() -> list[str]:
