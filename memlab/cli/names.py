@@ -11,7 +11,8 @@ parameter name in a fraction of a second, with the message the registry gives.  
 decided here: a name the index knows goes on to the registry, which checks it again with the values'
 ranges.  With a plug-in (``--plugin``, ``MEMLAB_PLUGINS``), a model file, or a technique registered in
 the process beforehand, names come from code that must run, so the index is not used; a parameter
-table it cannot read (not a literal dict) is not checked here either.  ``tests/test_cli_fast.py`` checks that the index equals the registry.
+table it cannot read (not a literal dict) is not checked here either.  ``tests/test_cli_fast.py`` checks that the index equals the registry; the
+refusal times are in docs/evidence/code-notes-cli.md (``make bench-cli`` prints them).
 """
 from __future__ import annotations
 

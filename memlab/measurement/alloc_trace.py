@@ -48,7 +48,7 @@ from .host_marks import marked_offloading
 # for every session, at its highest severity (USDT, 5): one `memlab advise --model` printed over a
 # hundred such lines.  KINETO_LOG_LEVEL=6 is above every level.  Kineto reads it when the first
 # session starts, after this module is imported (so torch may be imported first); a level the user
-# set is kept.  tests/test_cli_fast.py counts the lines.
+# set is kept.  tests/test_cli_fast.py counts the lines; evidence: docs/evidence/code-notes-cli.md.
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 __all__ = ["AllocEvent", "Window", "AllocationRecorder", "trace_allocations", "IterationStats", "iteration_stats",
