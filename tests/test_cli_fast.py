@@ -54,7 +54,7 @@ REFUSED = [
     (["measure", "slice_loop", "--param", "chunk_size"],
      "--param 'chunk_size' is not of the form name=value: expected NAME=VALUE, e.g. --param chunk_size=1000"),
     (["measure", "slice_loop", "--param", "chunk_size", "1000"],
-     "unrecognized arguments: 1000; expected NAME=VALUE, e.g. --param chunk_size=1000"),
+     "unrecognized arguments: 1000; expected NAME=VALUE, e.g. --param chunk_size=1000; see memlab measure --help"),
     (["sweep", "--grid", "chunk_size", "100,1000"], "expected NAME=V1,V2,..., e.g. --grid chunk_size=100,1000"),
     (["measure"], "memlab measure needs a technique name (or --model FILE.py)"),
     (["measure", "--model", "absent.py"], "model file 'absent.py' does not exist"),

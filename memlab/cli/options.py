@@ -42,16 +42,21 @@ class OneLineParser(argparse.ArgumentParser):
     exit status 2, like every other bad input (the usage is one ``--help`` away)."""
 
     argv: Sequence[str] = ()
+    #: the sub-commands' names (set on the top parser): an unrecognised word's error points at the
+    #: command's own --help
+    commands: Sequence[str] = ()
 
     def parse_args(self, args=None, namespace=None):
         self.argv = list(sys.argv[1:] if args is None else args)
         return super().parse_args(args, namespace)
 
     def error(self, message: str):
-        prefix = "unrecognized arguments: "
+        prefix, prog = "unrecognized arguments: ", self.prog
         if message.startswith(prefix):
             message += pair_hint(self.argv, message[len(prefix):].split())
-        self.exit(2, f"memlab: error: {message}; see {self.prog} --help\n")
+            command = next((a for a in self.argv if a in self.commands), None)
+            prog = f"{self.prog} {command}" if command else prog
+        self.exit(2, f"memlab: error: {message}; see {prog} --help\n")
 
 
 class Shared(NamedTuple):

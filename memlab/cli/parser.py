@@ -18,4 +18,5 @@ def build_parser() -> OneLineParser:
     timeline.add_parsers(sub, shared)
     for module in (check, reproduce, site, advise, compare, bench_harness):
         module.add_parser(sub, shared)
+    p.commands = tuple(sub.choices)
     return p
