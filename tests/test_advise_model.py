@@ -13,6 +13,7 @@ import pytest
 from memlab.advisor import AdviceError
 from memlab.model_advice import TRACE_VALUES, cache_dir_for, largest_fitting, model_declaration
 from memlab.own_model import load_model
+from process_checks import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -20,7 +21,6 @@ EXAMPLES = ROOT / "examples"
 TINY = '''
 import torch
 from torch import nn
-from process_checks import HANG_GUARD_S
 
 def build():
     return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))

@@ -26,6 +26,7 @@ from test_site_browser import _close, _evaluate, _visit, browser, served  # noqa
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = "two_layer_mlp"
+from process_checks import HANG_GUARD_S
 
 PLUGIN = '''
 """A family in one file: the workload y = relu(x @ w1) @ w2, its advisor model and two techniques."""
@@ -34,7 +35,6 @@ from torch.utils.checkpoint import checkpoint
 
 import memlab
 from memlab.advisor import Entry, NoLoop
-from process_checks import HANG_GUARD_S
 
 
 class TwoLayer(memlab.Workload, name="two_layer", family="two_layer_mlp"):
