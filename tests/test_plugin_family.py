@@ -21,12 +21,12 @@ from pathlib import Path
 import pytest
 
 from memlab.advisor import load_models, predict, predict_time
+from process_checks import HANG_GUARD_S
 from test_benchmarks import _asv
 from test_site_browser import _close, _evaluate, _visit, browser, served  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILY = "two_layer_mlp"
-from process_checks import HANG_GUARD_S
 
 PLUGIN = '''
 """A family in one file: the workload y = relu(x @ w1) @ w2, its advisor model and two techniques."""
