@@ -17,8 +17,8 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from ..record import (MODES, STATUSES, FieldKind, Measurement, activation_figures, analytic_floor, fields_of_kind,
-                      is_under_load)
+from ..record import (MODES, SCHEMA_VERSION, STATUSES, FieldKind, Measurement, activation_figures, analytic_floor,
+                      fields_of_kind, is_under_load)
 from ..record import is_number as _is_number
 from .reading import (CONTROL_CHARS, FileProblems, bad_numbers, list_input_files, read_jsonl, short_repr, shown_path,
                       warn_results)
@@ -49,6 +49,8 @@ _STEP_FIELDS = {n: _FIELDS[n].default for n in fields_of_kind(FieldKind.CHOICE)}
 #: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.cuda.prediction.
 _PREDICTED_CUDA = {"allocated_bytes": "allocated_peak_total_bytes", "reserved_bytes": "reserved_peak_bytes",
                    "fragmentation_bytes": "fragmentation_at_peak_bytes"}
+#: The key in ``extra`` of a row whose leak verdict lacks evidence (its reason); NOTE [ verdicts ].
+LEAK_UNKNOWN = "leak_unknown"
 #: The record's fields, and ``baseline``, which rows from before ``extra["baseline"]`` carried.
 _KNOWN_FIELDS = frozenset(_FIELDS) | {"baseline"}
 
@@ -95,8 +97,21 @@ def validate_measurement(rec: Any) -> list[str]:
     problems = _identity_problems(rec) + _figure_problems(rec) + _nested_problems(rec)
     if rec.get("status") == "ok" and rec.get("peak_allocated_bytes") is None:
         problems.append("status 'ok' but peak_allocated_bytes is null")
-    beyond = None if problems else _beyond_tolerance(rec)
+    beyond = None if problems else (_beyond_tolerance(rec) or _errors_disagree(rec))
     return problems + ([beyond] if beyond else [])
+
+
+def _errors_disagree(rec: dict) -> str | None:
+    """Why ``max_abs_error`` is not the largest of ``errors_by_tensor`` (both finite), or None: memlab
+    writes the one as the maximum of the other, so a row where they differ was not written by it."""
+    worst, errors = rec.get("max_abs_error"), list((rec.get("errors_by_tensor") or {}).values())
+    if not _is_number(worst) or not errors or not all(_is_number(e) for e in errors):
+        return None
+    largest = max(errors)
+    if abs(worst - largest) <= 1e-12 * max(abs(worst), abs(largest)):
+        return None
+    return (f"max_abs_error {worst:.6g} is not the largest error of errors_by_tensor ({largest:.6g}): "
+            f"the two disagree")
 
 
 def _identity_problems(rec: dict) -> list[str]:
@@ -135,8 +150,8 @@ def _figure_problems(rec: dict) -> list[str]:
     for key in ("matches_reference", "peer"):
         problems += _optional(rec, key, lambda v: isinstance(v, bool), "true/false")
     problems += _optional(rec, "baseline", lambda v: isinstance(v, (bool, str)), "true/false or a name")
-    problems += _optional(rec, "schema", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-                          "a positive integer")
+    problems += _optional(rec, "schema", lambda v: isinstance(v, int) and not isinstance(v, bool)
+                          and 1 <= v <= SCHEMA_VERSION, f"a schema this memlab reads (1 to {SCHEMA_VERSION})")
     problems += _optional(rec, "tolerance", lambda v: isinstance(v, list) and len(v) == 2 and
                           all(_is_number(x) and x >= 0 for x in v), "[rtol, atol] (numbers >= 0)")
     for key in _LIST_FIELDS:
@@ -218,12 +233,16 @@ def _non_finite(rec: dict) -> bool:
 #   wrong technique (MemCNN's doubled input gradient) fails alike: memlab cannot tell which, so the
 #   row is "unverified" ("verified in float32 only (schema 1); re-measure") unless it was measured
 #   in float64, where it is a mismatch;
-# * status ok, matches_reference missing: "unverified" (no reference check recorded).
+# * status ok, matches_reference missing: "unverified" (no reference check recorded);
+# * status ok with a field this memlab does not know: "unverified" (a newer memlab, or a hand-made row:
+#   its figures may mean something else); a schema newer than this memlab's is an invalid row;
+# * status ok with ``extra["leak_unknown"]``: "leak unknown" (fewer measured steps than a leak verdict
+#   needs, NOTE [ verdicts ] in memlab.measurement.verdict), with the reason the row records.
 def ranking_status(rec: Mapping[str, Any]) -> tuple[str, str | None]:
     """``(status the site shows, reason)`` of a valid record; only ``"ok"`` is ranked.
 
-    See NOTE [ what the site ranks ].  The shown status is one of :data:`STATUSES` or
-    ``"unverified"``; the reason is None for ``ok``.
+    See NOTE [ what the site ranks ].  The shown status is one of :data:`STATUSES`, ``"unverified"`` or
+    ``"leak unknown"``; the reason is None for ``ok``.
     """
     status = rec["status"]
     if status != "ok":
@@ -231,12 +250,19 @@ def ranking_status(rec: Mapping[str, Any]) -> tuple[str, str | None]:
     if _non_finite(rec):
         return "mismatch", "non-finite values in output"
     match = rec.get("matches_reference")
+    if match is False and ((rec.get("schema") or 1) >= 2 or rec["dtype"] == "float64"):
+        return "mismatch", "outputs or gradients differ from the reference beyond the tolerance"
+    unknown = sorted(set(rec) - _KNOWN_FIELDS)
+    if unknown:
+        return "unverified", (f"unknown field(s) {short_repr(', '.join(map(shown_path, unknown)))}: not a row this "
+                              f"memlab wrote; re-measure")
+    leak = (rec.get("extra") or {}).get(LEAK_UNKNOWN)
+    if isinstance(leak, str) and leak:
+        return "leak unknown", leak[:300]
     if match is True:
         return "ok", None
     if match is None:
         return "unverified", "no reference check recorded; re-measure"
-    if (rec.get("schema") or 1) >= 2 or rec["dtype"] == "float64":
-        return "mismatch", "outputs or gradients differ from the reference beyond the tolerance"
     return "unverified", f"verified in {rec['dtype']} only (schema 1); re-measure"
 
 

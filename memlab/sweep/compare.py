@@ -6,8 +6,10 @@ exact figures of :data:`EXACT_FIELDS` must be equal.  Times, resident memory and
 compared: they are not deterministic.  A field missing from one side (an older schema) is skipped
 for that point and counted, never reported as a difference.
 
-Rows are read as raw JSON, so files of any schema compare; a line that is not a JSON object is
-reported with its file and line number and left out.
+Rows are read as raw JSON, so files of every schema this memlab knows compare; a line that is not a
+row is reported with its file and line number and left out.  The command is a gate, so it fails
+closed (NOTE [ a sweep file, as a gate reads it ]): a file that is not a memlab sweep file at all, or
+a row of a schema newer than this memlab, is refused (:class:`NotASweepFile`), never "identical".
 """
 from __future__ import annotations
 
@@ -16,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["EXACT_FIELDS", "Difference", "Comparison", "point_key", "compare_sweeps", "read_rows"]
+from ..record import SCHEMA_VERSION
+
+__all__ = ["EXACT_FIELDS", "Difference", "Comparison", "point_key", "compare_sweeps", "read_rows", "sweep_lines",
+           "NotASweepFile"]
 
 #: deterministic figures of a Measurement (bytes, or structures of bytes)
 EXACT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "allocated_after_step_bytes",
@@ -67,27 +72,84 @@ class Comparison:
                 f"{self.fields_skipped} figures missing on one side (older schema) not compared")
 
 
-def read_rows(path: str | Path, problems: list[str]) -> Iterator[dict[str, Any]]:
-    """The JSON-object lines of ``path``; each unreadable line adds ``FILE:LINE: why`` to ``problems``."""
+class NotASweepFile(ValueError):
+    """A file a gate (``memlab compare``, ``memlab merge``) refuses; the message is one line naming it."""
+
+
+# NOTE [ a sweep file, as a gate reads it ]
+# compare and merge are gates (a CI job passes on "identical"), so what they accept is narrow:
+# * a memlab row is a JSON object with a non-empty string ``technique`` and an object ``params``;
+# * the file's first non-blank line must be a row: an empty file, random bytes, a TOML file, ``[1,2,3]``
+#   or ``{"a": 1}`` is refused whole (NotASweepFile, exit 2), never compared as "no shared points";
+# * a row whose ``schema`` is not a whole number from 1 to SCHEMA_VERSION is refused with its file: a
+#   newer memlab's figures may mean something else, and a guess would pass them;
+# * after a first row, a line that is not a row (a torn last line of a killed sweep) is reported as
+#   FILE:LINE and left out, as the site does.
+def _shown_schema(row: dict[str, Any]) -> str | None:
+    """Why the row's ``schema`` is unknown here, or None (a missing or null schema is schema 1, as the
+    site reads it)."""
+    schema = row.get("schema")
+    if schema is None or isinstance(schema, int) and not isinstance(schema, bool) and 1 <= schema <= SCHEMA_VERSION:
+        return None
+    return f"a row of schema {json.dumps(schema)[:40]}, which this memlab does not read (schemas 1 to {SCHEMA_VERSION})"
+
+
+def _line_problem(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
+    """``(why it is not a row, None)`` or ``(None, row)`` for one non-blank line."""
+    try:
+        row = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8", None
+    except (ValueError, RecursionError) as exc:
+        return f"not JSON ({type(exc).__name__})", None
+    if not isinstance(row, dict):
+        return f"not a JSON object (a {type(row).__name__})", None
+    if not isinstance(row.get("technique"), str) or not row["technique"] or not isinstance(row.get("params"), dict):
+        return "not a memlab row (no technique and params)", None
+    return None, row
+
+
+def sweep_lines(path: str | Path, problems: list[str]) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """``(line number, text, row)`` of each memlab row of ``path`` (NOTE [ a sweep file, as a gate reads
+    it ]); each other line after the first row adds ``FILE:LINE: why`` to ``problems``.
+
+    Raises:
+        NotASweepFile: the file holds no row, its first line is not a row, or a row's schema is unknown.
+    """
+    seen = False
     with open(path, "rb") as fh:
         for number, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
-            try:
-                row = json.loads(raw)
-            except (ValueError, RecursionError) as exc:
-                problems.append(f"{path}:{number}: not JSON ({type(exc).__name__})")
+            why, row = _line_problem(raw)
+            if why is not None and not seen:
+                raise NotASweepFile(f"{path}:{number}: not a memlab sweep file ({why}); refused")
+            if why is not None:
+                problems.append(f"{path}:{number}: {why}")
                 continue
-            if not isinstance(row, dict):
-                problems.append(f"{path}:{number}: not a JSON object")
-                continue
-            yield row
+            unknown = _shown_schema(row)
+            if unknown:
+                raise NotASweepFile(f"{path}:{number}: {unknown}; refused")
+            seen = True
+            yield number, raw.decode("utf-8").rstrip("\r\n"), row
+    if not seen:
+        raise NotASweepFile(f"{path}: not a memlab sweep file (no row: the file is empty); refused")
+
+
+def read_rows(path: str | Path, problems: list[str]) -> Iterator[dict[str, Any]]:
+    """The memlab rows of ``path`` (:func:`sweep_lines`); each unreadable line adds ``FILE:LINE: why``
+    to ``problems``."""
+    for _, _, row in sweep_lines(path, problems):
+        yield row
 
 
 def compare_sweeps(old: str | Path, new: str | Path) -> Comparison:
     """Compare :data:`EXACT_FIELDS` for every point present in both files.
 
     A point measured twice in one file is compared by its last row (what ``--resume`` keeps).
+
+    Raises:
+        NotASweepFile: either file is not a memlab sweep file (NOTE [ a sweep file, as a gate reads it ]).
     """
     out = Comparison()
     old_rows = {point_key(r): r for r in read_rows(old, out.problems)}

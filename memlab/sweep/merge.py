@@ -1,14 +1,18 @@
 """``memlab merge OUT SHARD...``: the rows of a sharded sweep (or of any sweep files) in one file.
 
 Rows are copied as they were written (the raw JSON line, so every host fact and figure stays as
-measured).  A point present in two files must have the same exact figures
+measured).  A point present in two files must have the same status and the same exact figures
 (:data:`memlab.sweep.compare.EXACT_FIELDS`) in both: then it is kept once, else nothing is written
-and the conflict is named.  Within one file a point measured twice keeps its last row (what
+and the conflict is named.  A merge is a gate (NOTE [ a sweep file, as a gate reads it ]): a file
+that is not a memlab sweep file, a row of an unknown schema and a file a running sweep holds locked
+are refused, and nothing is written.  Within one file a point measured twice keeps its last row (what
 ``--resume`` leaves).  When the rows carry ``extra["sweep_shard"]`` (``memlab sweep --shard``), the
 merge also checks that every file belongs to the same plan and names the shards and points missing.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 from dataclasses import dataclass, field
@@ -16,13 +20,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..atomic import write_text_atomic
-from .compare import EXACT_FIELDS, point_key
+from .compare import EXACT_FIELDS, point_key, sweep_lines
 
 __all__ = ["MergeConflict", "MergeReport", "merge_shards"]
 
 
 class MergeConflict(ValueError):
-    """Two files hold different exact figures for one point, or shards of different plans."""
+    """Two files hold different exact figures or statuses for one point, shards of different plans, or
+    a file a running sweep is writing."""
 
 
 @dataclass
@@ -66,26 +71,30 @@ class MergeReport:
 
 
 def _rows(path: Path, problems: list[str]) -> dict[tuple, tuple[str, dict[str, Any]]]:
-    """``{point key: (raw line, row)}`` of one file, the last row of a point winning."""
+    """``{point key: (raw line, row)}`` of one file, the last row of a point winning; read under a
+    shared lock, so a file a running sweep holds (its exclusive lock) is refused, not half-merged.
+
+    Raises:
+        MergeConflict: a running sweep holds the file's lock.
+        NotASweepFile: see :func:`~memlab.sweep.compare.sweep_lines`.
+    """
     out: dict[tuple, tuple[str, dict[str, Any]]] = {}
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, 1):
-            if not raw.strip():
-                continue
-            try:
-                text = raw.decode("utf-8").rstrip("\n")
-                row = json.loads(text)
-            except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-                problems.append(f"{path}:{number}: not a JSON row ({type(exc).__name__})")
-                continue
-            if not isinstance(row, dict) or "technique" not in row:
-                problems.append(f"{path}:{number}: not a memlab row")
-                continue
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            raise MergeConflict(f"{path} is being written by a running sweep (its lock is held); wait for it to "
+                                f"finish, then merge") from None
+        for _, text, row in sweep_lines(path, problems):
             out[point_key(row)] = (text, row)
     return out
 
 
 def _conflict(key: tuple, a: dict, b: dict) -> str | None:
+    if a.get("status") != b.get("status"):
+        return f"status {a.get('status')!r} vs {b.get('status')!r} (two verdicts)"
     for name in EXACT_FIELDS:
         if name in a and name in b and a[name] != b[name]:
             return f"{name} {a[name]!r} vs {b[name]!r}"
@@ -98,8 +107,10 @@ def merge_shards(out: str | os.PathLike, shards: list[str | os.PathLike], *,
 
     ``replan(plan_args)`` rebuilds the plan's ``(technique, params)`` list so that missing points can
     be named; without it (or when it fails) they are counted from the shards' records.
-    Raises :class:`MergeConflict` (two exact figures for one point, or shards of different plans),
-    FileNotFoundError / IsADirectoryError for an unusable input, ValueError when ``out`` is an input.
+    Raises :class:`MergeConflict` (two statuses or exact figures for one point, shards of different plans,
+    a file a running sweep holds), :class:`~memlab.sweep.compare.NotASweepFile` (a file that is not a
+    memlab sweep file, or a row of an unknown schema), FileNotFoundError / IsADirectoryError for an
+    unusable input, ValueError when ``out`` is an input.
     """
     paths = [Path(p) for p in shards]
     if not paths:

@@ -1,0 +1,183 @@
+"""The last hostile cases (issue 46): nothing wrong passes a gate, nothing measured is overwritten, a
+verdict needs evidence, a plug-in that attacks memlab itself is refused or contained.
+
+Every test is cheap: hand-written rows, or one tiny plug-in point (tests/plugins/hostile_gates.py)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from memlab.cli import main
+from memlab.record import SCHEMA_VERSION, Measurement
+
+PLUGINS = Path(__file__).parent / "plugins"
+GATES = PLUGINS / "hostile_gates.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _row(technique="t", n=2, status="ok", **fields) -> dict:
+    m = Measurement(technique=technique, workload="w", family="f", params={"n": n}, device="cpu", dtype="float32",
+                    mode="train", status=status, error=None if status == "ok" else f"fake {status}",
+                    peak_allocated_bytes=64, matches_reference=True if status == "ok" else None)
+    return {**m.to_dict(), **fields}
+
+
+def _write(path: Path, rows, tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + tail)
+    return path
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("memlab: error: ") and "Traceback" not in err
+    return err
+
+
+# -- item 4: compare and merge are gates that fail closed --------------------------------------------
+def _not_sweep_files(tmp_path: Path) -> dict[str, Path]:
+    files = {"empty": b"", "random": os.urandom(5000), "pyproject": (ROOT / "pyproject.toml").read_bytes(),
+             "list": b"[1,2,3]\n", "object": b'{"a": 1}\n'}
+    out = {}
+    for name, data in files.items():
+        out[name] = tmp_path / f"{name}.jsonl"
+        out[name].write_bytes(data)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["empty", "random", "pyproject", "list", "object"])
+def test_compare_refuses_a_file_that_is_not_a_sweep_file(tmp_path, capsys, kind):
+    bad = _not_sweep_files(tmp_path)[kind]
+    good = _write(tmp_path / "good.jsonl", [_row()])
+    for old, new in ((bad, bad), (good, bad), (bad, good)):
+        assert main(["compare", str(old), str(new)]) == 2
+        err = _one_error_line(capsys)
+        assert str(bad) in err and "not a memlab sweep file" in err and "refused" in err
+
+
+@pytest.mark.parametrize("kind", ["empty", "random", "pyproject", "list", "object"])
+def test_merge_refuses_a_file_that_is_not_a_sweep_file(tmp_path, capsys, kind):
+    bad = _not_sweep_files(tmp_path)[kind]
+    good = _write(tmp_path / "good.jsonl", [_row()])
+    out = tmp_path / "merged.jsonl"
+    assert main(["merge", str(out), str(good), str(bad)]) == 2
+    err = _one_error_line(capsys)
+    assert str(bad) in err and "not a memlab sweep file" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("schema", [99, 0, "2", True])
+def test_compare_and_merge_refuse_a_row_of_an_unknown_schema(tmp_path, capsys, schema):
+    good = _write(tmp_path / "good.jsonl", [_row()])
+    bad = _write(tmp_path / "bad.jsonl", [_row(), _row(n=3, schema=schema)])
+    assert main(["compare", str(good), str(bad)]) == 2
+    err = _one_error_line(capsys)
+    assert f"{bad}:2:" in err and f"schemas 1 to {SCHEMA_VERSION}" in err
+    assert main(["merge", str(tmp_path / "m.jsonl"), str(good), str(bad)]) == 2
+    assert f"{bad}:2:" in _one_error_line(capsys)
+    assert not (tmp_path / "m.jsonl").exists()
+
+
+def test_compare_still_reads_a_torn_last_line_as_a_warning(tmp_path, capsys):
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    b = _write(tmp_path / "b.jsonl", [_row()], tail='{"technique": "t", "par')
+    assert main(["compare", str(a), str(b)]) == 0
+    out, err = capsys.readouterr()
+    assert "identical" in out and f"{b}:2: not JSON" in err
+
+
+def test_committed_sweeps_compare_identical_with_themselves(capsys):
+    for path in sorted((ROOT / "data" / "sweeps").glob("*.jsonl")):
+        assert main(["compare", str(path), str(path)]) == 0, path
+        assert "identical" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("limit", ["-1", "abc", "1.5"])
+def test_compare_limit_is_validated(tmp_path, capsys, limit):
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", str(a), str(a), "--limit", limit])
+    assert exc.value.code == 2
+    assert "--limit" in capsys.readouterr().err
+
+
+def test_compare_limit_0_prints_no_difference_but_counts_them(tmp_path, capsys):
+    a = _write(tmp_path / "a.jsonl", [_row()])
+    b = _write(tmp_path / "b.jsonl", [_row(peak_allocated_bytes=65)])
+    assert main(["compare", str(a), str(b), "--limit", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "... and 1 more" in out and "1 differ" in out
+    assert main(["compare", str(a), str(a), "--limit", "0"]) == 0
+    assert "more" not in capsys.readouterr().out
+
+
+def test_merge_refuses_two_verdicts_for_one_point(tmp_path, capsys):
+    ok = _write(tmp_path / "ok.jsonl", [_row()])
+    bad = _write(tmp_path / "bad.jsonl", [_row(status="mismatch")])
+    for first, second in ((ok, bad), (bad, ok)):
+        out = tmp_path / "m.jsonl"
+        assert main(["merge", str(out), str(first), str(second)]) == 2
+        err = _one_error_line(capsys)
+        assert "two verdicts" in err and "'ok'" in err and "'mismatch'" in err
+        assert str(ok) in err and str(bad) in err and not out.exists()
+
+
+def test_merge_refuses_a_file_a_running_sweep_holds(tmp_path, capsys):
+    from memlab.sweep import open_sweep_output
+
+    done = _write(tmp_path / "done.jsonl", [_row()])
+    busy = tmp_path / "busy.jsonl"
+    with open_sweep_output(busy, append=False) as writer:
+        writer.append(Measurement.from_dict(_row(n=3)))
+        out = tmp_path / "m.jsonl"
+        assert main(["merge", str(out), str(done), str(busy)]) == 2
+        err = _one_error_line(capsys)
+        assert str(busy) in err and "being written by a running sweep" in err and not out.exists()
+    assert main(["merge", str(tmp_path / "m.jsonl"), str(done), str(busy)]) == 0  # lock released
+
+
+# -- item 4: the site does not draw a row of an unknown schema or with an unknown field as ok ---------
+def _site_rows(path: Path):
+    from memlab.results import ResultsWarning, load_runs
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frame = load_runs([path])
+    return frame, [str(w.message) for w in caught if issubclass(w.category, ResultsWarning)]
+
+
+def test_site_skips_a_row_of_an_unknown_schema_with_a_warning(tmp_path):
+    path = _write(tmp_path / "s.jsonl", [_row(), _row(n=3, schema=99)])
+    frame, said = _site_rows(path)
+    assert list(frame["params_key"]) == ['{"n": 2}'] and list(frame["status_shown"]) == ["ok"]
+    assert any(f"{path}:2:" in w and "schema" in w for w in said)
+
+
+def test_site_does_not_rank_a_row_with_an_unknown_field(tmp_path):
+    path = _write(tmp_path / "s.jsonl", [_row(), _row(n=3, made_up_field=1)])
+    frame, said = _site_rows(path)
+    shown = dict(zip(frame["params_key"], frame["status_shown"]))
+    assert shown == {'{"n": 2}': "ok", '{"n": 3}': "unverified"}
+    reason = frame.loc[frame["params_key"] == '{"n": 3}', "reason"].item()
+    assert "made_up_field" in reason and any("made_up_field" in w for w in said)
+
+
+def test_site_refuses_an_ok_row_whose_max_error_disagrees_with_errors_by_tensor(tmp_path):
+    errors = {"output": 1e-9, "grad:w": 2e-9}
+    good = _row(max_abs_error=2e-9, errors_by_tensor=errors, tolerance=[1e-7, 1e-9])
+    bad = _row(n=3, max_abs_error=1e5, errors_by_tensor=errors, tolerance=[1e-7, 1e-9])
+    frame, said = _site_rows(_write(tmp_path / "s.jsonl", [good, bad]))
+    assert list(frame["params_key"]) == ['{"n": 2}']
+    assert any("max_abs_error" in w and "errors_by_tensor" in w for w in said)
+
+
+def test_every_committed_row_keeps_its_status(tmp_path):
+    from memlab.results import validate_measurement
+
+    for path in sorted((ROOT / "data" / "sweeps").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            assert validate_measurement(json.loads(line)) == [], path
