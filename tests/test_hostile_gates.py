@@ -181,3 +181,46 @@ def test_every_committed_row_keeps_its_status(tmp_path):
     for path in sorted((ROOT / "data" / "sweeps").glob("*.jsonl")):
         for line in path.read_text().splitlines():
             assert validate_measurement(json.loads(line)) == [], path
+
+
+# -- item 6: environment settings up front; documented ranges match the messages ----------------------
+@pytest.mark.parametrize("name, value", [
+    ("MEMLAB_TIMING_CPU", "99999"), ("MEMLAB_TIMING_CPU", "-1"), ("MEMLAB_TIMING_CPU", "abc"),
+    ("MEMLAB_PLUGINS", "/nonexistent/plugin.py"), ("MEMLAB_COMMIT", "a\nb"), ("MEMLAB_CACHE", str(ROOT / "Makefile")),
+])
+def test_a_bad_environment_setting_is_refused_up_front(monkeypatch, capsys, name, value):
+    monkeypatch.setenv(name, value)
+    assert main(["measure", "unchunked", "--iterations", "3"]) == 2
+    err = _one_error_line(capsys)
+    assert f"{name}=" in err and "is not valid" in err
+
+
+def test_a_bad_timing_cpu_is_refused_before_torch_in_a_fresh_process():
+    env = {**os.environ, "MEMLAB_TIMING_CPU": "abc"}
+    code = ("import sys; from memlab.cli import main; rc = main(['measure', 'unchunked']); "
+            "print('torch' in sys.modules); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout.strip() == "False"
+    assert "MEMLAB_TIMING_CPU='abc' is not valid" in proc.stderr
+
+
+def test_good_environment_settings_pass():
+    from memlab.env_settings import environment_problem
+
+    cpu = str(min(os.sched_getaffinity(0)))
+    assert environment_problem({"MEMLAB_TIMING_CPU": cpu, "MEMLAB_PLUGINS": str(GATES), "MEMLAB_COMMIT": "abc123",
+                                "MEMLAB_CACHE": str(ROOT)}) is None
+    assert environment_problem({"MEMLAB_TIMING_CPU": "none", "MEMLAB_PLUGINS": ""}) is None
+
+
+def test_the_documented_budget_range_is_the_one_the_message_states():
+    from memlab.advisor.advise import AdviceError, parse_budget
+
+    with pytest.raises(AdviceError) as exc:
+        parse_budget("2e30")
+    stated = exc.value.args[0].split("expected ")[1].split(" (")[0]  # '1 byte to 1 YiB'
+    assert stated == "1 byte to 1 YiB"
+    for doc in ("docs/cli.md", "docs/threat-model.md"):
+        text = (ROOT / doc).read_text()
+        assert f"`--budget` outside {stated}" in text and "EiB" not in text, doc

@@ -6,7 +6,8 @@ the torch-free index of the built-in names in ``names.py`` (NOTE [ names before 
 
 Exit status: 0 success, 1 a measurement was not ``ok`` (mismatch, leak, oom or error) or a
 reference check failed, 2 bad input (unknown technique, family or parameter, parameter out of range,
-unknown device, a missing file...), answered before torch is imported wherever the names allow.
+unknown device, a missing file, a ``MEMLAB_*`` setting that is not valid...), answered before torch is
+imported wherever the names allow.
 ``sweep``'s statuses are in :mod:`memlab.cli.sweep`.
 """
 from __future__ import annotations
@@ -25,11 +26,21 @@ def _parser():
     return build_parser()
 
 
+def _check_environment() -> None:
+    """Every ``MEMLAB_*`` setting, before torch (NOTE [ environment settings up front ])."""
+    from ..env_settings import environment_problem
+
+    problem = environment_problem()
+    if problem:
+        raise UsageError(problem)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from ..errors import TechniqueUnavailable
 
     try:
+        _check_environment()
         check_files(args)
         precheck = getattr(args, "precheck", None)
         if precheck is not None:
