@@ -19,7 +19,7 @@ __all__ = ["Transformer", "TransformerPeers", "TransformerComplexity", "TECHNIQU
 
 TECHNIQUES = ["eager_attention", "sdpa", "chunked_attention", "checkpoint_layer", "selective_checkpoint",
               "chunked_lm_loss", "autocast_bf16", "offload_activations"]
-#: the peers (memlab.techniques.transformer_peers), skipped where not installed, and the two memlab
+#: the peers (memlab.families.transformer.peers), skipped where not installed, and the two memlab
 #: techniques they are compared with
 PEER_TECHNIQUES = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 COMPLEXITY_TECHNIQUES = ["eager_attention", "sdpa_math", "sdpa_flash", "chunked_attention"]

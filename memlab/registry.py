@@ -2,12 +2,12 @@
 
 Subclassing registers: ``class X(Workload, name=..., family=...)`` and ``class Y(Technique, name=...)``
 call :func:`register_workload` / :func:`register_technique` from ``__init_subclass__``; nothing else
-lists them.  Built-in workloads and techniques live one family per module under
-:mod:`memlab.workloads` and :mod:`memlab.techniques`; every module there is imported on first lookup,
-so adding a module (or a user's file via :func:`load_plugin`) is all it takes for a technique to show
-up in the CLI, the sweep, the benchmarks and the site.  This module imports no other memlab module
-(the packages are found by name), so the classes that register here never form an import cycle
-with their lookup.
+lists them.  Each built-in family is one package under :mod:`memlab.families` (its workload, its
+techniques and peers, its operations, its metadata); the packages are found by a directory scan and
+every module in them is imported on first lookup, so adding a family folder (or a user's file or
+family folder via :func:`load_plugin`) is all it takes for its techniques to show up in the CLI, the
+sweep, the benchmarks and the site.  This module imports no other memlab module (the packages are
+found by name), so the classes that register here never form an import cycle with their lookup.
 
 ``MEMLAB_PLUGINS`` (paths separated by ``os.pathsep``) names plug-in files loaded on discovery; the
 measurement subprocess receives the plug-ins of its parent the same way.
@@ -23,14 +23,16 @@ import threading
 from pathlib import Path
 
 __all__ = ["register_workload", "register_technique", "register_advisor", "get_advisor", "list_advisors", "discover", "load_plugin", "loaded_plugins",
-           "builtin_modules",
+           "builtin_modules", "builtin_families",
            "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
 _WORKLOADS: dict[str, type] = {}
 _TECHNIQUES: dict[str, type] = {}
 _ADVISORS: dict[str, type] = {}  # family -> its AdvisorModel subclass
-#: the packages whose modules :func:`discover` imports, workloads first
-_BUILTIN_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
+#: the package whose sub-packages are the built-in families
+_FAMILIES = f"{__package__}.families"
+#: the packages of the workload and techniques a user's model file gets (:mod:`memlab.own_model`)
+_MODEL_FILE_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
 _DISCOVERY_LOCK = threading.RLock()
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
@@ -125,17 +127,33 @@ def discover() -> None:
 
 def builtin_modules() -> list[tuple[str, Path]]:
     """``(module name, source file)`` of every built-in workload and technique module, in the order
-    :func:`discover` imports them, found without importing them (nor torch): the CLI reads the names
-    they declare from their source to refuse a wrong name before torch is imported."""
+    :func:`discover` imports them (each family folder's ``workload`` first, then its other modules),
+    found without importing them (nor torch): the CLI reads the names they declare from their source
+    to refuse a wrong name before torch is imported."""
     out = []
-    for package in _BUILTIN_PACKAGES:
-        spec = importlib.util.find_spec(package)
-        for info in sorted(pkgutil.iter_modules(spec.submodule_search_locations), key=lambda i: i.name):
-            if not info.name.startswith("_"):
-                where = Path(info.module_finder.path)
-                out.append((f"{package}.{info.name}",
-                            where / info.name / "__init__.py" if info.ispkg else where / f"{info.name}.py"))
+    for name, where in builtin_families():
+        out.extend(_package_modules(f"{_FAMILIES}.{name}", where))
+    for package in _MODEL_FILE_PACKAGES:
+        out.extend(_package_modules(package, Path(importlib.util.find_spec(package).submodule_search_locations[0])))
     return out
+
+
+def builtin_families() -> list[tuple[str, Path]]:
+    """``(family name, folder)`` of every built-in family: the packages under :mod:`memlab.families`,
+    by name, found without importing them."""
+    spec = importlib.util.find_spec(_FAMILIES)
+    return [(info.name, Path(info.module_finder.path) / info.name)
+            for info in sorted(pkgutil.iter_modules(spec.submodule_search_locations), key=lambda i: i.name)
+            if info.ispkg and not info.name.startswith("_")]
+
+
+def _package_modules(package: str, where: Path) -> list[tuple[str, Path]]:
+    """``(module name, source file)`` of the public modules of the package at ``where``: ``workload``
+    first, then the others by name."""
+    infos = [i for i in pkgutil.iter_modules([str(where)]) if not i.name.startswith("_")]
+    infos.sort(key=lambda i: (i.name != "workload", i.name))
+    return [(f"{package}.{i.name}", where / i.name / "__init__.py" if i.ispkg else where / f"{i.name}.py")
+            for i in infos]
 
 
 def _import_all() -> None:

@@ -21,7 +21,7 @@ from memlab.advisor.migrate import migrate_dir, mismatch
 from memlab.advisor.model import MODELS_DIR, load_models, predict
 from memlab.host import KERNEL_INDEPENDENT_CATEGORIES, kernel_host
 from memlab.registry import list_advisors
-from memlab.workloads.chained_matmul import ChainedMatmulModel
+from memlab.families.chunking.workload import ChainedMatmulModel
 from test_advisor import EXACT_AT_ONE_THREAD_ONLY
 from process_checks import HANG_GUARD_S
 
@@ -91,7 +91,7 @@ def test_a_bad_declaration_names_the_field_and_what_is_valid(attrs, match):
 
 def test_a_second_declaration_of_a_family_is_refused_and_names_the_first():
     with pytest.raises(ValueError, match=r"advisor model of family name 'chunking' is already registered by "
-                                         r"memlab.workloads.chained_matmul.ChainedMatmulModel; a family declares one"):
+                                         r"memlab.families.chunking.workload.ChainedMatmulModel; a family declares one"):
         type("Again", (ChainedMatmulModel,), {}, family="chunking")
     with pytest.raises(ValueError, match=r"family 'not a name' must be an identifier"):
         type("Odd", (ChainedMatmulModel,), {}, family="not a name")
@@ -220,7 +220,7 @@ def test_migration_refuses_a_declaration_that_does_not_describe_the_fit(tmp_path
 
 UNDECLARED = '''
 import memlab
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 
 class Copy(memlab.Workload, name="copy_of_matmul", family="undeclared_family"):

@@ -59,7 +59,7 @@ CLASSES = _classes()
 def _builtin_techniques() -> list[str]:
     import memlab
 
-    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques.")]
+    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.families.")]
 
 
 def _asv_conf() -> dict:
@@ -70,7 +70,7 @@ def _asv_conf() -> dict:
 
 
 def test_every_builtin_technique_is_in_a_benchmarks_parameter_list():
-    """Each technique of memlab.techniques (peers included) is measured by some benchmark class, so
+    """Each technique of memlab.families (peers included) is measured by some benchmark class, so
     asv's history shows when any of them changes; and every benchmark names only known techniques."""
     listed = {t for c in _benchmark_classes() if c.param_names[0] == "technique" for t in c.params[0]}
     builtin = set(_builtin_techniques())
@@ -192,8 +192,8 @@ def test_results_share_one_machine_history():
 
 PLUGIN = '''
 import memlab
-from memlab.workloads.chained_matmul import ChainedMatmul
-import memlab.workloads.tt_linear as tt
+from memlab.families.chunking.workload import ChainedMatmul
+import memlab.families.tensor_train.workload as tt
 
 class Mine(memlab.Technique, name="mine_chunk"):
     workload = ChainedMatmul
@@ -402,7 +402,7 @@ def test_asv_check(tmp_path):
 
 PLUGIN_CHUNKING = '''
 import memlab
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 
 class PluginUnchunked(memlab.Technique, name="plugin_unchunked"):

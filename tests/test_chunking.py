@@ -11,7 +11,7 @@ import torch
 
 import memlab
 from memlab.reproductions._slice_backward import slice_backward_allocations, slice_backward_lifetimes
-from memlab.workloads.chained_matmul import ChainedMatmul, analytic_floor
+from memlab.families.chunking.workload import ChainedMatmul, analytic_floor
 
 CPU = torch.device("cpu")
 SMALL = dict(n=2000, d=64, hidden=256)

@@ -81,7 +81,7 @@ def test_a_plug_in_s_names_come_from_the_registry(tmp_path):
     plugin = tmp_path / "own_family.py"
     plugin.write_text(textwrap.dedent('''
         import memlab
-        from memlab.workloads.chained_matmul import ChainedMatmul
+        from memlab.families.chunking.workload import ChainedMatmul
 
         class Own(memlab.Workload, name="own_workload", family="own_family"):
             params = {"n": memlab.Param(4, low=1)}
@@ -103,7 +103,7 @@ def test_the_index_of_built_in_names_is_the_registry_s():
 
     index = builtin_index()
     registry = {n: (get_technique(n).family(), frozenset(get_technique(n).all_params())) for n in list_techniques()
-                if get_technique(n).__module__.startswith(("memlab.techniques.", "memlab.workloads."))}
+                if get_technique(n).__module__.startswith("memlab.families.")}
     assert {n: (t.family, t.params) for n, t in index.items()} == registry
 
 

@@ -11,7 +11,7 @@ import memlab
 from memlab.harness import quick_points, quick_techniques
 
 FAMILIES = memlab.list_families()
-BUILTIN = [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques.")]
+BUILTIN = [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.families.")]
 #: techniques whose ``twin`` pairs them with a technique on the same path without a claim to save
 #: against it, and why (everything else with a twin must save against it)
 TWIN_WITHOUT_SAVING = {

@@ -21,7 +21,7 @@ EXACT = ("status", "matches_reference", "peak_allocated_bytes", "peak_allocated_
 
 def _builtin_names():
     """Built-in techniques that run on the CPU (offload_activations is CUDA only)."""
-    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.techniques")
+    return [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.families.")
             and "cpu" in (getattr(memlab.get_technique(n), "devices", None) or ("cpu",))]
 
 
@@ -78,7 +78,7 @@ def test_a_plugin_loaded_after_the_server_started_restarts_it(tmp_path):
     plugin = tmp_path / "late_plugin.py"
     plugin.write_text(
         "from memlab import Technique\n"
-        "from memlab.workloads.chained_matmul import ChainedMatmul\n"
+        "from memlab.families.chunking.workload import ChainedMatmul\n"
         "class Late(Technique, name='late_plugin_matmul'):\n"
         "    workload = ChainedMatmul\n"
         "    def forward(self, problem):\n"

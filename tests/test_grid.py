@@ -9,7 +9,7 @@ from memlab.sweep import parse_grid
 PLUGIN = '''
 import torch
 import memlab
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 
 class Pieces(memlab.Technique, name="grid_pieces"):

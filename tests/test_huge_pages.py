@@ -53,7 +53,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import torch
 from test_huge_pages import _first_huge_page, _vm_flags
-from memlab.functional.tt import TTShape, tt_contract
+from memlab.families.tensor_train.tt import TTShape, tt_contract
 g = torch.Generator().manual_seed(0)
 shape = TTShape.create((10, 10, 10), (10, 10, 10), 8)
 cores = [torch.randn(*s, generator=g).requires_grad_(True) for s in shape.core_shapes]

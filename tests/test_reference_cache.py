@@ -15,7 +15,7 @@ from memlab.sweep import run as sweep_run
 from memlab.measurement.reference_cache import ReferenceCache
 from memlab.measurement.verify import verify_technique
 from memlab.registry import get_technique
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 HOSTILE = Path(__file__).parent / "plugins" / "hostile_maths.py"
 SIZE = {"n": 300, "d": 16, "hidden": 64}

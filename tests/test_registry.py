@@ -6,7 +6,7 @@ import pytest
 
 import memlab
 from memlab import Technique
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 from process_checks import HANG_GUARD_S
 
 
@@ -23,7 +23,7 @@ def test_unknown_technique_lists_what_exists():
 
 
 def test_duplicate_name_is_an_error():
-    with pytest.raises(ValueError, match=r"technique name 'slice_loop' is already registered by memlab\.techniques\.chunking\.SliceLoop"):
+    with pytest.raises(ValueError, match=r"technique name 'slice_loop' is already registered by memlab\.families\.chunking\.techniques\.SliceLoop"):
         class Again(Technique, name="slice_loop"):
             workload = ChainedMatmul
 
@@ -41,7 +41,7 @@ def test_parameter_out_of_range_names_value():
 
 USER_FILE = textwrap.dedent('''
     import memlab
-    from memlab.workloads.chained_matmul import ChainedMatmul
+    from memlab.families.chunking.workload import ChainedMatmul
 
     class MyTwoChunks(memlab.Technique, name="{name}"):
         """A user's technique: two halves, concatenated."""

@@ -6,7 +6,7 @@ import torch
 
 import memlab
 from memlab.complexity import badge, fit_exponent, fit_groups
-from memlab.workloads.resnet import ResNet, blocks_per_stage
+from memlab.families.resnet.workload import ResNet, blocks_per_stage
 
 RESNET = ["resnet", "resnet_checkpoint_block", "resnet_checkpoint_sqrt"]
 REVNET = ["revnet", "revnet_nosave", "revnet_autograd"]
@@ -75,7 +75,7 @@ def test_bottleneck_matches_reference_float64(name, one_thread):
 
 
 def test_sqrt_segments():
-    from memlab.techniques.resnet import sqrt_segments
+    from memlab.families.resnet.techniques import sqrt_segments
 
     assert [sqrt_segments(b) for b in (1, 3, 12, 18, 288)] == [1, 2, 3, 4, 17]
 

@@ -11,7 +11,7 @@ from memlab.reproductions._leaky_ctx import LeakyCtxOutput
 from memlab.functional.reversible import (Coupling, check_invertibility, couple, residual_stack, reversible_stack,
                                           reversible_stack_inverse, uncouple)
 from memlab.measurement.step import make_step
-from memlab.workloads.residual_stack import ResidualStack
+from memlab.families.reversible.workload import ResidualStack
 
 CPU = torch.device("cpu")
 SMALL = {"batch": 8, "width": 8, "hidden": 16}

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import memlab
-from memlab.functional.tt import BLOCKS_FIRST_FIRST, TTPlan, TTShape, plan_contraction, tt_contract
+from memlab.families.tensor_train.tt import BLOCKS_FIRST_FIRST, TTPlan, TTShape, plan_contraction, tt_contract
 from memlab.measurement.alloc_trace import iteration_stats, trace_allocations
-from memlab.techniques.chunking_split import split_saving_bytes
-from memlab.techniques.tensor_train_report import extra_backward_bytes, report_tt_matmul
+from memlab.families.chunking.split import split_saving_bytes
+from memlab.families.tensor_train.report import extra_backward_bytes, report_tt_matmul
 
 
 

@@ -18,7 +18,7 @@ def test_every_registered_technique_has_its_fixed_colour_baselines_grey_no_two_a
     by_family: dict[str, list[str]] = {}
     for name in list_techniques():
         cls = get_technique(name)
-        if not cls.__module__.startswith("memlab.techniques.") or cls.family().startswith("model:"):
+        if not cls.__module__.startswith("memlab.families.") or cls.family().startswith("model:"):
             continue  # a plug-in or a model file another test loaded: hashed colours, tested below
         assert name in K.BUILTIN_COLORS, f"{name}: add it to memlab.site.colors.BUILTIN_COLORS"
         assert (K.BUILTIN_COLORS[name] == K.BASELINE_COLOR) == bool(cls.baseline), name

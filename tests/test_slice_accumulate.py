@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memlab.functional.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_into,
+from memlab.families.chunking.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_into,
                                               chained_matmul_scratch)
 from memlab.functional.slice_accumulate import slice_accumulate
 from memlab.measurement.alloc_trace import iteration_stats, trace_allocations
@@ -235,7 +235,7 @@ def test_hidden_tiles_same_values(tile, chunk_size, x_grad):
     the unchunked values and gradients (float64)."""
     import functools
 
-    from memlab.functional.chained_matmul import chained_matmul_in_tiles
+    from memlab.families.chunking.chained_matmul import chained_matmul_in_tiles
     x, w1, w2, gy = _problem(out=8, x_grad=x_grad)
     leaves = [t for t in (x, w1, w2) if t.requires_grad]
     y = slice_accumulate(chained_matmul_in_tiles(tile), x, w1, w2, chunk_size=chunk_size,
@@ -250,7 +250,7 @@ def test_hidden_tiles_same_values(tile, chunk_size, x_grad):
 def test_hidden_tiles_plan():
     """k divides hidden, k d <= hidden, at least four passes, only on a CPU and only where the four
     [d, hidden] matrices of a chunk exceed the cache."""
-    from memlab.functional.chained_matmul import CACHE_BYTES, hidden_tiles
+    from memlab.families.chunking.chained_matmul import CACHE_BYTES, hidden_tiles
     assert hidden_tiles(4000, 256, 1024, 40, 4, "cpu") == 4        # four 1 MiB matrices -> 256-column tiles
     assert hidden_tiles(4000, 256, 1024, 40, 4, "cuda") == 1
     assert hidden_tiles(4000, 256, 1024, 40, 8, "cpu") == 1         # float64 would need k = 8 > hidden / d
@@ -269,7 +269,7 @@ def test_hidden_tiles_keep_every_exact_figure(mode, monkeypatch):
     either way)."""
     import memlab
     from memlab.sweep.compare import EXACT_FIELDS
-    from memlab.techniques import chunking
+    from memlab.families.chunking import techniques as chunking
 
     def figures():
         m = memlab.measure("slice_accumulate", n=64, d=128, hidden=1024, chunk_size=8, mode=mode, repeats=1,

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import memlab
-from memlab.functional.tt import (BLOCKS_FIRST_FIRST, TTShape, plan_block_rows, plan_contraction, tt_contract,
+from memlab.families.tensor_train.tt import (BLOCKS_FIRST_FIRST, TTShape, plan_block_rows, plan_contraction, tt_contract,
                                   tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd)
-from memlab.layers import TensorTrainLinear, TTPath
+from memlab.families.tensor_train.layer import TensorTrainLinear, TTPath
 from memlab.measurement.verify import verify_technique
-from memlab.workloads.tt_linear import TTLinear, einsum_reconstruct
+from memlab.families.tensor_train.workload import TTLinear, einsum_reconstruct
 
 TT_TECHNIQUES = ("tt_factorized", "tt_reconstructed", "tt_chunked")
 CPU = torch.device("cpu")

@@ -8,12 +8,12 @@ import torch
 
 import memlab
 from memlab.complexity import fit_exponent
-from memlab.functional.attention import chunked_attention, eager_attention, sdpa_attention, SdpaBackend
-from memlab.functional.lm_loss import chunked_lm_loss, plain_lm_loss
+from memlab.families.transformer.attention import chunked_attention, eager_attention, sdpa_attention, SdpaBackend
+from memlab.families.transformer.lm_loss import chunked_lm_loss, plain_lm_loss
 from memlab.measurement.alloc_trace import trace_allocations
-from memlab.techniques.transformer import save_matmuls
-from memlab.techniques.transformer_bytes import loss_peak_bytes, measured_loss_peak
-from memlab.workloads.transformer import Transformer
+from memlab.families.transformer.techniques import save_matmuls
+from memlab.families.transformer.bytes import loss_peak_bytes, measured_loss_peak
+from memlab.families.transformer.workload import Transformer
 
 CPU = torch.device("cpu")
 SMALL = {"layers": 2, "seq": 16, "batch": 1, "hidden": 12, "heads": 3, "vocab": 100}
@@ -24,7 +24,7 @@ CPU_TECHNIQUES = ["eager_attention", "sdpa", "sdpa_math", "sdpa_flash", "chunked
 SAME_DROPOUT = ["eager_attention", "checkpoint_layer", "selective_checkpoint", "chunked_lm_loss", "autocast_bf16"]
 OWN_DROPOUT = ["sdpa", "sdpa_math", "sdpa_flash", "chunked_attention"]
 KNOBS = {"chunked_attention": {"block": 5}, "chunked_lm_loss": {"chunk": 7}, "torchtune_chunked_loss": {"chunks": 3}}
-#: third-party comparators (memlab.techniques.transformer_peers)
+#: third-party comparators (memlab.families.transformer.peers)
 PEERS = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_checkpointing"]
 
 
@@ -84,7 +84,7 @@ def test_bfloat16_sgd_steps_move_the_weights_and_stay_finite():
     of the entries moved), so a stale technique would pass the every-step check; the 16-bit upstream
     gradient sums to about 2**10, float32's to about 1."""
     from memlab.measurement.step import make_step
-    from memlab.workloads.transformer import HALF_PRECISION_LOSS_SCALE
+    from memlab.families.transformer.workload import HALF_PRECISION_LOSS_SCALE
 
     t = _tech("eager_attention")
     sums = {d: float(t.build(CPU, d, 0).grad_output.double().sum()) for d in (torch.float32, torch.bfloat16)}

@@ -10,7 +10,7 @@ from memlab.reproductions import dao_flash_attention as dao
 from memlab.reproductions import korthikanti_activation_recomputation as kor
 from memlab.reproductions import list_reproductions
 from memlab.reproductions import wijmans_cut_your_losses as cce
-from memlab.techniques.transformer_bytes import rng_state_bytes
+from memlab.families.transformer.bytes import rng_state_bytes
 
 #: as/h = 8; bfloat16 and dropout on, as the paper's accounting
 SMALL = {"seq": 32, "batch": 2, "hidden": 16, "heads": 4, "vocab": 40, "dropout": 0.1}

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 import memlab
-import memlab.functional.tt as tt
-from memlab.functional.tt import (BLOCKS_FIRST_FIRST, BLOCKS_LAST_FIRST, SEQUENTIAL, TTPlan, TTShape, plan_block_rows,
+import memlab.families.tensor_train.tt as tt
+from memlab.families.tensor_train.tt import (BLOCKS_FIRST_FIRST, BLOCKS_LAST_FIRST, SEQUENTIAL, TTPlan, TTShape, plan_block_rows,
                                   plan_candidates, plan_contraction, plan_report, tt_contract, tt_contract_chunked)
-from memlab.workloads.tt_linear import einsum_reconstruct
+from memlab.families.tensor_train.workload import einsum_reconstruct
 
 E = 4  # float32
 SWEEP = Path(__file__).resolve().parents[1] / "data" / "sweeps" / "cpu.jsonl"

@@ -197,7 +197,7 @@ def infer_loops(base: Sequence[SymEvent], plus_one: Sequence[SymEvent], base_k: 
 
 # NOTE [ growing loop bodies ]
 # A loop whose bodies are alike but for their sizes, which grow with the body's index: the query blocks
-# of causal attention (NOTE [ query-blocked attention ] in memlab.functional.attention), where block i
+# of causal attention (NOTE [ query-blocked attention ] in memlab.families.transformer.attention), where block i
 # scores its rows against keys [0, (i + 1) * block), so its scores are (i + 1) * block^2 per batch and
 # head.  Traced at the same class, block i's events are the same monomials with q growing by one fixed
 # step per block: q_j = q_0 + j * g for the j-th copy of the body.  The structure is found as for any

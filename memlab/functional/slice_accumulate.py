@@ -28,13 +28,13 @@ parameter accumulators and frees it before returning, so nothing is kept between
 
 What it buys is small (issue 32; n=4000, d=256, hidden=1024, c=40): a few per cent of the step
 in-process, the workspace and in-place forward first, the backward's order
-(:func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp`) next, and less than the scatter
+(:func:`~memlab.families.chunking.chained_matmul.chained_matmul_chunk_vjp`) next, and less than the scatter
 of memlab's own timing (``memlab bench-harness --limits``' point).  What remains is in the products
 themselves: nearly all of the step is ``mm``/``addmm_``, little of it the loop, and the chunked
 products of 40 rows run slower than the unchunked ones (each call streams a 1 MiB weight or
 accumulator for 40 rows, from L3: this CPU's L2 is 1 MiB per core).  The chained matmul's manual
 path now spends the same workspace on more rows and fewer hidden columns per product (NOTE [
-hidden tiles ] in :mod:`memlab.functional.chained_matmul`).  Evidence:
+hidden tiles ] in :mod:`memlab.families.chunking.chained_matmul`).  Evidence:
 docs/evidence/code-notes.md#chunk-scratch
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ def _leaky_classes():
     import torch
 
     from ..technique import Technique
-    from ..workloads.residual_stack import ResidualStack
+    from ..families.reversible.workload import ResidualStack
 
     def couple(f, g, x1, x2):
         y1 = x1 + f(x2)

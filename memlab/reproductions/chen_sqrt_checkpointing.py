@@ -4,7 +4,7 @@ The paper (arXiv:1604.06174): keeping only every sqrt(n)-th layer's output and r
 in backward gives O(sqrt(n)) activation memory for one extra forward; their 1000-layer ResNet went
 from 48 GB to 7 GB of memory (about 6.9x) for about 30% more time.
 
-memlab measures the CIFAR ResNet of :mod:`memlab.workloads.resnet` (basic blocks, 6n+2 layers) at
+memlab measures the CIFAR ResNet of :mod:`memlab.families.resnet.workload` (basic blocks, 6n+2 layers) at
 a small width over depths spanning 16x in blocks, with three techniques: plain autograd, a
 ``torch.utils.checkpoint`` per block, and ``checkpoint_sequential`` with round(sqrt(blocks))
 segments; plus a 1001-layer bottleneck ResNet (9n+2, n = 111), the paper's depth.  Columns:

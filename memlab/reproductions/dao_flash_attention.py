@@ -4,7 +4,7 @@ The paper (arXiv:2205.14135, Section 4.3 and Figure 3; the repository's README: 
 sequence length 2K, and 20X at 4K"): exact attention that never materialises the [T, T] scores keeps
 memory linear in the sequence length T, where standard attention's is quadratic.
 
-memlab measures a one-layer decoder (:mod:`memlab.workloads.transformer`, float32, dropout 0, a
+memlab measures a one-layer decoder (:mod:`memlab.families.transformer.workload`, float32, dropout 0, a
 16-token vocabulary so the head is negligible) over seq 1024, 2048, 4096 with three attention kernels:
 ``eager_attention`` (scores, probabilities materialised), ``sdpa_flash`` (PyTorch's CPU flash kernel)
 and ``chunked_attention`` (memlab's query-blocked Function).  Scaling: the paper measured attention

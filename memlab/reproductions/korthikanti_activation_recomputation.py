@@ -12,7 +12,7 @@ a heads; no tensor or sequence parallelism):
     total      sbh(34 + 5as/h);  selective recomputation (the attention core recomputed) 34sbh;
                full recomputation (the layer input only) 2sbh
 
-memlab measures its own decoder block (:mod:`memlab.workloads.transformer`: GPT-2's pre-LayerNorm
+memlab measures its own decoder block (:mod:`memlab.families.transformer.workload`: GPT-2's pre-LayerNorm
 layout, the same tensors) in bfloat16 with dropout on, at a size scaled down from the paper's GPT-3
 175B (s 2048, h 12288, a 96) keeping ``as/h = 16``, so the formula's two terms keep the paper's
 proportion (34 to 80).  Per layer, exactly:
@@ -122,8 +122,8 @@ def saved_tensors(c: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
     """
     import torch
 
-    from ..functional.attention import eager_attention
-    from ..workloads.transformer import Block
+    from ..families.transformer.attention import eager_attention
+    from ..families.transformer.workload import Block
 
     gen = torch.Generator().manual_seed(seed)
     block = Block(c["hidden"], c["heads"], c["dropout"], dtype=torch.bfloat16)

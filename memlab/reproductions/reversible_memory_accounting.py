@@ -80,7 +80,7 @@ def memlab_model_bytes(name: str, cfg: dict[str, Any]) -> int:
     ``torch.cuda.memory_allocated()`` would show after building it on a GPU (MemCNN's "Model memory")."""
     import torch
 
-    from ..workloads.resnet import ResNet
+    from ..families.resnet.workload import ResNet
 
     w = ResNet({**cfg, "depth": REPORT[name]["depth"]})
     p = (w.build if name == "resnet" else w.build_revnet)(torch.device("cpu"), torch.float32, 0)

@@ -3,7 +3,7 @@
 MemCNN's table (CIFAR-10, GPU): ResNet-164 3083 MB vs RevNet-164 1226 MB (2.5x less) at 1.47x the
 training time; ResNet-110 1357 MB vs RevNet-110 706 MB (1.9x) at 1.30x.
 
-memlab measures its own ResNet-110/164 and RevNet-110/164 (:mod:`memlab.workloads.resnet`: CIFAR
+memlab measures its own ResNet-110/164 and RevNet-110/164 (:mod:`memlab.families.resnet.workload`: CIFAR
 layout, width 16, 32x32 inputs; RevNet's coupling units on half the channels within each stage,
 its stage transitions plain residual blocks) on the CPU.  Columns:
 

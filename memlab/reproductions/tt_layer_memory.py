@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..functional.tt import TTShape, plan_contraction
+from ..families.tensor_train.tt import TTShape, plan_contraction
 from ..units import MiB
 
 SEED = "tt-layer-memory"

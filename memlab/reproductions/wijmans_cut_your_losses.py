@@ -7,10 +7,10 @@ the memory footprint of the loss computation from 24 GB to 1 MB, and the total t
 consumption of the classifier head from 28 GB to 1 GB" (8,192 tokens, vocabulary 256,000, hidden
 2,304; A100).
 
-memlab's ``chunked_lm_loss`` (:func:`memlab.functional.lm_loss.chunked_lm_loss`) is the same idea at
+memlab's ``chunked_lm_loss`` (:func:`memlab.families.transformer.lm_loss.chunked_lm_loss`) is the same idea at
 a coarser grain: the LM head and the cross-entropy over ``chunk`` tokens at a time, saving only the
 per-token log-sum-exp.  Its loss memory has an exact model (NOTE [ loss peak ] in
-:mod:`memlab.techniques.transformer_bytes`), for N tokens, vocabulary V, hidden D, element size e:
+:mod:`memlab.families.transformer.bytes`), for N tokens, vocabulary V, hidden D, element size e:
 
     plain:    3·N·V·e + N·e          (log-softmax output, nll's input gradient, the logits' gradient)
     chunked:  c·V·e + c·D·e + 2·N·e  (one chunk's [c, V], its [c, D] input gradient, loss and lse)
@@ -63,8 +63,8 @@ def loss_head_peak(kind: str, n: int, v: int, d: int, chunk: int = CHUNK, seed: 
     float32, live bytes above the start with the final gradients' storages left out (exact trace)."""
     import torch
 
-    from ..functional.lm_loss import chunked_lm_loss, plain_lm_loss
-    from ..techniques.transformer_bytes import measured_loss_peak
+    from ..families.transformer.lm_loss import chunked_lm_loss, plain_lm_loss
+    from ..families.transformer.bytes import measured_loss_peak
 
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n, d, generator=g).requires_grad_()

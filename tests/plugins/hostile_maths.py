@@ -4,7 +4,7 @@ mis-report.  All solve the chained matmul workload ``y = (x @ w1) @ w2``."""
 import torch
 
 from memlab import Technique
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 LEAK_BYTES = 4 * 1024 * 1024     # one float32 tensor of 1 Mi elements, kept per step
 _leaked: list[torch.Tensor] = []

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from memlab import Technique
 from memlab.measurement.forkserver import PARENT_ENV
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 
 def _plain(problem):

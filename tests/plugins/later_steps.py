@@ -4,7 +4,7 @@ and one whose own optimizer makes a wrong update.  All solve the chained matmul 
 import torch
 
 from memlab import Technique
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 LEAK_BYTES = 64 * 1024          # one float32 tensor of 16 Ki elements, kept at every other step
 _kept: list[torch.Tensor] = []

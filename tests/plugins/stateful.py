@@ -5,7 +5,7 @@ it must start from zero every time (the server never runs a technique)."""
 import torch
 
 from memlab import Technique
-from memlab.workloads.chained_matmul import ChainedMatmul
+from memlab.families.chunking.workload import ChainedMatmul
 
 CALLS = {"forward": 0}
 

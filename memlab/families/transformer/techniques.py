@@ -1,21 +1,21 @@
 """Transformer family: attention kernels, checkpoint policies and the LM-head loss.
 
-Every technique computes :class:`~memlab.workloads.transformer.Transformer` (the per-token loss of a
+Every technique computes :class:`~memlab.families.transformer.workload.Transformer` (the per-token loss of a
 decoder-only LM) with the same weights; they differ in *how* (a
-:class:`~memlab.workloads.transformer.Path`) and so in what autograd keeps for backward:
+:class:`~memlab.families.transformer.workload.Path`) and so in what autograd keeps for backward:
 
 * ``eager_attention`` (baseline): scores, probabilities and dropout materialised, O(T²) per layer.
 * ``sdpa``, ``sdpa_math``, ``sdpa_flash``: ``F.scaled_dot_product_attention`` with PyTorch's choice
   of backend (recorded in ``extra["sdpa_backend"]``) or one forced backend; this CPU build has
   ``math`` (O(T²): the eager graph) and ``flash`` (O(T): output and log-sum-exp only).
-* ``chunked_attention``: queries ``block`` rows at a time (:func:`~memlab.functional.attention.
+* ``chunked_attention``: queries ``block`` rows at a time (:func:`~memlab.families.transformer.attention.
   chunked_attention`), O(block·T).
 * ``checkpoint_layer``: ``torch.utils.checkpoint`` per block (``use_reentrant=False``): each block's
   input [B, T, D] kept, one block's graph at a time in backward.
 * ``selective_checkpoint``: the selective-checkpoint API with :func:`save_matmuls` (the linear layers'
   GEMM outputs saved; attention core, softmax, LayerNorm, GELU and dropout recomputed).
 * ``chunked_lm_loss``: the LM head and cross-entropy over ``chunk`` tokens at a time, never the full
-  [B·T, V] logits (:func:`~memlab.functional.lm_loss.chunked_lm_loss`).
+  [B·T, V] logits (:func:`~memlab.families.transformer.lm_loss.chunked_lm_loss`).
 * ``autocast_bf16``: the step under ``torch.autocast(dtype=bfloat16)``.
 * ``offload_activations``: ``torch.autograd.graph.save_on_cpu`` (CUDA only).
 
@@ -49,12 +49,12 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from ..functional.attention import SdpaBackend, chunked_attention, sdpa_attention, sdpa_backend
-from ..functional.lm_loss import chunked_lm_loss
-from ..params import Param
-from ..technique import Technique, TechniqueUnavailable
-from ..workloads.transformer import EAGER, Path, Transformer
-from .transformer_bytes import head_terms, layer_terms, loss_peak_bytes
+from .attention import SdpaBackend, chunked_attention, sdpa_attention, sdpa_backend
+from .lm_loss import chunked_lm_loss
+from ...params import Param
+from ...technique import Technique, TechniqueUnavailable
+from .workload import EAGER, Path, Transformer
+from .bytes import head_terms, layer_terms, loss_peak_bytes
 
 __all__ = ["EagerAttention", "Sdpa", "SdpaMath", "SdpaFlash", "ChunkedAttention", "CheckpointLayer",
            "SelectiveCheckpoint", "ChunkedLMLoss", "AutocastBF16", "OffloadActivations", "save_matmuls"]

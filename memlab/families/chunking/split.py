@@ -1,7 +1,7 @@
 """Chunking family: ``checkpoint_chunk`` with the rows of x taken by ``torch.split`` instead of slicing.
 
 # NOTE [ split vs slice checkpoint ]
-``checkpoint_chunk`` (:mod:`memlab.techniques.chunking`) hands ``x[st:ed]`` to one checkpoint per
+``checkpoint_chunk`` (:mod:`memlab.families.chunking.techniques`) hands ``x[st:ed]`` to one checkpoint per
 chunk.  Every slice is its own autograd node, and its backward (``slice_backward``) allocates a
 zero-filled gradient the size of ``x`` and copies the chunk's gradient into it; autograd adds each
 into the running gradient of ``x`` (the report's ``slice_backward`` allocations).
@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import torch
 
-from ..functional.chained_matmul import chained_matmul
-from ..params import Param
-from ..technique import Technique
-from ..workloads.chained_matmul import ChainedMatmul, analytic_floor
+from .chained_matmul import chained_matmul
+from ...params import Param
+from ...technique import Technique
+from .workload import ChainedMatmul, analytic_floor
 
 __all__ = ["CheckpointSplitChunk", "split_saving_bytes"]
 

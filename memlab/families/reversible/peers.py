@@ -30,9 +30,9 @@ from importlib import import_module
 
 import torch
 
-from ..technique import Technique, TechniqueUnavailable
-from ..workloads.residual_stack import ResidualStack
-from .peer_versions import require_version
+from ...technique import Technique, TechniqueUnavailable
+from .workload import ResidualStack
+from ..peer_versions import require_version
 
 __all__ = ["MemCNN", "RevLib"]
 
@@ -70,7 +70,7 @@ class _Peer(Technique):
         return problem.extra[key]
 
     def describe(self, problem, mode="train"):
-        from .reversible import stack_facts
+        from .techniques import stack_facts
 
         return {**stack_facts(self, problem, self._path), "peer_version": f"{self._dist[1]}=={self._dist[2]}"}
 

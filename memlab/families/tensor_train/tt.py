@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from .huge_pages import advise_huge_pages
+from ...functional.huge_pages import advise_huge_pages
 
 __all__ = [
     "TTShape", "TTPlan", "TTStep", "BLOCKS_LAST_FIRST", "BLOCKS_FIRST_FIRST", "SEQUENTIAL", "tt_contract",
@@ -604,7 +604,7 @@ def plan_report(shape: TTShape, batch: int, grad: bool = True, recompute: bool =
     bound = _memory(candidates[0], batch, grad)
     return {
         **chosen.describe(batch), "rows": batch, "mode": "train" if grad else "infer", "recompute": recompute,
-        "chosen_by": "cost model (memlab.functional.tt.plan_cost) within the sequential plan's memory",
+        "chosen_by": "cost model (memlab.families.tensor_train.tt.plan_cost) within the sequential plan's memory",
         "memory_bound_elements": list(bound),
         "candidates": [{"kind": p.kind, "sizes": list(p.sizes), "cost": plan_cost(p, batch, grad, recompute),
                         "memory_elements": list(_memory(p, batch, grad, recompute)),
@@ -919,7 +919,7 @@ def tt_contract_chunked(x: torch.Tensor, cores: Sequence[torch.Tensor], chunk_si
     Returns:
         [B, out_features].
     """
-    from .slice_accumulate import check_chunk_size, slice_accumulate
+    from ...functional.slice_accumulate import check_chunk_size, slice_accumulate
 
     shape = tt_shape_of(cores)
     _check_input(x, shape)

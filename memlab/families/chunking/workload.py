@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..advisor.declaration import AdvisorModel, Chunks, Entry
-from ..params import Param
-from ..record import MODES
-from ..workload import DEFAULT_TOLERANCES, Problem, Workload
-from .seeding import seeded_randn
+from ...advisor.declaration import AdvisorModel, Chunks, Entry
+from ...params import Param
+from ...record import MODES
+from ...workload import DEFAULT_TOLERANCES, Problem, Workload
+from ..seeding import seeded_randn
 
 __all__ = ["ChainedMatmul", "ChainedMatmulModel", "MatmulWeights", "AnalyticFloor", "analytic_floor"]
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..functional.tt import (TTPlan, TTShape, plan_contraction, tt_contract, tt_contract_chunked,
+from .tt import (TTPlan, TTShape, plan_contraction, tt_contract, tt_contract_chunked,
                              tt_linear_reconstructed, tt_reconstruct, tt_shape_of, tt_svd)
 
 __all__ = ["TensorTrainLinear", "TTPath"]
@@ -129,7 +129,7 @@ class TensorTrainLinear(nn.Module):
                    path: TTPath | str = TTPath.FACTORIZED, chunk_size: int | None = None) -> "TensorTrainLinear":
         """A layer approximating ``nn.Linear`` weight ``weight`` [out_features, in_features] by TT-SVD.
 
-        Ranks the weight cannot use are capped (see :func:`~memlab.functional.tt.tt_svd`); the
+        Ranks the weight cannot use are capped (see :func:`~memlab.families.tensor_train.tt.tt_svd`); the
         layer's ``tt_shape.ranks`` shows the ranks used.  Exact when ``rank`` reaches the weight's
         TT ranks.
 

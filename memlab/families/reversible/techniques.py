@@ -1,6 +1,6 @@
 """Reversible family: a coupling stack trained plainly, checkpointed per block, and reversibly.
 
-All four techniques compute :class:`~memlab.workloads.residual_stack.ResidualStack` with the same F
+All four techniques compute :class:`~memlab.families.reversible.workload.ResidualStack` with the same F
 and G modules, so outputs and gradients agree with ``residual`` (float64 to ~1e-12); they differ in
 what autograd keeps between forward and backward:
 
@@ -25,9 +25,9 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ..functional.reversible import Coupling, couple, residual_stack, reversible_stack
-from ..technique import Technique
-from ..workloads.residual_stack import ResidualStack, activation_bytes_per_block
+from ...functional.reversible import Coupling, couple, residual_stack, reversible_stack
+from ...technique import Technique
+from .workload import ResidualStack, activation_bytes_per_block
 
 __all__ = ["Residual", "CheckpointBlock", "Reversible", "ReversibleNoSave", "stack_facts"]
 

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..technique import Technique, TechniqueUnavailable
-from ..workloads.tt_linear import TTLinear, einsum_reconstruct
-from .tensor_train import analytic_bytes
+from ...technique import Technique, TechniqueUnavailable
+from .workload import TTLinear, einsum_reconstruct
+from .techniques import analytic_bytes
 
 __all__ = ["TltorchBlockTTFactorized", "TltorchBlockTTReconstructed"]
 

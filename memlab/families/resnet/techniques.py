@@ -1,6 +1,6 @@
 """Deep-network family: a CIFAR ResNet trained plainly, checkpointed, and as a reversible RevNet.
 
-The ResNet techniques compute :class:`~memlab.workloads.resnet.ResNet` with the same weights, so
+The ResNet techniques compute :class:`~memlab.families.resnet.workload.ResNet` with the same weights, so
 outputs and gradients agree with ``resnet`` (plain autograd) to rounding; they differ in what
 autograd keeps between forward and backward (``B = 3n`` blocks):
 
@@ -12,7 +12,7 @@ autograd keeps between forward and backward (``B = 3n`` blocks):
   (and the last segment, which checkpoint_sequential runs plainly): O(sqrt(B)), one extra forward.
 
 The RevNet techniques compute a different network, the RevNet of the same depth, block and width
-(:func:`~memlab.workloads.resnet.build_revnet`: coupling units inside each stage, a non-reversible
+(:func:`~memlab.families.resnet.workload.build_revnet`: coupling units inside each stage, a non-reversible
 residual block at each stage transition).  **Their reference is that RevNet run with plain
 autograd** (``revnet_autograd``), not the ResNet: the maths differ, so no ResNet output could match.
 Their ``relative_step_time`` is therefore relative to the plain-autograd RevNet step too.
@@ -34,9 +34,9 @@ from typing import Any
 
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-from ..functional.blocks import sqrt_segments
-from ..technique import Technique
-from ..workloads.resnet import ResNet
+from ...functional.blocks import sqrt_segments
+from ...technique import Technique
+from .workload import ResNet
 
 __all__ = ["PlainResNet", "CheckpointBlockResNet", "CheckpointSqrtResNet", "RevNet", "RevNetNoSave",
            "RevNetAutograd", "sqrt_segments"]

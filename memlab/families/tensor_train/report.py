@@ -6,7 +6,7 @@ The reporter's ``TTLayer`` (tt-pytorch's ``t3nsor``, ``shared/seeds/tt-layer-mem
 ``[rest, n_i, r_i]`` with core ``i`` by ``einsum("aijb,rjb->ira", core_t, data)`` and making the
 result contiguous before the next view.  This module re-implements that computation (same order,
 same einsum equation, same views and copies; the code is memlab's) so that the seed page measures
-what the user ran, beside memlab's leaner :class:`~memlab.techniques.tensor_train.TTFactorized`.
+what the user ran, beside memlab's leaner :class:`~memlab.families.tensor_train.techniques.TTFactorized`.
 
 # NOTE [ TT report einsum backward ]
 Measured on the pinned torch (CPU, exact allocation trace).  Forward: for three equal cores (modes
@@ -26,8 +26,8 @@ with the two saved intermediates, the output, and the ``B d^3 r`` gradient of th
 
 i.e. 4,102,400 bytes at d = 10, r = 8, B = 1024, float32 (106,531,200 against 102,428,800, the
 figure ``tt_factorized`` had in the sweeps before issue 32).  ``tt_factorized`` now contracts by a
-block plan (NOTE [ TT contraction plans ] in :mod:`memlab.functional.tt`) and holds less still: its
-peak is :meth:`~memlab.functional.tt.TTPlan.training_elements`, derived for a small case in
+block plan (NOTE [ TT contraction plans ] in :mod:`memlab.families.tensor_train.tt`) and holds less still: its
+peak is :meth:`~memlab.families.tensor_train.tt.TTPlan.training_elements`, derived for a small case in
 ``tests/test_seed_forms.py::test_report_form_peak_is_exact``.  The
 issue that asked for this form (issue 17, part 5) expected ``B d^3 (r + 1)`` more (139,296,000
 bytes); on this torch the reporter's einsum chain does not hold an extra ``B d^3 r`` copy at the
@@ -41,10 +41,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ..functional.tt import TTShape, tt_shape_of
-from ..technique import Technique
-from ..workloads.tt_linear import TTLinear
-from .tensor_train import analytic_bytes, floor_bytes
+from .tt import TTShape, tt_shape_of
+from ...technique import Technique
+from .workload import TTLinear
+from .techniques import analytic_bytes, floor_bytes
 
 __all__ = ["TTReportEinsum", "report_tt_matmul", "extra_backward_bytes", "REPORT_EINSUM_EQUATION"]
 

@@ -4,7 +4,7 @@ See the chunked-slicing report and NOTE [ slice_backward spike ] in
 :mod:`memlab.functional.slice_accumulate`: a Python loop over slices lowers the forward peak, but
 autograd keeps every chunk's hidden for backward and ``slice_backward`` allocates a full-size zero
 gradient per slice of x.  Every technique here reports the analytic floor of NOTE [ chained-matmul
-analytic floor ] (:mod:`memlab.workloads.chained_matmul`) in ``describe()`` so that the measured peak
+analytic floor ] (:mod:`memlab.families.chunking.workload`) in ``describe()`` so that the measured peak
 can be shown as a ratio to it.
 """
 from __future__ import annotations
@@ -14,13 +14,13 @@ from typing import Any, Literal
 
 import torch
 
-from ..functional.chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_in_tiles,
+from .chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_in_tiles,
                                         chained_matmul_into, chained_matmul_scratch, hidden_tiles)
-from ..functional.slice_accumulate import chunk_bounds as _bounds
-from ..functional.slice_accumulate import slice_accumulate
-from ..params import Param
-from ..technique import Technique, TechniqueUnavailable
-from ..workloads.chained_matmul import ChainedMatmul, analytic_floor
+from ...functional.slice_accumulate import chunk_bounds as _bounds
+from ...functional.slice_accumulate import slice_accumulate
+from ...params import Param
+from ...technique import Technique, TechniqueUnavailable
+from .workload import ChainedMatmul, analytic_floor
 
 __all__ = ["Unchunked", "SliceLoop", "VmapChunk", "EinsumChunk", "CheckpointChunk", "SliceAccumulate"]
 
@@ -188,7 +188,7 @@ class SliceAccumulate(_ChainedMatmulTechnique, name="slice_accumulate"):
     Forward: the chunk loop under ``no_grad``, saving only x, w1, w2.  Backward: per chunk,
     recompute and write the chunk's x-gradient into one preallocated ``grad_x``, adding grad_w1 /
     grad_w2 into one accumulator each.  ``backward="manual"`` (default) uses
-    :func:`~memlab.functional.chained_matmul.chained_matmul_chunk_vjp` (one [chunk, hidden] tensor at
+    :func:`~memlab.families.chunking.chained_matmul.chained_matmul_chunk_vjp` (one [chunk, hidden] tensor at
     a time, gradients written in place) and writes each chunk's output straight into ``y``, the
     hidden of every chunk going into one [chunk, hidden] workspace per loop (NOTE [ chunk scratch ]:
     no allocation per chunk).  On a CPU, where a small chunk's products would each stream whole

@@ -8,9 +8,9 @@ only one chunk's intermediates.
 
 The factorized and chunked paths contract by a plan chosen per shape and rows by a cost model,
 within the one-core-at-a-time contraction's memory (NOTE [ TT contraction plans ] in
-:mod:`memlab.functional.tt`).  ``describe`` records the path that ran, the plan (``contraction``:
+:mod:`memlab.families.tensor_train.tt`).  ``describe`` records the path that ran, the plan (``contraction``:
 its blocks, products, FLOPs and every candidate's score) and the analytic sizes in bytes (the
-report's formulas, :meth:`~memlab.functional.tt.TTShape.factorized_activation_elements`).
+report's formulas, :meth:`~memlab.families.tensor_train.tt.TTShape.factorized_activation_elements`).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from ..functional.tt import SEQUENTIAL, TTShape, plan_block_rows, plan_contraction, plan_report, tt_reconstruct
-from ..layers.tt_linear import TTPath
-from ..params import Param
-from ..technique import Technique
-from ..workloads.tt_linear import TTLinear
+from .tt import SEQUENTIAL, TTShape, plan_block_rows, plan_contraction, plan_report, tt_reconstruct
+from .layer import TTPath
+from ...params import Param
+from ...technique import Technique
+from .workload import TTLinear
 
 __all__ = ["Dense", "TTFactorized", "TTReconstructed", "TTChunked", "analytic_bytes", "floor_bytes"]
 
@@ -69,8 +69,8 @@ def floor_bytes(kind: str, shape: TTShape, batch: int, element_size: int,
     infer = output + one chunk's inference peak.
 
     With ``planned`` the factorized and chunked figures are those of the plan
-    :func:`~memlab.functional.tt.plan_contraction` picks for the mode (the rows of a chunk, or of a
-    cache block of :func:`~memlab.functional.tt.plan_block_rows`, whichever is fewer): see
+    :func:`~memlab.families.tensor_train.tt.plan_contraction` picks for the mode (the rows of a chunk, or of a
+    cache block of :func:`~memlab.families.tensor_train.tt.plan_block_rows`, whichever is fewer): see
     :func:`_planned_floor`.
     """
     e, b, c = element_size, batch, min(chunk_size or batch, batch)
@@ -95,7 +95,7 @@ def _planned_floor(kind: str, shape: TTShape, batch: int, chunk: int, element_si
     """``(train, infer)`` elements of :func:`floor_bytes` for the planned factorized or chunked path.
 
     factorized: train = the blocks and what the forward keeps (intermediates, output), infer =
-    :meth:`~memlab.functional.tt.TTPlan.inference_elements` (exact).  chunked: train = output +
+    :meth:`~memlab.families.tensor_train.tt.TTPlan.inference_elements` (exact).  chunked: train = output +
     grad_x + core gradients + the blocks and their gradient accumulators + one row block's
     intermediates; infer = output + the blocks + one row block's intermediates.  A sequential plan
     gives the one-core-at-a-time figures.

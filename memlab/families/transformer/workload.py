@@ -54,12 +54,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..advisor.declaration import AdvisorModel, ChunksOf, Entry, Repeated
-from ..functional.attention import eager_attention
-from ..functional.lm_loss import plain_lm_loss
-from ..params import Param, check_steps
-from ..workload import DEFAULT_TOLERANCES, Problem, Workload
-from .seeding import seeded_randn
+from ...advisor.declaration import AdvisorModel, ChunksOf, Entry, Repeated
+from .attention import eager_attention
+from .lm_loss import plain_lm_loss
+from ...params import Param, check_steps
+from ...workload import DEFAULT_TOLERANCES, Problem, Workload
+from ..seeding import seeded_randn
 
 __all__ = ["Transformer", "TransformerModel", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block",
            "HALF_PRECISION_LOSS_SCALE"]
@@ -78,7 +78,7 @@ Loss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # [B, H] of the view into one batch dimension and copies q and k (and v) for itself, for B = 1 it
 # keeps views of the whole [B, T, 3D] projection.  One explicit copy to a contiguous [3, B, H, T, d]
 # makes q, k, v contiguous views of one tensor for every B, so what each technique keeps has one
-# formula (:mod:`memlab.techniques.transformer_bytes`); the copy is what FlashAttention-style
+# formula (:mod:`memlab.families.transformer.bytes`); the copy is what FlashAttention-style
 # kernels expect anyway.
 
 
@@ -265,7 +265,7 @@ class TransformerModel(AdvisorModel, family="transformer"):
     ``chunked_attention``'s ``block`` the ``seq`` queries of every layer's attention: causal, so block ``i``
     scores its rows against keys ``[0, (i + 1) * block)`` and its tensors grow with its index, a loop of
     growing bodies (NOTE [ growing loop bodies ] in :mod:`memlab.advisor.structure`; NOTE [ query-blocked
-    attention ] in :mod:`memlab.functional.attention` lists its allocations), inside the outer loop.
+    attention ] in :mod:`memlab.families.transformer.attention` lists its allocations), inside the outer loop.
 
     Held fixed, and why: ``hidden`` and ``heads`` (a fixed width keeps every tensor a monomial of degree
     <= 3 in the sizes).  Left out: ``sdpa``/``sdpa_flash`` (the CPU flash kernel sizes its scratch by

@@ -2,7 +2,7 @@
 
 Shapes: ``x`` [batch, in_features] (requires grad: the layer sits inside a network), ``y`` and
 ``grad_output`` [batch, out_features].  The problem's model is a
-:class:`~memlab.layers.TensorTrainLinear` whose cores are seeded (``W``'s entries have variance
+:class:`~memlab.families.tensor_train.layer.TensorTrainLinear` whose cores are seeded (``W``'s entries have variance
 ``1 / in_features``); the ``dense`` technique swaps in an ``nn.Linear`` holding the reconstructed
 weight, so every technique computes the same function.  Default: modes (10, 10, 10) -> (10, 10, 10)
 (1000 -> 1000, three cores), rank 8, batch 4096: the tt-layer report's setting.
@@ -19,11 +19,11 @@ import string
 import torch
 import torch.nn.functional as F
 
-from ..advisor.declaration import AdvisorModel, Chunks, Entry
-from ..functional.tt import TTShape
-from ..params import Param
-from ..workload import Problem, Workload
-from .seeding import seeded_randn
+from ...advisor.declaration import AdvisorModel, Chunks, Entry
+from .tt import TTShape
+from ...params import Param
+from ...workload import Problem, Workload
+from ..seeding import seeded_randn
 
 __all__ = ["TTLinear", "TTLinearModel", "einsum_reconstruct"]
 
@@ -31,7 +31,7 @@ _MODES = dict(low=1, high=4096, min_len=1, max_len=8)
 
 
 def einsum_reconstruct(cores) -> torch.Tensor:
-    """``W`` [in, out] from TT cores by a single ``torch.einsum`` (independent of :mod:`memlab.functional.tt`)."""
+    """``W`` [in, out] from TT cores by a single ``torch.einsum`` (independent of :mod:`memlab.families.tensor_train.tt`)."""
     letters = iter(string.ascii_letters)
     r = [next(letters) for _ in range(len(cores) + 1)]
     n = [next(letters) for _ in cores]
@@ -73,7 +73,7 @@ class TTLinear(Workload, name="tt_linear", family="tensor_train"):
         self.tt_shape = TTShape.create(self.config["in_modes"], self.config["out_modes"], self.config["rank"])
 
     def build(self, device, dtype, seed):
-        from ..layers.tt_linear import TensorTrainLinear
+        from .layer import TensorTrainLinear
 
         c = self.config
         shape = self.tt_shape
@@ -100,10 +100,10 @@ class TTLinearModel(AdvisorModel, family="tensor_train"):
     three cores): size ``batch``; ``tt_chunked``'s knob ``chunk_size`` splits the batch (``Chunks``).
 
     Why so small a layer, and why the rank is held (traces of one step,
-    ``memlab.advisor.trace.raw_trace``; plans from :func:`memlab.functional.tt.plan_contraction`):
+    ``memlab.advisor.trace.raw_trace``; plans from :func:`memlab.families.tensor_train.tt.plan_contraction`):
 
     * the factorized and chunked paths contract by a plan picked per rows (NOTE [ TT contraction
-      plans ] in :mod:`memlab.functional.tt`), and another plan allocates other tensors.  At these
+      plans ] in :mod:`memlab.families.tensor_train.tt`), and another plan allocates other tensors.  At these
       modes and rank 4 the plan is one from 15 rows on (``blocks_first_first`` in a training step,
       ``blocks_last_first`` in the chunked path's recomputing one, from 5 rows on); at rank 5 and
       more the chunked path's plan changes again between 17 and 64 rows, so the rank is no size.

@@ -1,0 +1,1 @@
+"""The resnet family: CIFAR ResNets and RevNets, checkpointed or reversible."""

@@ -1,0 +1,1 @@
+"""The reversible family: a stack of coupling blocks, stored or reconstructed in backward."""
