@@ -28,7 +28,7 @@ install: $(VENV)/.installed
 ## known_unavailable, or a device it does not run on) apart from unexpected ones, the site's path and the page
 ## to open first.  Exit status 1 when something is unexpected.  DEMO_TIME: its typical time on 2 idle cores
 ## (the runs behind it: docs/evidence/makefile-runs.md)
-DEMO_SWEEP := --quick --jobs 2 --iterations 2 --repeats 3 --time-budget 0.5
+DEMO_SWEEP := --quick --jobs 2 --iterations 3 --repeats 3 --time-budget 0.5
 DEMO_TIME  := under 6 min on 2 idle cores: pip install about 3 min (first run only), the sweep about 2 min, the site 15 s
 demo:
 	@echo "make demo: install memlab into $(VENV) (first run only), a quick CPU sweep of every family, the site;"
@@ -36,7 +36,7 @@ demo:
 	@$(MAKE) --no-print-directory -s install
 	@mkdir -p $(OUT) && rm -f $(OUT)/.site-path
 	@$(BIN)/python -m memlab.sweep.demo plan $(DEMO_SWEEP)
-	$(BIN)/memlab sweep $(DEMO_SWEEP) --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep $(DEMO_SWEEP) --force --out $(OUT)/demo-sweep.jsonl || test $$? -eq 1
 	@$(BIN)/memlab site --results results --data data --run $(OUT)/demo-sweep.jsonl --out $(OUT)/site > $(OUT)/.site-path \
 	  || echo "the site was not built (the error is above)"
 	@$(BIN)/python -m memlab.sweep.demo summary $(OUT)/demo-sweep.jsonl --site "$$(cat $(OUT)/.site-path)" $(DEMO_SWEEP)
@@ -61,7 +61,7 @@ test-slow: install
 ## resnet depths under a minute, Adam about 4 min (docs/evidence/makefile-runs.md).  Two jobs of one intra-op
 ## thread each, and the reproductions at one thread too: every CPU row at threads=1 (a convolution's exact CPU
 ## peak depends on the threads)
-SWEEP_FLAGS := --jobs 2 --iterations 2 --repeats 3 --time-budget 1
+SWEEP_FLAGS := --jobs 2 --iterations 3 --repeats 3 --time-budget 1 --force
 data: install
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --out data/sweeps/cpu.jsonl || test $$? -eq 1
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --family resnet --grid depth=74,290 --grid batch=4 --grid width=4 --out data/sweeps/cpu-resnet.jsonl || test $$? -eq 1

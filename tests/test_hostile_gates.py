@@ -224,3 +224,78 @@ def test_the_documented_budget_range_is_the_one_the_message_states():
     for doc in ("docs/cli.md", "docs/threat-model.md"):
         text = (ROOT / doc).read_text()
         assert f"`--budget` outside {stated}" in text and "EiB" not in text, doc
+
+
+# -- item 2: a verdict needs evidence -------------------------------------------------------------
+def test_check_calls_a_technique_twice(capsys):
+    import memlab
+
+    memlab.load_plugin(GATES)
+    assert main(["check", "--plugin", str(GATES), "gates_right_once"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("FAIL  gates_right_once")
+    assert main(["check", "--plugin", str(GATES), "gates_right"]) == 0
+    assert capsys.readouterr().out.startswith("PASS  gates_right")
+
+
+def test_leak_evidence_needs_three_steps():
+    from memlab.measurement.verdict import LEAK_UNKNOWN, MIN_LEAK_STEPS, decide, leak_evidence
+    from memlab.results.runs import LEAK_UNKNOWN as READ_KEY
+
+    assert LEAK_UNKNOWN == READ_KEY and MIN_LEAK_STEPS == 3
+    mib = 2**20
+    assert decide(None, None, [mib, mib])[0] == "ok" and "leak unknown" in leak_evidence([mib, mib])[LEAK_UNKNOWN]
+    assert decide(None, None, [mib, mib, 2 * mib])[0] == "leak" and leak_evidence([mib, mib, 2 * mib]) == {}
+    assert leak_evidence([0]) and leak_evidence([]) and not leak_evidence([0, 0, 0])
+
+
+def _sweep_in_process(tmp_path, iterations: int, *extra: str) -> tuple[int, Path, str]:
+    import contextlib
+    import io
+
+    out = tmp_path / f"it{iterations}.jsonl"
+    with contextlib.redirect_stderr(io.StringIO()) as err:
+        code = main(["sweep", "--plugin", str(GATES), "--technique", "gates_right", "--in-process", "--iterations",
+                     str(iterations), "--repeats", "1", "--time-budget", "0", "--out", str(out), *extra])
+    return code, out, err.getvalue()
+
+
+def test_two_measured_steps_are_leak_unknown_on_the_site_and_in_the_summary(tmp_path):
+    code, out, err = _sweep_in_process(tmp_path, 2)
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["status"] == "ok" and "leak unknown: 2 measured steps" in row["extra"]["leak_unknown"]
+    assert "1 point: 1 leak unknown" in err and "leak unknown gates_right n=2: leak unknown: 2 measured" in err
+    frame, _ = _site_rows(out)
+    assert list(frame["status_shown"]) == ["leak unknown"] and "--iterations 3" in frame["reason"].item()
+    code3, out3, err3 = _sweep_in_process(tmp_path, 3)
+    (row3,) = [json.loads(line) for line in out3.read_text().splitlines()]
+    assert code3 == 0 and "leak_unknown" not in row3["extra"] and "1 point: 1 ok" in err3
+    assert list(_site_rows(out3)[0]["status_shown"]) == ["ok"]
+
+
+def test_make_demo_and_make_data_measure_three_steps():
+    makefile = (ROOT / "Makefile").read_text()
+    for var in ("DEMO_SWEEP", "SWEEP_FLAGS"):
+        (line,) = [ln for ln in makefile.splitlines() if ln.startswith(f"{var} :=")]
+        assert "--iterations 3" in line, line
+
+
+# -- item 5: nothing measured is overwritten by accident ---------------------------------------------
+def test_a_fresh_sweep_over_measured_rows_needs_force_append_or_resume(tmp_path, capsys):
+    code, out, _ = _sweep_in_process(tmp_path, 3)
+    before = out.read_bytes()
+    code, _, err = _sweep_in_process(tmp_path, 3)
+    assert code == 2 and out.read_bytes() == before
+    (line,) = err.strip().splitlines()
+    assert line == (f"memlab: error: --out {out} holds 1 measured row; give --resume to continue it, --append to "
+                    f"add to it, or --force to replace it")
+    assert _sweep_in_process(tmp_path, 3, "--resume")[0] == 0 and out.read_bytes() == before
+    assert _sweep_in_process(tmp_path, 3, "--append")[0] == 0 and len(out.read_text().splitlines()) == 2
+    assert _sweep_in_process(tmp_path, 3, "--force")[0] == 0 and len(out.read_text().splitlines()) == 1
+
+
+def test_a_file_without_measured_rows_is_replaced_without_force(tmp_path):
+    out = tmp_path / "it3.jsonl"
+    for text in ("", "\n", "not a row\n"):
+        out.write_text(text)
+        assert _sweep_in_process(tmp_path, 3)[0] == 0 and len(out.read_text().splitlines()) == 1

@@ -2,7 +2,8 @@
 
 Exit status: 1 when any point's row is not ``ok`` (every row is still written; a count per status
 ends stderr) or a row could not be written (disk full: "rerun with --resume"); 2 when ``--out`` is
-unusable (a directory, not writable, a symbolic link to a file that is not a memlab sweep) or another
+unusable (a directory, not writable, a symbolic link to a file that is not a memlab sweep, a file of
+measured rows without ``--force``, ``--append`` or ``--resume``) or another
 sweep holds its lock (the message names its pid), and then nothing was written; 130/143 on an
 interrupt/SIGTERM, the finished rows kept.  A closed stdout (``| head``) never stops a sweep.
 """
@@ -32,6 +33,8 @@ def add_parser(sub, shared) -> None:
     s.add_argument("--out", help="JSON Lines file; each measurement is written as soon as it finishes "
                                  "(default: none, the table only)")
     s.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
+    s.add_argument("--force", action="store_true", help="replace an --out that holds measured rows (without "
+                                                        "--force, --append or --resume such a file is refused)")
     s.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="measure N points at once (CPU only), each child with cores/N threads unless --threads "
                         "is given; memory figures are unchanged, times become N-way shared (default 1)")
@@ -105,7 +108,8 @@ def _measure_points(args, points, kw: dict[str, Any]) -> int:
     from ..sweep.progress import Progress, Terminated, sigterm_as_interrupt
 
     try:
-        out = open_sweep_output(args.out, append=args.append or args.resume, warn=say) if args.out else None
+        out = open_sweep_output(args.out, append=args.append or args.resume, replace=args.force,
+                                warn=say) if args.out else None
     except SweepOutputBusy as exc:
         raise UsageError(str(exc)) from None
     rows = []

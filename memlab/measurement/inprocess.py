@@ -20,7 +20,7 @@ from .step_check import Float64Arbiter, Shadow, StepLog, build_problem, checker_
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
 from ..cuda.prediction import predict_cuda
-from .verdict import decide
+from .verdict import decide, leak_evidence
 from .reference_cache import ReferenceCache
 from .verify import verify_technique
 
@@ -364,6 +364,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
     status, reason, per_step = decide(exact, drift, after, steps_check)
     fields.update(status=status, error=reason, leak_bytes_per_step=per_step)
+    notes.update(leak_evidence(after))  # fewer steps than a leak verdict needs: NOTE [ verdicts ]
     if steps_check is not None:
         notes.update(measured_steps_checked=steps_check.steps, measured_steps_max_error=steps_check.max_error)
     fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **described(technique, problem, mode)}

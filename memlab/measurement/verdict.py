@@ -22,28 +22,52 @@ steady; everything else is a row with a status and a one-line reason, never rank
   before the first one) is higher after the last measured step than after the first by more than
   :data:`LEAK_THRESHOLD_BYTES`, whatever the pattern in between (growth at every other step is a
   leak too): :func:`leak_per_step`.  A one-off retention in the first measured step (a cache filled
-  once) is not a leak by this rule; a constant offset neither.  This needs at least two measured
-  iterations, and an allocation trace that sees frees of storage allocated before the measured
+  once) is not a leak by this rule; a constant offset neither.  This needs an allocation trace that sees frees of storage allocated before the measured
   steps (see NOTE [ exact CPU allocated bytes ]), or MemCNN's freed input would look live.  The
   threshold is 0 bytes: allocated bytes are exact and every ``ok`` row memlab has committed holds
   exactly level after its first measured step.
+* **Leak unknown.**  A verdict needs evidence: with two measured steps a leak at every other step
+  (after the steps: 1 MiB, 1 MiB) looks level, so a row of fewer than :data:`MIN_LEAK_STEPS` measured
+  steps records ``extra["leak_unknown"]`` (:func:`leak_evidence`, its reason) and the site and the
+  sweep's summary show it as ``leak unknown``, never ``ok``, and never rank it.  Its status field stays
+  what the other checks decided, so a short run (the tests' one-step sweeps) still exits 0.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["leak_per_step", "decide", "leak_reason", "LEAK_THRESHOLD_BYTES"]
+__all__ = ["leak_per_step", "decide", "leak_reason", "leak_evidence", "LEAK_THRESHOLD_BYTES", "MIN_LEAK_STEPS",
+           "LEAK_UNKNOWN"]
 
 #: live bytes after the last measured step may exceed those after the first by at most this (bytes)
 LEAK_THRESHOLD_BYTES = 0
+#: measured steps a leak verdict needs (NOTE [ verdicts ]: leak unknown)
+MIN_LEAK_STEPS = 3
+#: the key in a row's ``extra`` that says its leak verdict lacks evidence (memlab.results reads it)
+LEAK_UNKNOWN = "leak_unknown"
+
+
+def leak_evidence(after: Sequence[int]) -> dict[str, str]:
+    """``{LEAK_UNKNOWN: reason}`` for the row's ``extra`` when ``after`` holds fewer than
+    :data:`MIN_LEAK_STEPS` measured steps; else ``{}``.
+
+    >>> leak_evidence([1, 1, 1])
+    {}
+    >>> leak_evidence([5, 5])[LEAK_UNKNOWN]
+    'leak unknown: 2 measured steps; a leak verdict needs at least 3 (--iterations 3)'
+    """
+    if len(after) >= MIN_LEAK_STEPS:
+        return {}
+    return {LEAK_UNKNOWN: f"leak unknown: {len(after)} measured step{'' if len(after) == 1 else 's'}; a leak "
+                          f"verdict needs at least {MIN_LEAK_STEPS} (--iterations {MIN_LEAK_STEPS})"}
 
 
 def leak_per_step(after: Sequence[int]) -> float | None:
     """Mean growth in bytes per step from the first measured step to the last, when it exceeds
     :data:`LEAK_THRESHOLD_BYTES`; else None.
 
-    ``after[i]`` is the live bytes after step ``i`` above the level before step 0.  Needs at least
-    two steps.
+    ``after[i]`` is the live bytes after step ``i`` above the level before step 0.  Decides nothing
+    under two steps; under :data:`MIN_LEAK_STEPS` the row says so (:func:`leak_evidence`).
 
     >>> leak_per_step([4, 8, 12])
     4.0

@@ -27,6 +27,8 @@ __all__ = ["SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFai
 #   counts its point as not measured, like an unreadable line elsewhere;
 # * --out that is a symbolic link to an existing file that is not a memlab sweep file (empty, or
 #   its first line a row memlab.results reads) is refused: it would replace or extend that file;
+# * a fresh run (neither --append nor --resume) over a file that holds measured rows (rows
+#   memlab.results reads) is refused unless --force: nothing measured is replaced by accident;
 # * each row is one write(2) call plus fsync (memlab.atomic.append_line_durable); a write that fails
 #   half-way is cut back off, so after any OSError the file still ends with a complete row and the
 #   sweep stops with SweepWriteFailed ("disk full writing FILE after N rows; rerun with --resume").
@@ -107,9 +109,12 @@ class SweepOutput:
         self.close()
 
 
-def open_sweep_output(path: str | os.PathLike, *, append: bool,
+def open_sweep_output(path: str | os.PathLike, *, append: bool, replace: bool = False,
                       warn: Callable[[str], None] | None = None) -> SweepOutput:
     """Open ``path`` for a sweep, exclusively: locked, then emptied (``append=False``) or repaired.
+
+    Emptying a file that holds measured rows needs ``replace`` (``--force``); without it the file
+    is left as it was and ValueError says how to keep it (``--append``, ``--resume``).
 
     With ``append`` the rows already there are kept, and a torn last line is cut off with one
     line to ``warn`` naming ``FILE:LINE`` (a complete last line that is not a row is kept and
@@ -118,8 +123,9 @@ def open_sweep_output(path: str | os.PathLike, *, append: bool,
 
     Raises:
         ValueError: ``path`` is a directory or not a regular file, a symbolic link to an existing
-            file that is not a memlab sweep file, or cannot be opened for writing (the message
-            names the path and the system's reason).
+            file that is not a memlab sweep file, holds measured rows and neither ``append`` nor
+            ``replace`` was given, or cannot be opened for writing (the message names the path and
+            the system's reason).
         SweepOutputBusy: another sweep holds the lock (the message names its pid).
     """
     path = str(path)
@@ -142,6 +148,7 @@ def open_sweep_output(path: str | os.PathLike, *, append: bool,
         if append:
             _cut_torn_tail(fd, path, warn)
         else:
+            _refuse_to_replace(fd, path, replace)
             os.ftruncate(fd, 0)
     except FileLocked as exc:
         os.close(fd)
@@ -151,7 +158,23 @@ def open_sweep_output(path: str | os.PathLike, *, append: bool,
     except OSError as exc:
         os.close(fd)
         raise ValueError(f"cannot write --out {path}: {exc.strerror or exc}") from None
+    except ValueError:
+        os.close(fd)
+        raise
     return SweepOutput(path, fd)
+
+
+def _refuse_to_replace(fd: int, path: str, replace: bool) -> None:
+    """ValueError (one line: how to keep the rows) when the locked file ``fd`` holds measured rows and
+    ``replace`` was not asked for (NOTE [ sweep output ])."""
+    if replace or not os.fstat(fd).st_size:
+        return
+    from ..results import sweep_records
+
+    rows = sum(1 for _ in sweep_records(path, lambda _msg: None))
+    if rows:
+        raise ValueError(f"--out {path} holds {rows} measured row{'' if rows == 1 else 's'}; give --resume to "
+                         f"continue it, --append to add to it, or --force to replace it")
 
 
 def _is_sweep_file(path: str) -> bool:

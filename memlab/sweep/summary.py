@@ -9,7 +9,23 @@ from typing import Callable, Iterable, Mapping
 from ..record import STATUSES, Measurement, fmt_mib
 
 __all__ = ["status_summary", "format_table", "not_ok_lines", "NotOk", "reason_clauses", "failing_tensors",
-           "expected_mismatch", "classify_not_ok", "count_line", "demo_summary", "DEMO_COUNTED"]
+           "expected_mismatch", "classify_not_ok", "count_line", "demo_summary", "DEMO_COUNTED", "shown_status"]
+
+
+def shown_status(m: Measurement) -> str:
+    """The status a summary shows: the row's, except ``leak unknown`` for an ``ok`` row measured over
+    fewer steps than a leak verdict needs (NOTE [ verdicts ] in memlab.measurement.verdict)."""
+    from ..results.runs import LEAK_UNKNOWN
+
+    return "leak unknown" if m.status == "ok" and (m.extra or {}).get(LEAK_UNKNOWN) else m.status
+
+
+def _shown_reason(m: Measurement) -> str:
+    from ..results.runs import LEAK_UNKNOWN
+
+    if shown_status(m) == "leak unknown":
+        return str(m.extra[LEAK_UNKNOWN])
+    return (m.error or "no reason recorded").splitlines()[0]
 
 
 def status_summary(rows: list[Measurement], planned: int) -> str:
@@ -19,7 +35,7 @@ def status_summary(rows: list[Measurement], planned: int) -> str:
     """
     counts: dict[str, int] = {}
     for m in rows:
-        counts[m.status] = counts.get(m.status, 0) + 1
+        counts[shown_status(m)] = counts.get(shown_status(m), 0) + 1
     order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
     parts = [f"{counts[s]} {s}" for s in order]
     if planned > len(rows):
@@ -45,7 +61,7 @@ def format_table(rows: list[Measurement]) -> str:
         floor = m.analytic_floor_bytes()
         ratio = f"{m.peak_allocated_bytes / floor:.2f}x" if floor and m.peak_allocated_bytes else "-"
         step = "-" if m.step_time_s is None else f"{m.step_time_s * 1e3:.1f} ms"
-        lines.append((m.technique, _params_text(m), m.status, fmt_mib(m.peak_allocated_bytes),
+        lines.append((m.technique, _params_text(m), shown_status(m), fmt_mib(m.peak_allocated_bytes),
                       fmt_mib(m.peak_reserved_bytes), step, ratio))
     cells = [r for r in lines if isinstance(r, tuple)]
     widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
@@ -56,9 +72,8 @@ def format_table(rows: list[Measurement]) -> str:
 def not_ok_lines(rows: list[Measurement]) -> list[str]:
     """One line per row that is not ``ok``, grouped by family: status, technique, parameters and the
     one-line reason (``mismatch memcnn batch=64 depth=16: grad:x differs ...``)."""
-    bad = sorted((m for m in rows if m.status != "ok"), key=lambda m: (m.family, m.technique, _params_text(m)))
-    return [f"{m.status} {m.technique} {_params_text(m)}: {(m.error or 'no reason recorded').splitlines()[0]}"
-            for m in bad]
+    bad = sorted((m for m in rows if shown_status(m) != "ok"), key=lambda m: (m.family, m.technique, _params_text(m)))
+    return [f"{shown_status(m)} {m.technique} {_params_text(m)}: {_shown_reason(m)}" for m in bad]
 
 
 # NOTE [ expected non-ok rows ]
@@ -120,12 +135,12 @@ def classify_not_ok(rows: list[Measurement], known_of: Callable[[str], Mapping[s
                     skipped: Iterable[NotOk] = ()) -> list[NotOk]:
     """Every non-ok row (then the ``skipped`` points), grouped by family, each with its one-line reason
     and, where its technique's ``known_of(technique)`` explains it, why it is expected."""
-    bad = sorted((m for m in rows if m.status != "ok"), key=lambda m: (m.family, m.technique, _params_text(m)))
+    bad = sorted((m for m in rows if shown_status(m) != "ok"), key=lambda m: (m.family, m.technique, _params_text(m)))
     out = []
     for m in bad:
         clauses = reason_clauses(m.error)
-        reason = "; ".join(clauses) if clauses else (m.error or "no reason recorded").splitlines()[0]
-        out.append(NotOk(m.status, m.technique, _params_text(m), reason, expected_mismatch(m, known_of(m.technique))))
+        reason = "; ".join(clauses) if clauses else _shown_reason(m)
+        out.append(NotOk(shown_status(m), m.technique, _params_text(m), reason, expected_mismatch(m, known_of(m.technique))))
     return out + list(skipped)
 
 
@@ -138,7 +153,7 @@ def count_line(rows: list[Measurement], planned: int, skipped: int) -> str:
     counts as ``missing``."""
     counts = {s: 0 for s in DEMO_COUNTED}
     for m in rows:
-        counts[m.status] = counts.get(m.status, 0) + 1
+        counts[shown_status(m)] = counts.get(shown_status(m), 0) + 1
     counts["skipped"] += skipped
     missing = planned - len(rows) - skipped
     parts = [f"{n} {s}" for s, n in counts.items() if s in DEMO_COUNTED or n]
