@@ -12,6 +12,8 @@ from ..host import describe, kernel_host
 from ..params import Param, split_params
 from ..record import Category
 from ..units import MiB
+from .decision import (changes_dtype, fixed_selection, measured_params, not_modelled, order_fits, plain_verdict,
+                       time_error)
 from .declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
@@ -79,11 +81,16 @@ def cuda_need(total: int) -> int:
     return int(total * (1 + CUDA_MARGIN["fraction"])) + CUDA_MARGIN["fixed_bytes"] + CUDA_MARGIN["workspace_bytes"]
 
 
-def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> tuple[dict, list[str]]:
+def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> tuple[dict, list[str], list[dict]]:
+    """``(sizes and knobs given or defaulted, notes, the entries selected)``: a parameter an entry's label
+    fixes (``slice_accumulate[backward=manual]``: ``--param backward=manual``) selects the entries that fix
+    it so and those that do not fix it."""
     specs = {**fam["sizes"], **fam["knobs"]}
     fixed = fam["workload_fixed"]
-    valid = sorted({*specs, *fixed})
+    labelled = {k: v for e in fam["entries"] for k, v in e["fixed"].items()}
+    valid = sorted({*specs, *fixed, *labelled})
     out: dict[str, Any] = {}
+    entries = list(fam["entries"])
     try:
         given = split_params(pairs)
     except ValueError as exc:  # a malformed or repeated --param
@@ -94,6 +101,14 @@ def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> 
             if value != fixed[key]:
                 raise AdviceError(f"the {family} models cover {key}={fixed[key]!r} only (got {value!r})")
             continue
+        if key in labelled and key not in specs:
+            try:
+                chosen = fixed_selection({**fam, "entries": entries}, family, key,
+                                         Param(labelled[key]).parse(key, text.strip()))
+            except ValueError as exc:
+                raise AdviceError(str(exc)) from None
+            entries = chosen
+            continue
         if key not in specs:
             raise AdviceError(f"family {family!r} has no parameter {key!r}; valid parameters: {', '.join(valid)}")
         s = specs[key]
@@ -103,7 +118,7 @@ def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> 
         if size not in out:
             out[size] = s["default"]
             notes.append(f"{size}={s['default']} (default)")
-    return out, notes
+    return out, notes, entries
 
 
 def _not_modelled(family: str, fitted: list[str], optimizer: str) -> str:
@@ -203,14 +218,20 @@ def _extrapolation(fam: Mapping[str, Any], sizes: Mapping[str, int]) -> list[dic
 
 
 def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimizer: str = "sgd",
-           device: str = "cpu", models_dir=None, gpu_check_dir=None) -> dict[str, Any]:
+           device: str = "cpu", models_dir=None, gpu_check_dir=None, sweeps_dir=None,
+           host: Mapping[str, Any] | None | str = "here") -> dict[str, Any]:
     """Every modelled technique and knob setting predicted to fit ``budget`` bytes, ranked.
 
-    Returns a JSON-ready dict: ``fits`` (ranked by predicted relative step time, then peak),
-    ``pareto`` (settings no other beats on both the need and the time), ``cannot_fit`` (with the
-    smallest need each reaches), ``extrapolation`` and ``notes``; for ``device="cuda"`` also
-    ``gpu_evidence``: what the GPU-check tables under ``gpu_check_dir`` (default ``data/gpu-check``)
-    measured for this family (:mod:`memlab.advisor.gpu_evidence`).
+    Returns a JSON-ready dict: ``plain`` (whether the family's plain step fits and what a technique
+    would buy: NOTE [ plain fits first ] in :mod:`memlab.advisor.decision`), ``fits`` (the plain step
+    first when it fits, then by predicted relative step time, times within ``time_error`` tied at one
+    ``rank`` and listed by need), ``pareto`` (settings no other beats on both the need and the time),
+    ``cannot_fit`` (with the smallest need each reaches), ``not_modelled`` (the techniques the sweeps
+    under ``sweeps_dir``, default ``data/sweeps``, measured that no entry covers, with the reason),
+    ``extrapolation`` and ``notes``; for ``device="cuda"`` also ``gpu_evidence``: what the GPU-check
+    tables under ``gpu_check_dir`` (default ``data/gpu-check``) measured for this family
+    (:mod:`memlab.advisor.gpu_evidence`).  ``host``: the kernel record the models are held for
+    (:func:`memlab.model.load_models`; ``"here"``: this machine's, None: as fitted).
 
     Raises:
         AdviceError: unknown family, parameter, device or optimizer; unparsable budget; nothing fits.
@@ -219,7 +240,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
     try:
-        models = load_models(optimizer, models_dir, host=kernel_host())
+        models = load_models(optimizer, models_dir, host=kernel_host() if host == "here" else host)
     except ValueError as exc:
         raise AdviceError(str(exc)) from None
     fams = models["families"]
@@ -227,16 +248,17 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         raise AdviceError(_not_modelled(family, sorted(fams), optimizer))
     fam = fams[family]
     decl = as_declaration(fam)
-    chosen, notes = _parse_params(fam, family, params)
+    chosen, notes, entries = _parse_params(fam, family, params)
     sizes = {s: chosen[s] for s in fam["sizes"]}
     try:
         decl.loop.check(sizes)
     except ValueError as exc:
         raise AdviceError(f"--param {exc}") from None
-    candidates = _candidates(decl, fam, chosen, sizes, budget_bytes, device)
+    candidates = _candidates(decl, {**fam, "entries": entries}, chosen, sizes, budget_bytes, device,
+                             models.get("dtype"))
     usable = [c for c in candidates if c["recommendable"]]
-    fits = sorted((c for c in usable if c["fits"]),
-                  key=lambda c: (c["relative_step_time"] is None, c["relative_step_time"] or 0, c["need_bytes"]))
+    terr = time_error(family, optimizer, models_dir)
+    fits = order_fits([c for c in usable if c["fits"]], terr["fraction"])
     if not fits:
         best = min(usable or candidates, key=lambda c: c["need_bytes"])
         knob = "".join(f" {k}={v}" for k, v in best["knobs"].items())
@@ -244,10 +266,14 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
             f"no modelled {family} technique fits {fmt_bytes(budget_bytes)} at "
             f"{' '.join(f'{k}={v}' for k, v in sizes.items())} ({optimizer}, {device}); the smallest predicted "
             f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
+    need = "peak" if device == "cpu" else "CUDA need"
     return {
         "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
         "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
-        "dtype": models.get("dtype"), "fits": fits, "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
+        "dtype": models.get("dtype"), "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes),
+        "fits": fits, "time_error": terr, "time_measured_on": "cpu",
+        "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
+        "not_modelled": not_modelled(family, fam, measured_params(sweeps_dir).get(family, {})),
         "extrapolation": _extrapolation(fam, sizes), "kernel_warning": kernel_warning(family, fam),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
@@ -256,7 +282,9 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
                      "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), or for a family whose work has "
                      "named components a ratio of the technique's and the baseline's costs summed over them "
                      "(NOTE [ work components ]), on CPU with the page faults "
-                     "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ])",
+                     "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ]); its error "
+                     + terr["text"] + ("" if device == "cpu" else "; CPU-measured: a GPU's ratio can differ, and a "
+                                       "technique that changes the dtype is not ranked by it"),
     }
 
 
@@ -273,7 +301,7 @@ def kernel_warning(family: str, fam: Mapping[str, Any]) -> str | None:
 
 
 def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[str, int], budget_bytes: int,
-                device: str) -> list[dict[str, Any]]:
+                device: str, dtype: str | None = None) -> list[dict[str, Any]]:
     """Every entry at every knob setting searched (a knob given is held), with its predicted need and time."""
     candidates = []
     for entry in fam["entries"]:
@@ -296,6 +324,8 @@ def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[s
                 "headroom_bytes": budget_bytes - need, "fits": need <= budget_bytes,
                 "relative_step_time": None if t is None else round(t, 3), "chunks": pred["k"],
                 "recommendable": entry.get("recommendable", False), "error_bound": error_bound(entry),
+                "baseline": entry.get("baseline") is True,
+                "time_ranked": device == "cpu" or not changes_dtype(entry, dtype),
             })
     return candidates
 
@@ -340,13 +370,15 @@ def _knobs(c: Mapping[str, Any]) -> str:
 
 def _time(c: Mapping[str, Any]) -> str:
     t = c["relative_step_time"]
-    return "-" if t is None else f"~{t:.1f}x" if t < 10 else f"~{t:.0f}x"
+    return "-" if t is None else f"~{t:.2f}x" if t < 10 else f"~{t:.0f}x"
 
 
 def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     """The advice as text: ranked fits (each with its categories), the Pareto front, what cannot fit."""
     need = "peak" if a["device"] == "cpu" else "CUDA need"
-    lines = [f"memlab advise: {a['family']} {' '.join(f'{k}={v}' for k, v in a['sizes'].items())}, budget "
+    lines = [a["plain"]["text"]] + ([a["plain"]["buys"]] if a["plain"] and a["plain"]["buys"] else []) \
+        if a.get("plain") else []
+    lines += [f"memlab advise: {a['family']} {' '.join(f'{k}={v}' for k, v in a['sizes'].items())}, budget "
              f"{fmt_bytes(a['budget_bytes'])}, optimizer {a['optimizer']}, device {a['device']}",
              f"models: {a['models']} (memlab {str(a['memlab_commit'])[:12]}, {a['dtype']}, exact CPU bytes; "
              f"nothing measured)"]
@@ -362,13 +394,16 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
                      f"fitted reserved model); the CUDA context is not included")
         lines += format_gpu_evidence(a.get("gpu_evidence") or [], m["fraction"])
     shown = a["fits"] if limit is None else a["fits"][:limit]
-    lines += ["", f"Fits ({_plural(len(a['fits']), 'setting')}, ranked by predicted relative step time"
+    err = (a.get("time_error") or {}).get("fraction")
+    lines += ["", f"Fits ({_plural(len(a['fits']), 'setting')}, plain first when it fits, then by predicted relative "
+              f"step time" + (f", times within ±{100 * err:.1f}% tied at one rank and listed by {need}" if err else "")
               + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
-    rows = [("#", "technique", "setting", need, "headroom", "time", "model error")]
-    for i, c in enumerate(shown, 1):
-        t = _time(c)
-        rows.append((str(i), c["label"], _knobs(c) or "-", fmt_bytes(c["need_bytes"]), fmt_bytes(c["headroom_bytes"]),
-                     t, c["error_bound"]["text"]))
+    rows = [("#", "technique", "setting", need, "headroom", "time" if a["device"] == "cpu" else "time (CPU-measured)",
+             "model error")]
+    for c in shown:
+        t = _time(c) if c.get("time_ranked", True) else f"{_time(c)} (dtype: not ranked)"
+        rows.append((str(c.get("rank") or "-"), c["label"], _knobs(c) or "-", fmt_bytes(c["need_bytes"]),
+                     fmt_bytes(c["headroom_bytes"]), t, c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     for j, r in enumerate(rows):
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
@@ -388,6 +423,11 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
             why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
             knob = f" at {_knobs(c)}" if c["knobs"] else ""
             lines.append(f"  {c['label']}: smallest {need} {fmt_bytes(c['smallest_need_bytes'])}{knob}{why}")
+    if a.get("not_modelled"):
+        lines += ["", "Measured (data/sweeps) but not modelled:"]
+        for x in a["not_modelled"]:
+            setting = ", ".join(f"{k}={v}" for k, v in x["params"].items())
+            lines.append(f"  {x['technique']}{f' [{setting}]' if setting else ''}: {x['reason']}")
     lines += ["", "Time: " + a["time_note"] + "."]
     return "\n".join(lines)
 
