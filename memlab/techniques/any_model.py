@@ -38,17 +38,30 @@ from ..functional.blocks import MATMUL_OPS, checkpoint_each, checkpoint_sqrt, ma
 from ..technique import Technique
 from ..workloads.model_file import ModelWorkload
 
-__all__ = ["AnyModelTechnique", "techniques_for", "KINDS", "BASELINE_KIND"]
+__all__ = ["AnyModelTechnique", "techniques_for", "KINDS", "BASELINE_KIND", "dropout_off", "randomness_facts"]
 
 
 class AnyModelTechnique(Technique):
-    """Base of the techniques of a model file; ``kind`` names the technique within the family."""
+    """Base of the techniques of a model file; ``kind`` names the technique within the family.
+
+    ``reorders_randomness``: the technique draws its random numbers in another order than plain
+    autograd (so the same seed gives other dropout masks); its steps and its reference's then run
+    with every dropout off (NOTE [ dropout stays on ]), and the row says so.  None of the kinds here
+    does: checkpointing restores the RNG state when it recomputes."""
 
     workload = ModelWorkload
     kind: ClassVar[str] = ""
     needs_blocks: ClassVar[bool] = False
+    reorders_randomness: ClassVar[bool] = False
     reports_activation_peak = True
     path: ClassVar[str] = ""
+
+    def build(self, device, dtype, seed=0):
+        """The workload's problem; every dropout off when the technique reorders randomness."""
+        problem = super().build(device, dtype, seed)
+        if self.reorders_randomness:
+            problem.extra["dropout_fixed"] = dropout_off(problem.model)
+        return problem
 
     def check_available(self, device: torch.device) -> None:
         super().check_available(device)
@@ -68,7 +81,8 @@ class AnyModelTechnique(Technique):
 
     def describe(self, problem, mode="train") -> dict[str, Any]:
         blocks = self.problem_spec.blocks(problem)
-        facts = {"model_file": self.problem_spec.model_file.path, "model_technique": self.kind, "path": self.path}
+        facts = {"model_file": self.problem_spec.model_file.path, "model_technique": self.kind, "path": self.path,
+                 **randomness_facts(problem)}
         return {**facts, **(blocks.facts() if blocks is not None else {"block_count": 0})}
 
     @classmethod
@@ -151,6 +165,42 @@ class OffloadActivations(AnyModelTechnique):
 
     def applied(self, problem):
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+
+def _dropouts(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
+    """``(module, attribute)`` of every dropout with a nonzero probability: ``nn.Dropout`` and its
+    kin (``p``), ``nn.MultiheadAttention`` (``dropout``)."""
+    kinds = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d, torch.nn.AlphaDropout,
+             torch.nn.FeatureAlphaDropout)
+    found = []
+    for m in model.modules():
+        attr = "p" if isinstance(m, kinds) else "dropout" if isinstance(m, torch.nn.MultiheadAttention) else None
+        if attr is not None and getattr(m, attr) > 0:
+            found.append((m, attr))
+    return found
+
+
+def dropout_off(model: torch.nn.Module) -> int:
+    """Set every dropout probability of ``model`` to 0 (the identity); how many there were."""
+    found = _dropouts(model)
+    for m, attr in found:
+        setattr(m, attr, 0.0)
+    return len(found)
+
+
+def randomness_facts(problem) -> dict[str, Any]:
+    """What a row says about the model's dropout and how its steps were checked (NOTE [ dropout stays
+    on ]): nothing for a model without dropout."""
+    fixed = problem.extra.get("dropout_fixed", 0)
+    count = fixed or len(_dropouts(problem.model))
+    if not count:
+        return {}
+    if fixed:
+        how = "dropout off (p=0) in this technique's steps and its reference's: it draws random numbers in " \
+              "another order than plain autograd"
+    else:  # the model stays in training mode in an inference step too
+        how = "dropout on; technique and reference seeded alike before each step's forward (same masks)"
+    return {"dropout_modules": count, "check_randomness": how}
 
 
 #: the technique templates by kind, in the order ``memlab list`` shows them

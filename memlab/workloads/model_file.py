@@ -27,6 +27,19 @@ floating tensor of the batch are cast to the measured dtype and moved to the dev
 tensors (token ids, class targets) only move.  So the float64 reference check sees the same values
 as a float32 measurement, rounded, and a technique and its reference see the same model and batch.
 
+# NOTE [ dropout stays on ]
+A model is measured as it trains: in training mode, its dropout on (the bytes a dropout saves for
+backward, a mask of its input's size, are part of the step).  Every step's forward starts from the
+global RNG seeded with the problem's seed (:meth:`ModelWorkload.run`: ``torch.manual_seed``, which
+allocates nothing), for the technique and for its reference alike, so the float64 check and the
+step-by-step check compare two steps that drew the same random stream, and no model differs from
+its reference by dropout alone.  Checkpointing restores the RNG state when it recomputes a block
+(``preserve_rng_state``), so it draws the same masks as plain autograd.  Each step draws the same
+masks as the last; bytes and time do not depend on which.  A technique that draws its random
+numbers in another order (:attr:`memlab.techniques.any_model.AnyModelTechnique.reorders_randomness`)
+is checked with dropout fixed to the identity instead, and its row says so
+(``extra["check_randomness"]``).
+
 The file is imported by path in the parent and again in every measuring child (it travels as a
 plug-in, NOTE [ worker isolation ]); nothing about it is pickled.
 """
@@ -325,10 +338,12 @@ class ModelWorkload(Workload):
         model = model.to(device=device, dtype=dtype)
         data = _map_tensors(data, lambda t: t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype))
         return Problem(model=model, inputs=flatten_batch(data), grad_output=torch.ones((), device=device, dtype=dtype),
-                       extra={"batch": data})
+                       extra={"batch": data, "seed": seed})
 
     def run(self, problem: Problem) -> torch.Tensor:
-        """The step's loss (a 0-d tensor in the problem's dtype) with plain autograd."""
+        """The step's loss (a 0-d tensor in the problem's dtype) with plain autograd, from the global RNG
+        seeded with the problem's seed (NOTE [ dropout stays on ])."""
+        torch.manual_seed(problem.extra.get("seed", 0))
         out = loss_of(self.model_file, problem.model, problem.extra["batch"])
         return out if out.dtype == problem.grad_output.dtype else out.to(problem.grad_output.dtype)
 
