@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from .setting import DEFAULTS
 from .workloads.model_file import ModelFileError
 
 __all__ = ["load_model", "measure_model", "technique_name", "model_techniques", "register_model_module",
@@ -70,6 +71,9 @@ def load_model(model: str | os.PathLike | Callable):
     from .workloads.model_file import check_model_file
 
     path = _path_of(model)
+    if path.is_dir():
+        raise ModelFileError(f"model file {str(model)!r} is a directory, not a Python file; give the .py file "
+                             f"that defines build() and batch(size)")
     if not path.is_file():
         raise FileNotFoundError(f"model file {str(model)!r} does not exist")
     resolved = str(path.resolve())
@@ -142,14 +146,14 @@ def measure_model(model, technique: str = "plain", **kwargs: Any):
     """
     from .measurement import measure
 
-    _loss_is_the_files(kwargs.get("loss", "given"))
+    _loss_is_the_files(kwargs.get("loss", (kwargs.get("setting") or DEFAULTS).loss))
     return measure(technique_name(model, technique), **kwargs)
 
 
 def _loss_is_the_files(loss: str) -> None:
-    if loss != "given":
+    if loss != DEFAULTS.loss:
         raise ValueError(f"loss={loss!r} does not apply to a model file: its step minimises the file's "
-                         f"loss(output, batch) (or the mean squared output); leave loss='given'")
+                         f"loss(output, batch) (or the mean squared output); leave loss={DEFAULTS.loss!r}")
 
 
 def apply_model_args(args, command: str) -> None:

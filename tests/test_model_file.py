@@ -68,7 +68,8 @@ def test_a_list_of_layers_is_not_taken_for_blocks():
 GOOD_BATCH = "def batch(size):\n    return torch.randn(size, 3)\n"
 GOOD_BUILD = "def build():\n    return nn.Linear(3, 2)\n"
 BAD_FILES = {
-    "no_build": (GOOD_BATCH, r"model file no_build\.py has no build\(\) function; a model file defines build\(\)"),
+    "no_build": (GOOD_BATCH, r"model file no_build\.py has no build\(\) function \(memlab calls build\(\) for the "
+                             r"model\); a model file defines build\(\)"),
     "no_batch": (GOOD_BUILD, r"model file no_batch\.py has no batch\(\) function"),
     "build_int": ("def build():\n    return 3\n" + GOOD_BATCH,
                   r"model file build_int\.py: build\(\) returned a int; expected a torch\.nn\.Module"),

@@ -60,7 +60,7 @@ from ..params import Param
 from ..workload import Problem, Workload
 
 __all__ = ["ModelFile", "ModelFileError", "ModelWorkload", "read_model_module", "check_model_file",
-           "workload_for", "call_model", "flatten_batch", "stem_of", "DEFAULT_BATCH", "FAMILY_PREFIX"]
+           "workload_for", "call_model", "call_args", "flatten_batch", "stem_of", "DEFAULT_BATCH", "FAMILY_PREFIX"]
 
 #: ``batch`` when none is given
 DEFAULT_BATCH = 4
@@ -125,7 +125,8 @@ def read_model_module(module, path: str) -> ModelFile:
     name = Path(path).name
     for fn in ("build", "batch"):
         if not callable(getattr(module, fn, None)):
-            raise ModelFileError(f"model file {name} has no {fn}() function; {_FORMAT}")
+            called = "build() for the model" if fn == "build" else "batch(size) for `size` samples"
+            raise ModelFileError(f"model file {name} has no {fn}() function (memlab calls {called}); {_FORMAT}")
     loss = getattr(module, "loss", None)
     if loss is not None and not callable(loss):
         raise ModelFileError(f"model file {name}: loss is a {type(loss).__name__}, not a function; {_FORMAT}")
@@ -196,18 +197,25 @@ def _shapes(data) -> list[tuple[int, ...]]:
     return [tuple(t.shape) for t in flatten_batch(data).values()]
 
 
-def call_model(model: nn.Module, data):
-    """The model's output on a batch (the calling convention of the module doc)."""
+def call_args(data) -> tuple[tuple, dict, str]:
+    """``(args, kwargs, shown)``: how a step calls the model on a batch (the module doc's convention),
+    ``shown`` as a message writes it (``model(**batch)``)."""
     if isinstance(data, torch.Tensor):
-        return model(data)
+        return (data,), {}, "model(batch)"
     if isinstance(data, dict):
-        return model(**data)
+        return (), data, "model(**batch)"
     first = data[0]
     if isinstance(first, dict):
-        return model(**first)
+        return (), first, "model(**batch[0])"
     if isinstance(first, (tuple, list)):
-        return model(*first)
-    return model(first)
+        return tuple(first), {}, "model(*batch[0])"
+    return (first,), {}, "model(batch[0])"
+
+
+def call_model(model: nn.Module, data):
+    """The model's output on a batch (the calling convention of the module doc)."""
+    args, kwargs, _ = call_args(data)
+    return model(*args, **kwargs)
 
 
 def _default_loss(output) -> torch.Tensor:
@@ -260,15 +268,62 @@ def check_model_file(mf: ModelFile) -> None:
     if _shapes(small) == _shapes(larger):
         raise mf.fail(f"batch(1) and batch(2) give the same shapes {_shapes(small)}: batch(size) must make "
                       f"`size` samples (memlab varies it)")
+    _check_call(mf, model, small)
     on_meta = all(p.device.type == "meta" for p in model.parameters())
-    if on_meta:
+    try:
+        with torch.no_grad():
+            output = call_model(model, _map_tensors(small, lambda t: t.to("meta")) if on_meta else small)
+    except Exception:  # noqa: BLE001 - an op without a meta kernel: the real run reports real errors
+        return
+    _check_output(mf, output, small)
+
+
+def _check_call(mf: ModelFile, model: nn.Module, data) -> None:
+    """The batch's items fit ``model.forward``'s parameters, as memlab calls it (:func:`call_args`)."""
+    args, kwargs, shown = call_args(data)
+    try:
+        signature = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        forward = f"{type(model).__name__}.forward{_signature_text(signature)}"
+        if kwargs:
+            extra = [k for k in kwargs if k not in signature.parameters] or list(kwargs)
+            fix = (f"make forward() take {', '.join(extra)} (forward(self, ..., {'=None, '.join(extra)}=None)), or "
+                   f"return (inputs, targets) from batch(), say ({{...inputs}}, targets), the targets read by "
+                   f"loss(output, batch)")
+        else:
+            fix = "make batch() return the inputs forward() takes first (a tuple of them for several), then targets"
+        raise mf.fail(f"memlab called {shown} with batch(1) and {forward} refused it: {exc}; {fix}") from None
+
+
+def _signature_text(signature: inspect.Signature) -> str:
+    text = str(signature)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_output(mf: ModelFile, output, data) -> None:
+    """The model's output gives the step a loss: a ``loss()`` in the file, a floating tensor, or an
+    output carrying ``loss`` (module doc)."""
+    if mf.loss is not None:
         try:
-            with torch.no_grad():
-                loss_of(mf, model, _map_tensors(small, lambda t: t.to("meta")))
-        except ModelFileError:
-            raise
-        except Exception:  # noqa: BLE001 - an op without a meta kernel: the real run reports real errors
-            pass
+            value = mf.loss(output, data)
+        except Exception:  # noqa: BLE001 - say, .item() on the meta device: the real run reports real errors
+            return
+        _as_scalar(value, mf)
+        return
+    try:
+        _default_loss(output)
+    except TypeError:
+        _, _, shown = call_args(data)
+        kind = (f"a {output.dtype} tensor" if isinstance(output, torch.Tensor)
+                else f"a {type(output).__name__}" + (f" with keys {sorted(output)}" if isinstance(output, dict) else ""))
+        first = f"[{next(iter(output))!r}]" if isinstance(output, dict) and output else "[0]"
+        raise mf.fail(f"memlab called {shown} and got {kind}, with no loss in it and no loss(output, batch) in the "
+                      f"file; define loss(output, batch) returning a scalar (e.g. F.cross_entropy(output{first}, "
+                      f"batch[1])), or return the loss as output['loss'] / output.loss") from None
 
 
 def _build_for_check(mf: ModelFile):
