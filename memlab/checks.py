@@ -17,15 +17,13 @@ from typing import Any, Iterator
 
 from .measurement.reference_check import CheckOutcome, check_outcome, check_technique, config_text, first_line
 from .registry import get_technique, list_techniques
+from .setting import MAX_TIMEOUT_S
 
 __all__ = ["check_technique", "check_outcome", "iter_checks", "check_all", "check_timeout", "CheckOutcome",
            "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S"]
 
 #: Seconds one isolated technique check may take before it is killed and reported as ``ERROR``.
 DEFAULT_TIMEOUT_S = 300.0
-#: The longest ``timeout`` (seconds): a week, as for every ``--timeout`` of the command line (the
-#: clocks behind ``select()`` overflow long before ``inf``).
-MAX_TIMEOUT_S = 7 * 24 * 3600
 #: The prefix of :class:`~memlab.measurement.runner.WorkerFailed` messages, left out of a check's line.
 _RUNNER_PREFIX = "measurement subprocess "
 

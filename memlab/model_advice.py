@@ -39,6 +39,7 @@ from .advisor.advise import (AdviceError, bounded_reading, cuda_need, error_boun
 from .advisor.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
 from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
+from .setting import DEFAULTS, OPTIMIZERS
 
 __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "largest_fitting", "advise_model",
            "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES", "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
@@ -373,7 +374,8 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
                               f"of the varied sizes (NOTE [ advisor models ])".splitlines()[0]) from None
     doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.model_advice)",
            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
-           "optimizer": optimizer, "loss": "given", "families": {decl.name: {**fam, "memlab_commit": git_commit()}},
+           "optimizer": optimizer, "loss": DEFAULTS.loss,
+           "families": {decl.name: {**fam, "memlab_commit": git_commit()}},
            "model_file": load_model_path(model), "fit_seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -408,7 +410,7 @@ def largest_fitting(need: Callable[[int], int], budget: int, high: int = MAX_SIZ
 
 
 def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), params: Mapping[str, int] = {},
-                 optimizer: str = "sgd", device: str = "cpu", cache_root: Path | None = None,
+                 optimizer: str = DEFAULTS.optimizer, device: str = "cpu", cache_root: Path | None = None,
                  say: Callable[[str], None] = print, measure_fn: Callable | None = None) -> dict[str, Any]:
     """For each modelled technique of ``model``: the largest ``vary[0]`` fitting ``budget`` bytes.
 
@@ -428,8 +430,8 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     started = time.perf_counter()
     if device not in ("cpu", "cuda"):
         raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
-    if optimizer not in ("sgd", "sgd_momentum", "adam", "adamw"):
-        raise AdviceError(f"--optimizer {optimizer!r} is not valid; valid: sgd, sgd_momentum, adam, adamw")
+    if optimizer not in OPTIMIZERS:
+        raise AdviceError(f"--optimizer {optimizer!r} is not valid; valid: {', '.join(OPTIMIZERS)}")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
     index = _index_path(model, vary, optimizer, cache_root)
     fit = _indexed_fit(index, optimizer, params)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .model_advice import HELD_OUT, TIME_BATCHES, TRACE_VALUES, fitted_family, load_model_path, model_declaration
+from .setting import DEFAULTS, OPTIMIZERS
 
 __all__ = ["MEASURED_MAX", "check_beyond", "write_checks", "main"]
 
@@ -37,7 +38,8 @@ MEASURED_MAX = max(HELD_OUT[1], *TIME_BATCHES, *TRACE_VALUES)
 
 
 def check_beyond(model, *, vary: Sequence[str] = ("batch",), factors: Sequence[int] = (4, 10),
-                 optimizer: str = "sgd", cache_root: Path | None = None, say: Callable[[str], None] = print,
+                 optimizer: str = DEFAULTS.optimizer, cache_root: Path | None = None,
+                 say: Callable[[str], None] = print,
                  measure_fn: Callable | None = None, threads: int | None = None) -> dict[str, Any]:
     """The fitted models of ``model`` (fitted now or read from the cache) and, per modelled technique
     and factor, the predicted and measured peak at ``factor * MEASURED_MAX`` samples.
@@ -121,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("model", help="the model file")
     ap.add_argument("--vary", default="batch", help="the sizes the models vary, batch first (batch or batch,seq)")
     ap.add_argument("--factors", default="4,10", help="multiples of the largest measured batch to check")
-    ap.add_argument("--optimizer", default="sgd", choices=("sgd", "sgd_momentum", "adam", "adamw"))
+    ap.add_argument("--optimizer", default=DEFAULTS.optimizer, choices=OPTIMIZERS)
     ap.add_argument("--models", type=Path, default=None, help="the fit cache (default: memlab advise's)")
     ap.add_argument("--threads", type=int, default=None, help="the memory phase's threads (default: one per core)")
     ap.add_argument("--out", type=Path, default=Path("data/model-files"), help="folder of the written JSON")

@@ -19,6 +19,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
+from .setting import DEFAULTS, MODES, Point, Setting
 from .units import MiB
 
 __all__ = ["Measurement", "Timeline", "TimelineEvent", "AllocEvent", "Window", "SCHEMA_VERSION", "Status", "STATUSES", "MODES",
@@ -126,10 +127,6 @@ def _field(kind: FieldKind, *default: Any, **kw: Any) -> Any:
 def fields_of_kind(kind: FieldKind, cls: type | None = None) -> tuple[str, ...]:
     """The names of ``cls``'s (:class:`Measurement`'s) fields of ``kind``, in declaration order."""
     return tuple(f.name for f in dataclasses.fields(cls or Measurement) if f.metadata.get("kind") == kind)
-
-
-#: What a step runs: ``train`` (forward, backward, optimizer step) or ``infer`` (forward under no_grad).
-MODES = ("train", "infer")
 
 
 def is_number(v: Any) -> bool:
@@ -320,9 +317,9 @@ class Measurement:
     param_count: int | None = _field(FieldKind.COUNT, None)
     param_bytes: int | None = _field(FieldKind.COUNT, None)
     grad_bytes: int | None = _field(FieldKind.COUNT, None)
-    optimizer: str = _field(FieldKind.CHOICE, "sgd")
+    optimizer: str = _field(FieldKind.CHOICE, DEFAULTS.optimizer)
     optimizer_class: str | None = _field(FieldKind.OTHER, None)
-    loss: str = _field(FieldKind.CHOICE, "given")
+    loss: str = _field(FieldKind.CHOICE, DEFAULTS.loss)
     total_peak_bytes: int | None = _field(FieldKind.COUNT, None)
     peak_by_category_bytes: dict[str, int] = _field(FieldKind.CATEGORIES, default_factory=dict)
     end_by_category_bytes: dict[str, int] = _field(FieldKind.CATEGORIES, default_factory=dict)
@@ -367,6 +364,17 @@ class Measurement:
 
     def replace(self, **changes: Any) -> "Measurement":
         return dataclasses.replace(self, **changes)
+
+    def setting(self) -> Setting:
+        """The setting this row was measured in, as far as the row records it: device, dtype, mode,
+        optimizer and loss (:data:`memlab.setting.KEY_FIELDS`; the others are their defaults: the
+        row does not record them, and they change no exact figure).  ``setting().key()`` is what a
+        sweep's resume, merge and compare identify the row's point by."""
+        return Setting.from_row(vars(self))
+
+    def point(self) -> Point:
+        """The point this row was measured at: ``point().key()`` identifies it (:class:`memlab.setting.Point`)."""
+        return Point(self.technique, self.params, self.setting())
 
     def under_load(self) -> bool:
         """True when the 1-minute load average before or after the timed steps exceeded

@@ -30,9 +30,10 @@ def test_record_core_imports_no_torch():
 
 
 def test_shared_helpers_are_declared_once():
-    """MODES, STATUSES, the categories, MiB, fmt_mib, the number predicate and chunk bounds exist in one
-    module each."""
-    once = {"MODES": "memlab/record.py", "STATUSES": "memlab/record.py", "fmt_mib": "memlab/record.py",
+    """MODES, the optimizers and losses, STATUSES, the categories, MiB, fmt_mib, the number predicate and
+    chunk bounds exist in one module each."""
+    once = {"MODES": "memlab/setting.py", "OPTIMIZERS": "memlab/setting.py", "LOSSES": "memlab/setting.py",
+            "STATUSES": "memlab/record.py", "fmt_mib": "memlab/record.py",
             "is_number": "memlab/record.py", "chunk_bounds": "memlab/functional/slice_accumulate.py",
             "CATEGORIES": "memlab/record.py", "ACTIVATION_CATEGORIES": "memlab/record.py",
             "FINISHED_STATUSES": "memlab/record.py", "MiB": "memlab/units.py"}

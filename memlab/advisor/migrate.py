@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 from ..atomic import write_text_atomic
 from .declaration import Declaration
 from .model import MODELS_DIR
+from ..setting import DEFAULTS
 
 __all__ = ["migrate_file", "migrate_dir", "mismatch"]
 
@@ -59,7 +60,7 @@ def migrate_file(path: Path, declaration_of: Callable[[str], Declaration],
     added = []
     for name, fam in sorted(data.get("families", {}).items()):
         if "host_dependent" not in fam and kernels is not None:
-            fam.update(kernels(declaration_of(name), data.get("optimizer", "sgd")))
+            fam.update(kernels(declaration_of(name), data.get("optimizer", DEFAULTS.optimizer)))
             added.append(f"{name} (kernels)")
         if "declaration" in fam:
             continue

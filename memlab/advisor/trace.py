@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..setting import DEFAULTS
+
 __all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "IdentificationError", "step_peak"]
 
 #: the largest bytes per monomial unit an allocation may have by default (bool mask 1 ... complex128 16,
@@ -78,7 +80,7 @@ class SymEvent:
 
 
 def raw_trace(technique_name: str, params: Mapping[str, Any],
-              optimizer: str = "sgd") -> list[tuple[int, str, str, str]]:
+              optimizer: str = DEFAULTS.optimizer) -> list[tuple[int, str, str, str]]:
     """``[(delta_bytes, category, phase, op)]`` of build + warm-up + one traced training step (CPU, float32).
 
     Events before the traced step have phase ``pre``; their categories are those of the blocks
@@ -374,7 +376,8 @@ def _bound_step_events(unsolved: list[int], found: list, everything: list, all_p
 
 
 def symbolic_trace(technique_name: str, fixed: Mapping[str, Any], points: Sequence[Mapping[str, int]],
-                   variables: Sequence[str], to_params, optimizer: str = "sgd", *, max_degree: int = MAX_DEGREE,
+                   variables: Sequence[str], to_params, optimizer: str = DEFAULTS.optimizer, *,
+                   max_degree: int = MAX_DEGREE,
                    max_quantum: int = MAX_QUANTUM,
                    extra_points: Sequence[Mapping[str, int]] = ()) -> list[SymEvent]:
     """Trace ``technique_name`` at each size point and read every event as ``q * monomial``, or as a

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from .common import UsageError, print_or_drop, say
+from ..setting import DEFAULTS
 
 __all__ = ["add_parser", "run"]
 
@@ -51,7 +52,7 @@ def run(args) -> int:
     if not args.family or not args.budget:
         raise UsageError("memlab advise needs --family and --budget (or --fit)")
     try:
-        a = advise(args.family, args.budget, args.param or [], optimizer=args.optimizer or "sgd",
+        a = advise(args.family, args.budget, args.param or [], optimizer=args.optimizer or DEFAULTS.optimizer,
                    device=args.device, models_dir=models_dir)
     except AdviceError as exc:
         raise UsageError(str(exc)) from None
@@ -106,8 +107,8 @@ def _advise_model(args, cache_root) -> int:
     if not args.budget:
         raise UsageError("memlab advise --model needs --budget (e.g. --budget 24GiB)")
     a = advise_model(args.model, args.budget, vary=[v.strip() for v in args.vary.split(",")],
-                     params=split_params(args.param or []), optimizer=args.optimizer or "sgd", device=args.device,
-                     cache_root=cache_root, say=say)
+                     params=split_params(args.param or []), optimizer=args.optimizer or DEFAULTS.optimizer,
+                     device=args.device, cache_root=cache_root, say=say)
     if args.verify:  # the answer may come from the index, without the model file: register its techniques
         from ..own_model import load_model
 

@@ -7,10 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..setting import Setting
 from . import names
 
 __all__ = ["UsageError", "say", "print_or_drop", "check_file", "check_files", "check_measured_name",
-           "parse_params", "load_plugins", "model_file", "measure_kwargs"]
+           "parse_params", "load_plugins", "model_file", "setting_of", "measure_kwargs"]
 
 
 class UsageError(Exception):
@@ -106,17 +107,15 @@ def model_file(args, command: str) -> None:
         apply_model_args(args, command)
 
 
-def measure_kwargs(args) -> dict[str, Any]:
-    """The measuring options of ``args`` as :func:`memlab.measure`'s keywords, checked up front
-    (before a sweep opens its file)."""
-    from ..measurement.inprocess import check_threads
-    from ..measurement.step import LOSSES, OPTIMIZERS, check_choice
+def setting_of(args) -> Setting:
+    """The measuring options of ``args`` as a validated :class:`~memlab.setting.Setting` (a ValueError
+    naming the bad value, exit status 2, before torch is imported)."""
+    return Setting(device=args.device, dtype=args.dtype, mode=args.mode, optimizer=args.optimizer, loss=args.loss,
+                   iterations=args.iterations, repeats=args.repeats, threads=args.threads, timeout=args.timeout,
+                   time_budget=args.time_budget).validate()
 
-    check_choice("optimizer", args.optimizer, OPTIMIZERS)
-    check_choice("loss", args.loss, LOSSES)
-    check_threads(args.threads)
-    return {"threads": args.threads, "optimizer": args.optimizer, "loss": args.loss,
-            "device": args.device, "dtype": args.dtype, "mode": args.mode, "iterations": args.iterations,
-            "repeats": args.repeats, "timeout": args.timeout,
-            "isolate": False if args.in_process else ("spawn" if args.spawn else True),
-            "time_budget": args.time_budget}
+
+def measure_kwargs(args) -> dict[str, Any]:
+    """The measuring options of ``args`` as :func:`memlab.measure`'s keywords: the validated
+    ``setting`` (:func:`setting_of`) and how to isolate the run."""
+    return {"setting": setting_of(args), "isolate": False if args.in_process else ("spawn" if args.spawn else True)}

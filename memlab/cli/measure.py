@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from .common import UsageError, check_measured_name, measure_kwargs, model_file, parse_params
+from .common import UsageError, check_measured_name, measure_kwargs, model_file, parse_params, setting_of
 
 __all__ = ["add_parser", "precheck", "run", "measure_exit"]
 
@@ -19,10 +19,11 @@ def add_parser(sub, shared) -> None:
 
 
 def precheck(args) -> None:
-    """Before torch: a name is given, and it and each ``--param`` name exist."""
+    """Before torch: a name is given, it and each ``--param`` name exist, and the setting is valid."""
     if not args.name and not args.model:
         raise UsageError("memlab measure needs a technique name (or --model FILE.py)")
     check_measured_name(args)
+    setting_of(args)
 
 
 def run(args) -> int:

@@ -6,10 +6,9 @@ import argparse
 import sys
 from typing import NamedTuple, Sequence
 
-__all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options"]
+from ..setting import DEFAULTS, DTYPES, LOSSES, MAX_TIMEOUT_S, MODES, OPTIMIZERS
 
-#: the longest --timeout: a week (select() and the clocks behind it overflow long before inf)
-MAX_TIMEOUT_S = 7 * 24 * 3600
+__all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options"]
 
 #: options whose value is one ``NAME=...`` word, with the form a hint spells out
 PAIR_OPTIONS = {"--param": "NAME=VALUE", "--grid": "NAME=V1,V2,..."}
@@ -68,22 +67,27 @@ class Shared(NamedTuple):
 
 
 def _measuring(meas: argparse.ArgumentParser) -> None:
-    meas.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    meas.add_argument("--dtype", default="float32", help="float32, float64, bfloat16, float16 (default float32)")
-    meas.add_argument("--mode", default="train", help="train (forward+backward+optimizer step, the default) or "
-                                                      "infer (no_grad forward)")
-    meas.add_argument("--iterations", type=int, default=5, help="allocation-measured steps (default 5)")
-    meas.add_argument("--optimizer", default="sgd", metavar="NAME",
-                      help="training step's optimizer: sgd, sgd_momentum, adam or adamw (default sgd)")
-    meas.add_argument("--loss", default="given", metavar="NAME",
-                      help="given (backward from the workload's preallocated upstream gradient, default) or mse "
-                           "(mse_loss(output, 0): its gradient is allocated inside the step)")
-    meas.add_argument("--repeats", type=int, default=5, help="timed steps; the median is reported (default 5)")
-    meas.add_argument("--timeout", type=timeout_seconds, default=900.0,
-                      help="seconds per isolated measurement (default 900)")
-    meas.add_argument("--time-budget", type=float, default=2.0, metavar="SECONDS",
+    """The measuring options: a :class:`~memlab.setting.Setting`'s fields, with its defaults."""
+    d = DEFAULTS
+    meas.add_argument("--device", default=d.device, help=f"cpu, cuda or cuda:N (default {d.device})")
+    meas.add_argument("--dtype", default=d.dtype, help=f"{', '.join(DTYPES)} (default {d.dtype})")
+    meas.add_argument("--mode", default=d.mode, help=f"{MODES[0]} (forward+backward+optimizer step) or {MODES[1]} "
+                                                     f"(no_grad forward); default {d.mode}")
+    meas.add_argument("--iterations", type=int, default=d.iterations,
+                      help=f"allocation-measured steps (default {d.iterations})")
+    meas.add_argument("--optimizer", default=d.optimizer, metavar="NAME",
+                      help=f"training step's optimizer: {', '.join(OPTIMIZERS)} (default {d.optimizer})")
+    meas.add_argument("--loss", default=d.loss, metavar="NAME",
+                      help=f"{LOSSES[0]} (backward from the workload's preallocated upstream gradient) or "
+                           f"{LOSSES[1]} (mse_loss(output, 0): its gradient is allocated inside the step); "
+                           f"default {d.loss}")
+    meas.add_argument("--repeats", type=int, default=d.repeats,
+                      help=f"timed steps; the median is reported (default {d.repeats})")
+    meas.add_argument("--timeout", type=timeout_seconds, default=d.timeout,
+                      help=f"seconds per isolated measurement (default {d.timeout:g})")
+    meas.add_argument("--time-budget", type=float, default=d.time_budget, metavar="SECONDS",
                       help="keep timing steps (after --repeats) until their IQR is within 5%% of the median "
-                           "or this many seconds pass (default 2)")
+                           f"or this many seconds pass (default {d.time_budget:g})")
     meas.add_argument("--threads", type=int, default=None, metavar="N",
                       help="torch intra-op threads per measurement (default: one per core for the memory "
                            "phase, one for the timed phase). 1 keeps the relative step time load-robust on a "

@@ -44,13 +44,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
+from ..setting import DEFAULTS, Point, Setting
+
 __all__ = ["configurations", "config_key", "predict", "measure_on_device", "row_for", "load_predictions", "check_all",
            "main"]
 
 #: what identifies a configuration (the rest of a row is measured)
 _CONFIG_KEYS = ("technique", "params", "mode", "optimizer")
-#: the settings both halves measure with (no reference check: the sweeps verify; two steps, one timed)
-_COMMON = dict(iterations=2, repeats=1, time_budget=0.0, check=False)
+#: the setting both halves measure with (no reference check: the sweeps verify; two steps, one timed),
+#: on the CPU; the configuration sets its mode and optimizer, the GPU half its device
+_COMMON = Setting(iterations=2, repeats=1, time_budget=0.0, check=False)
 
 
 def configurations(reproductions: Path, quick: bool = False) -> list[dict[str, Any]]:
@@ -63,28 +66,37 @@ def configurations(reproductions: Path, quick: bool = False) -> list[dict[str, A
     for name in list_techniques():
         cls = get_technique(name)
         params = {**cls.workload.check_params, **cls.check_params} if quick else {}
-        key = {"technique": name, "params": params, "mode": "train", "optimizer": "sgd"}
+        key = {"technique": name, "params": params, "mode": DEFAULTS.mode, "optimizer": DEFAULTS.optimizer}
         out.setdefault(config_key(key), key)
     for path in sorted(Path(reproductions).glob("*.json")):
         for m in json.loads(path.read_text()).get("measurements", []):
             # a reproduction's own technique (its deliberately leaky Function, say) is not registered here
             if m.get("device") == "cpu" and m.get("dtype") == "float32" and m.get("technique") in known:
-                key = {"technique": m["technique"], "params": m["params"], "mode": m.get("mode", "train"),
-                       "optimizer": m.get("optimizer") or "sgd"}
+                setting = Setting.from_row(m)
+                key = {"technique": m["technique"], "params": m["params"], "mode": setting.mode,
+                       "optimizer": setting.optimizer}
                 out.setdefault(config_key(key), key)
     return list(out.values())
 
 
+def point_of(cfg: dict[str, Any]) -> Point:
+    """A configuration (technique, params, mode, optimizer; a missing or null one is the default) as
+    the point its CPU half measures (:data:`_COMMON`: CPU, float32, the default loss)."""
+    given = Setting.from_row({k: cfg.get(k) for k in ("mode", "optimizer")})
+    return Point(cfg["technique"], cfg["params"], _COMMON.replace(mode=given.mode, optimizer=given.optimizer))
+
+
 def config_key(cfg: dict[str, Any]) -> str:
-    """One configuration's identity (technique, params, mode, optimizer) as a canonical JSON string."""
-    return json.dumps({k: cfg[k] for k in _CONFIG_KEYS}, sort_keys=True)
+    """One configuration's identity, :meth:`Point.key <memlab.setting.Point.key>` of :func:`point_of`,
+    as a canonical JSON string (the key of a ``--predictions`` file's rows)."""
+    return json.dumps(point_of(cfg).key())
 
 
 def _measure(cfg: dict[str, Any], device: str):
     import memlab
 
-    return memlab.measure(cfg["technique"], device=device, mode=cfg["mode"], optimizer=cfg["optimizer"], **_COMMON,
-                          **cfg["params"])
+    point = point_of(cfg)
+    return memlab.measure(point.with_setting(point.setting.replace(device=device)))
 
 
 def predict(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +148,16 @@ def load_predictions(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("rows"), dict):
         raise ValueError(f"{path}: a predictions file is an object with 'rows' (config key -> CPU half); "
                          f"write one with python -m memlab.cuda.gpu_check --predict-only --predictions {path}")
-    return data
+    return {**data, "rows": {_rekeyed(k): v for k, v in data["rows"].items()}}
+
+
+def _rekeyed(key: str) -> str:
+    """A row key of an older predictions file (the configuration as a JSON object) as :func:`config_key`'s."""
+    try:
+        cfg = json.loads(key)
+    except ValueError:
+        return key
+    return config_key(cfg) if isinstance(cfg, dict) and {"technique", "params"} <= cfg.keys() else key
 
 
 def _row_error(exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..record import WHOLE_STATUSES
+from ..setting import Setting
 
 __all__ = ["CONFS", "seed_variants", "main"]
 
@@ -39,8 +40,9 @@ def _configs(seed: dict[str, Any]) -> list[dict[str, Any]]:
     for m in seed.get("measurements", []):
         if m.get("device") != "cpu" or m.get("dtype") != "float32" or m.get("status") not in WHOLE_STATUSES:
             continue
-        key = {"technique": m["technique"], "params": m["params"], "mode": m.get("mode", "train"),
-               "optimizer": m.get("optimizer") or "sgd", "loss": m.get("loss") or "given"}
+        setting = Setting.from_row(m)
+        key = {"technique": m["technique"], "params": m["params"], "mode": setting.mode,
+               "optimizer": setting.optimizer, "loss": setting.loss}
         out.setdefault(json.dumps(key, sort_keys=True), key)
     return list(out.values())
 

@@ -12,12 +12,13 @@ from typing import Any
 from ..registry import get_technique, load_plugin
 from ..technique import Technique
 from .devices import parse_device, parse_dtype
-from .inprocess import check_threads, measure_in_process, memory_method, skeleton, timeline_in_process
+from .inprocess import measure_in_process, memory_method, skeleton, timeline_in_process
 from ..record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
+from ..setting import DEFAULTS, Point, Setting
 from .runner import WorkerFailed, run_in_subprocess
-from .step import LOSSES, OPTIMIZERS, check_choice
 
-__all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare"]
+__all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare", "as_point", "Point",
+           "Setting"]
 
 
 def prepare(name: str | type[Technique], params: dict[str, Any], device: str, dtype: str, mode: str,
@@ -51,19 +52,46 @@ def _check_isolation(isolate: bool | str) -> None:
                          f"{', '.join(repr(m) for m in ISOLATION_MODES)}")
 
 
-def _positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name}={value!r} is not valid: expected an integer >= 1")
+def _request(technique: Technique, setting: Setting, reference_cache) -> dict[str, Any]:
+    """The worker's ``measure`` request: the technique, its parameters and the setting as JSON
+    (:meth:`Setting.to_json`); ``device`` repeats the setting's for the runner, which spawns rather
+    than forks for CUDA."""
+    return {"kind": "measure", "technique": technique.name, "params": technique.config,
+            "setting": setting.to_json(), "device": setting.device,
+            "reference_cache": None if reference_cache is None else os.fspath(reference_cache)}
 
 
-def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
-            iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True, isolate: bool | str = True,
-            timeout: float = 900.0, time_budget: float = 2.0, plugins=(), optimizer: str = "sgd", loss: str = "given",
-            threads: int | None = None, reference_cache: str | None = None, **params: Any) -> Measurement:
+def _check_measurable(setting: Setting) -> None:
+    """The gradient options are part of a point's identity, but the step measures only their defaults
+    so far: any other value is refused rather than measured as the default."""
+    for name in ("accumulate", "grads"):
+        if getattr(setting, name) != getattr(DEFAULTS, name):
+            raise ValueError(f"{name}={getattr(setting, name)!r} is not measured yet: the training step runs "
+                             f"{name}={getattr(DEFAULTS, name)!r} only")
+
+
+def as_point(target: str | type[Technique] | Point, setting: Setting | None = None,
+             **options: Any) -> tuple[str | type[Technique], Point]:
+    """``(technique name or class, Point)`` of :func:`measure`'s arguments: a :class:`Point`, or a name
+    or class; its setting is ``setting`` (default: the point's, else the defaults) with the options
+    that are Setting fields changed; the other options are technique parameters.  Not validated."""
+    changes, params = Setting.split(options)
+    if isinstance(target, Point):
+        base = setting or target.setting
+        return target.technique, Point(target.technique, {**target.params, **params}, base.replace(**changes))
+    name = target.name if isinstance(target, type) and issubclass(target, Technique) else target
+    return target, Point(name, params, (setting or DEFAULTS).replace(**changes))
+
+
+def measure(target: str | type[Technique] | Point, *, setting: Setting | None = None, isolate: bool | str = True,
+            plugins=(), reference_cache: str | None = None, **options: Any) -> Measurement:
     """Measure one technique on one configuration.
 
-    Args:
-        name: registered technique name (or the class).
+    ``measure(Point(name, params, Setting(...)))``, or, as before the :class:`~memlab.setting.Setting`
+    existed, ``measure(name, device="cpu", optimizer="adam", chunk_size=2500)``: the keywords that are
+    Setting fields build (or change) the setting, the others are the technique's parameters.
+
+    The setting (:class:`memlab.setting.Setting`, checked by its ``validate()``; defaults there):
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
         mode: ``train`` (forward, backward, the optimizer's step) or ``infer`` (forward under no_grad).
@@ -71,27 +99,35 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         repeats: the fewest timed steps; ``step_time_s`` is their median (seconds).  More are taken,
             interleaved with the family baseline's steps, until the interquartile range is within 5%
             of the median or ``time_budget`` seconds are spent (NOTE [ timed phase ]).
+        seed: the inputs' seed.
         check: compare outputs/gradients with the workload reference first.
-        isolate: ``True``/``"auto"`` (default): a child forked from a warm server for CPU, a fresh
-            spawned process for CUDA; ``"spawn"``: always a fresh process; ``"fork"``: always the
-            server; ``False``: in this process (when the caller already is one, as asv is).
         timeout: seconds before an isolated run is abandoned (status ``error``).
         time_budget: seconds of timing (on the relative time's clock: thread CPU time at one thread) after which
             sampling stops, once ``repeats`` steps are taken (NOTE [ when to stop timing ]).
-        plugins: plug-in files to load first.
-        optimizer: the training step's optimizer: ``sgd`` (default), ``sgd_momentum``, ``adam`` or
+        optimizer: the training step's optimizer: ``sgd`` (the default), ``sgd_momentum``, ``adam`` or
             ``adamw`` (its state is the ``optimizer_state`` category); a technique may supply its own.
-        loss: ``given`` (default: ``output.backward(grad_output)``, the upstream gradient
+        loss: ``given`` (the default: ``output.backward(grad_output)``, the upstream gradient
             preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
             gradient is allocated inside the step, as in a user's loop).
         threads: torch's intra-op threads for the memory phase (``None``: the process's default,
             one per core) and for the timed phase (``None``: one thread, which keeps
             ``relative_step_time`` load-robust: NOTE [ CPU time and load ] in
             :mod:`memlab.measurement.timing`).
+        accumulate, grads: the gradient options; only their defaults are measured so far (another
+            value is a ValueError).
+
+    Args:
+        target: a :class:`~memlab.setting.Point`, or a registered technique name (or the class).
+        setting: the setting (default: the point's, else the defaults), changed by any Setting field
+            among ``options``.
+        isolate: ``True``/``"auto"`` (default): a child forked from a warm server for CPU, a fresh
+            spawned process for CUDA; ``"spawn"``: always a fresh process; ``"fork"``: always the
+            server; ``False``: in this process (when the caller already is one, as asv is).
+        plugins: plug-in files to load first.
         reference_cache: a folder shared by the measurements of one sweep, where the workload
             reference's output and gradients are computed once per workload configuration
             (:mod:`memlab.measurement.reference_cache`; ``memlab sweep`` makes one per run).
-        **params: workload and technique parameters (``chunk_size=2500``, ``batch=4096``...).
+        **options: Setting fields, and workload and technique parameters (``chunk_size=2500``...).
 
     Returns:
         a :class:`Measurement`; failures inside the run are rows with status ``oom`` or ``error``.
@@ -100,42 +136,33 @@ def measure(name: str | type[Technique], *, device: str = "cpu", dtype: str = "f
         >>> m = memlab.measure("slice_loop", n=10000, chunk_size=2500)   # doctest: +SKIP
         >>> m.peak_allocated_bytes                                        # bytes above baseline
     """
-    _positive("iterations", iterations)
-    _positive("repeats", repeats)
+    name, point = as_point(target, setting, **options)
+    s = point.setting.validate()
     _check_isolation(isolate)
-    check_choice("optimizer", optimizer, OPTIMIZERS)
-    check_choice("loss", loss, LOSSES)
-    check_threads(threads)
-    if not isinstance(time_budget, (int, float)) or isinstance(time_budget, bool) or not 0 <= time_budget <= 3600:
-        raise ValueError(f"time_budget={time_budget!r} is not valid: expected seconds between 0 and 3600")
-    technique, dev, dt = prepare(name, params, device, dtype, mode, plugins)
+    _check_measurable(s)
+    technique, dev, dt = prepare(name, point.params, s.device, s.dtype, s.mode, plugins)
     if not isolate:
-        return measure_in_process(technique, dev, dt, mode=mode, iterations=iterations, repeats=repeats,
-                                  seed=seed, check=check, time_budget_s=float(time_budget), optimizer=optimizer,
-                                  loss=loss, threads=threads, reference_cache=reference_cache)
-    request = {"kind": "measure", "technique": technique.name, "params": technique.config, "device": device,
-               "dtype": dtype, "mode": mode, "iterations": iterations, "repeats": repeats, "seed": seed,
-               "check": check, "time_budget_s": float(time_budget),
-               "optimizer": optimizer, "loss": loss, "threads": threads,
-               "reference_cache": None if reference_cache is None else os.fspath(reference_cache)}
+        return measure_in_process(technique, dev, dt, setting=s, reference_cache=reference_cache)
+    request = _request(technique, s, reference_cache)
     try:
-        measured = Measurement.from_dict(run_in_subprocess(type(technique), request, timeout, _isolation(isolate)))
+        measured = Measurement.from_dict(run_in_subprocess(type(technique), request, s.timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
-        return skeleton(technique, str(dev), dtype, mode, optimizer=optimizer, loss=loss).replace(
+        return skeleton(technique, str(dev), s).replace(
             status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
     if measured.status != "ok":
         return measured
     # the timed phase in a child of its own, under the timing heap (NOTE [ timed phase ])
-    timing = {"kind": "time", "measured": measured.to_dict(), **{k: request[k] for k in (
-        "technique", "params", "device", "dtype", "repeats", "seed", "time_budget_s", "threads", "check")}}
+    timing = {"kind": "time", "measured": measured.to_dict(),
+              **{k: request[k] for k in ("technique", "params", "setting", "device")}}
     try:
-        return Measurement.from_dict(run_in_subprocess(type(technique), timing, timeout, _isolation(isolate)))
+        return Measurement.from_dict(run_in_subprocess(type(technique), timing, s.timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
         return measured.replace(status=getattr(exc, "status", "error"), error=f"timed phase: {exc}"[:500])
 
 
-def timeline(name: str | type[Technique], *, device: str = "cpu", dtype: str = "float32", mode: str = "train",
-             seed: int = 0, isolate: bool | str = True, timeout: float = 900.0, plugins=(), **params: Any) -> Timeline:
+def timeline(name: str | type[Technique], *, device: str = DEFAULTS.device, dtype: str = DEFAULTS.dtype,
+             mode: str = DEFAULTS.mode, seed: int = DEFAULTS.seed, isolate: bool | str = True,
+             timeout: float = DEFAULTS.timeout, plugins=(), **params: Any) -> Timeline:
     """Allocated bytes over one step as a sequence of events ``(op, stack, phase, delta, live)``.
 
     ``live_bytes`` is above the step's baseline.  Raises :class:`WorkerFailed` when the isolated

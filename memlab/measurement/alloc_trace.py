@@ -39,6 +39,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..cuda.calibration import CONV_OPS
 from ..record import AllocEvent, Window
+from ..setting import DEFAULTS
 from . import host_tags
 from .conv_marks import CONV_MARK, marked_convolutions
 from .host_marks import marked_offloading
@@ -263,8 +264,8 @@ def phase_of(time_ns: int, windows: list[Window]) -> str:
     return "other"
 
 
-def trace_step(technique, *, mode: str = "train", dtype: str = "float32", seed: int = 0, optimizer: str = "sgd",
-               loss: str = "given", iterations: int = 1):
+def trace_step(technique, *, mode: str = DEFAULTS.mode, dtype: str = DEFAULTS.dtype, seed: int = DEFAULTS.seed,
+               optimizer: str = DEFAULTS.optimizer, loss: str = DEFAULTS.loss, iterations: int = 1):
     """Trace ``technique`` (an instance) on CPU as memlab's measurement does: recording opened before
     the problem is built, one warm-up step, then ``iterations`` marked steps.
 
@@ -280,7 +281,7 @@ def trace_step(technique, *, mode: str = "train", dtype: str = "float32", seed: 
     technique.check_available(dev)
     with AllocationRecorder(dev) as rec:
         problem = technique.build(dev, dt, seed)
-        if loss != "given":
+        if loss != DEFAULTS.loss:
             problem.grad_output = None
         step, _ = make_step(technique, problem, mode, optimizer=optimizer, loss=loss)
         step()

@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import torch
 
+from .. import setting
+
 __all__ = ["parse_device", "parse_dtype", "DTYPES", "device_label", "synchronize"]
 
-DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
+#: each dtype name of :data:`memlab.setting.DTYPES` -> its torch dtype
+DTYPES = {name: getattr(torch, name) for name in setting.DTYPES}
 
 
 def parse_device(text: str) -> torch.device:

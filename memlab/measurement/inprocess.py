@@ -15,7 +15,8 @@ from .categories import Probe, baseline_categories, categorise, refuses_saved_ho
 from .devices import device_label, synchronize
 from .environment import environment
 from ..record import Measurement, Timeline, TimelineEvent
-from .step import LOSSES, OPTIMIZERS, baseline_objects, check_choice, make_step, tensors_bytes
+from ..setting import DEFAULTS, Setting
+from .step import baseline_objects, make_step, tensors_bytes
 from .step_check import Float64Arbiter, Shadow, StepLog, build_problem, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
@@ -24,8 +25,7 @@ from .verdict import decide, leak_evidence
 from .reference_cache import ReferenceCache
 from .verify import verify_technique
 
-__all__ = ["measure_in_process", "timeline_in_process", "traced_steps", "TracedSteps", "skeleton", "memory_method",
-           "check_threads"]
+__all__ = ["measure_in_process", "timeline_in_process", "traced_steps", "TracedSteps", "skeleton", "memory_method"]
 
 
 def memory_method(device: torch.device) -> dict[str, str]:
@@ -45,14 +45,15 @@ def memory_method(device: torch.device) -> dict[str, str]:
     }
 
 
-def skeleton(technique: Technique, device: str, dtype: str, mode: str, *, optimizer: str = "sgd",
-             loss: str = "given") -> Measurement:
-    """A Measurement carrying only the identity of the configuration (used for error rows)."""
+def skeleton(technique: Technique, device: str, setting: Setting = DEFAULTS) -> Measurement:
+    """A Measurement carrying only the identity of the configuration (used for error rows): the
+    technique, its parameters, ``device`` (the label of the device it ran on: ``cpu``, ``cuda:0``) and
+    the ``setting``'s dtype, mode, optimizer and loss."""
     return Measurement(
         technique=technique.name, workload=technique.workload.name, family=technique.family(),
-        params=dict(technique.config), device=device, dtype=dtype, mode=mode,
-        samples_per_step=technique.samples_per_step(), peer=technique.peer, optimizer=optimizer, loss=loss,
-        extra={"baseline": technique.baseline, "twin": technique.twin},
+        params=dict(technique.config), device=device, dtype=setting.dtype, mode=setting.mode,
+        samples_per_step=technique.samples_per_step(), peer=technique.peer, optimizer=setting.optimizer,
+        loss=setting.loss, extra={"baseline": technique.baseline, "twin": technique.twin},
     )
 
 
@@ -62,12 +63,12 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
 
 
-def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
-                       iterations: int = 5, repeats: int = 5, seed: int = 0, check: bool = True,
-                       time_budget_s: float = 2.0, optimizer: str = "sgd", loss: str = "given",
-                       threads: int | None = None, reference_cache: str | None = None,
+def measure_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *,
+                       setting: Setting = DEFAULTS, reference_cache: str | None = None,
                        timing: bool = True) -> Measurement:
-    """Measure ``technique`` here.  Callers that share a process should isolate it themselves.
+    """Measure ``technique`` here, in ``setting`` (validated by the caller: :func:`memlab.measure`;
+    its ``device`` and ``dtype`` are the parsed ``device`` and ``dtype``).  Callers that share a
+    process should isolate it themselves.
 
     Order: reference checks (float64, then the measured dtype; own problems, freed), then on CPU
     inside one allocation recording: build, one warm-up step, ``iterations`` traced steps, each
@@ -75,7 +76,7 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     high-water step and one FLOP-counted step (and on CUDA the ``iterations`` allocator-counted
     steps).  Then, with ``timing``, the timed phase (:func:`memlab.measurement.timing.time_in_process`,
     NOTE [ timed phase ]): at least ``repeats`` steps interleaved with the family baseline's (more
-    until stable or ``time_budget_s`` is spent), each checked.  An isolated measurement runs the
+    until stable or ``time_budget`` is spent), each checked.  An isolated measurement runs the
     timed phase in a child of its own (``timing=False`` here).  The verdict (NOTE [ verdicts ]) sets
     the status: ``ok``, ``mismatch`` or ``leak``; OOM becomes ``oom``; any other exception ``error``.
     The traced CPU steps run with a :class:`~memlab.measurement.categories.Probe` for the memory
@@ -86,20 +87,16 @@ def measure_in_process(technique: Technique, device: torch.device, dtype: torch.
     ``reference_cache``: a folder where the reference checks of one sweep share the workload
     reference (:mod:`memlab.measurement.reference_cache`; the same verdict and errors, bit for bit).
     """
-    check_choice("optimizer", optimizer, OPTIMIZERS)
-    check_choice("loss", loss, LOSSES)
-    check_threads(threads)
-    dtype_name = str(dtype).replace("torch.", "")
-    base = skeleton(technique, device_label(device), dtype_name, mode, optimizer=optimizer, loss=loss)
+    s = setting
+    base = skeleton(technique, device_label(device), s.replace(dtype=str(dtype).replace("torch.", "")))
     previous = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
+    if s.threads is not None:
+        torch.set_num_threads(s.threads)
     try:
         cache = ReferenceCache(reference_cache) if reference_cache else None
-        measured = _measure(technique, device, dtype, base, mode, iterations, seed, check, cache)
+        measured = _measure(technique, device, dtype, base, s.mode, s.iterations, s.seed, s.check, cache)
         if timing:
-            measured = time_measured(measured, technique, device, dtype, repeats=repeats,
-                                     time_budget_s=time_budget_s, seed=seed, threads=threads, check=check)
+            measured = time_measured(measured, technique, device, dtype, s)
         return measured
     except Exception as exc:  # noqa: BLE001 - every failure becomes a row, never a crash
         return failed_row(base, exc, device)
@@ -117,17 +114,19 @@ def failed_row(base: Measurement, exc: BaseException, device: torch.device) -> M
                         memory_method=memory_method(device), environment=environment(device))
 
 
-def time_measured(measured: Measurement, technique: Technique, device: torch.device, dtype: torch.dtype, *,
-                  repeats: int, time_budget_s: float, seed: int, threads: int | None,
-                  check: bool = True) -> Measurement:
+def time_measured(measured: Measurement, technique: Technique, device: torch.device, dtype: torch.dtype,
+                  setting: Setting) -> Measurement:
     """The timed phase for an ``ok`` row measured elsewhere (a timing child of its own), merged in;
-    a failure of the phase makes the row ``error`` (or ``oom``), naming the phase."""
+    a failure of the phase makes the row ``error`` (or ``oom``), naming the phase.  The step is the
+    row's (mode, optimizer, loss); ``setting`` says how long it is timed (repeats, time budget),
+    with which seed, threads and checks."""
     if measured.status != "ok":
         return measured
+    s = setting
     try:
         return timed_verdict(measured, time_in_process(
-            technique, device, dtype, mode=measured.mode, repeats=repeats, time_budget_s=time_budget_s,
-            seed=seed, optimizer=measured.optimizer, loss=measured.loss, threads=threads, check=check))
+            technique, device, dtype, mode=measured.mode, repeats=s.repeats, time_budget_s=float(s.time_budget),
+            seed=s.seed, optimizer=measured.optimizer, loss=measured.loss, threads=s.threads, check=s.check))
     except Exception as exc:  # noqa: BLE001 - a row, never a crash
         row = failed_row(measured, exc, device)
         return row.replace(error=f"timed phase: {row.error}"[:500], environment=measured.environment)
@@ -149,13 +148,6 @@ def time_measured(measured: Measurement, technique: Technique, device: torch.dev
 # single-thread time moves less than a naive share would say.  So on a
 # shared machine measure with ``threads=1`` (``memlab sweep --threads 1``, or ``--jobs 2``) when the
 # relative time is the figure that matters; absolute times are then single-core times.
-
-
-def check_threads(threads: int | None) -> None:
-    """``threads`` must be None or a whole number from 1 to 1024."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
-        raise ValueError(f"threads={threads!r} is not valid: expected a whole number from 1 to 1024, or None "
-                         "for the process's own setting")
 
 
 def _verify(technique, device, dtype, mode, seed, cache=None) -> tuple[Any, Any, dict[str, Any]]:
@@ -231,9 +223,9 @@ class TracedSteps:
     predict_cuda_s: float = 0.0  # seconds spent replaying the trace through the CUDA allocator model
 
 
-def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
-                 iterations: int = 5, seed: int = 0, optimizer: str = "sgd", loss: str = "given",
-                 probe: bool = True) -> TracedSteps:
+def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = DEFAULTS.mode,
+                 iterations: int = DEFAULTS.iterations, seed: int = DEFAULTS.seed,
+                 optimizer: str = DEFAULTS.optimizer, loss: str = DEFAULTS.loss, probe: bool = True) -> TracedSteps:
     """Build the problem, take one warm-up step, then on CPU ``iterations`` traced steps.
 
     Allocation recording starts before the problem exists, so that frees of its storages are seen
@@ -437,7 +429,7 @@ def _traced_categories(step, problem, mode, device):
 
 
 def timeline_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *,
-                        mode: str = "train", seed: int = 0) -> Timeline:
+                        mode: str = DEFAULTS.mode, seed: int = DEFAULTS.seed) -> Timeline:
     """Allocated bytes event by event over one step (after a warm-up step), on CPU or CUDA.
 
     Uses the profiler's allocation events on both devices (see NOTE [ exact CPU allocated bytes ]).

@@ -23,12 +23,12 @@ Optimizers (:data:`OPTIMIZERS`), all ``foreach=False`` (one parameter at a time,
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Literal
+from typing import Callable
 
 import torch
 from torch.profiler import record_function
 
-from ..record import MODES
+from ..setting import DEFAULTS, LOSSES, MODES, OPTIMIZERS, check_choice
 from ..technique import Technique
 from ..workload import Problem
 
@@ -36,19 +36,10 @@ __all__ = ["make_step", "make_optimizer", "MODES", "PHASES", "OPTIMIZERS", "LOSS
            "check_choice"]
 
 PHASES = ("forward", "backward", "optimizer")
-OptimizerName = Literal["sgd", "sgd_momentum", "adam", "adamw"]
-OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
-LossName = Literal["given", "mse"]
-LOSSES: tuple[str, ...] = ("given", "mse")
+OptimizerName = str  # one of OPTIMIZERS (memlab.setting)
+LossName = str  # one of LOSSES (memlab.setting)
 LEARNING_RATE = 1e-4
 MOMENTUM = 0.9
-
-
-def check_choice(name: str, value, valid: tuple[str, ...]) -> None:
-    """Raise ValueError naming ``name``, the bad ``value`` and the valid choices."""
-    if value not in valid:
-        plural = "losses" if name == "loss" else f"{name}s"
-        raise ValueError(f"{name}={value!r} is not valid; valid {plural}: {', '.join(valid)}")
 
 
 def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
@@ -63,8 +54,8 @@ def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimiz
 
 
 def make_step(technique: Technique, problem: Problem, mode: str, *,
-              optimizer: OptimizerName | torch.optim.Optimizer = "sgd",
-              loss: LossName = "given", capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
+              optimizer: OptimizerName | torch.optim.Optimizer = DEFAULTS.optimizer,
+              loss: LossName = DEFAULTS.loss, capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
     """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive.
 
     Args:

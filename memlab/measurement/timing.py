@@ -44,6 +44,7 @@ import torch
 
 from ..registry import get_technique, list_techniques
 from ..technique import Technique
+from ..setting import DEFAULTS
 from .cpu_pin import pinned_to_one_cpu
 from .devices import synchronize
 from .environment import load_average
@@ -259,9 +260,10 @@ def _settled(times: list[tuple], ref: list[tuple], cpu_clock: bool) -> bool:
     return 0.93 * _iqr(ratios) / len(ratios) ** 0.5 <= RATIO_PRECISION * statistics.median(ratios)
 
 
-def time_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = "train",
-                    repeats: int = 5, time_budget_s: float = 2.0, seed: int = 0, optimizer: str = "sgd",
-                    loss: str = "given", threads: int | None = None, check: bool = True) -> dict[str, Any]:
+def time_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = DEFAULTS.mode,
+                    repeats: int = DEFAULTS.repeats, time_budget_s: float = DEFAULTS.time_budget,
+                    seed: int = DEFAULTS.seed, optimizer: str = DEFAULTS.optimizer, loss: str = DEFAULTS.loss,
+                    threads: int | None = None, check: bool = DEFAULTS.check) -> dict[str, Any]:
     """The timed phase (NOTE [ timed phase ]): Measurement fields, every timed step checked.
 
     Returns the fields ``step_times_s`` (wall seconds), ``step_cpu_times_s`` (thread CPU seconds),

@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
     from ..registry import get_technique
     from .devices import parse_device, parse_dtype
     from ..record import Measurement
+    from ..setting import Setting
     from .inprocess import measure_in_process, time_measured, timeline_in_process
     from .resident import fix_mmap_threshold
 
@@ -34,22 +35,20 @@ def main(argv: list[str]) -> int:
         write_text_atomic(result_path, json.dumps(run_check(req), sort_keys=True))
         return 0
     technique = get_technique(req["technique"])(**req["params"])
-    device, dtype = parse_device(req["device"]), parse_dtype(req["dtype"])
-    if req["kind"] == "time":  # never the resident setting; the timing heap: NOTE [ the timing heap ]
-        measured = Measurement.from_dict(req["measured"])
-        result = time_measured(measured, technique, device, dtype, repeats=req["repeats"],
-                               time_budget_s=req["time_budget_s"], seed=req["seed"],
-                               threads=req.get("threads"), check=req.get("check", True)).to_dict()
+    if req["kind"] == "timeline":
+        device, dtype = parse_device(req["device"]), parse_dtype(req["dtype"])
+        fix_mmap_threshold()  # the resident figure's setting, before anything is built (resident NOTE)
+        result = timeline_in_process(technique, device, dtype, mode=req["mode"], seed=req["seed"]).to_dict()
         write_text_atomic(result_path, json.dumps(result, sort_keys=True))
         return 0
-    fix_mmap_threshold()  # the resident figure's setting, before anything is built (resident NOTE)
-    if req["kind"] == "timeline":
-        result = timeline_in_process(technique, device, dtype, mode=req["mode"], seed=req["seed"]).to_dict()
+    setting = Setting.from_json(req["setting"])
+    device, dtype = parse_device(setting.device), parse_dtype(setting.dtype)
+    if req["kind"] == "time":  # never the resident setting; the timing heap: NOTE [ the timing heap ]
+        measured = Measurement.from_dict(req["measured"])
+        result = time_measured(measured, technique, device, dtype, setting).to_dict()
     else:
-        result = measure_in_process(technique, device, dtype, mode=req["mode"], iterations=req["iterations"],
-                                    repeats=req["repeats"], seed=req["seed"], check=req["check"],
-                                    time_budget_s=req.get("time_budget_s", 2.0), optimizer=req.get("optimizer", "sgd"),
-                                    loss=req.get("loss", "given"), threads=req.get("threads"),
+        fix_mmap_threshold()  # the resident figure's setting, before anything is built (resident NOTE)
+        result = measure_in_process(technique, device, dtype, setting=setting,
                                     reference_cache=req.get("reference_cache"), timing=False).to_dict()
     write_text_atomic(result_path, json.dumps(result, sort_keys=True))
     return 0

@@ -24,7 +24,7 @@ __all__ = ["add_gpu_measured_to_seed_pages"]
 
 
 def _key(technique: Any, params: Any, mode: Any, optimizer: Any) -> str:
-    return config_key({"technique": technique, "params": params, "mode": mode, "optimizer": optimizer or "sgd"})
+    return config_key({"technique": technique, "params": params, "mode": mode, "optimizer": optimizer})
 
 
 def _seed_keys(seed: dict[str, Any]) -> set[str]:

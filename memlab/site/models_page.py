@@ -28,6 +28,7 @@ from ..advisor.model import CATEGORIES, SCHEMA, predict, predict_time
 from ..advisor.trace import BOUND_FRACTION
 from ..model_advice import largest_fitting
 from ..record import fmt_mib, is_number
+from ..setting import DEFAULTS
 from . import figures as F
 from .notes import CATEGORY_NAMES
 from .page import Page
@@ -196,7 +197,7 @@ def model_page(doc: dict[str, Any], path: str, colors: dict[str, str]) -> dict[s
     stem = name.split(":", 1)[-1]
     return page.done({
         "template": "model.html", "path": path, "title": f"Model: {stem}",
-        "model_file": doc.get("model_file", ""), "family": name, "optimizer": doc.get("optimizer", "sgd"),
+        "model_file": doc.get("model_file", ""), "family": name, "optimizer": doc.get("optimizer", DEFAULTS.optimizer),
         "size": size, "held": ", ".join(f"{k}={v}" for k, v in held.items() if v is not None and str(v).strip()),
         "parameter_bytes": fmt_mib(params),
         "trace_values": ", ".join(map(str, decl.trace_values)), "measured_max": doc.get("measured_max"),
@@ -226,5 +227,6 @@ def add_model_pages(ctx: dict[str, Any]) -> dict[str, Any]:
             problems.append(f"{file.name}: left out of the model pages ({type(exc).__name__}: {exc})"[:300])
             continue
         pages.append(page)
-        paths[f"{page['title']} ({page['optimizer']})" if page["optimizer"] != "sgd" else page["title"]] = path
+        default = page["optimizer"] == DEFAULTS.optimizer
+        paths[page["title"] if default else f"{page['title']} ({page['optimizer']})"] = path
     return {**ctx, "pages": ctx["pages"] + pages, "model_paths": paths, "problems": ctx["problems"] + problems}

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..record import ACTIVATION_CATEGORIES
 from ..record import is_number as _num
+from ..setting import DEFAULTS
 
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machines_apart",
            "in_setting", "swept_param", "config_groups", "sweep_sections", "split_by", "line_labels", "line_variants",
@@ -29,7 +30,7 @@ __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machi
 #: on (NOTE [ the machine a row ran on ] in :mod:`memlab.results`: rows of two machines are never
 #: ranked, drawn or averaged together).
 SETTING = ("device", "dtype", "mode", "optimizer", "loss", "machine")
-_DEFAULT_STEP = {"optimizer": "sgd", "loss": "given"}
+_DEFAULT_STEP = {"optimizer": DEFAULTS.optimizer, "loss": DEFAULTS.loss}
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:

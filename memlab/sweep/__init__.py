@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from .output import SweepOutput, SweepOutputBusy, SweepWriteFailed, open_sweep_output, read_jsonl
 from .plan import SweepPoint, parse_grid, plan_sweep
-from .resume import FINISHED_STATUSES, already_measured, is_done
+from .resume import FINISHED_STATUSES, already_measured, finished_keys, is_done
 from .run import EXECUTORS, check_jobs, run_sweep, visible_gpus
 from .summary import format_table, not_ok_lines, status_summary
 
 __all__ = ["SweepPoint", "plan_sweep", "parse_grid", "run_sweep", "read_jsonl", "format_table", "already_measured",
-           "is_done", "check_jobs", "visible_gpus", "SweepOutput", "open_sweep_output", "SweepOutputBusy",
+           "finished_keys", "is_done", "check_jobs", "visible_gpus", "SweepOutput", "open_sweep_output",
+           "SweepOutputBusy",
            "SweepWriteFailed", "status_summary", "not_ok_lines", "FINISHED_STATUSES", "EXECUTORS"]

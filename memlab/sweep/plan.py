@@ -2,18 +2,15 @@
 product or each technique's defaults."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from ..registry import get_technique, list_families, list_techniques
+from ..setting import DEFAULTS, Point, Setting
 
 __all__ = ["SweepPoint", "parse_grid", "plan_sweep"]
 
-
-@dataclass(frozen=True)
-class SweepPoint:
-    technique: str
-    params: dict[str, Any]
+#: a sweep's point is a :class:`memlab.setting.Point` (technique, parameters, setting); the old name stays
+SweepPoint = Point
 
 
 def parse_grid(specs: list[str]) -> dict[str, list[str]]:
@@ -54,8 +51,9 @@ def _grid_points(cls, grid: dict[str, list[str]]) -> list[dict[str, Any]]:
 
 
 def plan_sweep(family: str | None = None, quick: bool = False, techniques: list[str] | None = None,
-               grid: dict[str, list[str]] | None = None, defaults: bool = False) -> list[SweepPoint]:
-    """Technique x configuration pairs to measure.
+               grid: dict[str, list[str]] | None = None, defaults: bool = False,
+               setting: Setting = DEFAULTS) -> list[Point]:
+    """Technique x configuration pairs to measure, as points in ``setting``.
 
     The configurations are the workload's sweep grid (``quick``: its small one); or, with ``grid``
     (``{parameter: [values as text]}``), the cross product of those values for every selected
@@ -85,6 +83,6 @@ def plan_sweep(family: str | None = None, quick: bool = False, techniques: list[
             kept = {k: v for k, v in cfg.items() if k in valid}
             if kept not in seen:
                 seen.append(kept)
-                keyed.append((index, cls.family(), order, SweepPoint(name, kept)))
+                keyed.append((index, cls.family(), order, Point(name, kept, setting)))
     keyed.sort(key=lambda k: k[:3])
     return [k[3] for k in keyed]

@@ -36,27 +36,28 @@ def ray_available() -> str | None:
     return None
 
 
-def _measure_task(technique: str, params: dict[str, Any], measure_kw: dict[str, Any], plugins: list[str]) -> str:
-    """Runs on a Ray worker: the isolated measurement of one point, as a Measurement JSON line."""
+def _measure_task(technique: str, params: dict[str, Any], setting: str, run_kw: dict[str, Any],
+                  plugins: list[str]) -> str:
+    """Runs on a Ray worker: the isolated measurement of one point (its setting as
+    :meth:`~memlab.setting.Setting.to_json`), as a Measurement JSON line."""
     from memlab.measurement import measure
     from memlab.registry import load_plugin, loaded_plugins
+    from memlab.setting import Point, Setting
 
     for path in plugins:
         if path not in loaded_plugins():
             load_plugin(path)
-    return measure(technique, **measure_kw, **params).to_json()
+    return measure(Point(technique, params, Setting.from_json(setting)), **run_kw).to_json()
 
 
-def _error_row(point, measure_kw: dict[str, Any], exc: BaseException):
+def _error_row(point, exc: BaseException):
     """The ``error`` row of a point whose task failed twice (worker deaths)."""
     from ..measurement.devices import parse_device
     from ..measurement.inprocess import skeleton
     from ..registry import get_technique
 
     technique = get_technique(point.technique)(**point.params)
-    row = skeleton(technique, str(parse_device(measure_kw.get("device", "cpu"))), measure_kw.get("dtype", "float32"),
-                   measure_kw.get("mode", "train"), optimizer=measure_kw.get("optimizer", "sgd"),
-                   loss=measure_kw.get("loss", "given"))
+    row = skeleton(technique, str(parse_device(point.setting.device)), point.setting)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return dataclasses.replace(
         row, status="error",
@@ -64,9 +65,11 @@ def _error_row(point, measure_kw: dict[str, Any], exc: BaseException):
                f"Ray retried it {RAY_RETRIES} time{'s' if RAY_RETRIES != 1 else ''}"))
 
 
-def run_on_ray(points: list, measure_kw: dict[str, Any], *,
+def run_on_ray(points: list, run_kw: dict[str, Any], *,
                address: str | None = None) -> Iterator[tuple[Any, Any, float]]:
-    """Yield ``(point, Measurement, seconds)`` as Ray finishes the points (NOTE [ Ray executor ]).
+    """Yield ``(point, Measurement, seconds)`` as Ray finishes the points (NOTE [ Ray executor ]):
+    each a :class:`~memlab.setting.Point` measured in its setting, ``run_kw`` going to
+    :func:`memlab.measure` as they are.
 
     Connects to ``address`` (a running cluster: ``auto`` or ``ray://host:port``), or uses the Ray
     instance this process already started, or starts a local one.
@@ -78,13 +81,11 @@ def run_on_ray(points: list, measure_kw: dict[str, Any], *,
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, include_dashboard=False)
-    gpu = str(measure_kw.get("device", "cpu")).startswith("cuda")
-    cpus = measure_kw.get("threads") or 1
-    task = ray.remote(num_cpus=cpus, num_gpus=1 if gpu else 0, max_retries=RAY_RETRIES,
-                      retry_exceptions=False)(_measure_task)
+    task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(_measure_task)
     plugins = list(loaded_plugins())
     last = time.perf_counter()
-    pending = {task.remote(p.technique, p.params, measure_kw, plugins): p for p in points}
+    pending = {task.options(num_cpus=p.setting.threads or 1, num_gpus=1 if p.setting.device.startswith("cuda") else 0)
+               .remote(p.technique, p.params, p.setting.to_json(), run_kw, plugins): p for p in points}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
         ref = ready[0]
@@ -93,7 +94,7 @@ def run_on_ray(points: list, measure_kw: dict[str, Any], *,
             row = Measurement.from_json(ray.get(ref))
         except (ray.exceptions.WorkerCrashedError, ray.exceptions.RayTaskError, ray.exceptions.NodeDiedError,
                 ray.exceptions.RayError) as exc:
-            row = _error_row(point, measure_kw, exc)
+            row = _error_row(point, exc)
         now = time.perf_counter()
         yield point, row, now - last  # seconds since the previous point finished (for the ETA)
         last = now

@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator, TextIO
 from ..atomic import append_line_durable
 from ..measurement import measure
 from ..record import Measurement
+from ..setting import DEFAULTS, Point, Setting
 from .output import SweepOutput, say
-from .plan import SweepPoint
 
 __all__ = ["EXECUTORS", "run_sweep", "check_jobs", "visible_gpus"]
 
@@ -22,20 +22,24 @@ __all__ = ["EXECUTORS", "run_sweep", "check_jobs", "visible_gpus"]
 EXECUTORS = ("local", "ray")
 
 
-def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, device: str = "cpu",
-              dtype: str = "float32", mode: str = "train",
-              progress: Callable[[int, int, SweepPoint, Measurement | None, float], None] | None = None,
+def run_sweep(points: list[Point], out: "SweepOutput | TextIO | None", *,
+              progress: Callable[[int, int, Point, Measurement | None, float], None] | None = None,
               warn: Callable[[str], None] | None = None, jobs: int = 1, row_extra: dict[str, Any] | None = None,
               gpu_pins: list[str] | None = None, executor: str = "local", ray_address: str | None = None,
-              **measure_kw: Any) -> Iterator[Measurement]:
-    """Measure each point (isolated), append it to ``out`` at once, yield it.
+              **options: Any) -> Iterator[Measurement]:
+    """Measure each point (isolated) in its setting, append it to ``out`` at once, yield it.
+
+    ``points``: :class:`~memlab.setting.Point` s (``SweepPoint``); ``options`` that are
+    :class:`~memlab.setting.Setting` fields (``device="cuda"``, ``iterations=1``...) change every
+    point's setting, the others (``isolate``, ``reference_cache``, ``plugins``) go to
+    :func:`memlab.measure` as they are.  Every point's setting is validated before the first runs.
 
     ``out``: a :class:`SweepOutput` (locked, see NOTE [ sweep output ]) or an open text file.  A
-    point whose technique cannot run on ``device`` is skipped with a line to ``warn`` (default:
+    point whose technique cannot run on its device is skipped with a line to ``warn`` (default:
     stderr).  Raises :class:`SweepWriteFailed` when a row cannot be written to a SweepOutput.
 
     ``jobs``: measurements run at once (CPU only; NOTE [ parallel sweep ]).  Rows are written and
-    yielded in the order they finish.  With ``jobs > 1`` and no ``threads`` given, each measurement
+    yielded in the order they finish.  With ``jobs > 1``, a point whose setting has no ``threads``
     gets ``cores // jobs`` intra-op threads (at least 1).  The points' reference checks share the
     workload reference through a temporary folder (:mod:`memlab.measurement.reference_cache`),
     removed when the sweep ends.  ``row_extra`` is added to every row's ``extra`` (a shard's record:
@@ -49,38 +53,43 @@ def run_sweep(points: list[SweepPoint], out: "SweepOutput | TextIO | None", *, d
     if executor == "ray" and jobs != 1:
         raise ValueError(f"jobs={jobs} with executor 'ray': Ray runs as many points at once as the cluster has "
                          "resources for (a CPU point takes --threads CPUs, a CUDA point one GPU); leave --jobs at 1")
+    changes, run_kw = Setting.split(options)
+    points = [p.with_setting(_threads(p.setting.replace(**changes).validate(), jobs)) for p in points]
+    device = points[0].setting.device if points else DEFAULTS.device
     check_jobs(jobs, device, gpu_pins)
     if gpu_pins is None and jobs > 1 and str(device) == "cuda":
         gpu_pins = visible_gpus()
     if gpu_pins is not None and len(gpu_pins) < jobs:
         raise ValueError(f"gpu_pins={gpu_pins!r}: expected at least {jobs} entries, one per worker")
     warn = warn or say
-    if jobs > 1 and measure_kw.get("threads") is None:
-        measure_kw["threads"] = max(1, (os.cpu_count() or 1) // jobs)
-
     own_cache = None
-    if executor == "local" and measure_kw.get("check", True) and measure_kw.get("reference_cache") is None:
-        own_cache = measure_kw["reference_cache"] = tempfile.mkdtemp(prefix="memlab-references-")
+    if executor == "local" and any(p.setting.check for p in points) and run_kw.get("reference_cache") is None:
+        own_cache = run_kw["reference_cache"] = tempfile.mkdtemp(prefix="memlab-references-")
     try:
-        yield from _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw, row_extra or {},
-                             gpu_pins, (executor, ray_address))
+        yield from _measured(points, out, progress, warn, jobs, run_kw, row_extra or {}, gpu_pins,
+                             (executor, ray_address))
     finally:
         if own_cache is not None:
             shutil.rmtree(own_cache, ignore_errors=True)
 
 
-def _measured(points, out, device, dtype, mode, progress, warn, jobs, measure_kw, row_extra,
-              gpu_pins, executor) -> Iterator[Measurement]:
+def _threads(setting: Setting, jobs: int) -> Setting:
+    """With ``jobs > 1``, a setting without ``threads`` gets ``cores // jobs`` (NOTE [ parallel sweep ])."""
+    if jobs > 1 and setting.threads is None:
+        return setting.replace(threads=max(1, (os.cpu_count() or 1) // jobs))
+    return setting
+
+
+def _measured(points, out, progress, warn, jobs, run_kw, row_extra, gpu_pins, executor) -> Iterator[Measurement]:
     from ..technique import TechniqueUnavailable
 
-    def measure_one(point: SweepPoint) -> Measurement:
-        return measure(point.technique, device=device, dtype=dtype, mode=mode, **measure_kw, **point.params)
+    def measure_one(point: Point) -> Measurement:
+        return measure(point, **run_kw)
 
     if executor[0] == "ray":
         from .ray_executor import run_on_ray
 
-        finished = run_on_ray(points, {"device": device, "dtype": dtype, "mode": mode, **measure_kw},
-                              address=executor[1])
+        finished = run_on_ray(points, run_kw, address=executor[1])
     elif jobs == 1 and gpu_pins is None:
         finished = _one_at_a_time(points, measure_one, progress)
     else:
@@ -160,7 +169,7 @@ def visible_gpus() -> list[str]:
 # Evidence: docs/evidence/code-notes.md#parallel-sweep
 
 
-def _attempt(measure_one, point: SweepPoint) -> tuple[SweepPoint, Any, float]:
+def _attempt(measure_one, point: Point) -> tuple[Point, Any, float]:
     """``(point, Measurement or the exception measuring it raised, seconds)``: run_sweep decides."""
     t0 = time.perf_counter()
     try:
