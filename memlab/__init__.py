@@ -5,6 +5,7 @@ Public API::
     memlab.Technique, memlab.Workload, memlab.Param, memlab.Problem
     memlab.list_techniques(), memlab.get_technique(name), memlab.load_plugin(path)
     memlab.measure(name, *, device="cpu", dtype="float32", mode="train", **params) -> Measurement
+    memlab.measure(memlab.Point(name, params, memlab.Setting(optimizer="adam"))) -> Measurement
     memlab.timeline(name, ...) -> Timeline
     memlab.measure_model("my_model.py", "checkpoint_blocks", batch=4) -> Measurement  # your own model
     memlab.load_model("my_model.py")  # check a model file; its workload class (family model:my_model)
@@ -31,6 +32,7 @@ _EXPORTS = {
     "load_plugin": ".registry", "list_advisors": ".registry", "get_advisor": ".registry",
     "AdvisorModel": ".advisor.declaration",
     "measure": ".measurement", "timeline": ".measurement", "Measurement": ".measurement",
+    "Setting": ".setting", "Point": ".setting",
     "Timeline": ".measurement", "TimelineEvent": ".measurement",
     "Verification": ".measurement.verify", "verify_technique": ".measurement.verify",
     "host_memory": ".measurement.host_marks",
