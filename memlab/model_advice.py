@@ -411,11 +411,14 @@ def largest_fitting(need: Callable[[int], int], budget: int, high: int = MAX_SIZ
 
 def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), params: Mapping[str, int] = {},
                  optimizer: str = DEFAULTS.optimizer, device: str = "cpu", cache_root: Path | None = None,
-                 say: Callable[[str], None] = print, measure_fn: Callable | None = None) -> dict[str, Any]:
+                 say: Callable[[str], None] = print, measure_fn: Callable | None = None,
+                 load_timeout: float | None = None) -> dict[str, Any]:
     """For each modelled technique of ``model``: the largest ``vary[0]`` fitting ``budget`` bytes.
 
     Args:
         params: the other varied sizes' values (``{"seq": 128}``; default: ``batch()``'s defaults).
+        load_timeout: when the fit is not indexed, seconds the model file's import and checks may take
+            in a child first (NOTE [ a model file loaded under a timeout ]); None: in this process.
 
     Returns:
         a JSON-ready dict: ``answers`` (ranked by the size, then the predicted relative time; each
@@ -436,6 +439,9 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     index = _index_path(model, vary, optimizer, cache_root)
     fit = _indexed_fit(index, optimizer, params)
     if fit is None:
+        from .own_model import load_model_bounded
+
+        load_model_bounded(model, load_timeout)
         fit = _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn)
         _write_index(index, model, Path(fit["path"]).parent, fit["kinds"])
     decl, fam, held = fit["decl"], fit["fam"], fit["held"]

@@ -16,6 +16,7 @@ every problem into one :class:`~memlab.workloads.model_file.ModelFileError` line
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, Callable
 from .setting import DEFAULTS
 from .workloads.model_file import ModelFileError
 
-__all__ = ["load_model", "measure_model", "technique_name", "model_techniques", "register_model_module",
+__all__ = ["load_model", "load_model_bounded", "measure_model", "technique_name", "model_techniques", "register_model_module",
            "ModelFileError", "apply_model_args"]
 
 
@@ -67,15 +68,31 @@ def load_model(model: str | os.PathLike | Callable):
         ModelFileError: the file raises on import, lacks ``build``/``batch``, or fails
             :func:`~memlab.workloads.model_file.check_model_file`; one line naming the file.
     """
-    from .registry import load_plugin
     from .workloads.model_file import check_model_file
 
+    workload = _imported(model)
+    if not workload.__dict__.get("_checked"):
+        check_model_file(workload.model_file)
+        workload._checked = True
+    return workload
+
+
+def _file_path(model) -> Path:
+    """The model file's path: FileNotFoundError when there is none, ModelFileError for a directory."""
     path = _path_of(model)
     if path.is_dir():
         raise ModelFileError(f"model file {str(model)!r} is a directory, not a Python file; give the .py file "
                              f"that defines build() and batch(size)")
     if not path.is_file():
         raise FileNotFoundError(f"model file {str(model)!r} does not exist")
+    return path
+
+
+def _imported(model):
+    """The workload of the model file, imported (once) and registered; not checked."""
+    from .registry import load_plugin
+
+    path = _file_path(model)
     resolved = str(path.resolve())
     if _workload_of(resolved) is None:
         try:
@@ -91,10 +108,59 @@ def load_model(model: str | os.PathLike | Callable):
         raise ModelFileError(f"model file {path.name} defines neither build() nor batch(), or registers "
                              f"techniques of its own (a plug-in: use --plugin); a model file defines build() -> "
                              f"torch.nn.Module and batch(size) -> tensors")
-    if not workload.__dict__.get("_checked"):
-        check_model_file(workload.model_file)
-        workload._checked = True
     return workload
+
+
+# NOTE [ a model file loaded under a timeout ]
+# A user's file runs arbitrary code on import and in build(): an import that waits on a network, a
+# build() that never returns.  So the command line loads and checks it first in a child process
+# (``python -c``, a session of its own) killed at ``--timeout``: a file that never finishes is one
+# line and exit status 2, for measure, check, sweep and advise alike.  Once the child has loaded and
+# checked it, the command imports it itself and skips the checks the child made.
+def load_model_bounded(model, timeout: float | None):
+    """:func:`load_model`, its import and checks run first in a child killed after ``timeout``
+    seconds (NOTE [ a model file loaded under a timeout ]); ``timeout`` None: in this process.
+
+    Raises:
+        ModelFileError: the child's one line (a bad file), or the file did not load and check in time.
+    """
+    if timeout is None:
+        return load_model(model)
+    path = _file_path(model)
+    if _workload_of(str(path.resolve())) is None:
+        _check_in_child(path, timeout)
+        workload = _imported(model)
+        workload._checked = True
+    return load_model(model)
+
+
+_CHILD = ("import sys\nfrom memlab.own_model import load_model\ntry:\n    load_model(sys.argv[1])\n"
+          "except (ValueError, FileNotFoundError, ImportError) as exc:\n"
+          "    print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)\n    sys.exit(2)\n")
+
+
+def _check_in_child(path: Path, timeout: float) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        _, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        raise ModelFileError(f"model file {path.name}: loading it (its import, build(), batch(1), batch(2)) did "
+                             f"not finish within --timeout {timeout:g} s; a file that waits (a download, a lock, "
+                             f"a loop) must return, or give a larger --timeout") from None
+    if child.returncode != 0:
+        lines = [line for line in err.splitlines() if line.strip()]
+        raise ModelFileError(lines[-1] if lines else f"model file {path.name}: loading it ended with exit status "
+                                                      f"{child.returncode}")
 
 
 def _path_of(model) -> Path:
@@ -161,7 +227,9 @@ def apply_model_args(args, command: str) -> None:
     family, so ``memlab measure|check|sweep`` run unchanged.  ``measure``'s name and ``sweep``'s
     ``--technique`` are kinds (``checkpoint_blocks``); ``--blocks`` becomes ``blocks=`` in
     ``--param`` (measure) or ``--grid`` (sweep)."""
-    workload = load_model(args.model)
+    if command == "measure":
+        _refuse_device(args.model, args.name or "plain", getattr(args, "device", None))
+    workload = load_model_bounded(args.model, getattr(args, "timeout", None))
     names = model_techniques(args.model)
     blocks = getattr(args, "blocks", None)
     if command == "measure":
@@ -182,3 +250,17 @@ def apply_model_args(args, command: str) -> None:
         args.name = [technique_name(args.model, k) for k in args.name] if args.name else list(names.values())
     else:
         raise ValueError(f"--model does not apply to memlab {command}")
+
+
+def _refuse_device(model, kind: str, device: str | None) -> None:
+    """A kind that cannot run on ``device`` (``offload_activations`` on the CPU): refused before the
+    file is loaded, in the words of :meth:`memlab.Technique.check_available`."""
+    from .errors import TechniqueUnavailable
+    from .techniques.any_model import KINDS
+    from .workloads.model_file import stem_of
+
+    template = KINDS.get(kind)
+    device_type = (device or "cpu").split(":")[0]
+    if template is not None and device_type not in template.devices:
+        raise TechniqueUnavailable(f"technique '{stem_of(model)}__{kind}' does not support device {device_type!r}; "
+                                   f"supported: {', '.join(template.devices)}")

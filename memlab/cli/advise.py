@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from .common import UsageError, print_or_drop, say
+from .options import timeout_seconds
 from ..setting import DEFAULTS
 
 __all__ = ["add_parser", "run"]
@@ -32,6 +33,9 @@ def add_parser(sub, shared) -> None:
                                                    "of fitted model files, default ~/.cache/memlab/advise)")
     s.add_argument("--model", metavar="FILE.py", help="a model file (build/batch): fit its techniques' models (cached) "
                                                       "and answer the largest --vary size each fits in --budget")
+    s.add_argument("--timeout", type=timeout_seconds, default=DEFAULTS.timeout, metavar="SECONDS",
+                   help=f"with --model: seconds loading and checking the model file may take (a child process, "
+                        f"killed then; default {DEFAULTS.timeout:g})")
     s.add_argument("--vary", default="batch", metavar="SIZES",
                    help="with --model: the sizes the models vary, batch first (batch, or batch,seq; default "
                         "batch); the answer searches the first")
@@ -108,7 +112,8 @@ def _advise_model(args, cache_root) -> int:
         raise UsageError("memlab advise --model needs --budget (e.g. --budget 24GiB)")
     a = advise_model(args.model, args.budget, vary=[v.strip() for v in args.vary.split(",")],
                      params=split_params(args.param or []), optimizer=args.optimizer or DEFAULTS.optimizer,
-                     device=args.device, cache_root=cache_root, say=say)
+                     device=args.device, cache_root=cache_root, say=say,
+                     load_timeout=args.timeout)
     if args.verify:  # the answer may come from the index, without the model file: register its techniques
         from ..own_model import load_model
 
