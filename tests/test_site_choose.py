@@ -14,6 +14,8 @@ import json
 import os
 import random
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from memlab.results import ResultsWarning
 from memlab.site import build_site
 from memlab.site.choose import compact_models
 from memlab.site.text import fmt_mib
+from process_checks import HANG_GUARD_S
 from test_site_browser import REPO, _close, _evaluate, _visit, browser, served  # noqa: F401 (fixtures)
 
 MODELS = REPO / "data" / "models"
@@ -34,6 +37,7 @@ MODELS = REPO / "data" / "models"
 QUERIES = [
     ("chunking", {"n": 400000, "d": 1024, "hidden": 4096}, {}, "8GiB", "adam", "cpu"),
     ("chunking", {"n": 10000, "d": 256, "hidden": 1024}, {}, "64MiB", "sgd", "cpu"),
+    ("chunking", {"n": 10000, "d": 256, "hidden": 1024}, {}, "2GiB", "sgd", "cpu"),  # the page's defaults: plain fits
     ("chunking", {"n": 10000, "d": 256, "hidden": 1024}, {"chunk_size": 700}, "1GiB", "sgd", "cuda"),
     ("chunking", {"n": 2049, "d": 3, "hidden": 5}, {}, "76.9 MB", "adam", "cuda"),
     ("chunking", {"n": 10000000, "d": 1000000, "hidden": 1000000}, {}, "9000TiB", "sgd", "cpu"),
@@ -70,11 +74,24 @@ def _row(c):
 def _python(q, models_dir):
     family, sizes, knobs, budget, optimizer, device = q
     a = advise(family, budget, [f"{k}={v}" for k, v in {**sizes, **knobs}.items()], optimizer=optimizer,
-               device=device, models_dir=models_dir)
-    return {"fits": [_row(c) for c in a["fits"]], "pareto": [_row(c) for c in a["pareto"]],
+               device=device, models_dir=models_dir, sweeps_dir=models_dir.parent / "sweeps")
+    return {"fits": [{**_row(c), "rank": c["rank"], "time_ranked": c["time_ranked"]} for c in a["fits"]],
+            "pareto": [_row(c) for c in a["pareto"]],
+            "plain": None if a["plain"] is None else {**a["plain"], "need_bytes": str(a["plain"]["need_bytes"])},
+            "not_modelled": a["not_modelled"], "time_error": a["time_error"],
             "cannot_fit": [{"label": c["label"], "smallest_need_bytes": str(c["smallest_need_bytes"]), "knobs": c["knobs"],
                             "chunks": c["chunks"]} for c in a["cannot_fit"]],
             "extrapolation": a["extrapolation"], "budget_bytes": str(a["budget_bytes"]), "sizes": a["sizes"]}
+
+
+def memlab_advise_first_line() -> str:
+    """The first line ``memlab advise`` prints at the Choose page's defaults (issue 43's done-when)."""
+    argv = ["advise", "--family", "chunking", "--budget", "2GiB", "--param", "n=10000", "--param", "d=256",
+            "--param", "hidden=1024"]
+    out = subprocess.run([sys.executable, "-m", "memlab", *argv], capture_output=True, text=True, cwd=REPO,
+                         timeout=HANG_GUARD_S)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()[0]
 
 
 def _points(family: str, entry: dict, rng: random.Random, count: int) -> list[dict[str, int]]:
@@ -95,10 +112,13 @@ def _points(family: str, entry: dict, rng: random.Random, count: int) -> list[di
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    """A site built from an empty results folder and data holding only the committed models."""
+    """A site built from an empty results folder and data holding the committed models and the
+    committed Adam sweep (one row per technique at its defaults: what the page lists as not modelled)."""
     root = tmp_path_factory.mktemp("choose")
     data = root / "data"
     shutil.copytree(MODELS, data / "models")
+    (data / "sweeps").mkdir()
+    shutil.copy(REPO / "data" / "sweeps" / "cpu-adam.jsonl", data / "sweeps")
     out = root / "site"
     with warnings.catch_warnings():
         warnings.simplefilter("error", ResultsWarning)
@@ -112,6 +132,12 @@ def test_the_page_and_its_models_are_built(site):
     assert 'href="choose.html"' in (out / "index.html").read_text()  # in the nav
     assert "static/choose.js" in html and "data-app=" in html
     assert "<strong>chunking</strong>: not yet checked on a GPU for this family" in html  # no data/gpu-check here
+    # before its script runs, the page says at its defaults what memlab advise says first (issue 43)
+    text = memlab_advise_first_line()
+    assert text.startswith("plain (unchunked) fits: peak ") and text.endswith("; no technique needed")
+    answer = html[html.index('id="choose-answer"'):]
+    assert answer.index(text) < answer.index("Measured but not modelled") < answer.index(
+        "modelled only with opt_einsum=False")
     for opt in ("sgd", "adam"):
         shipped = json.loads((out / "models" / f"cpu-float32-{opt}.json").read_text())
         assert shipped == json.loads((MODELS / f"cpu-float32-{opt}.json").read_text())
@@ -197,8 +223,10 @@ def test_browser_evaluation_agrees_with_python_to_the_byte(browser, served, site
             js = _evaluate(browser, session, f"JSON.stringify(memlabChoose.evaluate({json.dumps(_query(q))}))")
             py = _python(q, models_dir)
             assert js["fits"], q
-            for key in ("fits", "pareto", "cannot_fit", "extrapolation", "budget_bytes", "sizes"):
+            for key in ("fits", "pareto", "cannot_fit", "extrapolation", "budget_bytes", "sizes", "plain",
+                        "not_modelled", "time_error"):
                 assert js[key] == py[key], (q, key)
+            assert js["plain"]["plain_fits"] == (js["fits"][0]["label"] == js["plain"]["label"]), q
         js = _evaluate(browser, session, f"JSON.stringify(memlabChoose.evaluate({json.dumps(_query(NOTHING))}))")
         with pytest.raises(AdviceError) as exc:
             _python(NOTHING, models_dir)

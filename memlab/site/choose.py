@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import results as R
-from ..advisor.advise import CUDA_MARGIN, UNITS, error_bound
+from ..advisor.advise import CUDA_MARGIN, UNITS, AdviceError, advise, error_bound
+from ..advisor.decision import changes_dtype, measured_params, not_modelled, time_error
 from ..advisor.declaration import as_declaration
 from ..advisor.gpu_evidence import format_gpu_evidence, gpu_evidence
 from ..advisor.model import CATEGORIES, SCHEMA
@@ -150,7 +151,7 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     return None
 
 
-def _compact_entry(entry: dict) -> dict[str, Any]:
+def _compact_entry(entry: dict, dtype: Any = None) -> dict[str, Any]:
     t = entry.get("time") or {}
     time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "baseline_cost", "fault", "o_scale", "r_per_chunk")
             if k in t} \
@@ -160,6 +161,7 @@ def _compact_entry(entry: dict) -> dict[str, Any]:
     return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
             "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
             "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,
+            "changes_dtype": changes_dtype(entry, dtype),
             "validated_range": entry.get("validated_range", {}), "fitted_range": entry.get("fitted_range", {}),
             "error": error_bound(entry)["text"]}
 
@@ -208,7 +210,7 @@ def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[st
             if why:
                 problems.append(f"{name}: family {fam!r}: {why}; entry left out of the Choose page")
             else:
-                entries.append(_compact_entry(entry))
+                entries.append(_compact_entry(entry, data.get("dtype")))
         if entries:
             natural = [n for n in loop.get("order", ()) if n in sizes]
             families[fam] = {"order": natural + sorted(set(sizes) - set(natural)), "sizes": sizes, "knobs": knobs,
@@ -221,9 +223,20 @@ def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[st
             "loss": data.get("loss"), "families": families}, problems
 
 
+def _decision_inputs(compact: dict[str, Any], data: dict[str, Any], data_dir: Path,
+                     measured: dict[str, dict[str, Any]]) -> None:
+    """Each family's time error and measured-but-not-modelled techniques (:mod:`memlab.advisor.decision`,
+    as :func:`memlab.advisor.advise` reads them), added to the compact models the page ships."""
+    for name, fam in compact["families"].items():
+        fam["time_error"] = time_error(name, compact["optimizer"], Path(data_dir) / "models")
+        declared = data["families"][name].get("declaration")
+        fam["not_modelled"] = not_modelled(name, {**fam, "declaration": declared}, measured.get(name, {}))
+
+
 def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
     """``(compact models by optimizer, file texts to ship by site path, problems)`` from ``data/models``."""
     models, files, problems = {}, {}, []
+    measured = measured_params(Path(data_dir) / "sweeps")  # the Overview warns about its bad lines
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", R.ResultsWarning)
         loaded = R.load_json_objects(model_files(data_dir))
@@ -236,6 +249,7 @@ def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, st
         if compact["optimizer"] in models:
             problems.append(f"{path.name}: a second model file for optimizer {compact['optimizer']!r}; left out")
             continue
+        _decision_inputs(compact, data, data_dir, measured)
         models[compact["optimizer"]] = {**compact, "file": f"models/{path.name}"}
         files[f"models/{path.name}"] = json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
     return dict(sorted(models.items())), files, problems
@@ -285,6 +299,22 @@ def _models_table(page: Page, models: dict[str, dict[str, Any]], colors: dict[st
     return page.table("modelled techniques", cols, cells, records)
 
 
+#: the page's budget before anyone types one (the form's value in ``choose.html``)
+DEFAULT_BUDGET = "2GiB"
+
+
+def _default_answer(data_dir: Path, family: str, optimizer: str) -> dict[str, Any] | None:
+    """:func:`memlab.advisor.advise` at the page's defaults (the first family, its default sizes,
+    :data:`DEFAULT_BUDGET`, CPU), its models as fitted: what the page says before its script runs."""
+    try:
+        a = advise(family, DEFAULT_BUDGET, [], optimizer=optimizer, models_dir=Path(data_dir) / "models",
+                   sweeps_dir=Path(data_dir) / "sweeps", host=None)
+    except (AdviceError, ValueError, KeyError, TypeError):
+        return None
+    return {"family": family, "optimizer": optimizer, "sizes": a["sizes"], "plain": a["plain"],
+            "not_modelled": a["not_modelled"]}
+
+
 def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
     """The Choose page, when ``data/models`` holds models the page can evaluate (else no page)."""
     models, files, problems = load_models(ctx["data_dir"])
@@ -295,7 +325,7 @@ def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
         return ctx
     page = Page("choose.html")
     for fixed in ("inputs", "answer", "fits", "categories", "pareto", "cannot-fit", "models", "fits-table",
-                  "pareto-table", "cannot-table", "choose-extrapolation"):
+                  "pareto-table", "cannot-table", "choose-extrapolation", "choose-plain", "not-modelled"):
         page.anchor(fixed)  # ids the template and the script write
     techniques = sorted({e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]})
     app = {"models": models, "default_optimizer": "sgd" if "sgd" in models else next(iter(models)),
@@ -313,7 +343,9 @@ def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
         evidence[f] = format_gpu_evidence(gpu_evidence(techniques, found[0]["workload_fixed"], gpu_dir),
                                           CUDA_MARGIN["fraction"])
     page.files.update(files)
+    default = _default_answer(ctx["data_dir"], families[0], app["default_optimizer"])
     return {**ctx, "pages": ctx["pages"] + [page.done({
+        "default_answer": default, "default_budget": DEFAULT_BUDGET,
         "template": "choose.html", "path": "choose.html", "title": "Choose a technique for your step",
         "app": json.dumps(app, sort_keys=True, separators=(",", ":"), allow_nan=False),
         "families": families, "gpu_evidence": evidence,

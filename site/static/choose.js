@@ -43,6 +43,86 @@ var memlabChoose = (function () {
 
   function cmpBig(a, b) { return a < b ? -1 : (a > b ? 1 : 0); }
 
+  function fmtBytes(big) {    // memlab.advisor.advise.fmt_bytes (a power of two divides a double exactly)
+    var n = Number(big < 0n ? -big : big), sign = big < 0n ? "-" : "";
+    if (n >= 1024 * MiB) { return sign + pyFixed(n / (1024 * MiB), 2) + " GiB"; }
+    if (n >= MiB) { return sign + pyFixed(n / MiB, 1) + " MiB"; }
+    return sign + (n >= 1024 ? pyFixed(n / 1024, 1) + " KiB" : pyFixed(n, 0) + " B");
+  }
+
+  // -- the decision (memlab.advisor.decision: NOTE [ plain fits first ]) ----------------------------
+  function tieKey(a, b) {      // decision._tie_key: ranked times first, then by time, then by need
+    var na = !a.time_ranked || a.relative_step_time === null, nb = !b.time_ranked || b.relative_step_time === null;
+    return (na - nb) || ((a.relative_step_time || 0) - (b.relative_step_time || 0)) || cmpBig(a.need_bytes, b.need_bytes);
+  }
+
+  function tied(t, lead, error) {
+    return t !== null && lead !== null && Math.abs(t - lead) <= (error || 0) * Math.max(t, lead);
+  }
+
+  function byNeed(list) { return list.slice().sort(function (a, b) { return cmpBig(a.need_bytes, b.need_bytes); }); }
+
+  function orderFits(fits, error) {          // decision.order_fits
+    var ranked = function (c) { return c.time_ranked ? c.relative_step_time : null; };
+    var plain = fits.filter(function (c) { return c.baseline; }).slice(0, 1);
+    var rest = fits.filter(function (c) { return plain.indexOf(c) < 0; }).sort(tieKey);
+    var withPlain = rest.filter(function (c) { return plain.length > 0 && tied(ranked(c), 1.0, error); });
+    var out = plain.concat(byNeed(withPlain));   // ranks set on the candidates themselves (the Pareto table shares them)
+    out.forEach(function (c) { c.rank = 1; });
+    var group = [], lead = null;
+    rest.filter(function (c) { return withPlain.indexOf(c) < 0; }).forEach(function (c) {
+      var t = ranked(c);
+      if (!tied(t, lead, error)) {
+        out = out.concat(byNeed(group));
+        group = [];
+        lead = t;
+      }
+      c.rank = t === null ? null : out.length + 1;
+      group.push(c);
+    });
+    return out.concat(byNeed(group));
+  }
+
+  function pyValue(v) {        // str() of a JSON value as Python prints it (True, False, None)
+    return v === true ? "True" : v === false ? "False" : v === null ? "None" : String(v);
+  }
+
+  function timesText(t) { return t === null ? "time not predicted:" : "about " + pyFixed(t, 2) + "x"; }
+
+  function plainVerdict(candidates, fits, budget, error, need) {   // decision.plain_verdict
+    var plain = candidates.filter(function (c) { return c.baseline; })[0];
+    if (!plain) { return null; }
+    var first = fits.length ? fits[0] : null;
+    if (plain.need_bytes > budget || !plain.recommendable) {
+      return {plain_fits: false, label: plain.label, need_bytes: plain.need_bytes, buys: null,
+              text: "plain (" + plain.label + ") does not fit: " + need + " " + fmtBytes(plain.need_bytes) + " of "
+                + fmtBytes(budget) + (first ? "; first choice: " + labelText(first) + ", " + need + " "
+                + fmtBytes(first.need_bytes) + ", " + timesText(first.relative_step_time) + " plain's time" : "")};
+    }
+    var text = "plain (" + plain.label + ") fits: " + need + " " + fmtBytes(plain.need_bytes) + " of " + fmtBytes(budget)
+      + "; no technique needed";
+    var smaller = fits.filter(function (c) { return !c.baseline && c.need_bytes < plain.need_bytes; });
+    var cheap = smaller.filter(function (c) { return c.time_ranked && tied(c.relative_step_time, 1.0, error); });
+    var pool = cheap.length ? cheap : smaller, small = null;
+    pool.forEach(function (c) {
+      if (small === null || cmpBig(c.need_bytes, small.need_bytes) < 0
+          || (c.need_bytes === small.need_bytes && tieKey(c, small) < 0)) { small = c; }
+    });
+    var buys = [small === null ? "headroom: none needs less than plain"
+      : "headroom: " + labelText(small) + " needs " + fmtBytes(small.need_bytes) + " (headroom "
+        + fmtBytes(budget - small.need_bytes) + ", plain's " + fmtBytes(budget - plain.need_bytes) + "), "
+        + timesText(small.relative_step_time) + " plain's time"];
+    var fast = null;
+    fits.forEach(function (c) {
+      if (!c.baseline && c.time_ranked && c.relative_step_time !== null && (fast === null || tieKey(c, fast) < 0)) { fast = c; }
+    });
+    buys.push(fast !== null && fast.relative_step_time < 1 - (error || 0)
+      ? "speed: " + labelText(fast) + ", " + timesText(fast.relative_step_time) + " plain's time"
+      : "speed: none predicted faster than plain beyond the time error");
+    return {plain_fits: true, label: plain.label, need_bytes: plain.need_bytes, text: text,
+            buys: "a technique would buy " + buys.join("; ")};
+  }
+
   // -- the models (memlab.advisor.model, the loops of memlab.advisor.loops) ---------------------------
   function evalPoly(poly, values) {
     var total = 0n;
@@ -326,6 +406,7 @@ var memlabChoose = (function () {
         var need = device === "cpu" ? pred.total : cudaNeed(pred.total);
         var t = predictTime(fam, entry, p, device);
         candidates.push({technique: entry.technique, label: entry.label, peer: entry.peer, knobs: knobs,
+                         baseline: entry.baseline, time_ranked: device === "cpu" || !entry.changes_dtype,
                          total_peak_bytes: pred.total, peak_by_category_bytes: pred.categories, need_bytes: need,
                          headroom_bytes: budget - need, fits: need <= budget,
                          relative_step_time: t === null ? null : pyRound(t, 3), chunks: pred.k,
@@ -333,10 +414,8 @@ var memlabChoose = (function () {
       });
     });
     var usable = candidates.filter(function (c) { return c.recommendable; });
-    var fits = usable.filter(function (c) { return c.fits; }).sort(function (a, b) {
-      return ((a.relative_step_time === null) - (b.relative_step_time === null))
-        || ((a.relative_step_time || 0) - (b.relative_step_time || 0)) || cmpBig(a.need_bytes, b.need_bytes);
-    });
+    var terr = fam.time_error || {fraction: null, text: ""};
+    var fits = orderFits(usable.filter(function (c) { return c.fits; }), terr.fraction);
     var cannot = [], labels = [];
     candidates.forEach(function (c) { if (labels.indexOf(c.label) < 0) { labels.push(c.label); } });
     labels.forEach(function (label) {
@@ -366,7 +445,9 @@ var memlabChoose = (function () {
       smallest = pool.reduce(function (a, c) { return c.need_bytes < a.need_bytes ? c : a; });
     }
     return {family: query.family, optimizer: query.optimizer, device: device, budget_bytes: budget, sizes: sizes,
-            knobs: chosen, fits: fits, pareto: pareto, cannot_fit: cannot, smallest: smallest,
+            knobs: chosen, fits: fits, pareto: pareto, cannot_fit: cannot, smallest: smallest, time_error: terr,
+            plain: plainVerdict(candidates, fits, budget, terr.fraction, device === "cpu" ? "peak" : "CUDA need"),
+            not_modelled: fam.not_modelled || [],
             extrapolation: extrapolation(fam, sizes), model: model, candidates: candidates.length};
   }
 
@@ -435,15 +516,16 @@ var memlabChoose = (function () {
   }
 
   function fitRows(a, pareto) {
-    return a.fits.map(function (c, i) {
+    return a.fits.map(function (c) {
       var onFront = pareto.indexOf(c) >= 0;
       return {
-        cells: {rank: String(i + 1), technique: tech(c), setting: knobText(c),
-                need: fmtMiB(c.need_bytes), headroom: fmtMiB(c.headroom_bytes), time: fmtRel(c.relative_step_time),
+        cells: {rank: c.rank === null ? "-" : String(c.rank), technique: tech(c), setting: knobText(c),
+                need: fmtMiB(c.need_bytes), headroom: fmtMiB(c.headroom_bytes),
+                time: fmtRel(c.relative_step_time) + (c.time_ranked ? "" : " (dtype: not ranked)"),
                 front: onFront ? "on the front" : "",
                 beyond: c.beyond.length ? [el("span", {title: "beyond this model's validated range: " + c.beyond.join(", "),
                                                        text: "⚠ " + c.beyond[0] + (c.beyond.length > 1 ? " …" : "")})] : ""},
-        sort: {rank: i + 1, need: c.need_bytes.toString(), headroom: c.headroom_bytes.toString(),
+        sort: {rank: c.rank === null ? undefined : c.rank, need: c.need_bytes.toString(), headroom: c.headroom_bytes.toString(),
                time: c.relative_step_time === null ? undefined : c.relative_step_time}};
     });
   }
@@ -490,20 +572,26 @@ var memlabChoose = (function () {
     var need = a.device === "cuda" ? "CUDA need" : "predicted peak";
     var sizesText = Object.keys(a.sizes).map(function (k) { return k + "=" + a.sizes[k]; }).join(", ");
     var first = a.fits[0];
-    var head = el("div", {"class": "headline"}, [el("p", {}, first ? [
+    var verdict = a.plain ? [el("p", {}, [el("strong", {text: a.plain.text})])]
+      .concat(a.plain.buys ? [el("p", {text: a.plain.buys})] : []) : [];
+    var head = el("div", {"class": "headline", id: "choose-plain"}, verdict.concat([el("p", {}, first ? [
       el("strong", {text: "First choice: "}), ].concat(tech(first)).concat([
       " " + knobText(first).replace(/^-$/, "") + ": " + need + " " + fmtMiB(first.need_bytes) + " of "
       + fmtMiB(a.budget_bytes) + " (headroom " + fmtMiB(first.headroom_bytes) + "), about "
       + fmtRel(first.relative_step_time) + " the plain step's time. " + a.fits.length + " of " + a.candidates
       + " settings fit."]) : [el("strong", {text: "Nothing fits: "}),
       "no modelled " + a.family + " technique fits " + fmtMiB(a.budget_bytes) + "; the smallest " + need + " is "
-      + fmtMiB(a.smallest.need_bytes) + " (" + labelText(a.smallest) + ")."])]);
+      + fmtMiB(a.smallest.need_bytes) + " (" + labelText(a.smallest) + ")."])]));
+    box.appendChild(head);
     box.appendChild(el("p", {"class": "note", text: a.family + " at " + sizesText + ", optimizer " + a.optimizer + ", "
       + (a.device === "cuda" ? "CUDA (exact peak × " + pyFixed(1 + APP.cuda_margin.fraction, 2) + " + "
          + fmtMiB(APP.cuda_margin.fixed_bytes) + " + " + fmtMiB(APP.cuda_margin.workspace_bytes)
          + " cuBLAS workspaces; the CUDA context not included)" : "CPU (exact bytes)")
-      + "; models of float32 training steps fitted at memlab " + (a.model.memlab_commit || "?").slice(0, 12) + "."}));
-    box.appendChild(head);
+      + "; models of float32 training steps fitted at memlab " + (a.model.memlab_commit || "?").slice(0, 12) + ". "
+      + "Ranked: the plain step first when it fits, then by predicted relative step time; times within the "
+      + "family's time error (" + (a.time_error.text || "none recorded") + ") share a rank, listed by memory."
+      + (a.device === "cuda" ? " The relative step time is CPU-measured: a GPU can rank close settings differently, "
+         + "and a technique that changes the dtype is not ranked by it." : "")}));
     if (a.extrapolation.length) {
       box.appendChild(el("p", {"class": "extrapolated", id: "choose-extrapolation", text: "⚠ Beyond the validated range: "
         + a.extrapolation.map(function (x) { return x.param + "=" + x.value + " is " + pyFixed(x.factor, 1)
@@ -514,7 +602,8 @@ var memlabChoose = (function () {
                 {key: "setting", label: "setting"},
                 {key: "need", label: need, num: true, title: a.device === "cuda" ? "exact total peak plus the stated CUDA margin" : "predicted total peak of the step, baseline included (exact model)"},
                 {key: "headroom", label: "headroom", num: true, title: "budget minus the " + need},
-                {key: "time", label: "relative step (predicted)", num: true, title: "technique step over the plain reference step: approximate"},
+                {key: "time", label: a.device === "cuda" ? "relative step (predicted, CPU-measured)" : "relative step (predicted)",
+                 num: true, title: "technique step over the plain reference step, thread CPU time on CPU: approximate"},
                 {key: "front", label: "Pareto", title: "no other setting needs less memory and less time"},
                 {key: "beyond", label: "extrapolated", title: "sizes beyond this model's validated range, with the factor"}];
     box.appendChild(el("figure", {"class": "chart-box", id: "categories"}, [
@@ -524,9 +613,9 @@ var memlabChoose = (function () {
         el("figcaption", {text: "Each technique's first-ranked setting that fits (and, for a technique that cannot fit, its "
           + "smallest setting), its predicted peak split by category; the dashed line is the budget."})]));
     if (a.fits.length) {
-      box.appendChild(el("h3", {id: "fits", text: "Settings that fit, fastest first"}));
+      box.appendChild(el("h3", {id: "fits", text: "Settings that fit, plain first, then fastest first"}));
       var shown = SHOWN;
-      var fits = table("fits-table", cols, fitRows(a, a.pareto), "ranked by predicted relative step time, then memory");
+      var fits = table("fits-table", cols, fitRows(a, a.pareto), "plain first when it fits, then by predicted relative step time; tied times share a rank, by memory");
       var rows = fits.querySelectorAll("tbody tr");
       if (rows.length > shown) {
         Array.prototype.slice.call(rows, shown).forEach(function (r) { r.hidden = true; });
@@ -558,6 +647,13 @@ var memlabChoose = (function () {
                           why: c.recommendable ? "" : "not recommended: a held-out measurement was not ok"},
                   sort: {need: c.smallest_need_bytes.toString()}};
         }), "the smallest each reaches"));
+    }
+    if (a.not_modelled.length) {
+      box.appendChild(el("h3", {id: "not-modelled", text: "Measured but not modelled"}));
+      box.appendChild(el("ul", {"class": "not-modelled"}, a.not_modelled.map(function (x) {
+        var setting = Object.keys(x.params).map(function (k) { return k + "=" + pyValue(x.params[k]); }).join(", ");
+        return el("li", {}, [el("code", {text: x.technique}), (setting ? " [" + setting + "]" : "") + ": " + x.reason]);
+      })));
     }
     if (window.Plotly) {
       var fig = categoryChart(a);
@@ -693,10 +789,12 @@ var memlabChoose = (function () {
                   headroom_bytes: c.headroom_bytes, peak_by_category_bytes: c.peak_by_category_bytes,
                   relative_step_time: c.relative_step_time, chunks: c.chunks});
     };
-    return {fits: a.fits.map(row), pareto: a.pareto.map(row), extrapolation: a.extrapolation,
+    var fitRow = function (c) { return Object.assign(row(c), {rank: c.rank, time_ranked: c.time_ranked}); };
+    return {fits: a.fits.map(fitRow), pareto: a.pareto.map(row), extrapolation: a.extrapolation,
             cannot_fit: a.cannot_fit.map(function (c) {
               return big({label: c.label, smallest_need_bytes: c.smallest_need_bytes, knobs: c.knobs, chunks: c.chunks});
-            }), smallest: a.smallest ? row(a.smallest) : null, budget_bytes: a.budget_bytes.toString(), sizes: a.sizes};
+            }), smallest: a.smallest ? row(a.smallest) : null, budget_bytes: a.budget_bytes.toString(), sizes: a.sizes,
+            plain: a.plain ? big(a.plain) : null, not_modelled: a.not_modelled, time_error: a.time_error};
   }
 
   function predictOne(optimizer, family, label, params, device) {
