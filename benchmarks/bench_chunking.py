@@ -4,22 +4,11 @@ Swept: technique x chunk_size x device.  ``unchunked`` has no chunk size and is 
 (at the first chunk_size).  Held fixed: n=2000 rows, d=256, hidden=1024 (the [2000, 1024] float32
 hidden activation is 7.8 MiB); chunk sizes 2000, 500, 200 are 1, 4 and 10 chunks.
 """
-from . import common
+from __future__ import annotations
 
-__all__ = ["ChainedMatmul", "TECHNIQUES"]
+from . import family_grid
 
-TECHNIQUES = ["unchunked", "slice_loop", "vmap_chunk", "einsum_chunk", "checkpoint_chunk",
-              "slice_accumulate", "checkpoint_split_chunk"]
+__all__ = ["ChainedMatmul"]
 
-
-class ChainedMatmul(common.MemlabBenchmark):
-    """One training step of ``(x @ w1) @ w2``, x [2000, 256], w1 [256, 1024], w2 [1024, 256]."""
-
-    workload = "chained_matmul"
-    workload_params = ("n", "d", "hidden")
-    fixed = {"n": 2000, "d": 256, "hidden": 1024}
-    params, param_names = common.class_params([
-        ("technique", common.technique_list(TECHNIQUES, "chained_matmul")),
-        ("chunk_size", [2000, 500, 200]),
-        ("device", common.DEVICES),
-    ])
+#: the classes of the family's grid (``memlab/families/chunking/meta.py``: ``BENCHMARKS``)
+globals().update(family_grid.family_benchmarks("chunking", __name__))

@@ -1,4 +1,5 @@
-"""Plug-in families: one benchmark class per workload a ``MEMLAB_PLUGINS`` file defines.
+"""Plug-in families: one benchmark class per workload a ``MEMLAB_PLUGINS`` file defines, and each
+plug-in family folder's own grid.
 
 A family added as a plug-in (its workload and techniques in one file, :func:`memlab.load_plugin`)
 is benchmarked by asv with no edit here or elsewhere: this module reads the files named in
@@ -11,10 +12,14 @@ Swept: technique, device.  Held fixed: every workload parameter at its default (
 choice of a representative size; the file's sweep grid would need memlab imported to read).
 Without ``MEMLAB_PLUGINS`` this module defines no benchmark.  A user runs
 ``MEMLAB_PLUGINS=/path/to/family.py asv run`` (asv passes the variable to its benchmark processes).
+
+A family folder in ``MEMLAB_PLUGINS`` (the shape of ``memlab/families/<name>/``) is benchmarked on the
+grid its ``meta.py`` declares (``BENCHMARKS``, read without importing it: ``family_grid.py``), each
+class named ``Plugin`` + the name the grid gives it.
 """
 from __future__ import annotations
 
-from . import common
+from . import common, family_grid
 
 __all__ = ["plugin_classes", "class_name"]
 
@@ -37,6 +42,7 @@ def plugin_classes(environ=None) -> dict[str, type]:
         out[name] = type(name, (common.MemlabBenchmark,), {
             "__module__": __name__, "__doc__": f"One training step of plug-in workload {workload!r} at its defaults.",
             "workload": workload, "params": params, "param_names": param_names})
+    out.update(family_grid.plugin_family_benchmarks(__name__, environ))
     return out
 
 

@@ -13,18 +13,9 @@ exact bytes; a device would only add allocator rounding).
 """
 from __future__ import annotations
 
-from . import common
+from . import family_grid
 
-__all__ = ["ResNetComplexity", "TECHNIQUES", "DEPTHS"]
+__all__ = ["ResNetComplexity"]
 
-TECHNIQUES = ["resnet", "resnet_checkpoint_sqrt", "revnet", "resnet_checkpoint_block", "revnet_nosave",
-              "revnet_autograd"]
-DEPTHS = (26, 98, 386)
-FIXED = {"block": "basic", "batch": 1, "width": 2, "image": 8}
-
-
-class ResNetComplexity(common.ComplexityBenchmark):
-    """Log-log exponent of activation memory against depth (in blocks), per technique (CPU, exact bytes)."""
-
-    techniques, size, sizes, fixed, x_extra = TECHNIQUES, "depth", DEPTHS, FIXED, "blocks"
-    metric = "track_activation_exponent"
+#: the classes of the family's grid (``memlab/families/resnet/meta.py``: ``BENCHMARKS``)
+globals().update(family_grid.family_benchmarks("resnet", __name__))

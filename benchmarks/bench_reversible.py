@@ -3,38 +3,11 @@
 Swept: technique x depth x batch x device.  Held fixed: width=128 channels per half, hidden=256,
 additive coupling, MLP blocks.
 """
-from . import common
+from __future__ import annotations
 
-__all__ = ["ResidualStack", "ResidualStackPeers", "TECHNIQUES", "PEERS"]
+from . import family_grid
 
-TECHNIQUES = ["residual", "checkpoint_block", "reversible", "reversible_nosave"]
-#: the third-party reversible stacks, beside memlab's reversible and the baseline, at one size
-PEERS = ["residual", "reversible", "memcnn", "revlib"]
+__all__ = ["ResidualStack", "ResidualStackPeers"]
 
-
-class ResidualStack(common.MemlabBenchmark):
-    """One training step of ``depth`` coupling blocks on x [batch, 256]."""
-
-    workload = "residual_stack"
-    workload_params = ("depth", "batch", "width", "hidden", "coupling", "block")
-    fixed = {"width": 128, "hidden": 256, "coupling": "additive", "block": "mlp"}
-    params, param_names = common.class_params([
-        ("technique", common.technique_list(TECHNIQUES, "residual_stack")),
-        ("depth", [4, 16]),
-        ("batch", [128, 512]),
-        ("device", common.DEVICES),
-    ])
-
-
-class ResidualStackPeers(common.MemlabBenchmark):
-    """MemCNN and RevLib beside memlab's reversible and residual stacks: 16 blocks on x [512, 256]."""
-
-    workload = "residual_stack"
-    workload_params = ("depth", "batch", "width", "hidden", "coupling", "block")
-    fixed = {"width": 128, "hidden": 256, "coupling": "additive", "block": "mlp"}
-    params, param_names = common.class_params([
-        ("technique", PEERS),
-        ("depth", [16]),
-        ("batch", [512]),
-        ("device", common.DEVICES),
-    ])
+#: the classes of the family's grid (``memlab/families/reversible/meta.py``: ``BENCHMARKS``)
+globals().update(family_grid.family_benchmarks("reversible", __name__))

@@ -8,7 +8,7 @@ one is one line naming the variable, its value and what is valid, exit status 2:
 
 * ``MEMLAB_TIMING_CPU``: ``none`` or a CPU this process may run on (NOTE [ one CPU per timed phase ]
   in memlab.measurement.cpu_pin, which reads it in the child);
-* ``MEMLAB_PLUGINS``: plug-in files, separated by ``os.pathsep``; each must exist;
+* ``MEMLAB_PLUGINS``: plug-in files or family folders, separated by ``os.pathsep``; each must exist;
 * ``MEMLAB_COMMIT``: the commit rows record, as given: one printable line of at most 200 characters;
 * ``MEMLAB_CACHE``: the advisor's cache folder: not a file.
 
@@ -45,8 +45,9 @@ def _timing_cpu(value: str) -> str | None:
 
 def _plugins(value: str) -> str | None:
     for entry in (p.strip() for p in value.split(os.pathsep)):
-        if entry and not os.path.isfile(os.path.expanduser(entry)):
-            return f"the plug-in file {entry!r} does not exist"
+        path = os.path.expanduser(entry)
+        if entry and not os.path.isfile(path) and not os.path.isfile(os.path.join(path, "__init__.py")):
+            return f"the plug-in file {entry!r} does not exist (nor a family folder with __init__.py)"
     return None
 
 

@@ -9,28 +9,35 @@ family folder via :func:`load_plugin`) is all it takes for its techniques to sho
 sweep, the benchmarks and the site.  This module imports no other memlab module (the packages are
 found by name), so the classes that register here never form an import cycle with their lookup.
 
-``MEMLAB_PLUGINS`` (paths separated by ``os.pathsep``) names plug-in files loaded on discovery; the
-measurement subprocess receives the plug-ins of its parent the same way.
+``MEMLAB_PLUGINS`` (paths separated by ``os.pathsep``) names plug-in files and family folders loaded on
+discovery; the measurement subprocess receives the plug-ins of its parent the same way.  Each family
+folder's ``meta.py`` (colours, held-out time settings, asv benchmark grid) is read as plain data by
+:func:`family_meta`, without importing torch, for the site, the advisor's time check and the asv
+benchmarks.
 """
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
 import pkgutil
 import sys
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Mapping
 
 __all__ = ["register_workload", "register_technique", "register_advisor", "get_advisor", "list_advisors", "discover", "load_plugin", "loaded_plugins",
-           "builtin_modules", "builtin_families",
+           "builtin_modules", "builtin_families", "plugin_families", "family_meta", "read_family_meta", "FamilyMeta",
            "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
 _WORKLOADS: dict[str, type] = {}
 _TECHNIQUES: dict[str, type] = {}
 _ADVISORS: dict[str, type] = {}  # family -> its AdvisorModel subclass
-#: the package whose sub-packages are the built-in families
+#: the package whose sub-packages are the built-in families, and its folder
 _FAMILIES = f"{__package__}.families"
+_FAMILY_DIR = Path(__file__).resolve().parent / "families"
 #: the packages of the workload and techniques a user's model file gets (:mod:`memlab.own_model`)
 _MODEL_FILE_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
 _DISCOVERED = False
@@ -38,6 +45,26 @@ _DISCOVERY_LOCK = threading.RLock()
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
 #: the module that registers a user's model file (``build``/``batch``) loaded as a plug-in
 _MODEL_FILES = f"{__package__}.own_model"
+
+
+@dataclass(frozen=True)
+class FamilyMeta:
+    """What a family folder's ``meta.py`` declares, read without importing torch or memlab.
+
+    Attributes:
+        name: the family (its folder's name).
+        folder: the family folder.
+        colors: ``{technique: colour name}`` on the site (``memlab.site.colors.NAMED``).
+        time_held_out: ``((advisor entry label, parameters), ...)``: the held-out settings of
+            ``python -m memlab.advisor.time_check``.
+        benchmarks: ``{asv class name: spec}``, the family's asv benchmark grid (``benchmarks/common.py``).
+    """
+
+    name: str
+    folder: Path
+    colors: dict[str, str] = field(default_factory=dict)
+    time_held_out: tuple[tuple[str, dict[str, Any]], ...] = ()
+    benchmarks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _same_definition(a: type, b: type) -> bool:
@@ -139,12 +166,57 @@ def builtin_modules() -> list[tuple[str, Path]]:
 
 
 def builtin_families() -> list[tuple[str, Path]]:
-    """``(family name, folder)`` of every built-in family: the packages under :mod:`memlab.families`,
-    by name, found without importing them."""
-    spec = importlib.util.find_spec(_FAMILIES)
-    return [(info.name, Path(info.module_finder.path) / info.name)
-            for info in sorted(pkgutil.iter_modules(spec.submodule_search_locations), key=lambda i: i.name)
-            if info.ispkg and not info.name.startswith("_")]
+    """``(family name, folder)`` of every built-in family: the packages in ``memlab/families/``, by
+    name, found by a directory scan (no import; this works when the file is loaded alone, as the asv
+    benchmarks load it from the working tree)."""
+    return sorted((p.name, p) for p in _FAMILY_DIR.iterdir()
+                  if (p / "__init__.py").is_file() and not p.name.startswith(("_", ".")))
+
+
+def plugin_families(environ: Mapping[str, str] | None = None) -> list[tuple[str, Path]]:
+    """``(family name, folder)`` of the plug-in family folders: those loaded so far and those named in
+    ``MEMLAB_PLUGINS`` (of ``environ``, default ``os.environ``), found without importing them."""
+    environ = os.environ if environ is None else environ
+    named = [p.strip() for p in environ.get("MEMLAB_PLUGINS", "").split(os.pathsep) if p.strip()]
+    folders = dict.fromkeys(Path(p).expanduser().resolve() for p in [*_PLUGINS, *named])
+    return [(f.name, f) for f in folders if (f / "__init__.py").is_file()]
+
+
+def family_meta(environ: Mapping[str, str] | None = None) -> dict[str, FamilyMeta]:
+    """Every family folder's metadata (:class:`FamilyMeta`), by family name: the built-in families'
+    and the plug-in folders' (:func:`plugin_families`), read from each folder's ``meta.py`` without
+    importing torch or memlab.  A folder without ``meta.py`` declares nothing (empty metadata).
+
+    Raises:
+        ValueError: two folders declare the same family, or a ``meta.py`` is not plain data.
+    """
+    out: dict[str, FamilyMeta] = {}
+    for name, folder in builtin_families() + plugin_families(environ):
+        if name in out and out[name].folder != folder:
+            raise ValueError(f"family {name!r} is declared by two folders: {out[name].folder} and {folder}")
+        out[name] = read_family_meta(name, folder)
+    return out
+
+
+def read_family_meta(name: str, folder: Path) -> FamilyMeta:
+    """The metadata ``folder/meta.py`` declares (``COLORS``, ``TIME_HELD_OUT``, ``BENCHMARKS``), read as
+    plain data with :mod:`ast` (the file is not run).
+
+    Raises:
+        ValueError: a name there is not a literal; the message names the file.
+    """
+    path = Path(folder) / "meta.py"
+    values: dict[str, Any] = {}
+    if path.is_file():
+        for stmt in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+                try:
+                    values[stmt.targets[0].id] = ast.literal_eval(stmt.value)
+                except ValueError:
+                    raise ValueError(f"{path}: {stmt.targets[0].id} is not plain data (a literal)") from None
+    return FamilyMeta(name=name, folder=Path(folder), colors=dict(values.get("COLORS", {})),
+                      time_held_out=tuple((label, dict(params)) for label, params in values.get("TIME_HELD_OUT", ())),
+                      benchmarks=dict(values.get("BENCHMARKS", {})))
 
 
 def _package_modules(package: str, where: Path) -> list[tuple[str, Path]]:
@@ -165,38 +237,48 @@ def _import_all() -> None:
 
 
 def load_plugin(path: str | os.PathLike) -> list[str]:
-    """Import a user's Python file so the techniques it defines register themselves.
+    """Import a user's Python file, or a family folder, so the techniques it defines register themselves.
 
-    Loading the same file twice is a no-op.  The file is imported under a private module name, so
-    its ``if __name__ == "__main__":`` block does not run.  A file that registers nothing and defines
-    ``build``/``batch`` is a model file: :mod:`memlab.own_model` registers its workload and techniques.
+    A family folder is the shape of a built-in family (``memlab/families/<name>/``: ``__init__.py``,
+    ``workload.py``, the technique modules, ``meta.py``): it is imported as a package under a private
+    name, then each of its modules (:func:`builtin_modules`' order), so its modules import each other
+    relatively and memlab absolutely.  Loading the same path twice is a no-op.  A file is imported
+    under a private module name, so its ``if __name__ == "__main__":`` block does not run.  A file that
+    registers nothing and defines ``build``/``batch`` is a model file: :mod:`memlab.own_model`
+    registers its workload and techniques.
 
     Returns:
-        names of the techniques the file registered (empty on a repeated load).
+        names of the techniques the file or folder registered (empty on a repeated load).
 
     Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ImportError: the file failed to import (the original error is chained).
+        FileNotFoundError: ``path`` is neither a file nor a folder holding ``__init__.py``.
+        ImportError: the file or folder failed to import (the original error is chained).
     """
     discover()
     resolved = str(Path(path).expanduser().resolve())
     if resolved in _PLUGINS:
         return []
-    if not os.path.isfile(resolved):
-        raise FileNotFoundError(f"plug-in file {str(path)!r} does not exist")
+    folder = os.path.isfile(os.path.join(resolved, "__init__.py"))
+    if not folder and not os.path.isfile(resolved):
+        raise FileNotFoundError(f"plug-in file {str(path)!r} does not exist (nor a family folder with __init__.py)")
     before, workloads_before = set(registered()), set(_WORKLOADS)
     mod_name = f"memlab_plugin_{len(_PLUGINS)}_{Path(resolved).stem}"
-    spec = importlib.util.spec_from_file_location(mod_name, resolved)
+    spec = (importlib.util.spec_from_file_location(mod_name, os.path.join(resolved, "__init__.py"),
+                                                   submodule_search_locations=[resolved]) if folder
+            else importlib.util.spec_from_file_location(mod_name, resolved))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import plug-in {str(path)!r}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
+        for name, _ in _package_modules(mod_name, Path(resolved)) if folder else ():
+            importlib.import_module(name)
         if set(registered()) == before and set(_WORKLOADS) == workloads_before and _is_model_file(module):
             importlib.import_module(_MODEL_FILES).register_model_module(module, resolved)
     except Exception as exc:
-        del sys.modules[mod_name]
+        for name in [m for m in sys.modules if m == mod_name or m.startswith(mod_name + ".")]:
+            del sys.modules[name]
         raise ImportError(f"plug-in {str(path)!r} failed to import: {exc}") from exc
     _PLUGINS[resolved] = mod_name
     return sorted(set(registered()) - before)
@@ -209,7 +291,7 @@ def _is_model_file(module) -> bool:
 
 
 def loaded_plugins() -> list[str]:
-    """Resolved paths of the plug-in files loaded so far."""
+    """Resolved paths of the plug-in files and family folders loaded so far."""
     return list(_PLUGINS)
 
 

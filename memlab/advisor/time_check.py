@@ -24,54 +24,26 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..atomic import write_text_atomic
+from ..registry import family_meta
 from .model import MODELS_DIR, load_models, predict_time
+from ..setting import DEFAULTS
 
-__all__ = ["HELD_OUT", "GOAL", "check_times", "main"]
+__all__ = ["HELD_OUT", "GOAL", "held_out", "check_times", "main"]
 
 #: the relative error the check aims for
 GOAL = 0.10
 
-#: ``(family, entry label, parameters)``: five settings per family (seven for the transformer, two of
-#: them chunked_attention's), none of them a fitted time point
-HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = (
-    # a family's baseline is 1 by definition (predict_time): the settings are its other entries'
-    ("chunking", "slice_loop", {"n": 4096, "d": 256, "hidden": 1024, "chunk_size": 512}),
-    ("chunking", "checkpoint_chunk", {"n": 16384, "d": 128, "hidden": 512, "chunk_size": 2048}),
-    ("chunking", "slice_accumulate[backward=manual]", {"n": 8192, "d": 256, "hidden": 1024, "chunk_size": 1024}),
-    ("chunking", "einsum_chunk[opt_einsum=false]", {"n": 4096, "d": 128, "hidden": 2048, "chunk_size": 256}),
-    ("chunking", "vmap_chunk", {"n": 16384, "d": 64, "hidden": 512, "chunk_size": 4096}),
-    ("chunking", "slice_accumulate[backward=autograd]", {"n": 8192, "d": 128, "hidden": 1024, "chunk_size": 512}),
-    ("reversible", "checkpoint_block", {"depth": 32, "batch": 256, "width": 256, "hidden": 512}),
-    ("reversible", "reversible", {"depth": 16, "batch": 512, "width": 256, "hidden": 512}),
-    ("reversible", "reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
-    ("reversible", "reversible", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
-    ("reversible", "checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
-    # transformer: layers is a size of its models (an outer loop); two settings at other layer counts
-    ("transformer", "checkpoint_layer", {"seq": 384, "batch": 2, "vocab": 1024, "layers": 2}),
-    ("transformer", "checkpoint_layer", {"seq": 128, "batch": 8, "vocab": 4096, "layers": 8}),
-    ("transformer", "selective_checkpoint", {"seq": 256, "batch": 8, "vocab": 1024, "layers": 2}),
-    ("transformer", "chunked_lm_loss", {"seq": 256, "batch": 2, "vocab": 4096, "chunk": 128, "layers": 2}),
-    ("transformer", "chunked_lm_loss", {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64, "layers": 4}),
-    # chunked_attention's query blocks: per-block costs repeat in every layer (chunk_cost_scale) and split
-    # the attention's work (chunk_split_work); seq, batch and vocab none of the fitted time sizes', 8 and
-    # 7 blocks (fitted: 1, 4, 16), at 4 layers (fitted: 2, 6, 24) and at 2
-    ("transformer", "chunked_attention", {"seq": 320, "batch": 3, "vocab": 1536, "block": 40, "layers": 4}),
-    ("transformer", "chunked_attention", {"seq": 448, "batch": 2, "vocab": 2560, "block": 64, "layers": 2}),
-    # tensor_train: rank and modes are fixed (TTLinearModel), so the batch and the chunk vary: larger
-    # steps than the fitted 256 and 1,024 rows, other chunk counts than 1, 4, 16
-    ("tensor_train", "tt_factorized", {"batch": 4096}),
-    ("tensor_train", "tt_reconstructed", {"batch": 2048}),
-    ("tensor_train", "tt_chunked", {"batch": 2048, "chunk_size": 256}),
-    ("tensor_train", "tt_chunked", {"batch": 4096, "chunk_size": 512}),
-    ("tensor_train", "tt_chunked", {"batch": 8192, "chunk_size": 2048}),
-    # resnet: width 16 and 8x8 images are fixed (ResNetAdvisorModel); the baseline (resnet) is 1 by
-    # definition, so the five are resnet_checkpoint_block at other depths and batches than 20x16, 32x64
-    ("resnet", "resnet_checkpoint_block", {"depth": 44, "batch": 64}),
-    ("resnet", "resnet_checkpoint_block", {"depth": 56, "batch": 32}),
-    ("resnet", "resnet_checkpoint_block", {"depth": 20, "batch": 256}),
-    ("resnet", "resnet_checkpoint_block", {"depth": 26, "batch": 128}),
-    ("resnet", "resnet_checkpoint_block", {"depth": 110, "batch": 16}),
-)
+
+def held_out(environ=None) -> tuple[tuple[str, str, dict[str, int]], ...]:
+    """``(family, entry label, parameters)`` of every family folder's held-out time settings (its
+    ``meta.py``'s ``TIME_HELD_OUT``, read through the registry: :func:`memlab.registry.family_meta`),
+    families by name: five or more per family, none of them a fitted time point."""
+    return tuple((name, label, params) for name, meta in sorted(family_meta(environ).items())
+                 for label, params in meta.time_held_out)
+
+
+#: the built-in families' held-out settings (:func:`held_out`), plug-in folders' in ``MEMLAB_PLUGINS`` too
+HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = held_out()
 
 
 def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -82,10 +54,10 @@ def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, A
     raise ValueError(f"{family}: no modelled entry {label!r}; entries: {', '.join(e['label'] for e in fam['entries'])}")
 
 
-def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, models_dir=None,
+def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | None = None, models_dir=None,
                 say: Callable[[str], None] = print, families: tuple[str, ...] | None = None,
                 runs: int = 1) -> list[dict[str, Any]]:
-    """Predicted against measured relative step time at every :data:`HELD_OUT` setting (one row each)
+    """Predicted against measured relative step time at every :func:`held_out` setting (one row each)
     of ``families`` (default: every family listed).  With ``runs`` > 1 every setting is measured that
     many times, one pass over the settings after another (so a stretch of heavier load falls on
     different settings), and compared with the median; each run's figure is kept (``measured_runs``).
@@ -99,7 +71,7 @@ def check_times(optimizer: str = "sgd", *, measure_fn: Callable | None = None, m
         raise ValueError(f"runs={runs!r} is out of range: expected 1 or more")
     measure_fn = measure_fn or memlab.measure
     models = load_models(optimizer, models_dir)
-    settings = [(family, label, params, *_entry(models, family, label)) for family, label, params in HELD_OUT
+    settings = [(family, label, params, *_entry(models, family, label)) for family, label, params in held_out()
                 if families is None or family in families]
     measured: list[list] = [[] for _ in settings]
     for run in range(runs):
@@ -151,7 +123,7 @@ def _earlier_rows(path: Path) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memlab.advisor.time_check", description=__doc__.splitlines()[0])
-    parser.add_argument("--optimizer", default="sgd")
+    parser.add_argument("--optimizer", default=DEFAULTS.optimizer)
     parser.add_argument("--out", type=Path, default=None, help="default: data/models/time-check-<optimizer>.json")
     parser.add_argument("--family", action="append", default=None,
                         help="check only this family (repeatable); the output file keeps the other families' rows")
@@ -159,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="measure every setting this many times (a pass over the settings each) and compare the "
                              "median (default 1)")
     args = parser.parse_args(argv)
-    known = sorted({f for f, _, _ in HELD_OUT})
+    known = sorted({f for f, _, _ in held_out()})
     for fam in args.family or ():
         if fam not in known:
             parser.error(f"--family {fam!r} has no held-out time settings; valid: {', '.join(known)}")

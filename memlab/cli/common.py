@@ -59,9 +59,11 @@ def check_file(what: str, path: str) -> None:
 
 
 def check_files(args) -> None:
-    """Every ``--plugin`` and the ``--model`` of ``args`` exist as files."""
+    """Every ``--plugin`` and the ``--model`` of ``args`` exist as files (a ``--plugin`` may be a
+    family folder holding ``__init__.py``)."""
     for path in getattr(args, "plugin", None) or []:
-        check_file("plug-in file", path)
+        if not (Path(path).expanduser() / "__init__.py").is_file():  # a family folder, else a file
+            check_file("plug-in file", path)
     if getattr(args, "model", None):
         check_file("model file", args.model)
 

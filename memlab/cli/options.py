@@ -102,7 +102,8 @@ def shared_options() -> Shared:
     """``--plugin``; the measuring options; ``--model`` and ``--blocks``."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--plugin", action="append", metavar="FILE.py",
-                        help="a Python file defining memlab.Technique subclasses (repeatable)")
+                        help="a Python file defining memlab.Technique subclasses, or a family folder shaped "
+                             "like memlab/families/<name>/ (repeatable)")
     meas = argparse.ArgumentParser(add_help=False)
     _measuring(meas)
     model = argparse.ArgumentParser(add_help=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from importlib import metadata
 
-from ..technique import TechniqueUnavailable
+from memlab.technique import TechniqueUnavailable
 
 __all__ = ["require_version"]
 

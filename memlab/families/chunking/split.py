@@ -30,8 +30,8 @@ from __future__ import annotations
 import torch
 
 from .chained_matmul import chained_matmul
-from ...params import Param
-from ...technique import Technique
+from memlab.params import Param
+from memlab.technique import Technique
 from .workload import ChainedMatmul, analytic_floor
 
 __all__ = ["CheckpointSplitChunk", "split_saving_bytes"]

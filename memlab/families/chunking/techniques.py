@@ -16,10 +16,10 @@ import torch
 
 from .chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_in_tiles,
                                         chained_matmul_into, chained_matmul_scratch, hidden_tiles)
-from ...functional.slice_accumulate import chunk_bounds as _bounds
-from ...functional.slice_accumulate import slice_accumulate
-from ...params import Param
-from ...technique import Technique, TechniqueUnavailable
+from memlab.functional.slice_accumulate import chunk_bounds as _bounds
+from memlab.functional.slice_accumulate import slice_accumulate
+from memlab.params import Param
+from memlab.technique import Technique, TechniqueUnavailable
 from .workload import ChainedMatmul, analytic_floor
 
 __all__ = ["Unchunked", "SliceLoop", "VmapChunk", "EinsumChunk", "CheckpointChunk", "SliceAccumulate"]

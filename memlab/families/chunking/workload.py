@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ...advisor.declaration import AdvisorModel, Chunks, Entry
-from ...params import Param
-from ...record import MODES
-from ...workload import DEFAULT_TOLERANCES, Problem, Workload
-from ..seeding import seeded_randn
+from memlab.advisor.declaration import AdvisorModel, Chunks, Entry
+from memlab.params import Param
+from memlab.record import MODES
+from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
+from memlab.families.seeding import seeded_randn
 
 __all__ = ["ChainedMatmul", "ChainedMatmulModel", "MatmulWeights", "AnalyticFloor", "analytic_floor"]
 

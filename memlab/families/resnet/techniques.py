@@ -34,8 +34,8 @@ from typing import Any
 
 from torch.utils.checkpoint import checkpoint, checkpoint_sequential
 
-from ...functional.blocks import sqrt_segments
-from ...technique import Technique
+from memlab.functional.blocks import sqrt_segments
+from memlab.technique import Technique
 from .workload import ResNet
 
 __all__ = ["PlainResNet", "CheckpointBlockResNet", "CheckpointSqrtResNet", "RevNet", "RevNetNoSave",

@@ -37,11 +37,11 @@ import torch
 import torch.nn.functional as F_
 from torch import nn
 
-from ...advisor.declaration import AdvisorModel, Count, Entry
-from ...functional.reversible import residual_stack, reversible_stack
-from ...params import Param, check_steps
-from ...workload import DEFAULT_TOLERANCES, Problem, Workload
-from ..seeding import seeded_randn
+from memlab.advisor.declaration import AdvisorModel, Count, Entry
+from memlab.functional.reversible import residual_stack, reversible_stack
+from memlab.params import Param, check_steps
+from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
+from memlab.families.seeding import seeded_randn
 
 __all__ = ["ResNet", "ResNetAdvisorModel", "ResNetModel", "RevNetModel", "FrozenNorm", "ResBlock", "branch",
            "build_revnet", "blocks_per_stage", "BLOCKS"]

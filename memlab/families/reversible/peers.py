@@ -30,9 +30,9 @@ from importlib import import_module
 
 import torch
 
-from ...technique import Technique, TechniqueUnavailable
+from memlab.technique import Technique, TechniqueUnavailable
 from .workload import ResidualStack
-from ..peer_versions import require_version
+from memlab.families.peer_versions import require_version
 
 __all__ = ["MemCNN", "RevLib"]
 

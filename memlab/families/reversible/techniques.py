@@ -25,8 +25,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ...functional.reversible import Coupling, couple, residual_stack, reversible_stack
-from ...technique import Technique
+from memlab.functional.reversible import Coupling, couple, residual_stack, reversible_stack
+from memlab.technique import Technique
 from .workload import ResidualStack, activation_bytes_per_block
 
 __all__ = ["Residual", "CheckpointBlock", "Reversible", "ReversibleNoSave", "stack_facts"]

@@ -17,11 +17,11 @@ import math
 import torch
 from torch import nn
 
-from ...advisor.declaration import AdvisorModel, Count, Entry
-from ...functional.reversible import Coupling, residual_stack
-from ...params import Param
-from ...workload import DEFAULT_TOLERANCES, Problem, Workload
-from ..seeding import seeded_randn
+from memlab.advisor.declaration import AdvisorModel, Count, Entry
+from memlab.functional.reversible import Coupling, residual_stack
+from memlab.params import Param
+from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
+from memlab.families.seeding import seeded_randn
 
 __all__ = ["ResidualStack", "ResidualStackModel", "CouplingStack", "BLOCKS", "activation_bytes_per_block"]
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ...technique import Technique, TechniqueUnavailable
+from memlab.technique import Technique, TechniqueUnavailable
 from .workload import TTLinear, einsum_reconstruct
 from .techniques import analytic_bytes
 

@@ -42,7 +42,7 @@ from typing import Any, Sequence
 import torch
 
 from .tt import TTShape, tt_shape_of
-from ...technique import Technique
+from memlab.technique import Technique
 from .workload import TTLinear
 from .techniques import analytic_bytes, floor_bytes
 

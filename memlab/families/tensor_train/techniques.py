@@ -20,8 +20,8 @@ import torch
 
 from .tt import SEQUENTIAL, TTShape, plan_block_rows, plan_contraction, plan_report, tt_reconstruct
 from .layer import TTPath
-from ...params import Param
-from ...technique import Technique
+from memlab.params import Param
+from memlab.technique import Technique
 from .workload import TTLinear
 
 __all__ = ["Dense", "TTFactorized", "TTReconstructed", "TTChunked", "analytic_bytes", "floor_bytes"]

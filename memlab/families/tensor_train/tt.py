@@ -35,7 +35,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ...functional.huge_pages import advise_huge_pages
+from memlab.functional.huge_pages import advise_huge_pages
 
 __all__ = [
     "TTShape", "TTPlan", "TTStep", "BLOCKS_LAST_FIRST", "BLOCKS_FIRST_FIRST", "SEQUENTIAL", "tt_contract",
@@ -919,7 +919,7 @@ def tt_contract_chunked(x: torch.Tensor, cores: Sequence[torch.Tensor], chunk_si
     Returns:
         [B, out_features].
     """
-    from ...functional.slice_accumulate import check_chunk_size, slice_accumulate
+    from memlab.functional.slice_accumulate import check_chunk_size, slice_accumulate
 
     shape = tt_shape_of(cores)
     _check_input(x, shape)

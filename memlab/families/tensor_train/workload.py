@@ -19,11 +19,11 @@ import string
 import torch
 import torch.nn.functional as F
 
-from ...advisor.declaration import AdvisorModel, Chunks, Entry
+from memlab.advisor.declaration import AdvisorModel, Chunks, Entry
 from .tt import TTShape
-from ...params import Param
-from ...workload import Problem, Workload
-from ..seeding import seeded_randn
+from memlab.params import Param
+from memlab.workload import Problem, Workload
+from memlab.families.seeding import seeded_randn
 
 __all__ = ["TTLinear", "TTLinearModel", "einsum_reconstruct"]
 

@@ -24,7 +24,7 @@ from enum import Enum
 import torch
 import torch.nn.functional as F
 
-from ...functional.slice_accumulate import chunk_bounds
+from memlab.functional.slice_accumulate import chunk_bounds
 
 __all__ = ["eager_attention", "chunked_attention", "sdpa_attention", "sdpa_backend", "SdpaBackend"]
 

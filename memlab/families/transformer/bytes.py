@@ -129,7 +129,7 @@ def measured_loss_peak(fn, h: torch.Tensor, w: torch.Tensor, targets: torch.Tens
     bytes above the start, forward and backward, with the storages of the final gradients of ``h`` and
     ``w`` left out (NOTE [ loss peak ]).  Both gradients are cleared after.
     """
-    from ...measurement.alloc_trace import trace_allocations
+    from memlab.measurement.alloc_trace import trace_allocations
 
     def step():
         out = fn(h, w, targets)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ...functional.slice_accumulate import chunk_bounds
+from memlab.functional.slice_accumulate import chunk_bounds
 
 __all__ = ["plain_lm_loss", "chunked_lm_loss"]
 

@@ -44,11 +44,11 @@ from pathlib import Path as FilePath
 import torch
 import torch.nn.functional as F
 
-from ...technique import Technique, TechniqueUnavailable
-from ...params import Param
-from ...workload import Problem
+from memlab.technique import Technique, TechniqueUnavailable
+from memlab.params import Param
+from memlab.workload import Problem
 from .workload import EAGER, Path, Transformer
-from ..peer_versions import require_version
+from memlab.families.peer_versions import require_version
 
 __all__ = ["TorchtuneChunkedLoss", "CutCrossEntropy", "GPT2HF", "GPT2HFCheckpointing"]
 

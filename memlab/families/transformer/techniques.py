@@ -51,8 +51,8 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from .attention import SdpaBackend, chunked_attention, sdpa_attention, sdpa_backend
 from .lm_loss import chunked_lm_loss
-from ...params import Param
-from ...technique import Technique, TechniqueUnavailable
+from memlab.params import Param
+from memlab.technique import Technique, TechniqueUnavailable
 from .workload import EAGER, Path, Transformer
 from .bytes import head_terms, layer_terms, loss_peak_bytes
 

@@ -54,12 +54,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...advisor.declaration import AdvisorModel, ChunksOf, Entry, Repeated
+from memlab.advisor.declaration import AdvisorModel, ChunksOf, Entry, Repeated
 from .attention import eager_attention
 from .lm_loss import plain_lm_loss
-from ...params import Param, check_steps
-from ...workload import DEFAULT_TOLERANCES, Problem, Workload
-from ..seeding import seeded_randn
+from memlab.params import Param, check_steps
+from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
+from memlab.families.seeding import seeded_randn
 
 __all__ = ["Transformer", "TransformerModel", "TransformerLM", "Block", "Path", "EAGER", "Attention", "plain_block",
            "HALF_PRECISION_LOSS_SCALE"]

@@ -1,0 +1,42 @@
+"""The reversible family's metadata: plain data, read by :func:`memlab.registry.family_meta` without
+importing torch or memlab (the site, the advisor's time check and the asv benchmarks read it)."""
+
+#: each technique's colour on the site, a name of :data:`memlab.site.colors.NAMED` ("baseline": grey);
+#: leaky_ctx_output is a reproduction's own technique
+COLORS = {
+    "residual": "baseline", "checkpoint_block": "blue", "reversible": "red", "reversible_nosave": "green",
+    "memcnn": "orange", "revlib": "purple", "leaky_ctx_output": "brown",
+}
+
+#: the advisor's held-out time settings (``python -m memlab.advisor.time_check``): ``(entry label,
+#: parameters)``, none a fitted time point
+TIME_HELD_OUT = (
+    ("checkpoint_block", {"depth": 32, "batch": 256, "width": 256, "hidden": 512}),
+    ("reversible", {"depth": 16, "batch": 512, "width": 256, "hidden": 512}),
+    ("reversible_nosave", {"depth": 32, "batch": 128, "width": 256, "hidden": 512}),
+    ("reversible", {"depth": 24, "batch": 256, "width": 128, "hidden": 256}),
+    ("checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
+)
+
+#: the asv benchmark classes, by class name (``benchmarks/common.py``: ``family_benchmarks``).  Held
+#: fixed: width=128 channels per half, hidden=256, additive coupling, MLP blocks.  The peers: the
+#: third-party reversible stacks, beside memlab's reversible and the baseline, at one size.
+BENCHMARKS = {
+    "ResidualStack": {
+        "doc": "One training step of ``depth`` coupling blocks on x [batch, 256].",
+        "workload": "residual_stack",
+        "workload_params": ("depth", "batch", "width", "hidden", "coupling", "block"),
+        "fixed": {"width": 128, "hidden": 256, "coupling": "additive", "block": "mlp"},
+        "techniques": ["residual", "checkpoint_block", "reversible", "reversible_nosave"],
+        "params": [("depth", [4, 16]), ("batch", [128, 512])],
+    },
+    "ResidualStackPeers": {
+        "doc": "MemCNN and RevLib beside memlab's reversible and residual stacks: 16 blocks on x [512, 256].",
+        "workload": "residual_stack",
+        "workload_params": ("depth", "batch", "width", "hidden", "coupling", "block"),
+        "fixed": {"width": 128, "hidden": 256, "coupling": "additive", "block": "mlp"},
+        "techniques": ["residual", "reversible", "memcnn", "revlib"],
+        "plugins": False,
+        "params": [("depth", [16]), ("batch", [512])],
+    },
+}
