@@ -11,7 +11,8 @@ import sys
 import pytest
 
 import memlab
-from memlab.advisor import AdviceError, advise, load_models, parse_budget, predict
+from memlab.advisor import AdviceError, advise, format_advice, load_models, parse_budget, predict
+from memlab.advisor.decision import changes_dtype, order_fits
 from memlab.advisor.declaration import Chunks
 from memlab.advisor.fit import declaration_of
 from memlab.advisor.model import MODELS_DIR, eval_poly
@@ -460,3 +461,71 @@ def test_time_only_sizes_are_timed_but_never_counted_as_exact_bytes(monkeypatch)
     # the time model is fitted at all four sizes: 1.5 + 1000 / (n d) (each point's relative time kept to 4 digits)
     assert len(model["time"]["points"]) == 4
     assert model["time"]["r"] == pytest.approx(1.5, abs=1e-4) and model["time"]["c"] == pytest.approx(1e3, rel=1e-2)
+
+
+# -- the decision: plain fits first, ties, what is not modelled (issue 43) ---------------------------
+
+CHOOSE_DEFAULTS = ["--family", "chunking", "--budget", "2GiB", "--param", "n=10000", "--param", "d=256",
+                   "--param", "hidden=1024"]
+
+
+def test_the_answer_says_first_that_plain_fits(capsys):
+    assert main(["advise", *CHOOSE_DEFAULTS]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("plain (unchunked) fits: peak 110.4 MiB of 2.00 GiB; no technique needed")
+    assert lines[1].startswith("a technique would buy headroom: ") and "speed: " in lines[1]
+    row = next(x for x in lines if x.startswith("1  "))
+    assert row.split()[1] == "unchunked"  # the plain step is the first choice
+    a = advise("chunking", "2GiB", ["n=10000", "d=256", "hidden=1024"])
+    assert a["plain"]["plain_fits"] and a["fits"][0]["baseline"] and a["fits"][0]["rank"] == 1
+
+
+def test_plain_does_not_fit_and_the_first_choice_follows():
+    a = advise("chunking", "60MiB", ["n=10000", "d=256", "hidden=1024"])
+    first = a["fits"][0]
+    assert not a["plain"]["plain_fits"] and not first["baseline"]
+    assert a["plain"]["text"].startswith("plain (unchunked) does not fit: peak 110.4 MiB of 60.0 MiB; first choice: "
+                                         + first["label"])
+    assert format_advice(a).splitlines()[0] == a["plain"]["text"]
+
+
+def test_tied_times_share_a_rank_listed_by_need_and_unranked_times_come_last():
+    def c(label, t, need, baseline=False, ranked=True):
+        return {"label": label, "relative_step_time": t, "need_bytes": need, "baseline": baseline, "time_ranked": ranked}
+
+    fits = [c("slow", 1.5, 10), c("a", 0.98, 50), c("plain", 1.0, 100, baseline=True), c("fast", 0.5, 80),
+            c("fast2", 0.52, 70), c("bf16", 0.3, 5, ranked=False)]
+    out = order_fits(fits, 0.05)
+    assert [(x["label"], x["rank"]) for x in out] == [("plain", 1), ("a", 1), ("fast2", 3), ("fast", 3),
+                                                      ("slow", 5), ("bf16", None)]
+    assert [x["label"] for x in order_fits([f for f in fits if not f["baseline"]], None)][:2] == ["fast", "fast2"]
+
+
+def test_a_parameter_a_label_fixes_selects_those_entries(capsys):
+    a = advise("chunking", "2GiB", ["backward=manual"])
+    labels = {c["label"] for c in a["fits"]}
+    assert "slice_accumulate[backward=manual]" in labels and "slice_accumulate[backward=autograd]" not in labels
+    assert "vmap_chunk" in labels  # entries that do not fix it stay
+    assert main(["advise", "--family", "chunking", "--budget", "2GiB", "--param", "opt_einsum=true"]) == 2
+    err = capsys.readouterr().err
+    assert "cover opt_einsum only as in einsum_chunk[opt_einsum=false] (got opt_einsum=True)" in err
+
+
+def test_what_the_sweeps_measured_and_no_entry_covers_is_listed_with_the_reason():
+    a = advise("chunking", "2GiB", [])
+    why = {(x["technique"], tuple(x["params"].items())): x["reason"] for x in a["not_modelled"]}
+    assert why[("einsum_chunk", (("opt_einsum", True),))].startswith("modelled only with opt_einsum=False")
+    assert ("checkpoint_split_chunk", ()) in why
+    assert not any(t in ("slice_accumulate", "vmap_chunk", "unchunked") for t, _ in why)
+    t = {x["technique"]: x["reason"] for x in advise("transformer", "1GiB", [])["not_modelled"]}
+    assert {"sdpa", "autocast_bf16", "gpt2_hf"} <= set(t)
+    assert "another dtype" in t["autocast_bf16"] and "peer library" in t["gpt2_hf"]
+    assert "not modelled: einsum_chunk [opt_einsum=True]: modelled only with" in format_advice(a)
+
+
+def test_on_cuda_the_time_is_marked_cpu_measured():
+    a = advise("chunking", "2GiB", [], device="cuda")
+    text = format_advice(a)
+    assert "time (CPU-measured)" in text and "CPU-measured: a GPU's ratio can differ" in text
+    assert a["plain"]["text"].startswith("plain (unchunked) fits: CUDA need ")
+    assert changes_dtype({"technique": "autocast_bf16"}, "float32") and not changes_dtype({"technique": "sdpa"}, "float32")

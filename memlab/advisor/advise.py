@@ -386,6 +386,9 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
         lines.append("warning: " + a["kernel_warning"])
     if a["notes"]:
         lines.append("sizes not given: " + ", ".join(a["notes"]))
+    for x in a.get("not_modelled") or []:  # what data/sweeps measured that no entry covers
+        setting = ", ".join(f"{k}={v}" for k, v in x["params"].items())
+        lines.append(f"not modelled: {x['technique']}{f' [{setting}]' if setting else ''}: {x['reason']}")
     if a["device"] == "cuda":
         m = a["cuda_margin"]
         lines.append(f"CUDA need = exact peak x {1 + m['fraction']:.2f} + {fmt_bytes(m['fixed_bytes'])} "
@@ -409,11 +412,11 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())
         if j:
             lines.append(" " * (widths[0] + 2) + format_categories(shown[j - 1]))
-    front = a["pareto"]
+    front = a["pareto"] if len(a["pareto"]) > 1 else []  # one setting is no front (the site lists none either)
     if limit is not None and len(front) > limit:  # evenly spaced along the front, both ends kept
         front = [front[round(i * (len(front) - 1) / (limit - 1))] for i in range(limit)]
     lines += ["", f"Pareto front ({need} vs relative time, {_plural(len(a['pareto']), 'setting')}"
-              + (f", {len(front)} shown" if len(front) < len(a["pareto"]) else "") + "; * fits):"]
+              + (f", {len(front)} shown" if len(front) < len(a["pareto"]) else "") + "; * fits):"] if front else []
     for c in front:
         lines.append(f"  {'*' if c['fits'] else ' '} {fmt_bytes(c['need_bytes']):>11}  {_time(c):>7}  "
                      f"{c['label']} {_knobs(c)}".rstrip())
@@ -423,11 +426,6 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
             why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
             knob = f" at {_knobs(c)}" if c["knobs"] else ""
             lines.append(f"  {c['label']}: smallest {need} {fmt_bytes(c['smallest_need_bytes'])}{knob}{why}")
-    if a.get("not_modelled"):
-        lines += ["", "Measured (data/sweeps) but not modelled:"]
-        for x in a["not_modelled"]:
-            setting = ", ".join(f"{k}={v}" for k, v in x["params"].items())
-            lines.append(f"  {x['technique']}{f' [{setting}]' if setting else ''}: {x['reason']}")
     lines += ["", "Time: " + a["time_note"] + "."]
     return "\n".join(lines)
 

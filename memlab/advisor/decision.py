@@ -8,8 +8,9 @@ here.
 # NOTE [ plain fits first ]
 An answer says first whether the family's plain step (its baseline entry, relative time 1 by
 definition) fits the budget.  When it does, plain is the first choice ("no technique needed") and
-the line after says what a technique would buy: the most headroom (the smallest need), and speed
-only where a technique is predicted faster than plain by more than the time model's error.  When it
+the line after says what a technique would buy, if anything: the most headroom (the smallest need,
+among those within the time error of plain's time when there are such), and speed only where a
+technique is predicted faster than plain by more than the time model's error.  When it
 does not, the first choice is the fastest setting that fits.  Settings whose predicted relative times
 differ by less than that error are ties: one rank, listed by need within it (a group starts at its
 fastest setting and holds every setting within the error of it).  The error is the family's held-out
@@ -126,8 +127,9 @@ def plain_verdict(candidates: Iterable[Mapping[str, Any]], fits: list[Mapping[st
     buys.append(f"speed: {_setting(fast)}, {_times(fast['relative_step_time'])} plain's time"
                 if fast is not None and fast["relative_step_time"] < 1 - (error or 0)
                 else "speed: none predicted faster than plain beyond the time error")
+    bought = small is not None or (fast is not None and fast["relative_step_time"] < 1 - (error or 0))
     return {"plain_fits": True, "label": plain["label"], "need_bytes": plain["need_bytes"], "text": text,
-            "buys": "a technique would buy " + "; ".join(buys)}
+            "buys": "a technique would buy " + "; ".join(buys) if bought else None}
 
 
 def _times(t: float | None) -> str:
@@ -165,8 +167,7 @@ def not_modelled(family: str, fam: Mapping[str, Any], measured: Mapping[str, Map
     for tech, seen in measured.items():
         mine, rows = [e for e in entries if e["technique"] == tech], seen["params"]
         if not mine:
-            declared = (fam.get("declaration") or {}).get("declared_by", f"the {family} advisor model")
-            why = [f"no entry in {declared}"] + ["a peer library's implementation, measured beside memlab's"] * bool(
+            why = [f"the {family} advisor model declares no entry for it"] + ["a peer library's implementation, measured beside memlab's"] * bool(
                 seen["peer"]) + ["its step runs in another dtype than the models' float32"] * changes_dtype(
                 {"technique": tech}, None)
             out.append({"technique": tech, "params": {}, "reason": "; ".join(why)})

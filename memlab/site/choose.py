@@ -223,14 +223,12 @@ def compact_models(data: Any, name: str) -> tuple[dict[str, Any] | None, list[st
             "loss": data.get("loss"), "families": families}, problems
 
 
-def _decision_inputs(compact: dict[str, Any], data: dict[str, Any], data_dir: Path,
-                     measured: dict[str, dict[str, Any]]) -> None:
+def _decision_inputs(compact: dict[str, Any], data_dir: Path, measured: dict[str, dict[str, Any]]) -> None:
     """Each family's time error and measured-but-not-modelled techniques (:mod:`memlab.advisor.decision`,
     as :func:`memlab.advisor.advise` reads them), added to the compact models the page ships."""
     for name, fam in compact["families"].items():
         fam["time_error"] = time_error(name, compact["optimizer"], Path(data_dir) / "models")
-        declared = data["families"][name].get("declaration")
-        fam["not_modelled"] = not_modelled(name, {**fam, "declaration": declared}, measured.get(name, {}))
+        fam["not_modelled"] = not_modelled(name, fam, measured.get(name, {}))
 
 
 def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
@@ -249,7 +247,7 @@ def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, st
         if compact["optimizer"] in models:
             problems.append(f"{path.name}: a second model file for optimizer {compact['optimizer']!r}; left out")
             continue
-        _decision_inputs(compact, data, data_dir, measured)
+        _decision_inputs(compact, data_dir, measured)
         models[compact["optimizer"]] = {**compact, "file": f"models/{path.name}"}
         files[f"models/{path.name}"] = json.dumps(data, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
     return dict(sorted(models.items())), files, problems

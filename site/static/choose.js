@@ -119,8 +119,9 @@ var memlabChoose = (function () {
     buys.push(fast !== null && fast.relative_step_time < 1 - (error || 0)
       ? "speed: " + labelText(fast) + ", " + timesText(fast.relative_step_time) + " plain's time"
       : "speed: none predicted faster than plain beyond the time error");
+    var bought = small !== null || (fast !== null && fast.relative_step_time < 1 - (error || 0));
     return {plain_fits: true, label: plain.label, need_bytes: plain.need_bytes, text: text,
-            buys: "a technique would buy " + buys.join("; ")};
+            buys: bought ? "a technique would buy " + buys.join("; ") : null};
   }
 
   // -- the models (memlab.advisor.model, the loops of memlab.advisor.loops) ---------------------------
