@@ -159,11 +159,10 @@ def test_the_gpu_check_and_the_site_key_by_the_point():
     assert config_key(cfg) == json.dumps(Point("slice_loop", {"n": 8}).key())
 
 
-def test_gradient_options_are_refused_until_measured():
-    import memlab
-
-    with pytest.raises(ValueError, match="accumulate=2 is not measured yet"):
-        memlab.measure("unchunked", accumulate=2, n=16, d=4, hidden=8)
+def test_gradient_options_are_part_of_the_key():
+    """Rows without the gradient options read as their defaults; another value is another point."""
+    assert Setting.from_row({"optimizer": "adam"}).key() == Setting(optimizer="adam", accumulate=1, grads="none").key()
+    assert len({Setting(accumulate=2).key(), Setting(grads="zero").key(), DEFAULTS.key()}) == 3
 
 
 def test_the_cli_validates_the_setting_before_torch():

@@ -83,8 +83,8 @@ def _threads(setting: Setting, jobs: int) -> Setting:
 def _measured(points, out, progress, warn, jobs, run_kw, row_extra, gpu_pins, executor) -> Iterator[Measurement]:
     from ..technique import TechniqueUnavailable
 
-    def measure_one(point: Point) -> Measurement:
-        return measure(point, **run_kw)
+    def measure_one(point: Point) -> Measurement:  # the keyword form: every field of the point's setting
+        return measure(point.technique, **point.setting.to_dict(), **run_kw, **point.params)
 
     if executor[0] == "ray":
         from .ray_executor import run_on_ray
