@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import names
-from .common import UsageError, measure_kwargs, model_file, print_or_drop, say
+from .common import UsageError, measure_kwargs, model_file, print_or_drop, say, setting_of
 
 __all__ = ["add_parser", "precheck", "run", "plan_args"]
 
@@ -52,8 +52,9 @@ def add_parser(sub, shared) -> None:
 
 
 def precheck(args) -> None:
-    """Before torch, when every technique is built in: the family, the techniques and the ``--grid``
-    names, refused in the order :func:`memlab.sweep.plan_sweep` refuses them."""
+    """Before torch: the setting; when every technique is built in, the family, the techniques and the
+    ``--grid`` names, refused in the order :func:`memlab.sweep.plan_sweep` refuses them."""
+    setting_of(args)
     if not names.applies(args.plugin, args.model):
         return
     names.check_family(args.family)
@@ -75,26 +76,26 @@ def run(args) -> int:
     from ..sweep import check_jobs
 
     model_file(args, "sweep")
-    points = _plan(args)
+    kw = measure_kwargs(args)
+    setting = kw.pop("setting")
+    points = _plan(args, setting)
     if args.resume and not args.out:
         raise UsageError("--resume needs --out FILE (the sweep to continue)")
-    kw = measure_kwargs(args)
-    setting = {k: kw.pop(k) for k in ("device", "dtype", "mode")}
     row_extra = None
     if args.shard:
         points, row_extra = _shard_of(points, args, setting)
-    prepare(points[0].technique, {}, setting["device"], setting["dtype"], setting["mode"])  # validated before starting
-    check_jobs(args.jobs, setting["device"])
+    prepare(points[0].technique, {}, setting.device, setting.dtype, setting.mode)  # validated before starting
+    check_jobs(args.jobs, setting.device)
     _check_executor(args)
-    return _measure_points(args, points, {**kw, **setting, "row_extra": row_extra})
+    return _measure_points(args, points, {**kw, "row_extra": row_extra})
 
 
-def _plan(args) -> list:
+def _plan(args, setting) -> list:
     from ..sweep import parse_grid, plan_sweep
 
     try:
         points = plan_sweep(args.family, quick=args.quick, techniques=args.technique,
-                            grid=parse_grid(args.grid or []), defaults=args.defaults)
+                            grid=parse_grid(args.grid or []), defaults=args.defaults, setting=setting)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     if not points:
@@ -162,11 +163,11 @@ def _report(args, points, rows, elapsed: float) -> int:
 
 
 def _unmeasured(points, out, args) -> list:
-    """``--resume``: the points ``out`` holds no ok row for (its unreadable lines are warned about)."""
-    from ..sweep import already_measured, is_done
+    """``--resume``: the points ``out`` holds no finished row for, by :meth:`memlab.setting.Point.key`
+    (its unreadable lines are warned about)."""
+    from ..sweep import finished_keys, is_done
 
-    done = already_measured(out.path, args.device, args.dtype, args.mode, warn=say, optimizer=args.optimizer,
-                            loss=args.loss)
+    done = finished_keys(out.path, warn=say)
     left = [p for p in points if not is_done(p, done)]
     say(f"memlab: resuming {out.path}: {len(points) - len(left)} of {len(points)} point(s) already measured")
     return left
@@ -193,7 +194,7 @@ def plan_args(args) -> dict[str, Any]:
             "defaults": bool(args.defaults), "plugins": [str(Path(p).resolve()) for p in args.plugin or []]}
 
 
-def _shard_of(points, args, setting: dict[str, str]):
+def _shard_of(points, args, setting):
     """``--shard i/n``: this shard's points and the record each of its rows carries."""
     from ..sweep.shard import parse_shard, select_shard, shard_record, summarise
 
@@ -201,8 +202,8 @@ def _shard_of(points, args, setting: dict[str, str]):
         index, count = parse_shard(args.shard)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    record = shard_record(index, count, points, {**setting, "optimizer": args.optimizer, "loss": args.loss},
-                          plan_args(args))
+    identity = {k: getattr(setting, k) for k in ("device", "dtype", "mode", "optimizer", "loss")}
+    record = shard_record(index, count, points, identity, plan_args(args))
     summary = summarise(points, count)
     mine = select_shard(points, index, count)
     say(f"memlab: shard {index}/{count}: {len(mine)} of {len(points)} points "

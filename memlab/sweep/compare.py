@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..record import SCHEMA_VERSION
+from ..setting import Point
 
 __all__ = ["EXACT_FIELDS", "Difference", "Comparison", "point_key", "compare_sweeps", "read_rows", "sweep_lines",
            "NotASweepFile"]
@@ -30,13 +31,12 @@ EXACT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "allocated_a
 
 
 def point_key(row: dict[str, Any]) -> tuple:
-    """What identifies a measured point: technique, parameters, mode, dtype, device, optimizer, loss.
+    """What identifies a measured point: :meth:`memlab.setting.Point.key` of the row (technique,
+    parameters, mode, dtype, device type, optimizer, loss, the gradient options).
 
-    Rows of schema 1 have no optimizer or loss: they were ``sgd`` and ``given``.
+    Rows of schema 1 have no optimizer or loss: they read as the defaults (``sgd`` and ``given``).
     """
-    params = json.dumps(row.get("params", {}), sort_keys=True)
-    return (row.get("technique"), params, row.get("mode"), row.get("dtype"), row.get("device"),
-            row.get("optimizer") or "sgd", row.get("loss") or "given")
+    return Point.from_row(row).key()
 
 
 @dataclass(frozen=True)
