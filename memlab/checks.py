@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from .measurement.reference_check import CheckOutcome, check_outcome, check_technique, config_text, first_line
 from .registry import get_technique, list_techniques
-from .setting import MAX_TIMEOUT_S
+from .setting import DEFAULTS, MAX_TIMEOUT_S
 
 __all__ = ["check_technique", "check_outcome", "iter_checks", "check_all", "check_timeout", "CheckOutcome",
            "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S"]
@@ -69,7 +69,7 @@ def _configurations(name: str) -> list[bool]:
     return [False, True] if get_technique(name).swept_overrides() else [False]
 
 
-def iter_checks(names: list[str] | None = None, *, mode: str = "train", isolate: bool = True,
+def iter_checks(names: list[str] | None = None, *, mode: str = DEFAULTS.mode, isolate: bool = True,
                 timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[CheckOutcome]:
     """Each technique's :class:`CheckOutcome` (every technique, or ``names``), as soon as it is known;
     two for a technique whose check configuration is not what sweeps measure (NOTE [ two check
@@ -93,7 +93,7 @@ def iter_checks(names: list[str] | None = None, *, mode: str = "train", isolate:
             for name in chosen for as_swept in _configurations(name))
 
 
-def check_all(names: list[str] | None = None, *, mode: str = "train", isolate: bool = True,
+def check_all(names: list[str] | None = None, *, mode: str = DEFAULTS.mode, isolate: bool = True,
               timeout: float = DEFAULT_TIMEOUT_S) -> list[CheckOutcome]:
     """Check every technique (or ``names``); one technique's failure never stops the others.
 

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from .setting import DEFAULTS
+
 __all__ = ["LIMIT_POINTS", "LimitRow", "measure_limits", "limits_table", "baseline_flops"]
 
 #: ``(technique, params)`` of the limits table (issue 32's measurements)
@@ -81,7 +83,8 @@ def _workload_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k in memlab.get_technique(name).workload.params}
 
 
-def baseline_flops(name: str, params: dict[str, Any], baseline: str, *, timeout: float = 900.0) -> int | None:
+def baseline_flops(name: str, params: dict[str, Any], baseline: str, *,
+                   timeout: float = DEFAULTS.timeout) -> int | None:
     """FLOPs of one step of ``baseline`` at ``name``'s workload configuration (a forked
     measurement: one traced step, no reference check, one timed step)."""
     import memlab

@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from ..registry import get_technique
+from ..setting import DEFAULTS
 from ..technique import TechniqueUnavailable
 from .verify import Verification, verify_technique
 
@@ -57,7 +58,7 @@ def config_text(name: str, as_swept: bool) -> str:
     return ("as swept: " if as_swept else "check configuration: ") + ", ".join(f"{k}={v}" for k, v in sorted(shown.items()))
 
 
-def check_technique(name: str, *, dtype: torch.dtype = torch.float64, mode: str = "train",
+def check_technique(name: str, *, dtype: torch.dtype = torch.float64, mode: str = DEFAULTS.mode,
                     as_swept: bool = False) -> Verification:
     """Verify one technique on its check configuration (CPU; ``as_swept``: with the workload parameters a
     sweep publishes, :meth:`~memlab.technique.Technique.swept_overrides`): two forward/backward calls of
@@ -79,7 +80,7 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
 
 
-def check_outcome(name: str, *, mode: str = "train", as_swept: bool = False) -> CheckOutcome:
+def check_outcome(name: str, *, mode: str = DEFAULTS.mode, as_swept: bool = False) -> CheckOutcome:
     """Check one technique in this process (``as_swept``: see :func:`check_technique`); an exception of
     the technique becomes ``ERROR`` (``SystemExit`` and ``KeyboardInterrupt`` are not caught)."""
     config = config_text(name, as_swept)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..setting import DEFAULTS
 from ..technique import Technique
 from .reference_cache import ReferenceCache
 
@@ -162,7 +163,8 @@ def _changed(snap, *, exact: bool, rtol: float, atol: float, skip_freed: bool) -
 
 
 def verify_technique(technique: Technique, device: torch.device, dtype: torch.dtype, *,
-                     mode: str = "train", seed: int = 0, cache: ReferenceCache | None = None) -> Verification:
+                     mode: str = DEFAULTS.mode, seed: int = DEFAULTS.seed,
+                     cache: ReferenceCache | None = None) -> Verification:
     """Compare ``technique.forward`` with the workload reference on one seeded problem.
 
     In ``train`` mode the gradients of every parameter and grad-requiring input (the ``.grad`` that
