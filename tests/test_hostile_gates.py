@@ -299,3 +299,28 @@ def test_a_file_without_measured_rows_is_replaced_without_force(tmp_path):
     for text in ("", "\n", "not a row\n"):
         out.write_text(text)
         assert _sweep_in_process(tmp_path, 3)[0] == 0 and len(out.read_text().splitlines()) == 1
+
+
+# -- item 3: the measuring child's parent is expendable ---------------------------------------------
+@pytest.mark.parametrize("how", [[], ["--spawn"]], ids=["forked", "spawned"])
+def test_a_plugin_that_kills_its_parent_costs_an_error_row_not_the_cli(tmp_path, how):
+    out = tmp_path / "killed.jsonl"
+    argv = [sys.executable, "-m", "memlab", "sweep", "--plugin", str(GATES), "--technique", "gates_kills_parent",
+            "--iterations", "3", "--repeats", "1", "--time-budget", "0", "--timeout", "120", "--out", str(out), *how]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert row["status"] == "error" and "signal 9" in row["error"], row["error"]
+    assert "1 point: 1 error" in proc.stderr
+
+
+def test_the_nanny_ends_as_its_child_ended(tmp_path):
+    from memlab.measurement.launch import command
+
+    script = tmp_path / "m.py"
+    for body, code in (("raise SystemExit(3)", 3), ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+                                                     -signal.SIGSEGV), ("print('fine')", 0)):
+        script.write_text(body + "\n")
+        env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+        proc = subprocess.run(command("m", nanny=True), env=env, cwd=tmp_path, capture_output=True, timeout=60)
+        assert proc.returncode == code, proc.stderr

@@ -42,7 +42,8 @@ import tempfile
 import time
 from typing import Any
 
-__all__ = ["ForkServer", "serve", "fork_available", "kill_group", "die_with_parent", "PARENT_ENV"]
+__all__ = ["ForkServer", "ServerFailed", "ParentKilled", "serve", "fork_available", "kill_group", "die_with_parent",
+           "PARENT_ENV"]
 
 
 def kill_group(pid: int) -> None:
@@ -152,6 +153,12 @@ class ServerFailed(RuntimeError):
     """The server could not start, or stopped answering; the caller falls back to spawning."""
 
 
+class ParentKilled(RuntimeError):
+    """The server died while its child measured: the measurement killed its parent, or someone killed
+    the server.  The caller reports the point as an error and does not measure it again (a spawned
+    retry would make the caller the parent it kills: NOTE [ an expendable parent ])."""
+
+
 class ForkServer:
     """The caller's handle on one running server (started with ``env``; see :func:`run`)."""
 
@@ -165,6 +172,7 @@ class ForkServer:
         self.proc = subprocess.Popen(command, env=env, cwd=self._tmp.name, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, start_new_session=True)
         self._buffer = b""
+        self._eof = False  # the server closed its output: it ended
         self.child: int | None = None  # the pid (and process group) of the child measuring now
         ready = self._read(self.START_TIMEOUT_S)
         if ready is None or "ready" not in ready:
@@ -192,6 +200,7 @@ class ForkServer:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
+                self._eof = True
                 return None
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
@@ -205,7 +214,8 @@ class ForkServer:
         (the child's process group is killed first).
 
         Raises:
-            ServerFailed: the server died or stopped answering.
+            ServerFailed: the server died or stopped answering, or did not start a child.
+            ParentKilled: the server died while its child measured (NOTE [ an expendable parent ]).
         """
         try:
             self.proc.stdin.write((json.dumps(job) + "\n").encode())
@@ -225,10 +235,23 @@ class ForkServer:
                 kill_group(child)
         if done is not None:
             return int(done["exit"]), int(done["maxrss"])
+        if self._eof:
+            raise ParentKilled(self._death())
         reaped = self._read(60.0)
         if reaped is None:
             raise ServerFailed("the measurement server did not reap a killed child")
         return None, None
+
+    def _death(self) -> str:
+        """One line on the server's end during a measurement (after its output closed)."""
+        try:
+            code = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = (f"killed by signal {-code} ({signal.Signals(-code).name})" if code is not None and code < 0
+               and -code in signal.valid_signals() else f"ended (exit code {code})")
+        return (f"measurement subprocess ended with its parent: memlab's measurement server {how} during the "
+                f"measurement (a technique that kills its parent process?); not measured again")
 
     def kill_child(self) -> None:
         """Kill the child measuring now, if any, with its process group (from another thread: the

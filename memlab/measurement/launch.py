@@ -14,10 +14,12 @@ import os
 import signal
 import sys
 
-__all__ = ["PARENT_ENV", "die_with_parent", "command"]
+__all__ = ["PARENT_ENV", "NANNY", "die_with_parent", "command"]
 
 #: the environment variable through which a caller tells the process it starts its own pid
 PARENT_ENV = "MEMLAB_PARENT_PID"
+#: the first argument that puts an expendable parent between the caller and the module (:func:`_nanny`)
+NANNY = "--nanny"
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -45,15 +47,50 @@ def die_with_parent(parent: int | None = None) -> None:
         os._exit(1)
 
 
-def command(module: str, *args: str) -> list[str]:
+def command(module: str, *args: str, nanny: bool = False) -> list[str]:
     """The command line that runs ``module`` (``memlab.measurement.worker``...) through this launcher,
-    without the caller's directory on ``sys.path`` (NOTE [ worker isolation ])."""
+    without the caller's directory on ``sys.path`` (NOTE [ worker isolation ]); with ``nanny``, under
+    an expendable parent of its own (NOTE [ an expendable parent ])."""
     safe_path = ["-P"] if sys.version_info >= (3, 11) else []
-    return [sys.executable, *safe_path, os.path.abspath(__file__), module, *args]
+    return [sys.executable, *safe_path, os.path.abspath(__file__), *([NANNY] if nanny else []), module, *args]
+
+
+# NOTE [ an expendable parent ]
+# A measurement may kill its parent (``os.kill(os.getppid(), SIGKILL)``).  A child forked from the fork
+# server kills the server, which the caller reports as that point's error row (NOTE [ fork server ]).
+# A spawned worker's parent would be the caller itself (``memlab measure``: exit 137, no row), so the
+# launcher started with NANNY forks the module into a child and only waits for it: the caller's
+# parent-to-be is this small process, which imports nothing of memlab's.  It dies with the caller, the
+# child dies with it (each asks, prctl(PR_SET_PDEATHSIG)), it leaves the child in its own process group
+# (a timeout's killpg reaches both), and it ends as its child ended, the same exit code or the same
+# signal, so the caller's reading of a crash is unchanged; its peak resident memory, as wait4 reports
+# it to the caller, includes the child's (Linux counts reaped children's maxrss).
+def _nanny() -> None:
+    """Fork: the child returns (and runs the module); this process waits for it and ends as it ended."""
+    pid = os.fork()
+    if pid == 0:
+        os.environ[PARENT_ENV] = str(os.getppid())
+        die_with_parent()  # a forked child does not inherit the request
+        return
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:  # pragma: no cover - PEP 475 retries
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        os._exit(128 - code)  # a signal whose default is not to end the process
+    os._exit(code & 0xFF)
 
 
 def main() -> None:
     die_with_parent()
+    if len(sys.argv) > 1 and sys.argv[1] == NANNY:
+        del sys.argv[1]
+        _nanny()
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # Python 3.10: no -P, the script's folder
         del sys.path[0]

@@ -201,7 +201,8 @@ def _child_env(technique: type[Technique]) -> dict[str, str]:
 
 
 def _command(req_path: str, res_path: str) -> list[str]:
-    return launch_command("memlab.measurement.worker", req_path, res_path)  # NOTE [ worker isolation ]
+    # NOTE [ worker isolation ]; under an expendable parent: NOTE [ an expendable parent ]
+    return launch_command("memlab.measurement.worker", req_path, res_path, nanny=True)
 
 
 def _output_tail(path: str) -> list[str]:
@@ -368,11 +369,14 @@ def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeo
             json.dump(request, f)
         outcome = None
         if mode == "fork":
-            from .forkserver import ServerFailed
+            from .forkserver import ParentKilled, ServerFailed
 
             try:
                 outcome = _server_for(env).run({"tmp": tmp, "request": req_path, "result": res_path,
                                                 "output": out_path}, timeout)
+            except ParentKilled as exc:  # never measured again: NOTE [ an expendable parent ]
+                close_thread_server()
+                raise WorkerFailed(str(exc)) from None
             except ServerFailed as exc:
                 print(f"memlab: warning: {exc}; measuring in a spawned process instead", file=sys.stderr)
                 close_thread_server()
