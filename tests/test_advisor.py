@@ -5,6 +5,7 @@ Measurements here are small (isolated, a few seconds each); the models themselve
 """
 import json
 import random
+import re
 import subprocess
 import sys
 
@@ -478,6 +479,12 @@ def test_the_answer_says_first_that_plain_fits(capsys):
     assert row.split()[1] == "unchunked"  # the plain step is the first choice
     a = advise("chunking", "2GiB", ["n=10000", "d=256", "hidden=1024"])
     assert a["plain"]["plain_fits"] and a["fits"][0]["baseline"] and a["fits"][0]["rank"] == 1
+    # what a technique buys in size: the largest n plain fits, and the largest a technique does
+    assert ", a larger n: " not in lines[1] and "; a larger n: " in lines[1]
+    top, reach = (int(x) for x in re.search(r"a larger n: (\d+) with .*plain up to (\d+)\)", lines[1]).groups()[::-1])
+    at = lambda n: advise("chunking", "2GiB", [f"n={n}", "d=256", "hidden=1024"])  # noqa: E731
+    assert at(top)["plain"]["plain_fits"] and not at(top + 1)["plain"]["plain_fits"]
+    assert at(reach)["fits"] and pytest.raises(AdviceError, at, reach + 1)
 
 
 def test_plain_does_not_fit_and_the_first_choice_follows():

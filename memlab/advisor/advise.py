@@ -270,7 +270,9 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     return {
         "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
         "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
-        "dtype": models.get("dtype"), "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes),
+        "dtype": models.get("dtype"),
+        "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes, larger_size(
+            decl, {**fam, "entries": entries}, chosen, sizes, budget_bytes, device) if fits[0].get("baseline") else None),
         "fits": fits, "time_error": terr, "time_measured_on": "cpu",
         "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
         "not_modelled": not_modelled(family, fam, measured_params(sweeps_dir).get(family, {})),
@@ -305,14 +307,7 @@ def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[s
     """Every entry at every knob setting searched (a knob given is held), with its predicted need and time."""
     candidates = []
     for entry in fam["entries"]:
-        settings: list[dict[str, int]] = [{}]
-        for knob in entry["knobs"]:
-            if knob in chosen:
-                settings = [{knob: chosen[knob]}]
-            else:
-                spec = fam["knobs"][knob]
-                settings = [{knob: c} for c in decl.knob_candidates(sizes, int(spec["low"]), int(spec["high"]), knob)]
-        for knobs in settings:
+        for knobs in _settings(decl, fam, entry, chosen, sizes):
             p = {**sizes, **knobs}
             pred = predict(decl, entry, p)
             need = pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])
@@ -328,6 +323,70 @@ def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[s
                 "time_ranked": device == "cpu" or not changes_dtype(entry, dtype),
             })
     return candidates
+
+
+def _settings(decl, fam: Mapping[str, Any], entry: Mapping[str, Any], chosen: Mapping[str, int],
+              sizes: Mapping[str, int]) -> list[dict[str, int]]:
+    """The knob settings of ``entry`` searched at ``sizes`` (a knob given is held)."""
+    settings: list[dict[str, int]] = [{}]
+    for knob in entry["knobs"]:
+        if knob in chosen:
+            settings = [{knob: chosen[knob]}]
+        else:
+            spec = fam["knobs"][knob]
+            settings = [{knob: c} for c in decl.knob_candidates(sizes, int(spec["low"]), int(spec["high"]), knob)]
+    return settings
+
+
+def _largest(ok, low: int, high: int) -> int | None:
+    """The largest value from ``low`` to ``high`` at which ``ok`` holds, by doubling then halving (the
+    need grows with a size); None when it does not hold at ``low``.  choose.js probes the same values."""
+    if not ok(low):
+        return None
+    good = low
+    while True:
+        nxt = min(high, good * 2)
+        if nxt == good:
+            return good
+        if not ok(nxt):
+            bad = nxt
+            break
+        good = nxt
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if ok(mid) else (good, mid)
+    return good
+
+
+def larger_size(decl, fam: Mapping[str, Any], chosen: Mapping[str, int], sizes: Mapping[str, int], budget: int,
+                device: str) -> dict[str, Any] | None:
+    """What a technique buys in size (NOTE [ plain fits first ]): the largest ``batch`` (else the loop's
+    rows) at which the plain step fits ``budget`` and at which a recommendable technique does, with the
+    setting that needs least there; None when no technique reaches further (or no such size)."""
+    rule = fam["declaration"]["loop"]
+    rule = rule.get("inner", rule)
+    name = "batch" if "batch" in fam["sizes"] else rule.get("rows")
+    plain = next((e for e in fam["entries"] if e.get("baseline")), None)
+    if name not in fam["sizes"] or plain is None:
+        return None
+
+    def needs(entries, v):
+        at = {**sizes, name: v}
+        for e in entries:
+            for knobs in _settings(decl, fam, e, chosen, at):
+                pred = predict(decl, e, {**at, **knobs})
+                total = pred["total_peak_bytes"]
+                yield (total if device == "cpu" else cuda_need(total)), e, knobs, pred["k"]
+
+    others = [e for e in fam["entries"] if not e.get("baseline") and e.get("recommendable")]
+    high = int(fam["sizes"][name]["high"])
+    top = _largest(lambda v: next(needs([plain], v))[0] <= budget, sizes[name], high)
+    reach = _largest(lambda v: any(n <= budget for n, *_ in needs(others, v)), sizes[name], high)
+    if top is None or reach is None or reach <= top:
+        return None
+    need, e, knobs, k = min(needs(others, reach), key=lambda x: x[0])
+    return {"size": name, "plain": top, "technique": reach,
+            "setting": {"label": e["label"], "knobs": knobs, "chunks": k, "need_bytes": need}}
 
 
 def _cannot_fit(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:

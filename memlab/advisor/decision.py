@@ -101,9 +101,11 @@ def _setting(c: Mapping[str, Any]) -> str:
 
 
 def plain_verdict(candidates: Iterable[Mapping[str, Any]], fits: list[Mapping[str, Any]], budget: int,
-                  error: float | None, need: str, fmt: Callable[[float], str]) -> dict[str, Any] | None:
+                  error: float | None, need: str, fmt: Callable[[float], str],
+                  larger: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """The answer's first lines: ``{"plain_fits", "label", "need_bytes", "text", "buys"}`` from the
-    candidates and the ordered ``fits`` (:func:`order_fits`); None for a family without a baseline entry."""
+    candidates, the ordered ``fits`` (:func:`order_fits`) and what a technique buys in size
+    (:func:`memlab.advisor.advise.larger_size`); None for a family without a baseline entry."""
     plain = next((c for c in candidates if c.get("baseline")), None)
     if plain is None:
         return None
@@ -127,7 +129,10 @@ def plain_verdict(candidates: Iterable[Mapping[str, Any]], fits: list[Mapping[st
     buys.append(f"speed: {_setting(fast)}, {_times(fast['relative_step_time'])} plain's time"
                 if fast is not None and fast["relative_step_time"] < 1 - (error or 0)
                 else "speed: none predicted faster than plain beyond the time error")
-    bought = small is not None or (fast is not None and fast["relative_step_time"] < 1 - (error or 0))
+    if larger:
+        buys.append(f"a larger {larger['size']}: {larger['technique']} with {_setting(larger['setting'])} "
+                    f"({need} {fmt(larger['setting']['need_bytes'])}; plain up to {larger['plain']})")
+    bought = small is not None or bool(larger) or (fast is not None and fast["relative_step_time"] < 1 - (error or 0))
     return {"plain_fits": True, "label": plain["label"], "need_bytes": plain["need_bytes"], "text": text,
             "buys": "a technique would buy " + "; ".join(buys) if bought else None}
 

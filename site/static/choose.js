@@ -89,7 +89,7 @@ var memlabChoose = (function () {
 
   function timesText(t) { return t === null ? "time not predicted:" : "about " + pyFixed(t, 2) + "x"; }
 
-  function plainVerdict(candidates, fits, budget, error, need) {   // decision.plain_verdict
+  function plainVerdict(candidates, fits, budget, error, need, larger) {   // decision.plain_verdict
     var plain = candidates.filter(function (c) { return c.baseline; })[0];
     if (!plain) { return null; }
     var first = fits.length ? fits[0] : null;
@@ -119,7 +119,11 @@ var memlabChoose = (function () {
     buys.push(fast !== null && fast.relative_step_time < 1 - (error || 0)
       ? "speed: " + labelText(fast) + ", " + timesText(fast.relative_step_time) + " plain's time"
       : "speed: none predicted faster than plain beyond the time error");
-    var bought = small !== null || (fast !== null && fast.relative_step_time < 1 - (error || 0));
+    if (larger) {
+      buys.push("a larger " + larger.size + ": " + larger.technique + " with " + labelText(larger.setting) + " ("
+        + need + " " + fmtBytes(larger.setting.need_bytes) + "; plain up to " + larger.plain + ")");
+    }
+    var bought = small !== null || !!larger || (fast !== null && fast.relative_step_time < 1 - (error || 0));
     return {plain_fits: true, label: plain.label, need_bytes: plain.need_bytes, text: text,
             buys: bought ? "a technique would buy " + buys.join("; ") : null};
   }
@@ -367,6 +371,67 @@ var memlabChoose = (function () {
       .map(function (x) { return x.param + " ×" + pyFixed(x.factor, 1); });
   }
 
+  function settingsOf(fam, entry, chosen, sizes) {   // memlab.advisor.advise._settings
+    var settings = [{}];
+    entry.knobs.forEach(function (knob) {
+      if (chosen[knob] !== undefined) {
+        var one = {};
+        one[knob] = chosen[knob];
+        settings = [one];
+      } else {
+        var spec = fam.knobs[knob];
+        var rule = fam.loop.kind === "repeated" ? fam.loop.inner : fam.loop;
+        settings = ["chunks", "chunks_of"].indexOf(rule.kind) < 0 ? []
+          : knobCandidates(rowsOf(fam.loop, knob, sizes), spec.low, spec.high)
+          .map(function (c) { var s = {}; s[knob] = c; return s; });
+      }
+    });
+    return settings;
+  }
+
+  function largest(ok, low, high) {          // memlab.advisor.advise._largest: the same probes
+    if (!ok(low)) { return null; }
+    var good = low, bad = null;
+    for (;;) {
+      var next = Math.min(high, good * 2);
+      if (next === good) { return good; }
+      if (!ok(next)) { bad = next; break; }
+      good = next;
+    }
+    while (bad - good > 1) {
+      var mid = Math.floor((good + bad) / 2);
+      if (ok(mid)) { good = mid; } else { bad = mid; }
+    }
+    return good;
+  }
+
+  function largerSize(fam, chosen, sizes, budget, device) {   // memlab.advisor.advise.larger_size
+    var rule = fam.loop.kind === "repeated" ? fam.loop.inner : fam.loop;
+    var name = fam.sizes.batch !== undefined ? "batch" : rule.rows;
+    var plain = fam.entries.filter(function (e) { return e.baseline; })[0];
+    if (name === undefined || fam.sizes[name] === undefined || !plain) { return null; }
+    var needs = function (entries, v) {
+      var at = Object.assign({}, sizes), out = [];
+      at[name] = v;
+      entries.forEach(function (e) {
+        settingsOf(fam, e, chosen, at).forEach(function (knobs) {
+          var pred = predict(fam, e, Object.assign({}, at, knobs));
+          out.push({need: device === "cpu" ? pred.total : cudaNeed(pred.total), entry: e, knobs: knobs, k: pred.k});
+        });
+      });
+      return out;
+    };
+    var others = fam.entries.filter(function (e) { return !e.baseline && e.recommendable; });
+    var high = fam.sizes[name].high;
+    var top = largest(function (v) { return needs([plain], v)[0].need <= budget; }, sizes[name], high);
+    var reach = largest(function (v) { return needs(others, v).some(function (x) { return x.need <= budget; }); },
+                        sizes[name], high);
+    if (top === null || reach === null || reach <= top) { return null; }
+    var least = needs(others, reach).reduce(function (a, x) { return x.need < a.need ? x : a; });
+    return {size: name, plain: top, technique: reach,
+            setting: {label: least.entry.label, knobs: least.knobs, chunks: least.k, need_bytes: least.need}};
+  }
+
   // query: {family, optimizer, device, budget (text or BigInt), sizes: {name: int}, knobs: {name: int}}
   function advise(query) {
     var model = APP.models[query.optimizer];
@@ -387,21 +452,7 @@ var memlabChoose = (function () {
     });
     var candidates = [];
     fam.entries.forEach(function (entry) {
-      var settings = [{}];
-      entry.knobs.forEach(function (knob) {
-        if (chosen[knob] !== undefined) {
-          var one = {};
-          one[knob] = chosen[knob];
-          settings = [one];
-        } else {
-          var spec = fam.knobs[knob];
-          var rule = fam.loop.kind === "repeated" ? fam.loop.inner : fam.loop;
-          settings = ["chunks", "chunks_of"].indexOf(rule.kind) < 0 ? []
-            : knobCandidates(rowsOf(fam.loop, knob, sizes), spec.low, spec.high)
-            .map(function (c) { var s = {}; s[knob] = c; return s; });
-        }
-      });
-      settings.forEach(function (knobs) {
+      settingsOf(fam, entry, chosen, sizes).forEach(function (knobs) {
         var p = Object.assign({}, sizes, knobs);
         var pred = predict(fam, entry, p);
         var need = device === "cpu" ? pred.total : cudaNeed(pred.total);
@@ -447,7 +498,8 @@ var memlabChoose = (function () {
     }
     return {family: query.family, optimizer: query.optimizer, device: device, budget_bytes: budget, sizes: sizes,
             knobs: chosen, fits: fits, pareto: pareto, cannot_fit: cannot, smallest: smallest, time_error: terr,
-            plain: plainVerdict(candidates, fits, budget, terr.fraction, device === "cpu" ? "peak" : "CUDA need"),
+            plain: plainVerdict(candidates, fits, budget, terr.fraction, device === "cpu" ? "peak" : "CUDA need",
+                                fits.length && fits[0].baseline ? largerSize(fam, chosen, sizes, budget, device) : null),
             not_modelled: fam.not_modelled || [],
             extrapolation: extrapolation(fam, sizes), model: model, candidates: candidates.length};
   }
