@@ -41,7 +41,7 @@ from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
 from .setting import DEFAULTS, OPTIMIZERS
 
-__all__ = ["model_declaration", "cache_dir_for", "fitted_family", "largest_fitting", "advise_model",
+__all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "largest_fitting", "advise_model",
            "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES", "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
 
 #: the values a model file's varied sizes are traced at (small: a real model's step at batch 43 is slow)
@@ -366,12 +366,15 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
         f"{decl.sizes[0]} in {decl.trace_values}; cached in {folder}")
     from .advisor.trace import IdentificationError
 
-    with _tracing():
+    progress = FitProgress(decl, optimizer, say, measure_fn)
+    with _tracing(), progress.watching():
+        progress.plan()
         try:
-            fam = fit_family(decl, optimizer, say=say, measure_fn=measure_fn, skip_unidentified=True)
+            fam = fit_family(decl, optimizer, say=say, measure_fn=progress.measure, skip_unidentified=True)
         except IdentificationError as exc:
             raise AdviceError(f"{Path(load_model_path(model)).name}: {exc}; the step's allocations are not products "
                               f"of the varied sizes (NOTE [ advisor models ])".splitlines()[0]) from None
+    progress.done()
     doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.model_advice)",
            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
            "optimizer": optimizer, "loss": DEFAULTS.loss,
@@ -380,6 +383,138 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return load_models(optimizer, folder)["families"][decl.name], path, False
+
+
+# NOTE [ a cold fit announced ]
+# A cold ``advise --model`` traces each technique at a few sizes (in this process) and measures it at
+# a few more (a child each): minutes to an hour for a real model.  So before the long part it says
+# what it will do (the techniques, about how many traces and measurements) and how long that should
+# take: the estimate is the number of traces times one trace of the first technique at the largest
+# traced size, plus the number of measurements times the first measurement (a time point of the first
+# technique, which the fit then takes from memory instead of measuring again).  Then a line per trace
+# and per measurement, with the time left from the mean trace and measurement so far (a trace's time
+# is the wait until the next one starts; the traces per technique are counted on the first).
+class FitProgress:
+    """The plan, the estimate, and a line per trace and measurement of a cold fit (NOTE [ a cold fit
+    announced ]).  :meth:`watching` counts the traces (the builds of the model file's problem in this
+    process); :meth:`measure` is the fit's ``measure_fn``."""
+
+    def __init__(self, decl: Declaration, optimizer: str, say: Callable[[str], None], measure_fn: Callable | None):
+        from .advisor.fit import TRACED_HELD_OUT
+
+        self.decl, self.optimizer, self.say, self.inner = decl, optimizer, say, measure_fn
+        self.traces_each = len(decl.trace_values) + 1 + TRACED_HELD_OUT  # refined once the first technique is traced
+        self.measures_each = (2 if optimizer == "sgd" else 1) + len(decl.time_sizes) + len(decl.time_only_sizes)
+        self.trace_times: list[float] = []
+        self.measure_times: list[float] = []
+        self.traced_now = 0  # the traces of the technique being fitted
+        self.refined = False
+        self.fitting = False  # False during the plan's own trace and measurement
+        self.last_trace: float | None = None
+        self.memo: dict[tuple, Any] = {}
+        self.started = time.perf_counter()
+        self.estimate = 0.0
+
+    @property
+    def totals(self) -> tuple[int, int]:
+        """About how many traces (and one more per technique: its kernels) and measurements in all."""
+        n = len(self.decl.entries)
+        return n * (self.traces_each + 1), n * self.measures_each
+
+    def done(self) -> None:
+        """The closing line: the fit's time and the estimate."""
+        self.say(f"memlab: fitted in {_duration(time.perf_counter() - self.started)} (estimated "
+                 f"{_duration(self.estimate)}), {len(self.trace_times) + bool(self.last_trace)} traces and "
+                 f"{len(self.measure_times)} measurements")
+
+    def plan(self) -> None:
+        """The plan line, then the first trace and measurement, then the estimate line."""
+        from .advisor.trace import raw_trace
+
+        traces, measures = self.totals
+        kinds = ", ".join(e.technique.split("__", 1)[-1] for e in self.decl.entries)
+        self.say(f"memlab: plan: {len(self.decl.entries)} techniques ({kinds}); about {traces} traces ({self.traces_each} "
+                 f"each, at {self.decl.sizes[0]} {min(self.decl.trace_values)}..{max(self.decl.trace_values)} and "
+                 f"held out) and {measures} measurements ({self.measures_each} each)")
+        first = self.decl.entries[0]
+        at = {**self.decl.time_sizes[0], self.decl.sizes[0]: max(self.decl.trace_values)} if self.decl.time_sizes \
+            else {self.decl.sizes[0]: max(self.decl.trace_values)}
+        small = {**at, self.decl.sizes[0]: min(self.decl.trace_values)}
+        raw_trace(first.technique, {**self.decl.workload_fixed, **first.fixed, **small}, self.optimizer)  # warm-up
+        began = time.perf_counter()
+        raw_trace(first.technique, {**self.decl.workload_fixed, **first.fixed, **at}, self.optimizer)
+        trace_s = time.perf_counter() - began
+        measure_s = None
+        if self.decl.time_sizes:
+            params = {**self.decl.workload_fixed, **first.fixed, **self.decl.time_sizes[0]}
+            self.measure(first.technique, iterations=2, check=False, optimizer=self.optimizer, **params)
+            measure_s = self.measure_times[-1]
+        self.estimate = traces * trace_s + measures * (measure_s if measure_s is not None else 10 * trace_s)
+        self.say(f"memlab: estimated {_duration(self.estimate)} (one trace {trace_s:.1f} s"
+                 + (f", one measurement {measure_s:.1f} s" if measure_s is not None else "") + ")")
+        self.fitting = True
+
+    @contextlib.contextmanager
+    def watching(self):
+        from .workloads.model_file import BUILD_OBSERVERS
+
+        pid = os.getpid()
+
+        def observe(config: dict) -> None:
+            if os.getpid() == pid and self.fitting:
+                self._traced(config)
+
+        BUILD_OBSERVERS.append(observe)
+        try:
+            yield self
+        finally:
+            BUILD_OBSERVERS.remove(observe)
+
+    def _traced(self, config: dict) -> None:
+        now = time.perf_counter()
+        if self.last_trace is not None:
+            self.trace_times.append(now - self.last_trace)
+        self.last_trace = now
+        self.traced_now += 1
+        done = len(self.trace_times) + 1
+        sizes = " ".join(f"{k}={config[k]}" for k in self.decl.sizes if k in config)
+        self.say(f"memlab: trace {done}/~{max(done, self.totals[0])} ({sizes}); {self._left()}")
+
+    def measure(self, technique: str, **kwargs):
+        """The fit's measurement: timed and counted, the plan's first one remembered."""
+        import memlab
+
+        key = (technique, tuple(sorted(kwargs.items())))
+        if key in self.memo:
+            return self.memo.pop(key)
+        if self.traced_now:  # the first measurement of a technique ends its traces
+            if not self.refined:
+                self.traces_each, self.refined = self.traced_now, True
+            self.traced_now = 0
+        if self.last_trace is not None:
+            self.trace_times.append(time.perf_counter() - self.last_trace)
+            self.last_trace = None
+        began = time.perf_counter()
+        m = (self.inner or memlab.measure)(technique, **kwargs)
+        self.measure_times.append(time.perf_counter() - began)
+        if not self.fitting:
+            self.memo[key] = m  # the plan's: the fit asks for it again
+        sizes = " ".join(f"{k}={kwargs[k]}" for k in self.decl.sizes if k in kwargs)
+        self.say(f"memlab: measured {len(self.measure_times)}/{self.totals[1]}: {technique} ({sizes}) "
+                 f"{m.status} in {self.measure_times[-1]:.1f} s; {self._left()}")
+        return m
+
+    def _left(self) -> str:
+        traces, measures = self.totals
+        per_trace = sum(self.trace_times) / len(self.trace_times) if self.trace_times else 0.0
+        per_measure = sum(self.measure_times) / len(self.measure_times) if self.measure_times else 0.0
+        left = max(0, traces - len(self.trace_times)) * per_trace + max(0, measures - len(self.measure_times)) * per_measure
+        return f"{_duration(time.perf_counter() - self.started)} so far, about {_duration(left)} left"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60} min {seconds % 60:02d} s" if seconds >= 60 else f"{seconds} s"
 
 
 def load_model_path(model) -> str:

@@ -60,8 +60,12 @@ from ..params import Param
 from ..workload import Problem, Workload
 
 __all__ = ["ModelFile", "ModelFileError", "ModelWorkload", "read_model_module", "check_model_file",
-           "workload_for", "call_model", "call_args", "flatten_batch", "stem_of", "DEFAULT_BATCH", "FAMILY_PREFIX"]
+           "workload_for", "call_model", "call_args", "flatten_batch", "stem_of", "DEFAULT_BATCH", "FAMILY_PREFIX",
+           "BUILD_OBSERVERS"]
 
+#: called with the configuration each time a model file's problem is built in this process (a cold
+#: ``advise --model`` counts its traces with it: :class:`memlab.model_advice.FitProgress`)
+BUILD_OBSERVERS: list[Callable[[dict[str, Any]], None]] = []
 #: ``batch`` when none is given
 DEFAULT_BATCH = 4
 #: a model file's family is this prefix and its stem (``model:tiny_gpt``)
@@ -386,6 +390,8 @@ class ModelWorkload(Workload):
         ``grad_output``: a 0-d one (the output is the scalar loss).
         """
         mf = self.model_file
+        for observe in BUILD_OBSERVERS:
+            observe(dict(self.config))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = mf.build()
