@@ -89,7 +89,7 @@ class MemCNN(_Peer, name="memcnn"):
     #: expected, and a sweep's summary says so (NOTE [ expected non-ok rows ] in memlab.sweep.summary)
     known_mismatch = {"grad:x": "MemCNN 1.5.2 doubles the gradient of a leaf input (its backward sets input.grad "
                                 "and also returns it, so autograd adds it twice; parameter gradients are right): "
-                                "NOTE [ MemCNN 1.5.2 input gradient ] in memlab/techniques/reversible_peers.py"}
+                                "NOTE [ MemCNN 1.5.2 input gradient ] in memlab/families/reversible/peers.py"}
     _path = "memcnn.InvertibleModuleWrapper(memcnn.AdditiveCoupling(F_i, G_i)) per block, keep_input=False"
 
     @staticmethod

@@ -85,7 +85,7 @@ class _TransformerTechnique(Technique):
             raise TechniqueUnavailable(
                 f"technique {self.name!r} at dropout={self.config['dropout']}: its attention draws its dropout "
                 "masks differently from the eager reference, so its output cannot be checked; measure it at "
-                "dropout=0 (NOTE [ dropout and the reference check ] in memlab/workloads/transformer.py)")
+                "dropout=0 (NOTE [ dropout and the reference check ] in memlab/families/transformer/workload.py)")
 
     def facts(self, problem, kind: str | None = None) -> dict[str, Any]:
         """The path's analytic bytes (:mod:`.transformer_bytes`) for attention ``kind`` (default: the
