@@ -303,11 +303,17 @@ DEFAULT_BUDGET = "2GiB"
 
 def _default_answer(data_dir: Path, family: str, optimizer: str) -> dict[str, Any] | None:
     """:func:`memlab.advisor.advise` at the page's defaults (the first family, its default sizes,
-    :data:`DEFAULT_BUDGET`, CPU), its models as fitted: what the page says before its script runs."""
+    :data:`DEFAULT_BUDGET`, CPU), its models as fitted: what the page says before its script runs.
+    A model file the page reads but ``advise`` refuses (hostile input) leaves the script to answer,
+    with a warning naming why."""
     try:
         a = advise(family, DEFAULT_BUDGET, [], optimizer=optimizer, models_dir=Path(data_dir) / "models",
                    sweeps_dir=Path(data_dir) / "sweeps", host=None)
-    except (AdviceError, ValueError, KeyError, TypeError):
+    except AdviceError:  # nothing fits at the defaults: the script says so
+        return None
+    except Exception as exc:  # noqa: BLE001 - a malformed model file must not stop the site
+        warnings.warn(f"choose.html: memlab advise at the page's defaults failed ({type(exc).__name__}: "
+                      f"{R.short_repr(str(exc), 120)}); the page's script answers alone", R.ResultsWarning, stacklevel=2)
         return None
     return {"family": family, "optimizer": optimizer, "sizes": a["sizes"], "plain": a["plain"],
             "not_modelled": a["not_modelled"]}
