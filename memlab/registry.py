@@ -57,7 +57,7 @@ class FamilyMeta:
         colors: ``{technique: colour name}`` on the site (``memlab.site.colors.NAMED``).
         time_held_out: ``((advisor entry label, parameters), ...)``: the held-out settings of
             ``python -m memlab.advisor.time_check``.
-        benchmarks: ``{asv class name: spec}``, the family's asv benchmark grid (``benchmarks/common.py``).
+        benchmarks: ``{asv class name: spec}``, the family's asv benchmark grid (``benchmarks/family_grid.py``).
     """
 
     name: str
@@ -262,6 +262,7 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
     if not folder and not os.path.isfile(resolved):
         raise FileNotFoundError(f"plug-in file {str(path)!r} does not exist (nor a family folder with __init__.py)")
     before, workloads_before = set(registered()), set(_WORKLOADS)
+    guarded = _class_attributes()  # NOTE [ a plug-in cannot change what memlab measures against ]
     mod_name = f"memlab_plugin_{len(_PLUGINS)}_{Path(resolved).stem}"
     spec = (importlib.util.spec_from_file_location(mod_name, os.path.join(resolved, "__init__.py"),
                                                    submodule_search_locations=[resolved]) if folder
@@ -276,12 +277,63 @@ def load_plugin(path: str | os.PathLike) -> list[str]:
             importlib.import_module(name)
         if set(registered()) == before and set(_WORKLOADS) == workloads_before and _is_model_file(module):
             importlib.import_module(_MODEL_FILES).register_model_module(module, resolved)
+        _refuse_changes(guarded, str(path), before, workloads_before)
     except Exception as exc:
         for name in [m for m in sys.modules if m == mod_name or m.startswith(mod_name + ".")]:
             del sys.modules[name]
         raise ImportError(f"plug-in {str(path)!r} failed to import: {exc}") from exc
     _PLUGINS[resolved] = mod_name
     return sorted(set(registered()) - before)
+
+
+# NOTE [ a plug-in cannot change what memlab measures against ]
+# A plug-in is trusted code (docs/threat-model.md), but one that replaced a built-in workload's
+# reference at import made a technique computing half the output "ok" (max |error| 0).  So before a
+# plug-in is imported, every attribute of every class above a registered workload or technique
+# (built-ins, earlier plug-ins, and Workload and Technique themselves) is taken, by identity and, for
+# a dict, list or set, as a copy; after its import, one changed, added or removed attribute refuses
+# the plug-in (ImportError naming the class and attribute), puts the attributes back and unregisters
+# what it registered.  A plug-in's own classes may define anything, a reference included (built-in
+# peers do).  What a technique does later, while it is measured, is not watched: a plug-in written to
+# defeat memlab is out of scope.
+def _class_attributes() -> dict[type, dict[str, Any]]:
+    """``{class: {attribute: value, or a copy of a dict/list/set}}`` of every class above a registered
+    workload or technique (``object`` aside)."""
+    classes = {c for cls in [*_WORKLOADS.values(), *_TECHNIQUES.values()] for c in cls.__mro__ if c is not object}
+    return {c: {k: (type(v)(v) if type(v) in (dict, list, set) else v) for k, v in vars(c).items()} for c in classes}
+
+
+def _changed(was: Any, now: Any) -> bool:
+    if type(was) in (dict, list, set) and type(now) is type(was):
+        try:
+            return bool(was != now)
+        except Exception:  # noqa: BLE001 - values that cannot be compared count as changed
+            return True
+    return was is not now
+
+
+def _refuse_changes(guarded: dict[type, dict[str, Any]], path: str, techniques: set[str],
+                    workloads: set[str]) -> None:
+    """ImportError when a guarded class changed; its attributes are put back first and what the plug-in
+    registered is unregistered (NOTE [ a plug-in cannot change what memlab measures against ])."""
+    changed = []
+    for cls, attrs in guarded.items():
+        now = dict(vars(cls))
+        for key in sorted(set(attrs) | set(now)):
+            if key not in now or key not in attrs or _changed(attrs[key], now[key]):
+                changed.append(f"{cls.__qualname__}.{key}")
+                if key in attrs:
+                    setattr(cls, key, attrs[key])
+                else:
+                    delattr(cls, key)
+    if not changed:
+        return
+    for name in set(_TECHNIQUES) - techniques:
+        del _TECHNIQUES[name]
+    for name in set(_WORKLOADS) - workloads:
+        del _WORKLOADS[name]
+    raise ImportError(f"it changes {', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''}, which memlab "
+                      f"measures against; refused (docs/threat-model.md)")
 
 
 def _is_model_file(module) -> bool:

@@ -324,3 +324,34 @@ def test_the_nanny_ends_as_its_child_ended(tmp_path):
         env = {**os.environ, "PYTHONPATH": str(tmp_path)}
         proc = subprocess.run(command("m", nanny=True), env=env, cwd=tmp_path, capture_output=True, timeout=60)
         assert proc.returncode == code, proc.stderr
+
+
+# -- item 1: a plug-in cannot replace what memlab measures against ------------------------------------
+def test_a_plugin_that_replaces_a_builtin_reference_is_refused(capsys):
+    import memlab
+    from memlab.registry import get_workload, list_techniques
+
+    workload = get_workload("chained_matmul")
+    reference = workload.__dict__["reference"]
+    hostile = PLUGINS / "replaces_reference.py"
+    assert main(["measure", "--plugin", str(hostile), "replaced_reference_half", "--in-process"]) == 2
+    err = _one_error_line(capsys)
+    assert str(hostile) in err and "ChainedMatmul.reference" in err and "refused" in err
+    assert workload.__dict__["reference"] is reference  # put back
+    assert "replaced_reference_half" not in list_techniques()
+    with pytest.raises(ImportError, match="ChainedMatmul.reference"):
+        memlab.load_plugin(hostile)  # refused every time, not loaded on a second try
+
+
+def test_a_plugin_that_changes_a_builtin_tolerance_in_place_is_refused(tmp_path):
+    import memlab
+    from memlab.registry import get_workload
+
+    workload = get_workload("chained_matmul")
+    before = dict(workload.tolerances)
+    plugin = tmp_path / "loosens.py"
+    plugin.write_text("from memlab.registry import get_workload\n"
+                      "get_workload('chained_matmul').tolerances['float64'] = (1e9, 1e9)\n")
+    with pytest.raises(ImportError, match="ChainedMatmul.tolerances"):
+        memlab.load_plugin(plugin)
+    assert workload.tolerances == before
