@@ -8,7 +8,7 @@ budget at every measured peak, ``advise`` is asked with the knobs held at the me
 candidates are the measured settings.  Its first choice must be the plain step when the measured plain
 step fits; otherwise a measured setting whose measured relative time is the fastest measured one that
 fits, or within the band the answer allows: the family's time error (NOTE [ plain fits first ]) on
-the prediction of each of the two, and once more for the tie the first choice was picked from.  A
+the prediction of each of the two.  A
 setting whose model entry is not recommendable (a held-out measurement of its fit was not ok: Adam's
 chunked_lm_loss and chunked_attention) is never a first choice, so it is not the measured fastest
 either.  Files only: nothing is measured.
@@ -69,6 +69,16 @@ def configurations() -> dict[tuple, list[tuple[dict[str, Any], dict[str, Any]]]]
 
 CONFIGS = configurations()
 
+#: configurations where the first choice disagrees with the sweep beyond the band, and why; each must
+#: still disagree (strict), so an entry goes when the time model is fixed (issue 43 items 5 and 6)
+KNOWN = {
+    ("sgd", "chunking", (("d", 256), ("hidden", 1024), ("n", 10000)), (("chunk_size", 100),)):
+        "vmap_chunk at 100 chunks is predicted 0.997x and was measured 1.255x (+26%, five times the chunking "
+        "family's held-out time error of 5.1%): its time model was fitted at 1, 4 and 16 chunks (its own fit "
+        "error 9.1%) and under-predicts the per-chunk cost at 100, so the predicted tie with slice_accumulate "
+        "(measured 1.039x) is broken the wrong way",
+}
+
 
 def _check(key: tuple, pairs: list[tuple[dict[str, Any], dict[str, Any]]], sweeps: Path) -> list[str]:
     """The disagreements of one configuration, one line each (none: it agrees at every budget)."""
@@ -93,9 +103,9 @@ def _check(key: tuple, pairs: list[tuple[dict[str, Any], dict[str, Any]]], sweep
         chosen = [r["relative_step_time"] for e, r in fits if e["label"] == first["label"]]
         if not chosen:
             problems.append(f"{key} at {budget} B: first choice {first['label']} {first['knobs']} does not fit as measured")
-        elif min(chosen) > best * (1 + err) ** 3:
+        elif min(chosen) > best * (1 + err) ** 2:
             problems.append(f"{key} at {budget} B: first choice {first['label']} measured {min(chosen):.3f}x, the "
-                            f"fastest that fits {best:.3f}x (band ±{100 * err:.1f}% three times)")
+                            f"fastest that fits {best:.3f}x (band ±{100 * err:.1f}% on each)")
     return problems
 
 
@@ -111,4 +121,8 @@ def test_every_measured_configuration_is_checked():
     f"{n}{v}" for n, v in (*k[2], *k[3])))
 def test_the_first_choice_is_the_measured_fastest_that_fits(key, tmp_path):
     # the answer's list of what is not modelled is not checked here: an empty sweeps folder spares reading
-    assert _check(key, CONFIGS[key], tmp_path) == []
+    problems = _check(key, CONFIGS[key], tmp_path)
+    if key in KNOWN:
+        assert problems and all("first choice vmap_chunk" in p for p in problems), problems
+        pytest.xfail(KNOWN[key])
+    assert problems == []

@@ -225,7 +225,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     Returns a JSON-ready dict: ``plain`` (whether the family's plain step fits and what a technique
     would buy: NOTE [ plain fits first ] in :mod:`memlab.advisor.decision`), ``fits`` (the plain step
     first when it fits, then by predicted relative step time, times within ``time_error`` tied at one
-    ``rank`` and listed by need), ``pareto`` (settings no other beats on both the need and the time),
+    ``rank``), ``pareto`` (settings no other beats on both the need and the time),
     ``cannot_fit`` (with the smallest need each reaches), ``not_modelled`` (the techniques the sweeps
     under ``sweeps_dir``, default ``data/sweeps``, measured that no entry covers, with the reason),
     ``extrapolation`` and ``notes``; for ``device="cuda"`` also ``gpu_evidence``: what the GPU-check
@@ -458,7 +458,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     shown = a["fits"] if limit is None else a["fits"][:limit]
     err = (a.get("time_error") or {}).get("fraction")
     lines += ["", f"Fits ({_plural(len(a['fits']), 'setting')}, plain first when it fits, then by predicted relative "
-              f"step time" + (f", times within ±{100 * err:.1f}% tied at one rank and listed by {need}" if err else "")
+              f"step time" + (f", times within ±{100 * err:.1f}% tied at one rank" if err else "")
               + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
     rows = [("#", "technique", "setting", need, "headroom", "time" if a["device"] == "cpu" else "time (CPU-measured)",
              "model error")]

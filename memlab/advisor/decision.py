@@ -12,8 +12,9 @@ the line after says what a technique would buy, if anything: the most headroom (
 among those within the time error of plain's time when there are such), and speed only where a
 technique is predicted faster than plain by more than the time model's error.  When it
 does not, the first choice is the fastest setting that fits.  Settings whose predicted relative times
-differ by less than that error are ties: one rank, listed by need within it (a group starts at its
-fastest setting and holds every setting within the error of it).  The error is the family's held-out
+differ by less than that error are ties: one rank (a group starts at its fastest setting and holds
+every setting within the error of it), listed within it as predicted, fastest first: ordering a tie by
+need instead picked settings the sweeps measured 10-13% slower than the fastest that fits.  The error is the family's held-out
 time check (``data/models/time-check-<optimizer>.json``, :mod:`memlab.advisor.time_check`: the largest
 relative error of that family's rows, else the file's worst), since the fit records only its own
 points' error.  On ``--device cuda`` the time is still the CPU-measured ratio: it is marked so, and a
@@ -75,24 +76,25 @@ def _tied(t: float | None, lead: float | None, error: float | None) -> bool:
 def order_fits(fits: list[dict[str, Any]], error: float | None) -> list[dict[str, Any]]:
     """``fits`` in the answer's order with their ``rank`` (NOTE [ plain fits first ]): the plain step
     first when it fits, tied (rank 1) with every setting within ``error`` of its time 1, then groups of
-    tied times, each by need; a setting without a ranked time last, rank None.  Returns new dicts."""
+    tied times, each still by predicted time, then need; a setting without a ranked time last, rank
+    None.  Returns new dicts."""
     def ranked(c: Mapping[str, Any]) -> float | None:
         return c["relative_step_time"] if c.get("time_ranked", True) else None
 
     plain = [c for c in fits if c.get("baseline")][:1]
     rest = sorted((c for c in fits if not any(c is p for p in plain)), key=_tie_key)
     with_plain = [c for c in rest if plain and _tied(ranked(c), 1.0, error)]
-    out = [dict(c, rank=1) for c in plain + sorted(with_plain, key=lambda g: g["need_bytes"])]
+    out = [dict(c, rank=1) for c in plain + with_plain]
     group: list[dict[str, Any]] = []
     lead = None
     taken = {id(c) for c in with_plain}
     for c in (c for c in rest if id(c) not in taken):
         t = ranked(c)
         if not _tied(t, lead, error):
-            out += sorted(group, key=lambda g: g["need_bytes"])
+            out += group
             group, lead = [], t
         group.append(dict(c, rank=None if t is None else len(out) + 1))
-    return out + sorted(group, key=lambda g: g["need_bytes"])
+    return out + group
 
 
 def _setting(c: Mapping[str, Any]) -> str:

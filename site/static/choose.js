@@ -60,27 +60,25 @@ var memlabChoose = (function () {
     return t !== null && lead !== null && Math.abs(t - lead) <= (error || 0) * Math.max(t, lead);
   }
 
-  function byNeed(list) { return list.slice().sort(function (a, b) { return cmpBig(a.need_bytes, b.need_bytes); }); }
-
   function orderFits(fits, error) {          // decision.order_fits
     var ranked = function (c) { return c.time_ranked ? c.relative_step_time : null; };
     var plain = fits.filter(function (c) { return c.baseline; }).slice(0, 1);
     var rest = fits.filter(function (c) { return plain.indexOf(c) < 0; }).sort(tieKey);
     var withPlain = rest.filter(function (c) { return plain.length > 0 && tied(ranked(c), 1.0, error); });
-    var out = plain.concat(byNeed(withPlain));   // ranks set on the candidates themselves (the Pareto table shares them)
+    var out = plain.concat(withPlain);   // ranks set on the candidates themselves (the Pareto table shares them)
     out.forEach(function (c) { c.rank = 1; });
     var group = [], lead = null;
     rest.filter(function (c) { return withPlain.indexOf(c) < 0; }).forEach(function (c) {
       var t = ranked(c);
       if (!tied(t, lead, error)) {
-        out = out.concat(byNeed(group));
+        out = out.concat(group);
         group = [];
         lead = t;
       }
       c.rank = t === null ? null : out.length + 1;
       group.push(c);
     });
-    return out.concat(byNeed(group));
+    return out.concat(group);
   }
 
   function pyValue(v) {        // str() of a JSON value as Python prints it (True, False, None)
@@ -642,7 +640,7 @@ var memlabChoose = (function () {
          + " cuBLAS workspaces; the CUDA context not included)" : "CPU (exact bytes)")
       + "; models of float32 training steps fitted at memlab " + (a.model.memlab_commit || "?").slice(0, 12) + ". "
       + "Ranked: the plain step first when it fits, then by predicted relative step time; times within the "
-      + "family's time error (" + (a.time_error.text || "none recorded") + ") share a rank, listed by memory."
+      + "family's time error (" + (a.time_error.text || "none recorded") + ") share a rank."
       + (a.device === "cuda" ? " The relative step time is CPU-measured: a GPU can rank close settings differently, "
          + "and a technique that changes the dtype is not ranked by it." : "")}));
     if (a.extrapolation.length) {
@@ -668,7 +666,7 @@ var memlabChoose = (function () {
     if (a.fits.length) {
       box.appendChild(el("h3", {id: "fits", text: "Settings that fit, plain first, then fastest first"}));
       var shown = SHOWN;
-      var fits = table("fits-table", cols, fitRows(a, a.pareto), "plain first when it fits, then by predicted relative step time; tied times share a rank, by memory");
+      var fits = table("fits-table", cols, fitRows(a, a.pareto), "plain first when it fits, then by predicted relative step time; tied times share a rank");
       var rows = fits.querySelectorAll("tbody tr");
       if (rows.length > shown) {
         Array.prototype.slice.call(rows, shown).forEach(function (r) { r.hidden = true; });
