@@ -41,8 +41,9 @@ from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
 from .setting import DEFAULTS, OPTIMIZERS
 
-__all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "largest_fitting", "advise_model",
-           "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES", "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
+__all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "MEASURE_PER_TRACE",
+           "largest_fitting", "advise_model", "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES",
+           "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
 
 #: the values a model file's varied sizes are traced at (small: a real model's step at batch 43 is slow)
 TRACE_VALUES = (2, 3, 4, 5, 7)
@@ -388,12 +389,19 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
 # NOTE [ a cold fit announced ]
 # A cold ``advise --model`` traces each technique at a few sizes (in this process) and measures it at
 # a few more (a child each): minutes to an hour for a real model.  So before the long part it says
-# what it will do (the techniques, about how many traces and measurements) and how long that should
-# take: the estimate is the number of traces times one trace of the first technique at the largest
-# traced size, plus the number of measurements times the first measurement (a time point of the first
-# technique, which the fit then takes from memory instead of measuring again).  Then a line per trace
-# and per measurement, with the time left from the mean trace and measurement so far (a trace's time
-# is the wait until the next one starts; the traces per technique are counted on the first).
+# what it will do (the techniques, about how many traces and measurements) and, a trace later, how
+# long that should take: the number of traces times one trace of the first technique at the largest
+# traced size (after a warm-up trace at the smallest), plus the number of measurements times
+# MEASURE_PER_TRACE such traces (a measurement is a child that imports the file, checks the step in
+# float64 and times it: GPT-2 tiny's took 6 to 10 of its traces, a tiny chain's 5 to 13).  Then a
+# line per trace and per measurement with the time left, from the mean trace and measurement so far
+# (a trace's time is the wait until the next one starts; the traces per technique are counted on
+# the first), and a closing line with the fit's time beside the estimate.
+# Evidence: docs/evidence/advise-estimate.md
+#: a measurement's time in traces of the first technique, until one is measured
+MEASURE_PER_TRACE = 10
+
+
 class FitProgress:
     """The plan, the estimate, and a line per trace and measurement of a cold fit (NOTE [ a cold fit
     announced ]).  :meth:`watching` counts the traces (the builds of the model file's problem in this
@@ -403,17 +411,17 @@ class FitProgress:
         from .advisor.fit import TRACED_HELD_OUT
 
         self.decl, self.optimizer, self.say, self.inner = decl, optimizer, say, measure_fn
-        self.traces_each = len(decl.trace_values) + 1 + TRACED_HELD_OUT  # refined once the first technique is traced
+        self.traces_each = len(decl.trace_values) + 1 + TRACED_HELD_OUT  # counted on the first technique
         self.measures_each = (2 if optimizer == "sgd" else 1) + len(decl.time_sizes) + len(decl.time_only_sizes)
         self.trace_times: list[float] = []
         self.measure_times: list[float] = []
         self.traced_now = 0  # the traces of the technique being fitted
         self.refined = False
-        self.fitting = False  # False during the plan's own trace and measurement
+        self.fitting = False  # False during the plan's own traces
         self.last_trace: float | None = None
-        self.memo: dict[tuple, Any] = {}
-        self.started = time.perf_counter()
+        self.first_trace = 0.0
         self.estimate = 0.0
+        self.started = time.perf_counter()
 
     @property
     def totals(self) -> tuple[int, int]:
@@ -421,38 +429,33 @@ class FitProgress:
         n = len(self.decl.entries)
         return n * (self.traces_each + 1), n * self.measures_each
 
+    def plan(self) -> None:
+        """The plan line; a warm-up trace and a timed one; the estimate line."""
+        from .advisor.trace import raw_trace
+
+        traces, measures = self.totals
+        kinds = ", ".join(e.technique.split("__", 1)[-1] for e in self.decl.entries)
+        size, values = self.decl.sizes[0], self.decl.trace_values
+        self.say(f"memlab: plan: {len(self.decl.entries)} techniques ({kinds}); about {traces} traces ({self.traces_each} "
+                 f"each, at {size} {min(values)}..{max(values)} and held out) and {measures} measurements "
+                 f"({self.measures_each} each)")
+        first = self.decl.entries[0]
+        fixed = {**(self.decl.time_sizes[0] if self.decl.time_sizes else {}), **self.decl.workload_fixed, **first.fixed}
+        raw_trace(first.technique, {**fixed, size: min(values)}, self.optimizer)  # warm-up
+        began = time.perf_counter()
+        raw_trace(first.technique, {**fixed, size: max(values)}, self.optimizer)
+        self.first_trace = time.perf_counter() - began
+        self.estimate = (traces + measures * MEASURE_PER_TRACE) * self.first_trace
+        self.say(f"memlab: estimated {_duration(self.estimate)}: {traces} traces of about {self.first_trace:.1f} s "
+                 f"(one of {first.technique} at {size}={max(values)}) and {measures} measurements of about "
+                 f"{MEASURE_PER_TRACE} traces each")
+        self.fitting = True
+
     def done(self) -> None:
         """The closing line: the fit's time and the estimate."""
         self.say(f"memlab: fitted in {_duration(time.perf_counter() - self.started)} (estimated "
                  f"{_duration(self.estimate)}), {len(self.trace_times) + bool(self.last_trace)} traces and "
                  f"{len(self.measure_times)} measurements")
-
-    def plan(self) -> None:
-        """The plan line, then the first trace and measurement, then the estimate line."""
-        from .advisor.trace import raw_trace
-
-        traces, measures = self.totals
-        kinds = ", ".join(e.technique.split("__", 1)[-1] for e in self.decl.entries)
-        self.say(f"memlab: plan: {len(self.decl.entries)} techniques ({kinds}); about {traces} traces ({self.traces_each} "
-                 f"each, at {self.decl.sizes[0]} {min(self.decl.trace_values)}..{max(self.decl.trace_values)} and "
-                 f"held out) and {measures} measurements ({self.measures_each} each)")
-        first = self.decl.entries[0]
-        at = {**self.decl.time_sizes[0], self.decl.sizes[0]: max(self.decl.trace_values)} if self.decl.time_sizes \
-            else {self.decl.sizes[0]: max(self.decl.trace_values)}
-        small = {**at, self.decl.sizes[0]: min(self.decl.trace_values)}
-        raw_trace(first.technique, {**self.decl.workload_fixed, **first.fixed, **small}, self.optimizer)  # warm-up
-        began = time.perf_counter()
-        raw_trace(first.technique, {**self.decl.workload_fixed, **first.fixed, **at}, self.optimizer)
-        trace_s = time.perf_counter() - began
-        measure_s = None
-        if self.decl.time_sizes:
-            params = {**self.decl.workload_fixed, **first.fixed, **self.decl.time_sizes[0]}
-            self.measure(first.technique, iterations=2, check=False, optimizer=self.optimizer, **params)
-            measure_s = self.measure_times[-1]
-        self.estimate = traces * trace_s + measures * (measure_s if measure_s is not None else 10 * trace_s)
-        self.say(f"memlab: estimated {_duration(self.estimate)} (one trace {trace_s:.1f} s"
-                 + (f", one measurement {measure_s:.1f} s" if measure_s is not None else "") + ")")
-        self.fitting = True
 
     @contextlib.contextmanager
     def watching(self):
@@ -481,12 +484,9 @@ class FitProgress:
         self.say(f"memlab: trace {done}/~{max(done, self.totals[0])} ({sizes}); {self._left()}")
 
     def measure(self, technique: str, **kwargs):
-        """The fit's measurement: timed and counted, the plan's first one remembered."""
+        """The fit's measurement (``measure_fn``, default :func:`memlab.measure`), timed and counted."""
         import memlab
 
-        key = (technique, tuple(sorted(kwargs.items())))
-        if key in self.memo:
-            return self.memo.pop(key)
         if self.traced_now:  # the first measurement of a technique ends its traces
             if not self.refined:
                 self.traces_each, self.refined = self.traced_now, True
@@ -497,8 +497,6 @@ class FitProgress:
         began = time.perf_counter()
         m = (self.inner or memlab.measure)(technique, **kwargs)
         self.measure_times.append(time.perf_counter() - began)
-        if not self.fitting:
-            self.memo[key] = m  # the plan's: the fit asks for it again
         sizes = " ".join(f"{k}={kwargs[k]}" for k in self.decl.sizes if k in kwargs)
         self.say(f"memlab: measured {len(self.measure_times)}/{self.totals[1]}: {technique} ({sizes}) "
                  f"{m.status} in {self.measure_times[-1]:.1f} s; {self._left()}")
@@ -506,8 +504,9 @@ class FitProgress:
 
     def _left(self) -> str:
         traces, measures = self.totals
-        per_trace = sum(self.trace_times) / len(self.trace_times) if self.trace_times else 0.0
-        per_measure = sum(self.measure_times) / len(self.measure_times) if self.measure_times else 0.0
+        per_trace = sum(self.trace_times) / len(self.trace_times) if self.trace_times else self.first_trace
+        per_measure = (sum(self.measure_times) / len(self.measure_times) if self.measure_times
+                       else MEASURE_PER_TRACE * per_trace)
         left = max(0, traces - len(self.trace_times)) * per_trace + max(0, measures - len(self.measure_times)) * per_measure
         return f"{_duration(time.perf_counter() - self.started)} so far, about {_duration(left)} left"
 

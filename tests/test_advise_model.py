@@ -466,3 +466,25 @@ def test_model_checks_keep_the_notes_written_beside_the_rows(tmp_path):
     again = json.loads(write_checks({**doc, "beyond": [{"technique": "toy__plain"}]}, tmp_path).read_text())
     assert again["notes"] == {"toy__plain batch=32": "scratch"} and again["beyond"] == [{"technique": "toy__plain"}]
     assert "fit_path" not in again
+
+
+def test_a_cold_fit_says_its_plan_and_estimate_first_then_each_trace_and_measurement(model_file, tmp_path):
+    """NOTE [ a cold fit announced ]: one technique of a tiny model, fitted cold (its own declaration
+    keeps it to plain); the plan and the estimate come before any trace of the fit, every trace and
+    measurement has a line with the time left, and the last line sets the fit's time beside the estimate."""
+    from memlab.model_advice import advise_model
+
+    path = model_file("adv_progress.py", OWN)
+    said: list[str] = []
+    a = advise_model(path, 10**6, cache_root=tmp_path / "cache", say=said.append)
+    assert not a["cached"] and [x["kind"] for x in a["answers"]] == ["plain"]
+    ours = [line for line in said if line.startswith("memlab: ")]
+    assert ours[1].startswith("memlab: plan: 1 techniques (plain); about 19 traces (18 each, at batch 2..7 and "
+                              "held out) and 4 measurements (4 each)")
+    assert ours[2].startswith("memlab: estimated ") and "19 traces of about" in ours[2]
+    traces = [line for line in ours if line.startswith("memlab: trace ")]
+    measured = [line for line in ours if line.startswith("memlab: measured ")]
+    assert traces[0].startswith("memlab: trace 1/~19 (batch=") and len(measured) == 4
+    assert all(" so far, about " in line and line.endswith(" left") for line in traces + measured)
+    assert measured[-1].startswith("memlab: measured 4/4: adv_progress__plain (batch=")
+    assert ours[-1].startswith("memlab: fitted in ") and f"{len(traces)} traces and 4 measurements" in ours[-1]

@@ -228,3 +228,78 @@ def test_the_readme_model_file_is_a_model_file(tmp_path):
     found = find_blocks(module.build())
     assert (found.paths, found.count, found.block_type) == (("blocks",), 8, "Block")
     assert load_model(path).family == "model:readme_model"
+
+
+# -- dropout stays on (NOTE [ dropout stays on ]) ---------------------------------------------------
+ENCODER = EXAMPLES / "encoder_dropout.py"
+SAME_STREAM = "dropout on; technique and reference seeded alike before each step's forward (same masks)"
+GENERIC = ("plain", "checkpoint_blocks", "checkpoint_sqrt", "selective_checkpoint", "autocast_bf16")
+
+
+@pytest.mark.parametrize("kind", GENERIC)
+def test_the_dropout_encoder_is_ok_with_every_generic_technique(kind):
+    """examples/encoder_dropout.py: dropout 0.1 on, two inputs (a dict batch), a dict output carrying
+    the loss; every step checked against the reference drawing the same random stream."""
+    m = memlab.measure_model(ENCODER, kind, batch=2, isolate=False, iterations=2, repeats=1, time_budget=0)
+    assert (m.status, m.matches_reference) == ("ok", True), m.error
+    assert (m.extra["dropout_modules"], m.extra["check_randomness"]) == (10, SAME_STREAM)
+    if kind != "plain" and kind != "autocast_bf16":
+        assert (m.extra["blocks"], m.extra["block_count"], m.extra["blocks_found_by"]) == ("layers", 3, "guess")
+
+
+DROPPED = '''
+import torch
+from torch import nn
+
+P = {p}
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f, self.drop = nn.Linear(16, 16), nn.Dropout(P)
+
+    def forward(self, x):
+        return x + self.drop(torch.tanh(self.f(x)))
+
+def build():
+    return nn.Sequential(*(Block() for _ in range(4)))
+
+def batch(size):
+    return torch.randn(size, 16)
+'''
+
+
+def test_a_model_that_differs_only_by_dropout_is_ok_and_its_masks_are_measured(tmp_path):
+    """Dropout 0.5 against the same model without it: both ok in float64 and step by step, with and
+    without checkpointing; with dropout each block also saves its noise (on the CPU, nn.Dropout
+    computes ``input * noise``, the noise a float32 [B, 16] tensor, 0 or 1/(1-p))."""
+    rows = {}
+    for stem, p in (("no_drop", 0.0), ("half_drop", 0.5)):
+        path = tmp_path / f"{stem}.py"
+        path.write_text(DROPPED.format(p=p))
+        for kind in ("plain", "checkpoint_blocks"):
+            m = memlab.measure_model(path, kind, batch=8, isolate=False, iterations=2, repeats=1, time_budget=0)
+            assert (m.status, m.matches_reference) == ("ok", True), m.error
+            rows[stem, kind] = m
+    assert "check_randomness" not in rows["no_drop", "plain"].extra
+    assert rows["half_drop", "checkpoint_blocks"].extra["check_randomness"] == SAME_STREAM
+    masks = rows["half_drop", "plain"].peak_by_category_bytes["saved_activations"] - \
+        rows["no_drop", "plain"].peak_by_category_bytes["saved_activations"]
+    assert masks == 4 * 8 * 16 * 4  # four blocks' [8, 16] float32 noise
+
+
+def test_a_technique_that_reorders_randomness_is_checked_with_dropout_off(monkeypatch):
+    """AnyModelTechnique.reorders_randomness: its problems (and so its reference's) have every dropout
+    at p=0, and the row says so."""
+    from memlab.techniques.any_model import AnyModelTechnique
+
+    load_model(ENCODER)
+    monkeypatch.setattr(AnyModelTechnique, "reorders_randomness", True)
+    technique = memlab.get_technique("encoder_dropout__checkpoint_blocks")(batch=2)
+    problem = technique.build(torch.device("cpu"), torch.float64, 0)
+    assert problem.extra["dropout_fixed"] == 10
+    assert all(getattr(m, "p", 0.0) == 0.0 for m in problem.model.modules() if isinstance(m, nn.Dropout))
+    m = memlab.measure_model(ENCODER, "checkpoint_blocks", batch=2, isolate=False, iterations=2, repeats=1,
+                             time_budget=0)
+    assert (m.status, m.extra["dropout_modules"]) == ("ok", 10), m.error
+    assert m.extra["check_randomness"].startswith("dropout off (p=0) in this technique's steps and its reference's")
