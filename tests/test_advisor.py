@@ -528,6 +528,7 @@ def test_what_the_sweeps_measured_and_no_entry_covers_is_listed_with_the_reason(
     assert {"sdpa", "autocast_bf16", "gpt2_hf"} <= set(t)
     assert "another dtype" in t["autocast_bf16"] and "peer library" in t["gpt2_hf"]
     assert "not modelled: einsum_chunk [opt_einsum=True]: modelled only with" in format_advice(a)
+    assert "memlab advise: chunking d=256 (default) hidden=1024 (default) n=10000 (default), budget" in format_advice(a)
 
 
 def test_on_cuda_the_time_is_marked_cpu_measured():

@@ -13,7 +13,7 @@ from ..params import Param, split_params
 from ..record import Category
 from ..units import MiB
 from .decision import (changes_dtype, fixed_selection, measured_params, not_modelled, order_fits, plain_verdict,
-                       time_error)
+                       registered_techniques, time_error)
 from .declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
@@ -275,7 +275,8 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
             decl, {**fam, "entries": entries}, chosen, sizes, budget_bytes, device) if fits[0].get("baseline") else None),
         "fits": fits, "time_error": terr, "time_measured_on": "cpu",
         "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
-        "not_modelled": not_modelled(family, fam, measured_params(sweeps_dir).get(family, {})),
+        "not_modelled": not_modelled(family, fam, measured_params(sweeps_dir).get(family, {}),
+                                     registered_techniques(family)),
         "extrapolation": _extrapolation(fam, sizes), "kernel_warning": kernel_warning(family, fam),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
@@ -437,17 +438,19 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     lines = [a["plain"]["text"]] + ([a["plain"]["buys"]] if a["plain"] and a["plain"]["buys"] else []) \
         if a.get("plain") else []
-    lines += [f"memlab advise: {a['family']} {' '.join(f'{k}={v}' for k, v in a['sizes'].items())}, budget "
+    defaulted = {n.split("=", 1)[0] for n in a["notes"]}  # "hidden=1024 (default)"
+    lines += [f"memlab advise: {a['family']} "
+              f"{' '.join(f'{k}={v}' + (' (default)' if k in defaulted else '') for k, v in a['sizes'].items())}, budget "
              f"{fmt_bytes(a['budget_bytes'])}, optimizer {a['optimizer']}, device {a['device']}",
              f"models: {a['models']} (memlab {str(a['memlab_commit'])[:12]}, {a['dtype']}, exact CPU bytes; "
              f"nothing measured)"]
     if a.get("kernel_warning"):
         lines.append("warning: " + a["kernel_warning"])
-    if a["notes"]:
-        lines.append("sizes not given: " + ", ".join(a["notes"]))
-    for x in a.get("not_modelled") or []:  # what data/sweeps measured that no entry covers
+    by_reason: dict[str, list[str]] = {}  # the family's techniques no entry covers, one line per reason
+    for x in a.get("not_modelled") or []:
         setting = ", ".join(f"{k}={v}" for k, v in x["params"].items())
-        lines.append(f"not modelled: {x['technique']}{f' [{setting}]' if setting else ''}: {x['reason']}")
+        by_reason.setdefault(x["reason"], []).append(x["technique"] + (f" [{setting}]" if setting else ""))
+    lines += [f"not modelled: {', '.join(names)}: {why}" for why, names in by_reason.items()]
     if a["device"] == "cuda":
         m = a["cuda_margin"]
         lines.append(f"CUDA need = exact peak x {1 + m['fraction']:.2f} + {fmt_bytes(m['fixed_bytes'])} "

@@ -31,7 +31,7 @@ from ..record import is_number
 from .model import MODELS_DIR
 
 __all__ = ["SWEEPS_DIR", "time_error", "changes_dtype", "order_fits", "plain_verdict", "measured_params",
-           "not_modelled", "fixed_selection"]
+           "registered_techniques", "not_modelled", "fixed_selection"]
 
 #: the committed sweeps the site's Overview ranks (``data/sweeps``)
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "data" / "sweeps"
@@ -160,21 +160,32 @@ def measured_params(sweeps_dir: Path | None = None, warn: Callable[[str], None] 
     return {f: dict(sorted(t.items())) for f, t in sorted(out.items())}
 
 
+def registered_techniques(family: str) -> list[str]:
+    """The built-in techniques of ``family``, from its folder's ``meta.py`` (every technique there has a
+    colour), read without torch (:func:`memlab.registry.read_family_meta`)."""
+    from ..registry import builtin_families, read_family_meta
+
+    return sorted(t for name, folder in builtin_families() if name == family
+                  for t in read_family_meta(name, folder).colors)
+
+
 def _shown(v: Any) -> str:
     return repr(v) if isinstance(v, str) else str(v)
 
 
-def not_modelled(family: str, fam: Mapping[str, Any], measured: Mapping[str, Mapping[str, Any]]
-                 ) -> list[dict[str, Any]]:
-    """Each technique (or parameter setting of one) of ``measured`` (one family's of
-    :func:`measured_params`) that no model entry of ``fam`` covers, with the reason: ``{"technique",
-    "params", "reason"}``."""
+def not_modelled(family: str, fam: Mapping[str, Any], measured: Mapping[str, Mapping[str, Any]],
+                 registered: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Each technique of the family (``registered``: :func:`registered_techniques`, and those
+    ``measured``: one family's of :func:`measured_params`), or parameter setting the sweeps ran one at,
+    that no model entry of ``fam`` covers, with the reason: ``{"technique", "params", "reason"}``."""
     entries = fam["entries"]
     out = []
-    for tech, seen in measured.items():
+    unmeasured = {"peer": False, "params": [], "unmeasured": True}
+    for tech, seen in sorted({**{t: unmeasured for t in registered}, **measured}.items()):
         mine, rows = [e for e in entries if e["technique"] == tech], seen["params"]
         if not mine:
-            why = [f"the {family} advisor model declares no entry for it"] + ["a peer library's implementation, measured beside memlab's"] * bool(
+            why = [f"the {family} advisor model declares no entry"] + [
+                "no ok CPU measurement in data/sweeps"] * bool(seen.get("unmeasured")) + ["a peer library's implementation, measured beside memlab's"] * bool(
                 seen["peer"]) + ["its step runs in another dtype than the models' float32"] * changes_dtype(
                 {"technique": tech}, None)
             out.append({"technique": tech, "params": {}, "reason": "; ".join(why)})

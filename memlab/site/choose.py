@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import results as R
 from ..advisor.advise import CUDA_MARGIN, UNITS, AdviceError, advise, error_bound
-from ..advisor.decision import changes_dtype, measured_params, not_modelled, time_error
+from ..advisor.decision import changes_dtype, measured_params, not_modelled, registered_techniques, time_error
 from ..advisor.declaration import as_declaration
 from ..advisor.gpu_evidence import format_gpu_evidence, gpu_evidence
 from ..advisor.model import CATEGORIES, SCHEMA
@@ -228,7 +228,7 @@ def _decision_inputs(compact: dict[str, Any], data_dir: Path, measured: dict[str
     as :func:`memlab.advisor.advise` reads them), added to the compact models the page ships."""
     for name, fam in compact["families"].items():
         fam["time_error"] = time_error(name, compact["optimizer"], Path(data_dir) / "models")
-        fam["not_modelled"] = not_modelled(name, fam, measured.get(name, {}))
+        fam["not_modelled"] = not_modelled(name, fam, measured.get(name, {}), registered_techniques(name))
 
 
 def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
