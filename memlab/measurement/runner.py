@@ -192,8 +192,9 @@ def _child_env(technique: type[Technique]) -> dict[str, str]:
             f"technique {technique.name!r} is defined in __main__ or has no source file; a subprocess "
             "cannot import it: define it in a file (load it with memlab.load_plugin / --plugin) or pass isolate=False"
         )
-    if not str(Path(src).resolve()).startswith(memlab_dir) and str(Path(src).resolve()) not in plugins:
-        plugins.append(str(Path(src).resolve()))
+    resolved = Path(src).resolve()  # a plug-in file, or a module of a plug-in family folder
+    if not str(resolved).startswith(memlab_dir) and not any(Path(p) in (resolved, *resolved.parents) for p in plugins):
+        plugins.append(str(resolved))
     env["MEMLAB_PLUGINS"] = os.pathsep.join(plugins)
     root = str(Path(memlab_dir).parent)
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in _absolute_paths(env.get("PYTHONPATH", "")) if p != root])

@@ -18,7 +18,7 @@ TIME_HELD_OUT = (
     ("slice_accumulate[backward=autograd]", {"n": 8192, "d": 128, "hidden": 1024, "chunk_size": 512}),
 )
 
-#: the asv benchmark classes, by class name (``benchmarks/common.py``: ``family_benchmarks``).
+#: the asv benchmark classes, by class name (``benchmarks/family_grid.py``).
 #: ``unchunked`` has no chunk size and is measured once (at the first chunk_size).  Held fixed: n=2000
 #: rows, d=256, hidden=1024 (the [2000, 1024] float32 hidden activation is 7.8 MiB); chunk sizes 2000,
 #: 500, 200 are 1, 4 and 10 chunks.

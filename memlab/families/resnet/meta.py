@@ -18,7 +18,7 @@ TIME_HELD_OUT = (
     ("resnet_checkpoint_block", {"depth": 110, "batch": 16}),
 )
 
-#: the asv benchmark classes, by class name (``benchmarks/common.py``: ``family_benchmarks``): the
+#: the asv benchmark classes, by class name (``benchmarks/family_grid.py``): the
 #: log-log exponent of the activation peak against depth (in blocks).  Held fixed (cheap: a few seconds
 #: per technique): basic blocks, depths 26, 98, 386 (n = 4, 16, 64; 12 to 192 blocks), batch 1, width
 #: 2, 8x8 inputs, CPU (the exponent comes from exact bytes; a device would only add allocator rounding).

@@ -18,7 +18,7 @@ TIME_HELD_OUT = (
     ("checkpoint_block", {"depth": 8, "batch": 1024, "width": 128, "hidden": 256}),
 )
 
-#: the asv benchmark classes, by class name (``benchmarks/common.py``: ``family_benchmarks``).  Held
+#: the asv benchmark classes, by class name (``benchmarks/family_grid.py``).  Held
 #: fixed: width=128 channels per half, hidden=256, additive coupling, MLP blocks.  The peers: the
 #: third-party reversible stacks, beside memlab's reversible and the baseline, at one size.
 BENCHMARKS = {

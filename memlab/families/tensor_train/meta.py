@@ -18,7 +18,7 @@ TIME_HELD_OUT = (
     ("tt_chunked", {"batch": 8192, "chunk_size": 2048}),
 )
 
-#: the asv benchmark classes, by class name (``benchmarks/common.py``: ``family_benchmarks``).
+#: the asv benchmark classes, by class name (``benchmarks/family_grid.py``).
 #: ``dense`` does not depend on the rank and is measured at the first rank only.  Held fixed: the
 #: workload's default modes (10, 10, 10) -> (10, 10, 10), a 1000 x 1000 layer, and ``chunk_size=256``
 #: rows for ``tt_chunked``.  The peers: the report's own TT layer and tensorly-torch's, beside

@@ -26,7 +26,7 @@ TIME_HELD_OUT = (
     ("chunked_attention", {"seq": 448, "batch": 2, "vocab": 2560, "block": 64, "layers": 2}),
 )
 
-#: the asv benchmark classes, by class name (``benchmarks/common.py``: ``family_benchmarks``).
+#: the asv benchmark classes, by class name (``benchmarks/family_grid.py``).
 #: ``Transformer``: a small decoder-only LM (2 layers, hidden 64, 4 heads, vocab 2048, batch 2).
 #: ``TransformerPeers``: the third-party comparators (skipped where not installed) on the same step at
 #: seq 256 only.  ``TransformerComplexity``: the exponent of the exact activation peak against seq at
