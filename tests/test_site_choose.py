@@ -136,7 +136,7 @@ def test_the_page_and_its_models_are_built(site):
     text = memlab_advise_first_line()
     assert text.startswith("plain (unchunked) fits: peak ") and text.endswith("; no technique needed")
     answer = html[html.index('id="choose-answer"'):]
-    assert answer.index(text) < answer.index("Measured but not modelled") < answer.index(
+    assert answer.index(text) < answer.index("Not modelled (with the reason)") < answer.index(
         "modelled only with opt_einsum=False")
     for opt in ("sgd", "adam"):
         shipped = json.loads((out / "models" / f"cpu-float32-{opt}.json").read_text())

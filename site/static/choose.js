@@ -700,7 +700,7 @@ var memlabChoose = (function () {
         }), "the smallest each reaches"));
     }
     if (a.not_modelled.length) {
-      box.appendChild(el("h3", {id: "not-modelled", text: "Measured but not modelled"}));
+      box.appendChild(el("h3", {id: "not-modelled", text: "Not modelled (with the reason)"}));
       box.appendChild(el("ul", {"class": "not-modelled"}, a.not_modelled.map(function (x) {
         var setting = Object.keys(x.params).map(function (k) { return k + "=" + pyValue(x.params[k]); }).join(", ");
         return el("li", {}, [el("code", {text: x.technique}), (setting ? " [" + setting + "]" : "") + ": " + x.reason]);
