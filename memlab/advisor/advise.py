@@ -18,7 +18,7 @@ from .declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import CATEGORIES, load_models, models_path, predict, predict_time
 
-__all__ = ["AdviceError", "parse_budget", "advise", "format_advice", "format_verify", "verify", "cuda_need",
+__all__ = ["AdviceError", "parse_budget", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
            "fmt_bytes", "format_categories", "error_bound", "bounded_reading", "CUDA_MARGIN", "MAX_BUDGET_BYTES",
            "UNITS"]
 
