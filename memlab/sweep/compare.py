@@ -137,10 +137,21 @@ def sweep_lines(path: str | Path, problems: list[str]) -> Iterator[tuple[int, st
 
 
 def read_rows(path: str | Path, problems: list[str]) -> Iterator[dict[str, Any]]:
-    """The memlab rows of ``path`` (:func:`sweep_lines`); each unreadable line adds ``FILE:LINE: why``
-    to ``problems``."""
-    for _, _, row in sweep_lines(path, problems):
-        yield row
+    """The JSON-object lines of ``path``, of any shape (a lenient reader: the time breakdown's); each
+    unreadable line adds ``FILE:LINE: why`` to ``problems``.  The gates read with :func:`sweep_lines`."""
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw)
+            except (ValueError, RecursionError) as exc:
+                problems.append(f"{path}:{number}: not JSON ({type(exc).__name__})")
+                continue
+            if not isinstance(row, dict):
+                problems.append(f"{path}:{number}: not a JSON object")
+                continue
+            yield row
 
 
 def compare_sweeps(old: str | Path, new: str | Path) -> Comparison:
@@ -152,8 +163,8 @@ def compare_sweeps(old: str | Path, new: str | Path) -> Comparison:
         NotASweepFile: either file is not a memlab sweep file (NOTE [ a sweep file, as a gate reads it ]).
     """
     out = Comparison()
-    old_rows = {point_key(r): r for r in read_rows(old, out.problems)}
-    new_rows = {point_key(r): r for r in read_rows(new, out.problems)}
+    old_rows = {point_key(r): r for _, _, r in sweep_lines(old, out.problems)}
+    new_rows = {point_key(r): r for _, _, r in sweep_lines(new, out.problems)}
     out.only_old = len(old_rows.keys() - new_rows.keys())
     out.only_new = len(new_rows.keys() - old_rows.keys())
     for key in sorted(old_rows.keys() & new_rows.keys(), key=repr):
