@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..setting import Setting
+from ..setting import DEFAULTS, Setting
 from . import names
 
 __all__ = ["UsageError", "say", "print_or_drop", "check_file", "check_files", "check_measured_name",
@@ -112,7 +112,9 @@ def model_file(args, command: str) -> None:
 def setting_of(args) -> Setting:
     """The measuring options of ``args`` as a validated :class:`~memlab.setting.Setting` (a ValueError
     naming the bad value, exit status 2, before torch is imported)."""
+    d = DEFAULTS  # --accumulate and --grads: measure and sweep only
     return Setting(device=args.device, dtype=args.dtype, mode=args.mode, optimizer=args.optimizer, loss=args.loss,
+                   accumulate=getattr(args, "accumulate", d.accumulate), grads=getattr(args, "grads", d.grads),
                    iterations=args.iterations, repeats=args.repeats, threads=args.threads, timeout=args.timeout,
                    time_budget=args.time_budget).validate()
 

@@ -10,7 +10,7 @@ __all__ = ["add_parser", "precheck", "run", "measure_exit"]
 
 
 def add_parser(sub, shared) -> None:
-    s = sub.add_parser("measure", parents=[shared.common, shared.meas, shared.model], help="measure one technique")
+    s = sub.add_parser("measure", parents=[shared.common, shared.meas, shared.gradients, shared.model], help="measure one technique")
     s.add_argument("name", nargs="?", help="technique (with --model: plain if not given); memlab list names them")
     s.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="workload/technique parameter, e.g. --param chunk_size=1000 (repeatable)")
@@ -58,12 +58,20 @@ def _print_table(m) -> None:
     print(f"  {label}: {m.memory_method.get('reserved', '')}")
 
 
+def _gradient_options(m) -> str:
+    """``", accumulate 2, grads zero"``: the gradient options a row was measured with, where not the defaults."""
+    from ..setting import DEFAULTS
+
+    return "".join(f", {k} {getattr(m, k)}" for k in ("accumulate", "grads") if getattr(m, k) != getattr(DEFAULTS, k))
+
+
 def _memory_rows(m, label: str) -> list[tuple[str, str, str]]:
     from ..record import CATEGORIES, fmt_mib
 
     return [
         ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
-        ("total peak", fmt_mib(m.total_peak_bytes), f"baseline included; optimizer {m.optimizer}, loss {m.loss}"),
+        ("total peak", fmt_mib(m.total_peak_bytes), f"baseline included; optimizer {m.optimizer}, loss {m.loss}"
+                                                      + _gradient_options(m)),
         *((f"  {k.replace('_', ' ')}", fmt_mib(m.peak_by_category_bytes[k]), "at the peak; "
            f"{fmt_mib(m.end_by_category_bytes.get(k))} after the step")
           for k in CATEGORIES if k in m.peak_by_category_bytes),

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import NamedTuple, Sequence
 
-from ..setting import DEFAULTS, DTYPES, LOSSES, MAX_TIMEOUT_S, MODES, OPTIMIZERS
+from ..setting import DEFAULTS, DTYPES, GRADS, LOSSES, MAX_ACCUMULATE, MAX_TIMEOUT_S, MODES, OPTIMIZERS
 
 __all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options"]
 
@@ -64,6 +64,7 @@ class Shared(NamedTuple):
     common: argparse.ArgumentParser  # --plugin
     meas: argparse.ArgumentParser    # how to measure: device, dtype, iterations, threads...
     model: argparse.ArgumentParser   # --model, --blocks
+    gradients: argparse.ArgumentParser  # --accumulate, --grads (the training step's gradient options)
 
 
 def _measuring(meas: argparse.ArgumentParser) -> None:
@@ -98,6 +99,17 @@ def _measuring(meas: argparse.ArgumentParser) -> None:
                            "server (the default for CPU; CUDA always spawns)")
 
 
+def _gradient_options(group: argparse.ArgumentParser) -> None:
+    """``--accumulate K`` and ``--grads none|zero``: :class:`~memlab.setting.Setting` fields (measure, sweep)."""
+    d = DEFAULTS
+    group.add_argument("--accumulate", type=int, default=d.accumulate, metavar="K",
+                       help=f"micro-batches of the batch accumulated into .grad before one optimizer step "
+                            f"(1 to {MAX_ACCUMULATE}; the batch must divide by K; default {d.accumulate})")
+    group.add_argument("--grads", default=d.grads, metavar="WHEN",
+                       help=f"between steps the gradients are {GRADS[0]} (set to None) or {GRADS[1]} "
+                            f"(zeroed in place: kept allocated); default {d.grads}")
+
+
 def shared_options() -> Shared:
     """``--plugin``; the measuring options; ``--model`` and ``--blocks``."""
     common = argparse.ArgumentParser(add_help=False)
@@ -113,4 +125,6 @@ def shared_options() -> Shared:
                        "offload_activations (see README, 'Your own model')")
     model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
                        "nn.Sequential of repeated blocks (default: guessed)")
-    return Shared(common, meas, model)
+    gradients = argparse.ArgumentParser(add_help=False)
+    _gradient_options(gradients)
+    return Shared(common, meas, model, gradients)

@@ -20,7 +20,7 @@ __all__ = ["add_parser", "precheck", "run", "plan_args"]
 
 
 def add_parser(sub, shared) -> None:
-    s = sub.add_parser("sweep", parents=[shared.common, shared.meas, shared.model],
+    s = sub.add_parser("sweep", parents=[shared.common, shared.meas, shared.gradients, shared.model],
                        help="measure every technique of a family over its grid")
     s.add_argument("--family", help="the family to sweep (default: every family); memlab list names them")
     s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
@@ -196,6 +196,7 @@ def plan_args(args) -> dict[str, Any]:
 
 def _shard_of(points, args, setting):
     """``--shard i/n``: this shard's points and the record each of its rows carries."""
+    from ..setting import DEFAULTS
     from ..sweep.shard import parse_shard, select_shard, shard_record, summarise
 
     try:
@@ -203,6 +204,9 @@ def _shard_of(points, args, setting):
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     identity = {k: getattr(setting, k) for k in ("device", "dtype", "mode", "optimizer", "loss")}
+    # the gradient options only where set: a default sweep's plan digest is what it was before they existed
+    identity.update({k: getattr(setting, k) for k in ("accumulate", "grads") if getattr(setting, k) != getattr(
+        DEFAULTS, k)})
     record = shard_record(index, count, points, identity, plan_args(args))
     summary = summarise(points, count)
     mine = select_shard(points, index, count)

@@ -15,6 +15,7 @@ from .devices import parse_device, parse_dtype
 from .inprocess import measure_in_process, memory_method, skeleton, timeline_in_process
 from ..record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
 from ..setting import DEFAULTS, Point, Setting
+from .micro_batches import check_accumulate
 from .runner import WorkerFailed, run_in_subprocess
 
 __all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare", "as_point", "Point",
@@ -61,13 +62,13 @@ def _request(technique: Technique, setting: Setting, reference_cache) -> dict[st
             "reference_cache": None if reference_cache is None else os.fspath(reference_cache)}
 
 
-def _check_measurable(setting: Setting) -> None:
-    """The gradient options are part of a point's identity, but the step measures only their defaults
-    so far: any other value is refused rather than measured as the default."""
-    for name in ("accumulate", "grads"):
-        if getattr(setting, name) != getattr(DEFAULTS, name):
-            raise ValueError(f"{name}={getattr(setting, name)!r} is not measured yet: the training step runs "
-                             f"{name}={getattr(DEFAULTS, name)!r} only")
+def _check_gradient_options(technique: Technique, s: Setting) -> None:
+    """The gradient options apply to a training step, and ``accumulate`` must split the batch
+    (NOTE [ micro-batches of a problem ] in :mod:`memlab.measurement.micro_batches`)."""
+    if s.mode == "infer" and (s.accumulate, s.grads) != (DEFAULTS.accumulate, DEFAULTS.grads):
+        raise ValueError(f"accumulate={s.accumulate} and grads={s.grads!r} are options of a training step; "
+                         f"mode='infer' takes neither (give mode='train', or leave them at their defaults)")
+    check_accumulate(technique, s.accumulate)
 
 
 def as_point(target: str | type[Technique] | Point, setting: Setting | None = None,
@@ -113,8 +114,11 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
             one per core) and for the timed phase (``None``: one thread, which keeps
             ``relative_step_time`` load-robust: NOTE [ CPU time and load ] in
             :mod:`memlab.measurement.timing`).
-        accumulate, grads: the gradient options; only their defaults are measured so far (another
-            value is a ValueError).
+        accumulate: micro-batches of the batch accumulated into ``.grad`` before one optimizer step
+            (default 1); a batch it does not divide is a ValueError naming both (NOTE [ micro-batches
+            of a problem ] in :mod:`memlab.measurement.micro_batches`).
+        grads: ``none`` (default: gradients set to None after the optimizer step) or ``zero`` (zeroed
+            in place: live between steps, in the baseline).
 
     Args:
         target: a :class:`~memlab.setting.Point`, or a registered technique name (or the class).
@@ -139,8 +143,8 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
     name, point = as_point(target, setting, **options)
     s = point.setting.validate()
     _check_isolation(isolate)
-    _check_measurable(s)
     technique, dev, dt = prepare(name, point.params, s.device, s.dtype, s.mode, plugins)
+    _check_gradient_options(technique, s)
     if not isolate:
         return measure_in_process(technique, dev, dt, setting=s, reference_cache=reference_cache)
     request = _request(technique, s, reference_cache)

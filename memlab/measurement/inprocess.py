@@ -48,12 +48,13 @@ def memory_method(device: torch.device) -> dict[str, str]:
 def skeleton(technique: Technique, device: str, setting: Setting = DEFAULTS) -> Measurement:
     """A Measurement carrying only the identity of the configuration (used for error rows): the
     technique, its parameters, ``device`` (the label of the device it ran on: ``cpu``, ``cuda:0``) and
-    the ``setting``'s dtype, mode, optimizer and loss."""
+    the ``setting``'s dtype, mode, optimizer, loss and gradient options."""
     return Measurement(
         technique=technique.name, workload=technique.workload.name, family=technique.family(),
         params=dict(technique.config), device=device, dtype=setting.dtype, mode=setting.mode,
         samples_per_step=technique.samples_per_step(), peer=technique.peer, optimizer=setting.optimizer,
-        loss=setting.loss, extra={"baseline": technique.baseline, "twin": technique.twin},
+        loss=setting.loss, accumulate=setting.accumulate, grads=setting.grads,
+        extra={"baseline": technique.baseline, "twin": technique.twin},
     )
 
 
@@ -126,7 +127,8 @@ def time_measured(measured: Measurement, technique: Technique, device: torch.dev
     try:
         return timed_verdict(measured, time_in_process(
             technique, device, dtype, mode=measured.mode, repeats=s.repeats, time_budget_s=float(s.time_budget),
-            seed=s.seed, optimizer=measured.optimizer, loss=measured.loss, threads=s.threads, check=s.check))
+            seed=s.seed, optimizer=measured.optimizer, loss=measured.loss, threads=s.threads, check=s.check,
+            accumulate=measured.accumulate, grads=measured.grads))
     except Exception as exc:  # noqa: BLE001 - a row, never a crash
         row = failed_row(measured, exc, device)
         return row.replace(error=f"timed phase: {row.error}"[:500], environment=measured.environment)
@@ -225,7 +227,8 @@ class TracedSteps:
 
 def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = DEFAULTS.mode,
                  iterations: int = DEFAULTS.iterations, seed: int = DEFAULTS.seed,
-                 optimizer: str = DEFAULTS.optimizer, loss: str = DEFAULTS.loss, probe: bool = True) -> TracedSteps:
+                 optimizer: str = DEFAULTS.optimizer, loss: str = DEFAULTS.loss, probe: bool = True,
+                 accumulate: int = DEFAULTS.accumulate, grads: str = DEFAULTS.grads) -> TracedSteps:
     """Build the problem, take one warm-up step, then on CPU ``iterations`` traced steps.
 
     Allocation recording starts before the problem exists, so that frees of its storages are seen
@@ -234,13 +237,14 @@ def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype,
     change no figure).  Every step's output, gradients and parameters are sampled into the returned
     ``log`` without allocating in PyTorch's allocator (NOTE [ every step checked ]).
     """
+    steps = {"optimizer": optimizer, "loss": loss, "accumulate": accumulate, "grads": grads}
     try:
-        return _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved=True)
+        return _traced_steps(technique, device, dtype, mode, iterations, seed, steps, probe, saved=True)
     except RuntimeError as exc:
         if not (probe and refuses_saved_hooks(exc)):
             raise
     gc.collect()
-    return _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved=False)
+    return _traced_steps(technique, device, dtype, mode, iterations, seed, steps, probe, saved=False)
 
 
 # NOTE [ no garbage into the trace ]
@@ -267,14 +271,15 @@ def collect_garbage() -> int:
     return GC_PASSES
 
 
-def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, loss, probe, saved) -> TracedSteps:
+def _traced_steps(technique, device, dtype, mode, iterations, seed, steps, probe, saved) -> TracedSteps:
+    """``steps``: :func:`~memlab.measurement.step.make_step`'s optimizer, loss and gradient options."""
     cpu = device.type == "cpu"
     collect_garbage()  # NOTE [ no garbage into the trace ]
     recorder = alloc_trace.AllocationRecorder(device) if cpu else contextlib.nullcontext()
     log = StepLog(snapshots=True)
     with recorder:
-        problem = build_problem(technique, device, dtype, seed, loss)
-        step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=log)
+        problem = build_problem(technique, device, dtype, seed, steps["loss"])
+        step, opt = make_step(technique, problem, mode, **steps, capture=log)
         step()  # warm-up: lazy initialisation, optimizer state
         synchronize(device)
         gc.collect()
@@ -297,16 +302,19 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, optimizer, l
     return traced
 
 
-def _check_steps(technique, device, dtype, mode, seed, optimizer, loss, log: StepLog):
+def _check_steps(technique, device, dtype, mode, seed, base: Measurement, log: StepLog):
     """The measured steps in ``log`` against the workload reference stepped as often on a shadow
-    problem of the same seed, with the same optimizer (NOTE [ every step checked ]).  Its
+    problem of the same seed, with ``base``'s optimizer, loss and gradient options (NOTE [ every step
+    checked ]).  Its
     allocations come after the traced window and are freed before the next figure is taken."""
-    shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss)
+    steps = {"accumulate": base.accumulate, "grads": base.grads}
+    shadow = Shadow(technique, device, dtype, mode, seed, base.optimizer, base.loss, **steps)
     shadow.follow(log)
     synchronize(device)
     # a step beyond the drift allowance is arbitrated by the reference in float64 from the technique's
     # starting values of that step (NOTE [ drift arbitrated in float64 ]); built only if needed
-    arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: log.start_of(k - 1))
+    arbiter = Float64Arbiter(technique, device, mode, seed, base.optimizer, base.loss, lambda k: log.start_of(k - 1),
+                             **steps)
     result = compare_logs(log, shadow.log, checker_for(technique, dtype, "measured step", arbiter))
     del shadow, arbiter
     gc.collect()
@@ -317,7 +325,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
                    check) -> Measurement:
     started = time.perf_counter()
     traced = traced_steps(technique, device, dtype, mode=mode, iterations=iterations, seed=seed,
-                          optimizer=base.optimizer, loss=base.loss)
+                          optimizer=base.optimizer, loss=base.loss, accumulate=base.accumulate, grads=base.grads)
     # seconds: build, warm-up step, the profiled steps and their trace's processing (bench-harness)
     notes["recorded_steps_s"] = time.perf_counter() - started
     notes["predict_cuda_s"] = traced.predict_cuda_s  # seconds, part of recorded_steps_s (bench-harness)
@@ -333,7 +341,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
         activation = at = traced.categories[peaks.index(max(peaks))]
         fields.update(total_peak_bytes=at.total_peak_bytes, peak_by_category_bytes=at.peak,
                       end_by_category_bytes=at.end)
-        steps_check = _check_steps(technique, device, dtype, mode, seed, base.optimizer, base.loss, log) \
+        steps_check = _check_steps(technique, device, dtype, mode, seed, base, log) \
             if check else None
     del traced
     log.active = False  # the resident and FLOP-counted steps: counted for the shadow, not compared
@@ -349,7 +357,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
         fields["device_used_bytes"] = total - free
         if technique.reports_activation_peak:
             activation = _traced_categories(step, problem, mode, device)
-        steps_check = _check_steps(technique, device, dtype, mode, seed, base.optimizer, base.loss, log) \
+        steps_check = _check_steps(technique, device, dtype, mode, seed, base, log) \
             if check else None
     fields["peak_allocated_per_iteration_bytes"] = tuple(peaks)
     fields["allocated_after_step_bytes"] = tuple(after)

@@ -1,9 +1,17 @@
 """One training or inference step of a technique, with phase markers for the profiler.
 
-``train``: zero-free start (no ``.grad`` is live between steps), forward, backward from the chosen
-``loss``, the chosen ``optimizer``'s ``step()``, then every leaf's ``.grad`` set to None.  So between
-steps only the baseline (parameters, inputs, upstream gradient, optimizer state) is live, and a
-step's peak covers activations, gradients and temporaries.
+``train``: forward, backward from the chosen ``loss``, the chosen ``optimizer``'s ``step()``, then
+every leaf's ``.grad`` set to None (``grads="none"``, the default).  So between steps only the
+baseline (parameters, inputs, upstream gradient, optimizer state) is live, and a step's peak covers
+activations, gradients and temporaries.  The gradient options (:class:`memlab.setting.Setting`):
+    ``accumulate=K``: ``K`` forward/backward passes over micro-batches of ``1/K`` of the batch, their
+        gradients accumulated into ``.grad``, then one optimizer step (NOTE [ micro-batches of a
+        problem ] in :mod:`memlab.measurement.micro_batches`): from the second micro-batch on, every
+        backward adds into a ``.grad`` that already exists.
+    ``grads="zero"``: after the optimizer step the parameters' ``.grad`` are zeroed in place
+        (``zero_grad(set_to_none=False)``), so they are live between steps, part of the baseline,
+        and every backward adds into them; a grad-requiring input's ``.grad`` is still set to None
+        (a loop's inputs are new every step).
 ``infer``: forward under ``torch.no_grad()``; the output is dropped at the end of the step.
 
 Losses (:data:`LOSSES`):
@@ -28,9 +36,10 @@ from typing import Callable
 import torch
 from torch.profiler import record_function
 
-from ..setting import DEFAULTS, LOSSES, MODES, OPTIMIZERS, check_choice
+from ..setting import DEFAULTS, GRADS, LOSSES, MODES, OPTIMIZERS, check_choice
 from ..technique import Technique
 from ..workload import Problem
+from .micro_batches import micro_problems
 
 __all__ = ["make_step", "make_optimizer", "MODES", "PHASES", "OPTIMIZERS", "LOSSES", "OptimizerName", "LossName",
            "check_choice"]
@@ -55,26 +64,33 @@ def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimiz
 
 def make_step(technique: Technique, problem: Problem, mode: str, *,
               optimizer: OptimizerName | torch.optim.Optimizer = DEFAULTS.optimizer,
-              loss: LossName = DEFAULTS.loss, capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
-    """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive.
+              loss: LossName = DEFAULTS.loss, accumulate: int = DEFAULTS.accumulate, grads: str = DEFAULTS.grads,
+              capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
+    """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive (with
+    ``grads="zero"``: nothing but the parameters' zeroed ``.grad``).
 
     Args:
         optimizer: one of :data:`OPTIMIZERS` (the technique's :meth:`~memlab.Technique.make_optimizer`
             may supply its own instead), or an optimizer instance to share (a reference step
             timed beside the technique's uses the technique's optimizer).
         loss: one of :data:`LOSSES`.
+        accumulate: micro-batches per optimizer step (a ValueError naming the batch when it does
+            not split: NOTE [ micro-batches of a problem ]).
+        grads: ``none`` or ``zero``: what the gradients become after the optimizer step.
 
     ``step(probe)`` with a :class:`~memlab.measurement.categories.Probe` marks saved tensors, gradients
     and the upstream gradient for the memory categories (NOTE [ memory categories ]).
 
     ``capture``: a :class:`~memlab.measurement.step_check.StepLog` (or None) that may keep the leaves'
-    values before a training step, samples each step's output, every gradient before the optimizer
-    and every parameter after it, then closes the step (NOTE [ every step checked ]); it allocates
+    values before a training step, samples each step's output (each micro-batch's: ``output``, then
+    ``output:1``...), every gradient before the optimizer (accumulated over the micro-batches) and
+    every parameter after it, then closes the step (NOTE [ every step checked ]); it allocates
     nothing in PyTorch's CPU allocator.
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not valid; valid modes: {', '.join(MODES)}")
     check_choice("loss", loss, LOSSES)
+    check_choice("grads", grads, GRADS)
     if mode == "infer":
 
         def infer_step(probe=None) -> None:
@@ -96,38 +112,60 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
         opt = own(params, optimizer) if own is not None and params else None
         if opt is None:
             opt = make_optimizer(optimizer, params) if params else None
+    parts = micro_problems(technique, problem, accumulate)
+    return _train_step(technique, problem, parts, loss, opt, grads, capture), opt
+
+
+def _train_step(technique: Technique, problem: Problem, parts: list[Problem], loss: str,
+                opt: torch.optim.Optimizer | None, grads: str, capture) -> Callable[..., None]:
+    """The training step over ``parts`` (the micro-batch problems; ``[problem]`` without accumulation)."""
     leaves = problem.leaves()
-    grad_output = problem.grad_output if loss == "given" else None
+    kept = len([p for p in problem.model.parameters() if p.requires_grad]) if grads == "zero" else 0
 
     def train_step(probe=None) -> None:
         if capture is not None:
             capture.begin(leaves)
-        with record_function("memlab::forward"), _saving(probe):
-            out = technique.forward(problem)
-            lossval = _mse_to_zero(out) if loss == "mse" else None
-        with record_function("memlab::backward"), _saving(probe):
-            if probe is not None:
-                probe.upstream(out)
-            if lossval is None:
-                out.backward(grad_output)
-            else:
-                lossval.backward()
-            if capture is not None:
-                capture.output(out)
-                capture.gradients(leaves)
-            del out, lossval
-            if probe is not None:
-                probe.gradients()
+        for k, part in enumerate(parts):
+            _micro_step(technique, part, k, len(parts), loss, probe, capture)
+        if capture is not None:
+            capture.gradients(leaves)
         with record_function("memlab::optimizer"):
             if opt is not None:
                 opt.step()
             if capture is not None:
                 capture.parameters(leaves)
                 capture.next_step()
-            for t in leaves:
-                t.grad = None
+            for i, t in enumerate(leaves):
+                if i < kept and t.grad is not None:
+                    t.grad.zero_()  # zero_grad(set_to_none=False)
+                else:
+                    t.grad = None
 
-    return train_step, opt
+    return train_step
+
+
+def _micro_step(technique: Technique, part: Problem, k: int, parts: int, loss: str, probe, capture) -> None:
+    """Forward and backward of micro-batch ``k`` of ``parts``; gradients accumulate into ``.grad``.
+    A scalar output or loss is divided by ``parts`` (NOTE [ micro-batches of a problem ])."""
+    with record_function("memlab::forward"), _saving(probe):
+        out = technique.forward(part)
+        lossval = _mse_to_zero(out) if loss == "mse" else None
+        if parts > 1 and lossval is not None:
+            lossval = lossval / parts
+        elif parts > 1 and isinstance(out, torch.Tensor) and out.dim() == 0:
+            out = out / parts
+    with record_function("memlab::backward"), _saving(probe):
+        if probe is not None:
+            probe.upstream(out)
+        if lossval is None:
+            out.backward(part.grad_output if loss == "given" else None)
+        else:
+            lossval.backward()
+        if capture is not None:
+            capture.record("output" if k == 0 else f"output:{k}", out)
+        del out, lossval
+        if probe is not None:
+            probe.gradients()
 
 
 def _mse_to_zero(out: torch.Tensor) -> torch.Tensor:
@@ -163,8 +201,10 @@ def tensors_bytes(objects) -> int:
 
 
 def baseline_objects(problem: Problem, optimizer: torch.optim.Optimizer | None) -> list:
-    """Everything a step keeps alive between steps: parameters, buffers, inputs, grad_output, optimizer state."""
-    objs: list = [list(problem.model.state_dict(keep_vars=True).values()), problem.inputs, problem.grad_output]
+    """Everything a step keeps alive between steps: parameters, buffers, inputs, grad_output, optimizer
+    state, and the gradients a step leaves allocated (``grads="zero"``)."""
+    objs: list = [list(problem.model.state_dict(keep_vars=True).values()), problem.inputs, problem.grad_output,
+                  [t.grad for t in problem.leaves() if t.grad is not None]]
     if optimizer is not None:
         objs.append([dict(s) for s in optimizer.state.values()])
     return objs

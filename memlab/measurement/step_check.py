@@ -80,6 +80,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..setting import DEFAULTS
+
 __all__ = ["SAMPLES", "DRIFT_FACTOR", "FLOOR_ULPS", "StepLog", "StepComparison", "StepChecker", "checker_for",
            "compare_logs", "Shadow", "ReferenceAsTechnique", "Float64Arbiter",
            "build_problem"]
@@ -430,8 +432,9 @@ class Float64Arbiter:
     ``problem.leaves()`` order, or None), sampled like every step (NOTE [ drift arbitrated in float64 ]).
     The float64 problem is built on first use, so a run that never needs it pays nothing."""
 
-    def __init__(self, technique, device, mode: str, seed: int, optimizer: str, loss: str, start_of):
-        self._args = (technique, device, torch.float64, mode, seed, optimizer, loss)
+    def __init__(self, technique, device, mode: str, seed: int, optimizer: str, loss: str, start_of,
+                 accumulate: int = DEFAULTS.accumulate, grads: str = DEFAULTS.grads):
+        self._args = (technique, device, torch.float64, mode, seed, optimizer, loss, accumulate, grads)
         self._start_of = start_of
         self._shadow: Shadow | None = None
 
@@ -472,6 +475,8 @@ class ReferenceAsTechnique:
 
     def __init__(self, technique):
         self.forward = technique.reference
+        # the batch a step with accumulation splits (memlab.measurement.micro_batches)
+        self.workload, self.config = technique.workload, technique.config
 
 
 def build_problem(technique, device, dtype, seed: int, loss: str):
@@ -486,9 +491,12 @@ def build_problem(technique, device, dtype, seed: int, loss: str):
 class Shadow:
     """The workload reference stepped on its own copy of a technique's problem (same seed), with the
     same optimizer choice, or a fresh instance of the technique's own optimizer (NOTE [ its own
-    optimizer ]); every step sampled into :attr:`log`.  Call it to take one step."""
+    optimizer ]), and the same gradient options (``accumulate``, ``grads``: the reference accumulates
+    its micro-batches as the technique does); every step sampled into :attr:`log`.  Call it to take
+    one step."""
 
-    def __init__(self, technique, device, dtype, mode: str, seed: int, optimizer: str, loss: str):
+    def __init__(self, technique, device, dtype, mode: str, seed: int, optimizer: str, loss: str,
+                 accumulate: int = DEFAULTS.accumulate, grads: str = DEFAULTS.grads):
         from .step import make_step
 
         self.problem = build_problem(technique, device, dtype, seed, loss)
@@ -496,7 +504,8 @@ class Shadow:
         own = technique.make_optimizer(params, optimizer) if mode == "train" and params else None
         self.log = StepLog()
         self.step, _ = make_step(ReferenceAsTechnique(technique), self.problem, mode,
-                                 optimizer=own if own is not None else optimizer, loss=loss, capture=self.log)
+                                 optimizer=own if own is not None else optimizer, loss=loss,
+                                 accumulate=accumulate, grads=grads, capture=self.log)
 
     def __call__(self) -> None:
         self.step()

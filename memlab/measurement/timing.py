@@ -182,23 +182,26 @@ class _Problems:
     (sampling only the technique's made the baseline, which then ran right after the shadow, read
     up to 15% slower than an identical technique: ``residual`` against itself at 0.87)."""
 
-    def __init__(self, technique, baseline, device, dtype, mode, seed, optimizer, loss, check=True):
+    def __init__(self, technique, baseline, device, dtype, mode, seed, optimizer, loss, check=True, grads=None):
+        # grads: make_step's gradient options (accumulate, grads), the technique's and the baseline's alike
+        grads = grads or {}
         self.log, self.baseline_log = StepLog(keep=check), StepLog(keep=False)
         problem = build_problem(technique, device, dtype, seed, loss)
         self.leaves = problem.leaves()
-        self.step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=self.log)
+        self.step, opt = make_step(technique, problem, mode, optimizer=optimizer, loss=loss, capture=self.log,
+                                   **grads)
         self.optimizer_class = None if opt is None else f"{type(opt).__module__}.{type(opt).__qualname__}"
-        self.shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss) if check else None
+        self.shadow = Shadow(technique, device, dtype, mode, seed, optimizer, loss, **grads) if check else None
         timed_against = baseline if baseline is not None else ReferenceAsTechnique(technique)
         self.baseline, _ = make_step(timed_against, build_problem(baseline or technique, device, dtype, seed, loss),
-                                     mode, optimizer=optimizer, loss=loss, capture=self.baseline_log)
+                                     mode, optimizer=optimizer, loss=loss, capture=self.baseline_log, **grads)
         # the start of the last step, for the float64 arbiter (NOTE [ drift arbitrated in float64 ]), in a
         # box of its own: a lambda reading self._start made a reference cycle (self -> checker -> arbiter
         # -> lambda -> self) that kept every problem of the timed phase alive until the garbage collector
         # ran, inside the next in-process measurement's traced steps, whose figures it then changed
         self._start: list[list[torch.Tensor] | None] = [None]
         start = self._start
-        arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: start[0]) \
+        arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: start[0], **grads) \
             if check else None
         self.checker = checker_for(technique, dtype, "timed step", arbiter)
 
@@ -263,7 +266,8 @@ def _settled(times: list[tuple], ref: list[tuple], cpu_clock: bool) -> bool:
 def time_in_process(technique: Technique, device: torch.device, dtype: torch.dtype, *, mode: str = DEFAULTS.mode,
                     repeats: int = DEFAULTS.repeats, time_budget_s: float = DEFAULTS.time_budget,
                     seed: int = DEFAULTS.seed, optimizer: str = DEFAULTS.optimizer, loss: str = DEFAULTS.loss,
-                    threads: int | None = None, check: bool = DEFAULTS.check) -> dict[str, Any]:
+                    threads: int | None = None, check: bool = DEFAULTS.check, accumulate: int = DEFAULTS.accumulate,
+                    grads: str = DEFAULTS.grads) -> dict[str, Any]:
     """The timed phase (NOTE [ timed phase ]): Measurement fields, every timed step checked.
 
     Returns the fields ``step_times_s`` (wall seconds), ``step_cpu_times_s`` (thread CPU seconds),
@@ -277,6 +281,7 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     faults per technique/baseline step: NOTE [ the timing heap ]).
     ``threads``: intra-op threads for the phase (default :data:`TIMING_THREADS`), restored after.
     ``check=False``: no shadow, no step compared (``steps_checked`` 0), as for ``measure(check=False)``.
+    ``accumulate``, ``grads``: the step's gradient options, the baseline's step taking the same.
     """
     timing_threads = TIMING_THREADS if threads is None else threads
     previous = torch.get_num_threads()
@@ -285,7 +290,8 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     baseline = family_baseline(technique)
     try:
         with timing_heap() as heap, pinned_to_one_cpu(cpu_clock) as timing_cpu:
-            problems = _Problems(technique, baseline, device, dtype, mode, seed, optimizer, loss, check)
+            problems = _Problems(technique, baseline, device, dtype, mode, seed, optimizer, loss, check,
+                                 {"accumulate": accumulate, "grads": grads})
             problems.step()  # warm-up of each: lazy initialisation, optimizer state (checked: step 1)
             problems.check_last()
             problems.baseline()
