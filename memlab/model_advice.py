@@ -41,7 +41,7 @@ from .advisor.loops import NoLoop
 from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
 from .setting import DEFAULTS, OPTIMIZERS
 
-__all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "MEASURE_PER_TRACE",
+__all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "MEASURE_PER_TRACE", "TRACE_SPAN",
            "largest_fitting", "advise_model", "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES",
            "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
 
@@ -390,16 +390,18 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
 # A cold ``advise --model`` traces each technique at a few sizes (in this process) and measures it at
 # a few more (a child each): minutes to an hour for a real model.  So before the long part it says
 # what it will do (the techniques, about how many traces and measurements) and, a trace later, how
-# long that should take: the number of traces times one trace of the first technique at the largest
-# traced size (after a warm-up trace at the smallest), plus the number of measurements times
-# MEASURE_PER_TRACE such traces (a measurement is a child that imports the file, checks the step in
-# float64 and times it: GPT-2 tiny's took 6 to 10 of its traces, a tiny chain's 5 to 13).  Then a
+# long that should take.  One trace ``t`` of the first technique at the largest traced size (after a
+# warm-up trace at the smallest) is timed; a trace of the fit takes TRACE_SPAN ``t`` (checkpointing
+# recomputes, and the fitting runs between traces), and a measurement, a child, takes what the
+# child that loaded the file took (a fresh Python importing torch and the file:
+# ``own_model.CHILD_LOAD_SECONDS``, 0 when the file was loaded in this process) plus
+# MEASURE_PER_TRACE ``t`` (its float64 check, its traced steps, its timed steps).  Then a
 # line per trace and per measurement with the time left, from the mean trace and measurement so far
 # (a trace's time is the wait until the next one starts; the traces per technique are counted on
 # the first), and a closing line with the fit's time beside the estimate.
 # Evidence: docs/evidence/advise-estimate.md
-#: a measurement's time in traces of the first technique, until one is measured
-MEASURE_PER_TRACE = 10
+#: a trace of the fit in timed first traces, and a measurement's time beyond its child's start
+TRACE_SPAN, MEASURE_PER_TRACE = 1.5, 15
 
 
 class FitProgress:
@@ -419,7 +421,7 @@ class FitProgress:
         self.refined = False
         self.fitting = False  # False during the plan's own traces
         self.last_trace: float | None = None
-        self.first_trace = 0.0
+        self.first_trace = self.first_measure = 0.0
         self.estimate = 0.0
         self.started = time.perf_counter()
 
@@ -444,12 +446,19 @@ class FitProgress:
         raw_trace(first.technique, {**fixed, size: min(values)}, self.optimizer)  # warm-up
         began = time.perf_counter()
         raw_trace(first.technique, {**fixed, size: max(values)}, self.optimizer)
-        self.first_trace = time.perf_counter() - began
-        self.estimate = (traces + measures * MEASURE_PER_TRACE) * self.first_trace
+        self.first_trace = TRACE_SPAN * (time.perf_counter() - began)
+        self.first_measure = self._child_start() + MEASURE_PER_TRACE * self.first_trace / TRACE_SPAN
+        self.estimate = traces * self.first_trace + measures * self.first_measure
         self.say(f"memlab: estimated {_duration(self.estimate)}: {traces} traces of about {self.first_trace:.1f} s "
-                 f"(one of {first.technique} at {size}={max(values)}) and {measures} measurements of about "
-                 f"{MEASURE_PER_TRACE} traces each")
+                 f"(from one of {first.technique} at {size}={max(values)}) and {measures} measurements of about "
+                 f"{self.first_measure:.1f} s each")
         self.fitting = True
+
+    def _child_start(self) -> float:
+        from .own_model import CHILD_LOAD_SECONDS
+        from .registry import get_workload
+
+        return CHILD_LOAD_SECONDS.get(str(Path(get_workload(self.decl.workload).model_file.path).resolve()), 0.0)
 
     def done(self) -> None:
         """The closing line: the fit's time and the estimate."""
@@ -505,8 +514,7 @@ class FitProgress:
     def _left(self) -> str:
         traces, measures = self.totals
         per_trace = sum(self.trace_times) / len(self.trace_times) if self.trace_times else self.first_trace
-        per_measure = (sum(self.measure_times) / len(self.measure_times) if self.measure_times
-                       else MEASURE_PER_TRACE * per_trace)
+        per_measure = sum(self.measure_times) / len(self.measure_times) if self.measure_times else self.first_measure
         left = max(0, traces - len(self.trace_times)) * per_trace + max(0, measures - len(self.measure_times)) * per_measure
         return f"{_duration(time.perf_counter() - self.started)} so far, about {_duration(left)} left"
 

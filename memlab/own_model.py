@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from .setting import DEFAULTS
 from .workloads.model_file import ModelFileError
 
-__all__ = ["load_model", "load_model_bounded", "measure_model", "technique_name", "model_techniques", "register_model_module",
+__all__ = ["load_model", "load_model_bounded", "CHILD_LOAD_SECONDS", "measure_model", "technique_name", "model_techniques", "register_model_module",
            "ModelFileError", "apply_model_args"]
 
 
@@ -134,6 +135,10 @@ def load_model_bounded(model, timeout: float | None):
     return load_model(model)
 
 
+#: seconds a fresh Python took to import torch and load and check each model file (by resolved path),
+#: in :func:`load_model_bounded`'s child: what every measuring child of the file pays before it measures
+CHILD_LOAD_SECONDS: dict[str, float] = {}
+
 _CHILD = ("import sys\nfrom memlab.own_model import load_model\ntry:\n    load_model(sys.argv[1])\n"
           "except (ValueError, FileNotFoundError, ImportError) as exc:\n"
           "    print(str(exc).splitlines()[0] if str(exc) else type(exc).__name__, file=sys.stderr)\n    sys.exit(2)\n")
@@ -146,10 +151,12 @@ def _check_in_child(path: Path, timeout: float) -> None:
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    began = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
     try:
         _, err = child.communicate(timeout=timeout)
+        CHILD_LOAD_SECONDS[str(path.resolve())] = time.perf_counter() - began
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, signal.SIGKILL)
