@@ -254,13 +254,17 @@ def loss_of(mf: ModelFile, model: nn.Module, data) -> torch.Tensor:
 # -- the checks done once, in the process that loads the file ---------------------------------------
 def check_model_file(mf: ModelFile) -> None:
     """Build the model (on the meta device where it can: no memory), make ``batch(1)`` and
-    ``batch(2)``, and run the loss on the meta device; one ModelFileError per problem.
+    ``batch(2)``, bind ``batch(1)`` to ``forward()`` as memlab calls it (:func:`call_args`), and run
+    the forward and the loss (on the meta device, or the CPU without gradients); one ModelFileError
+    per problem, saying what memlab called and what to write instead.
 
     Raises:
         ModelFileError: ``build()`` raises or returns no ``nn.Module``, the model has no trainable
             parameter, ``batch()`` raises, returns something other than tensors, or the same shapes
-            for sizes 1 and 2, or the loss is not a scalar (when the model runs on the meta device;
-            a model that does not is checked by its first measurement instead).
+            for sizes 1 and 2, ``forward()`` does not take the batch as memlab passes it (a dict
+            key it has no parameter for), or the output gives no loss (a tuple or dict without
+            ``loss`` and no ``loss()`` in the file) or the loss is not a scalar (when the forward
+            runs there: an op without a meta kernel leaves those to the first measurement).
     """
     model = _build_for_check(mf)
     if not isinstance(model, nn.Module):
