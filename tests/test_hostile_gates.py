@@ -355,3 +355,15 @@ def test_a_plugin_that_changes_a_builtin_tolerance_in_place_is_refused(tmp_path)
     with pytest.raises(ImportError, match="ChainedMatmul.tolerances"):
         memlab.load_plugin(plugin)
     assert workload.tolerances == before
+
+
+def test_a_row_whose_identity_fields_have_the_wrong_type_is_not_a_row(tmp_path, capsys):
+    odd = {"technique": "t", "params": {}, "mode": 5, "device": 7, "dtype": [1], "optimizer": {}}
+    bad = _write(tmp_path / "odd.jsonl", [odd])
+    assert main(["compare", str(bad), str(bad)]) == 2
+    assert "not a memlab sweep file" in _one_error_line(capsys)
+    assert main(["merge", str(tmp_path / "m.jsonl"), str(bad)]) == 2
+    assert "not a memlab sweep file" in _one_error_line(capsys)
+    later = _write(tmp_path / "later.jsonl", [_row(), odd])
+    assert main(["compare", str(later), str(later)]) == 0
+    assert f"{later}:2: not a memlab row" in capsys.readouterr().err

@@ -78,7 +78,8 @@ class NotASweepFile(ValueError):
 
 # NOTE [ a sweep file, as a gate reads it ]
 # compare and merge are gates (a CI job passes on "identical"), so what they accept is narrow:
-# * a memlab row is a JSON object with a non-empty string ``technique`` and an object ``params``;
+# * a memlab row is a JSON object with a non-empty string ``technique``, an object ``params`` and fields
+#   that name its point (point_key) of types a key can hold;
 # * the file's first non-blank line must be a row: an empty file, random bytes, a TOML file, ``[1,2,3]``
 #   or ``{"a": 1}`` is refused whole (NotASweepFile, exit 2), never compared as "no shared points";
 # * a row whose ``schema`` is not a whole number from 1 to SCHEMA_VERSION is refused with its file: a
@@ -106,6 +107,10 @@ def _line_problem(raw: bytes) -> tuple[str | None, dict[str, Any] | None]:
         return f"not a JSON object (a {type(row).__name__})", None
     if not isinstance(row.get("technique"), str) or not row["technique"] or not isinstance(row.get("params"), dict):
         return "not a memlab row (no technique and params)", None
+    try:
+        hash(point_key(row))
+    except Exception as exc:  # noqa: BLE001 - a hostile row: mode, dtype, device... of any JSON type
+        return f"not a memlab row (a field naming its point is of the wrong type: {type(exc).__name__})", None
     return None, row
 
 
