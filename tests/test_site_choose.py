@@ -74,7 +74,8 @@ def _row(c):
 def _python(q, models_dir):
     family, sizes, knobs, budget, optimizer, device = q
     a = advise(family, budget, [f"{k}={v}" for k, v in {**sizes, **knobs}.items()], optimizer=optimizer,
-               device=device, models_dir=models_dir, sweeps_dir=models_dir.parent / "sweeps")
+               device=device, models_dir=models_dir, sweeps_dir=models_dir.parent / "sweeps",
+               host=None)  # as fitted, as the page holds them, whatever this host's kernels
     return {"fits": [{**_row(c), "rank": c["rank"], "time_ranked": c["time_ranked"]} for c in a["fits"]],
             "pareto": [_row(c) for c in a["pareto"]],
             "plain": None if a["plain"] is None else {**a["plain"], "need_bytes": str(a["plain"]["need_bytes"])},
