@@ -2,8 +2,11 @@
 summary counts each status and tells expected non-ok rows (with why) from unexpected ones."""
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from memlab.record import Measurement
 from memlab.sweep import plan_sweep, read_jsonl
 from memlab.sweep.demo import known_mismatch_of, main, plan_line, plan_of, site_lines, skipped_points
 from memlab.sweep.summary import NotOk, classify_not_ok, demo_summary, expected_mismatch, failing_tensors
+from process_checks import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 ROWS = Path(__file__).resolve().parent / "data" / "demo-chunking.jsonl"
@@ -109,14 +113,19 @@ def test_skipped_points_say_why_and_whether_it_is_expected():
     assert got["sdpa"].expected is None and "no row written" in got["sdpa"].reason  # runs on CPU: a missing row
 
 
-def test_main_prints_the_summary_and_the_page_to_open_first(tmp_path, capsys):
+def test_main_prints_the_summary_and_the_page_to_open_first(tmp_path):
+    """In a fresh interpreter, as ``make demo`` runs it: the plan is the built-in techniques' (a test file's
+    plug-ins registered in this worker would be points without rows)."""
     sweep = tmp_path / "demo-sweep.jsonl"
     sweep.write_text("".join(m.to_json() + "\n" for m in read_jsonl(ROWS)), encoding="utf-8")
     index = tmp_path / "site" / "index.html"
     index.parent.mkdir()
     index.write_text("<html></html>", encoding="utf-8")
-    assert main(["summary", str(sweep), "--site", str(index), "--family", "chunking", "--quick", "--jobs", "2"]) == 0
-    out = capsys.readouterr().out
+    run = subprocess.run([sys.executable, "-m", "memlab.sweep.demo", "summary", str(sweep), "--site", str(index),
+                          "--family", "chunking", "--quick", "--jobs", "2"], capture_output=True, text=True,
+                         timeout=HANG_GUARD_S, env={k: v for k, v in os.environ.items() if k != "MEMLAB_PLUGINS"})
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
     assert "7 points: 7 ok, 0 mismatch, 0 skipped, 0 error" in out
     assert f"site: {index.resolve()}" in out and f"open first: file://{index.resolve()}" in out
     assert site_lines("") == ["site: not built (see the lines above); the sweep's rows are in the --out file"]
