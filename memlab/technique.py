@@ -63,6 +63,11 @@ class Technique:
     #: rounding flips ReLU masks in whichever tensors it reaches): its later steps are checked for
     #: structure only in float32/bfloat16 (NOTE [ every step checked ]); float64 checks them fully
     drifts_in_low_precision: ClassVar[bool] = False
+    #: why this technique's peak exceeds its family baseline's when gradients accumulate over
+    #: micro-batches or are kept between steps (``accumulate`` > 1, ``grads="zero"``: ``.grad`` exists
+    #: before backward), where it does; None where it keeps its saving.  A row measured with either
+    #: option carries it as ``extra["accumulation_note"]`` (NOTE [ micro-batches of a problem ])
+    accumulation_note: ClassVar[str | None] = None
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)

@@ -142,3 +142,16 @@ def test_the_cli_s_gradient_options_build_the_setting():
     assert setting_of(args).accumulate == 2
     with pytest.raises(ValueError, match="grads='some' is not valid"):
         setting_of(parser.parse_args(["measure", "reversible", "--grads", "some"]))
+
+
+def test_a_technique_that_loses_its_figure_under_accumulation_says_why_on_its_row():
+    """MemCNN frees its input's storage in forward: a micro-batch view frees the whole batch, so the
+    step fails under accumulate=2, and the row carries the technique's stated reason."""
+    pytest.importorskip("memcnn")
+    m = memlab.measure("memcnn", **{**TINY, "x_requires_grad": False}, accumulate=2, isolate=False, check=False,
+                       iterations=1, repeats=1, time_budget=0)
+    assert m.status == "error" and "out of bounds" in m.error
+    assert "frees the storage of its input" in m.extra["accumulation_note"]
+    plain = memlab.measure("reversible", **TINY, accumulate=2, isolate=False, check=False, iterations=1,
+                           repeats=1, time_budget=0)
+    assert "accumulation_note" not in plain.extra

@@ -54,8 +54,19 @@ def skeleton(technique: Technique, device: str, setting: Setting = DEFAULTS) -> 
         params=dict(technique.config), device=device, dtype=setting.dtype, mode=setting.mode,
         samples_per_step=technique.samples_per_step(), peer=technique.peer, optimizer=setting.optimizer,
         loss=setting.loss, accumulate=setting.accumulate, grads=setting.grads,
-        extra={"baseline": technique.baseline, "twin": technique.twin},
+        extra={"baseline": technique.baseline, "twin": technique.twin,
+               **accumulation_note(technique, setting.accumulate, setting.grads)},
     )
+
+
+def accumulation_note(technique: Technique, accumulate: int, grads: str) -> dict[str, str]:
+    """``{"accumulation_note": why}``: the technique's stated reason its peak exceeds the baseline's
+    when ``.grad`` exists before backward (:attr:`~memlab.Technique.accumulation_note`), for a row
+    measured with ``accumulate`` > 1 or ``grads="zero"``; ``{}`` otherwise."""
+    note = getattr(technique, "accumulation_note", None)
+    if note and (accumulate, grads) != (DEFAULTS.accumulate, DEFAULTS.grads):
+        return {"accumulation_note": note}
+    return {}
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -368,6 +379,7 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
     if steps_check is not None:
         notes.update(measured_steps_checked=steps_check.steps, measured_steps_max_error=steps_check.max_error)
     fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **described(technique, problem, mode)}
+    fields["extra"].update(accumulation_note(technique, base.accumulate, base.grads))
     if technique.reports_activation_peak and activation is not None:
         fields["extra"].update(activation_peak_bytes=activation.activation_peak_bytes,
                                activation_peak_phase=activation.activation_peak_phase)

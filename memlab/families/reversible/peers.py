@@ -91,6 +91,11 @@ class MemCNN(_Peer, name="memcnn"):
                                 "and also returns it, so autograd adds it twice; parameter gradients are right): "
                                 "NOTE [ MemCNN 1.5.2 input gradient ] in memlab/families/reversible/peers.py"}
     _path = "memcnn.InvertibleModuleWrapper(memcnn.AdditiveCoupling(F_i, G_i)) per block, keep_input=False"
+    accumulation_note = ("MemCNN 1.5.2 frees the storage of its input tensor in forward (keep_input=False) and "
+                         "restores it in backward at the input's own size; a micro-batch is a view of the whole "
+                         "batch's tensor, so its first micro-batch frees the whole batch and gives back only its "
+                         "slice, and the next cannot be read (setStorage: ... out of bounds): an error row under "
+                         "accumulate > 1, no figure")
 
     @staticmethod
     def _wrap(memcnn, f, g):
