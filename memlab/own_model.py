@@ -118,6 +118,7 @@ def _imported(model):
 # (``python -c``, a session of its own) killed at ``--timeout``: a file that never finishes is one
 # line and exit status 2, for measure, check, sweep and advise alike.  Once the child has loaded and
 # checked it, the command imports it itself and skips the checks the child made.
+# Evidence: tests/test_model_contract.py (a build() or an import that never returns, each command)
 def load_model_bounded(model, timeout: float | None):
     """:func:`load_model`, its import and checks run first in a child killed after ``timeout``
     seconds (NOTE [ a model file loaded under a timeout ]); ``timeout`` None: in this process.

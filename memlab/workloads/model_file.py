@@ -29,7 +29,7 @@ as a float32 measurement, rounded, and a technique and its reference see the sam
 
 # NOTE [ dropout stays on ]
 A model is measured as it trains: in training mode, its dropout on (the bytes a dropout saves for
-backward, a mask of its input's size, are part of the step).  Every step's forward starts from the
+backward, on the CPU a noise tensor of its input's size and dtype, are part of the step).  Every step's forward starts from the
 global RNG seeded with the problem's seed (:meth:`ModelWorkload.run`: ``torch.manual_seed``, which
 allocates nothing), for the technique and for its reference alike, so the float64 check and the
 step-by-step check compare two steps that drew the same random stream, and no model differs from
@@ -39,6 +39,8 @@ masks as the last; bytes and time do not depend on which.  A technique that draw
 numbers in another order (:attr:`memlab.techniques.any_model.AnyModelTechnique.reorders_randomness`)
 is checked with dropout fixed to the identity instead, and its row says so
 (``extra["check_randomness"]``).
+Evidence: tests/test_model_file.py (the dropout tests: examples/encoder_dropout.py ok with every
+generic kind; a model differing only by dropout ok, its noise bytes measured)
 
 The file is imported by path in the parent and again in every measuring child (it travels as a
 plug-in, NOTE [ worker isolation ]); nothing about it is pickled.
