@@ -60,6 +60,8 @@ REFUSED = [
     (["measure", "--model", "absent.py"], "model file 'absent.py' does not exist"),
     (["measure", "--model", "{folder}"], "is a directory, not a Python file"),
     (["advise", "--model", "absent.py", "--budget", "1GiB"], "model file 'absent.py' does not exist"),
+    (["advise", "--family", "chunk", "--budget", "1GiB"], "unknown family 'chunk' (did you mean 'chunking'?); "
+                                                          "modelled families (sgd): chunking, "),
     (["list", "--plugin", "absent.py"], "plug-in file 'absent.py' does not exist"),
     (["site", "--results", "{folder}", "--data", "no_such_folder"], "--data no_such_folder: no such folder"),
 ]

@@ -124,13 +124,22 @@ def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> 
 def _not_modelled(family: str, fitted: list[str], optimizer: str) -> str:
     """One line for a family the model file lacks: not a family, declares no model, or not fitted.
 
-    Only this error path reads the registry (and so imports the families' modules, torch with them).
+    A name that is no built-in family's folder, with no plug-in named, is refused from the folder scan
+    alone; otherwise this error path reads the registry (and so imports the families' modules, torch
+    with them).
     """
-    from ..registry import list_advisors, list_families
+    import difflib
+    import os
+    import sys
+
+    from ..registry import builtin_families, list_advisors, list_families
 
     where = f"modelled families ({optimizer}): {', '.join(fitted) or 'none'}"
-    if family not in list_families():
-        return f"unknown family {family!r}; {where}"
+    plugins_possible = bool(os.environ.get("MEMLAB_PLUGINS")) or "torch" in sys.modules
+    known = {name for name, _folder in builtin_families()} if not plugins_possible else set(list_families())
+    if family not in known:
+        near = difflib.get_close_matches(family, sorted(known | set(fitted)), n=1)
+        return f"unknown family {family!r}{f' (did you mean {near[0]!r}?)' if near else ''}; {where}"
     if family not in list_advisors():
         return (f"family {family!r} declares no advisor model; {where} (declare one beside its workload: "
                 f"class M(memlab.AdvisorModel, family={family!r}))")
