@@ -155,3 +155,34 @@ def test_a_technique_that_loses_its_figure_under_accumulation_says_why_on_its_ro
     plain = memlab.measure("reversible", **TINY, accumulate=2, isolate=False, check=False, iterations=1,
                            repeats=1, time_budget=0)
     assert "accumulation_note" not in plain.extra
+
+
+def test_a_model_file_s_scalar_loss_accumulates_to_the_whole_batch_s_gradient():
+    """A model file's output is its scalar loss: each micro-batch's loss is divided by K, and the batch the
+    file returned (problem.extra["batch"]) is sliced with the inputs, so two micro-batches of a mean loss
+    give the whole batch's gradients (float64), and the measured row is ok."""
+    from pathlib import Path
+
+    from memlab.own_model import load_model, model_techniques
+
+    chain = Path(__file__).resolve().parent / "models" / "chain_blocks.py"
+    load_model(chain)
+    t = memlab.get_technique(model_techniques(chain)["plain"])(batch=4)
+    two = _logged_steps(t, t, 1, accumulate=2)[0]
+    whole = _logged_steps(t, t, 1)[0]
+    grads = [k for k in whole if k.startswith("grad:")]
+    assert grads
+    for key in grads:
+        np.testing.assert_allclose(two[key][1], whole[key][1], rtol=1e-12, atol=1e-12, err_msg=key)
+    m = memlab.measure(t.name, batch=4, accumulate=2, isolate=False, iterations=2, repeats=1, time_budget=0)
+    assert m.status == "ok", m.error
+
+
+def test_the_mse_loss_of_micro_batches_is_divided_by_k():
+    """loss=mse: each micro-batch's mean is divided by K, as a user's loop divides its loss, so two
+    micro-batches give the whole batch's gradients (float64)."""
+    t = _tech("reversible", **TINY)
+    two = _logged_steps(t, t, 1, accumulate=2, loss="mse")[0]
+    whole = _logged_steps(t, t, 1, loss="mse")[0]
+    for key in (k for k in whole if k.startswith("grad:")):
+        np.testing.assert_allclose(two[key][1], whole[key][1], rtol=1e-11, atol=1e-11, err_msg=key)
