@@ -303,6 +303,6 @@ def test_field_kinds_come_from_the_record():
     assert all(isinstance(f.metadata.get("kind"), FieldKind) for f in fields)
     assert sum(len(fields_of_kind(k)) for k in FieldKind) == len(fields)
     assert fields_of_kind(FieldKind.KEY) == ("technique", "workload", "family", "device", "dtype", "mode", "status")
-    assert fields_of_kind(FieldKind.CHOICE) == ("optimizer", "loss")
+    assert fields_of_kind(FieldKind.CHOICE) == ("optimizer", "loss", "grads")
     assert "peak_allocated_bytes" in fields_of_kind(FieldKind.COUNT)
     assert fields_of_kind(FieldKind.CATEGORIES) == ("peak_by_category_bytes", "end_by_category_bytes")
