@@ -410,11 +410,11 @@ class FitProgress:
     process); :meth:`measure` is the fit's ``measure_fn``."""
 
     def __init__(self, decl: Declaration, optimizer: str, say: Callable[[str], None], measure_fn: Callable | None):
-        from .advisor.fit import TRACED_HELD_OUT
+        from .advisor.fit import TRACED_HELD_OUT, small_held_out_points
 
         self.decl, self.optimizer, self.say, self.inner = decl, optimizer, say, measure_fn
         self.traces_each = len(decl.trace_values) + 1 + TRACED_HELD_OUT  # counted on the first technique
-        self.measures_each = (2 if optimizer == "sgd" else 1) + len(decl.time_sizes) + len(decl.time_only_sizes)
+        self.measures_each = small_held_out_points(optimizer) + len(decl.time_sizes) + len(decl.time_only_sizes)
         self.trace_times: list[float] = []
         self.measure_times: list[float] = []
         self.traced_now = 0  # the traces of the technique being fitted

@@ -21,10 +21,18 @@ from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bod
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
 
-__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "time_model", "fault_term",
+__all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "small_held_out_points", "time_model", "fault_term",
            "baseline_cost", "pooled_baseline_cost", "NS_PER_S", "events_peak"]
 
 OPTIMIZERS_FITTED = ("sgd", "adam")
+
+
+def small_held_out_points(optimizer: str) -> int:
+    """How many small held-out settings an entry is measured at: two for the first optimizer fitted (the
+    one most answers use), one for the others."""
+    return 2 if optimizer == OPTIMIZERS_FITTED[0] else 1
+
+
 #: raw-trace held-out points per model (exact replays at random sizes and loop counts)
 TRACED_HELD_OUT = 12
 
@@ -199,7 +207,7 @@ def _measured_points(fam: Declaration, entry: Entry, optimizer: str, seed: int) 
     other optimizers the first and last), then the time-only ones (``time_only_sizes``, beyond the
     memory model's exact range) the same way; ``[(params, "small" | "time" | "time_only")]``."""
     chunked = bool(entry.knobs)
-    out = [(p, "small") for p in fam.random_points(chunked, 2 if optimizer == "sgd" else 1, seed + 7)]
+    out = [(p, "small") for p in fam.random_points(chunked, small_held_out_points(optimizer), seed + 7)]
     for kind, sizes in (("time", fam.time_sizes), ("time_only", fam.time_only_sizes)):
         for size in sizes:
             if chunked:
