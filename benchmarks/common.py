@@ -124,6 +124,7 @@ from __future__ import annotations
 
 import abc
 import ast
+import dataclasses
 import gc
 import inspect
 import json
@@ -347,8 +348,11 @@ def _cuda_only(cache_dir, *values) -> None:
 
 def _has_time_budget() -> bool:
     """Whether the memlab under test takes ``time_budget`` (from 36df35b on, with the interleaved
-    reference steps behind ``relative_step_time``)."""
-    return "time_budget" in inspect.signature(memlab.measure).parameters
+    reference steps behind ``relative_step_time``): a keyword of ``measure``, or, once measure's
+    keywords build a ``memlab.Setting``, a field of it."""
+    setting = getattr(memlab, "Setting", None)
+    fields = {f.name for f in dataclasses.fields(setting)} if dataclasses.is_dataclass(setting) else set()
+    return "time_budget" in inspect.signature(memlab.measure).parameters or "time_budget" in fields
 
 
 def _cpu_only(cache_dir, *values) -> None:
