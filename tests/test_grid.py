@@ -57,7 +57,7 @@ def test_a_swept_plugin_parameter_is_the_x_axis_of_its_site_chart(tmp_path):
     plugin.write_text(PLUGIN.replace('name="grid_pieces"', 'name="grid_pieces_site"'))
     out = tmp_path / "grid.jsonl"
     assert main(["sweep", "--plugin", str(plugin), "--technique", "grid_pieces_site", "--grid", "pieces=1,2,4",
-                 "--grid", "n=64", "--grid", "d=4", "--grid", "hidden=8", "--in-process", "--iterations", "2",
+                 "--grid", "n=64", "--grid", "d=4", "--grid", "hidden=8", "--in-process", "--iterations", "3",
                  "--repeats", "1", "--time-budget", "0", "--out", str(out)]) == 0
     from memlab.site import build_site
 
