@@ -264,7 +264,7 @@ def _is_convolutional(technique: str, params: Mapping[str, Any]) -> bool:
         return False
     resolved = {name: p.default for name, p in cls.all_params().items()}
     resolved.update(params)
-    return cls.family() == "resnet" or resolved.get("block") == "conv"
+    return getattr(cls.workload, "convolutional", False) or resolved.get("block") == "conv"
 
 
 @functools.lru_cache(maxsize=4)

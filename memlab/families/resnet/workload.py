@@ -239,6 +239,9 @@ class ResNet(Workload, name="resnet", family="resnet"):
         "classes": Param(10, low=1, high=100_000, doc="outputs of the classifier"),
     }
     samples_param = "batch"
+    #: its step runs convolutions, whose CUDA workspace comes from the calibration table
+    #: (:func:`memlab.cuda.calibration.conv_error_range` reads it)
+    convolutional = True
     check_params = {"depth": 26, "batch": 2, "width": 2, "image": 8}
     # RevNet reconstructs block inputs in backward (memlab.functional.reversible): in float64 its
     # gradients agree with plain autograd to ~1e-14 relative; 1e-10 leaves room for deep stacks.
