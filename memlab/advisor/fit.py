@@ -644,8 +644,7 @@ def fit_all(out_dir: Path, optimizers=OPTIMIZERS_FITTED, families=None, *, say: 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     first = declarations[0]
-    point = first.trace_points(1, False, lambda pts, v: True)[0]
-    raw_trace(first.entries[0].technique, {**first.workload_fixed, **first.to_params(1, point, False)})
+    raw_trace(first.entries[0].technique, first_trace_params(first))
     gc.collect()  # import and initialise everything once, then keep torch's objects out of the collector
     gc.freeze()
     try:
@@ -713,6 +712,13 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
     }
 
 
+def first_trace_params(fam: Declaration) -> dict[str, Any]:
+    """The workload parameters of a family's first trace point (one loop body, unchunked): the smallest
+    step the fit traces, used to warm up and to see which kernels the step runs."""
+    point = fam.trace_points(1, False, lambda pts, v: True)[0]
+    return {**fam.workload_fixed, **fam.to_params(1, point, False)}
+
+
 def kernels_of(fam: Declaration, optimizer: str) -> dict[str, Any]:
     """``{"host_dependent", "kernel_host"}`` of a family's model: whether any entry's step runs oneDNN
     kernels (a trace at the family's first trace point: NOTE [ host-dependent bytes ] in
@@ -721,8 +727,7 @@ def kernels_of(fam: Declaration, optimizer: str) -> dict[str, Any]:
     from ..measurement.host_tags import ONEDNN_OPS
     from .trace import raw_trace
 
-    point = fam.trace_points(1, False, lambda pts, v: True)[0]
-    params = {**fam.workload_fixed, **fam.to_params(1, point, False)}
+    params = first_trace_params(fam)
     dependent = any(op in ONEDNN_OPS for e in fam.entries
                     for _d, _c, _p, op in raw_trace(e.technique, {**params, **e.fixed}, optimizer))
     return {"host_dependent": dependent, "kernel_host": kernel_host()}
