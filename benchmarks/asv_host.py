@@ -8,6 +8,7 @@ Run from the repository root (``Makefile.asv`` does)::
     python -m benchmarks.asv_host scratch-config OUT   # asv.conf.json with results under .asv/
     git rev-list --reverse A^..main | python -m benchmarks.asv_host spread   # commits, spread order
     python -m benchmarks.asv_host history-config OUT   # asv.conf.json installing commits from source
+    git rev-list --reverse main | python -m benchmarks.asv_host missing-times --machine M [--config C]   # untimed commits
     python -m benchmarks.asv_host compare A B --machine M [--config C] [--exact-only]   # asv compare + exact figures
 
 asv imports every module of ``benchmarks/`` while discovering benchmarks, in environments that have
@@ -73,7 +74,8 @@ T = TypeVar("T")
 
 __all__ = ["CI_MACHINE", "IDENTITY_KEYS", "RAM_TOLERANCE", "EXACT_METRICS", "NOT_EXACT", "MachineClash",
            "default_name", "valid_name", "detect", "detect_gpu", "fact_differences", "config_results_dir", "register",
-           "scratch_config", "source_install_config", "spread_order", "is_exact", "exact_changes", "compare"]
+           "scratch_config", "source_install_config", "spread_order", "TIME_METRIC", "timed_commits",
+           "missing_history", "is_exact", "exact_changes", "compare"]
 
 CI_MACHINE = "memlab-ci-2core"
 #: facts that tell two hosts apart; a recorded one that differs from this host's refuses registration
@@ -83,7 +85,7 @@ IDENTITY_KEYS = ("os", "arch", "cpu", "num_cpu", "ram", "gpu")
 RAM_TOLERANCE = 0.01
 #: benchmarks whose figure is exact (NOTE [ exact figures ]), by method name
 EXACT_METRICS = ("track_peak_allocated", "track_peak_reserved", "track_predicted_cuda_reserved",
-                 "track_activation_exponent")
+                 "track_activation_exponent", "track_seq_exponent")
 #: ``(method, device)`` pairs of :data:`EXACT_METRICS` that are not exact: CPU resident pages
 NOT_EXACT = (("track_peak_reserved", "'cpu'"),)
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -346,6 +348,45 @@ def spread_order(items: Sequence[T]) -> list[T]:
     return [items[i] for i in order]
 
 
+#: the benchmark whose recorded value makes a commit part of the time history (``make asv-time-history``)
+TIME_METRIC = "track_relative_step_time"
+
+
+def timed_commits(results_dir: str | os.PathLike, machine: str, metric: str = TIME_METRIC) -> set[str]:
+    """Full hashes of the commits whose results of ``machine`` in ``results_dir`` record ``metric``
+    (any benchmark of that name) at some combination: a number, or a failure (None: that commit was
+    measured and failed); a combination that was not run or was skipped (NaN) does not count."""
+    from asv.results import iter_results_for_machine
+
+    if not (Path(results_dir) / machine).is_dir():
+        return set()
+    found = set()
+    for res in iter_results_for_machine(str(results_dir), machine):
+        for key in res.get_all_result_keys():
+            if key.rpartition(".")[2] != metric:
+                continue
+            if any(not _missing(v) for v in res.get_result_value(key, res.get_result_params(key))):
+                found.add(res.commit_hash)
+                break
+    return found
+
+
+def missing_history(commits: Sequence[str], timed: set[str], first: int = 50) -> list[str]:
+    """The commits of ``commits`` (main, oldest first) that the time history lacks, oldest first.
+
+    NOTE [ the time history appends ]
+    The history spans main from its oldest timed commit to main's newest; a run measures only the
+    commits in that span without a time figure (``timed``, :func:`timed_commits`): the newer commits
+    since the last run, and any gap an interrupted run left.  With no timed commit yet, the span is
+    the newest ``first`` commits.  A commit measured and failed counts as timed (it is in the
+    history, as a failure); delete its file to measure it again.
+    """
+    if first < 1:
+        raise ValueError(f"first={first!r} is not valid: expected a whole number of commits >= 1")
+    start = next((i for i, c in enumerate(commits) if c in timed), max(0, len(commits) - first))
+    return [c for c in commits[start:] if c not in timed]
+
+
 def is_exact(benchmark: str, params: Sequence[str] = ()) -> bool:
     """Whether asv benchmark ``benchmark`` (``bench_x.Cls.track_peak_allocated``) at the parameter
     values ``params`` (asv's reprs, ``"'cpu'"``) is an exact figure (NOTE [ exact figures ])."""
@@ -488,6 +529,11 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("spread", help="the lines of standard input (commits, oldest first) in spread order")
     his = sub.add_parser("history-config", help="write asv.conf.json installing each commit from its checkout")
     his.add_argument("out")
+    mis = sub.add_parser("missing-times", help="the lines of standard input (main, oldest first) that the time "
+                         "history of --machine lacks (NOTE [ the time history appends ])")
+    mis.add_argument("--machine", required=True)
+    mis.add_argument("--config", default="asv.conf.json")
+    mis.add_argument("--first", type=int, default=50, help="with no timed commit yet: the newest N commits")
     cmp_ = sub.add_parser("compare", help="asv compare, then every change of an exact figure (no tolerance)")
     cmp_.add_argument("a")
     cmp_.add_argument("b")
@@ -528,6 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "compare":
             return compare(args.a, args.b, args.machine, conf_path=args.config, exact_only=args.exact_only)
         lines = [line.strip() for line in sys.stdin if line.strip()]
+        if args.command == "missing-times":
+            timed = timed_commits(config_results_dir(args.config), valid_name(args.machine))
+            print("\n".join(missing_history(lines, timed, args.first)))
+            return 0
         print("\n".join(spread_order(lines)))
     except (ValueError, MachineClash) as exc:
         print(f"error: {exc}", file=sys.stderr)

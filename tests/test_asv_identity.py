@@ -250,8 +250,14 @@ def test_make_asv_run_and_history_keep_time_samples(tmp_path):
     runs = [ln for ln in dry.stdout.splitlines() if "/asv run " in ln or ln.startswith("asv run ")]
     assert len(runs) == 2 and all("--record-samples" in ln for ln in runs), dry.stdout
     assert 'register "somehost" --config asv.conf.json' in dry.stdout and "--force" not in dry.stdout
+    assert "MEMLAB_ASV_FORCE" not in dry.stdout
     forced = _make(tmp_path, "-n", "asv-machine", "ASV_MACHINE=somehost", "ASV_FORCE=1")
     assert 'register "somehost" --config asv.conf.json --force' in forced.stdout, forced.stdout
+    # the benchmarks' own guard (benchmarks/machine_guard.py) is told too, on every run that files results
+    forced = _make(tmp_path, "-n", "asv-run", "asv-run-full", "asv-history", "asv-time-history", "ASV_MACHINE=somehost",
+                   "ASV_FORCE=1")
+    runs = [ln for ln in forced.stdout.splitlines() if "/asv run " in ln]
+    assert len(runs) == 4 and all("MEMLAB_ASV_FORCE=1 " in ln for ln in runs), forced.stdout
 
 
 def _stub_asv(tmp_path: Path) -> tuple[Path, Path]:
@@ -280,9 +286,14 @@ def test_make_asv_run_never_rewrites_another_hosts_results(tmp_path):
     assert "os: recorded 'Linux 0.0-another-kernel', this host" in out.stderr
     assert _tree_digest(results) == before
     (results / "lab" / "machine.json").write_text(json.dumps({"machine": "lab", **_host_facts(), "version": 1}))
-    out = _make(tmp_path, "asv-run", "ASV_MACHINE=lab", f"ASV_CONF={conf}", f"ASV={stub}")
+    out = _make(tmp_path, "asv-run-full", "ASV_MACHINE=lab", f"ASV_CONF={conf}", f"ASV={stub}")
     assert out.returncode == 0, out.stdout + out.stderr
     assert calls.read_text().split() == ["run", "--config", str(conf), "--machine", "lab", "--record-samples", "HEAD^!"]
+    calls.unlink()
+    out = _make(tmp_path, "asv-run", "ASV_MACHINE=lab", f"ASV_CONF={conf}", f"ASV={stub}")  # the default selection
+    assert out.returncode == 0, out.stdout + out.stderr
+    words = calls.read_text().split()
+    assert words[:6] == ["run", "--config", str(conf), "--machine", "lab", "--record-samples"] and "-b" in words
 
 
 def test_make_uses_the_ci_machine_only_when_named_and_forced_where_its_facts_differ(tmp_path):
@@ -411,6 +422,7 @@ def test_make_asv_compare_prints_asvs_table_then_the_exact_one(tmp_path):
     (PEAK, ("'slice_loop'", "500", "'cpu'"), True),
     ("b.C.track_predicted_cuda_reserved", ("'cpu'",), True),
     ("bench_resnet.ResNetComplexity.track_activation_exponent", ("'revnet'", "'cpu'"), True),
+    ("bench_transformer.TransformerComplexity.track_seq_exponent", ("'sdpa_math'", "'cpu'"), True),
     ("b.C.track_peak_reserved", ("'x'", "'cuda'"), True),
     ("b.C.track_peak_reserved", ("'x'", "'cpu'"), False),
     (TIME, ("'x'", "'cpu'"), False),
@@ -425,7 +437,67 @@ def test_is_exact_and_regressions_thresholds_agree(name, params, exact):
     assert any(re.match(regex, entry) and t == 0 for regex, t in thresholds.items()) is exact
 
 
-def test_every_exact_metric_is_a_benchmark_of_the_suite():
-    names = {n.rpartition(".")[2] for n in json.loads((ROOT / "results" / "benchmarks.json").read_text())
-             if n != "version"}
-    assert set(asv_host.EXACT_METRICS) <= names | {"track_activation_exponent"}
+def test_every_exact_metric_is_a_benchmark_of_the_suite_and_every_exponent_is_exact():
+    """The exact set names benchmarks the suite defines, and every complexity class's exponent (an
+    exponent fitted to exact bytes: ``track_activation_exponent``, ``track_seq_exponent``) is in it."""
+    from benchmarks import common
+
+    names, exponents = set(), set()
+    for path in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        module = __import__(f"benchmarks.{path.stem}", fromlist=["_"])
+        for cls in vars(module).values():
+            if isinstance(cls, type) and cls.__module__ == module.__name__:
+                names |= {n for n in dir(cls) if n.startswith("track_")}
+                if issubclass(cls, common.ComplexityBenchmark):
+                    exponents.add(cls.metric)
+    assert set(asv_host.EXACT_METRICS) <= names
+    assert exponents and exponents <= set(asv_host.EXACT_METRICS)
+
+
+# -- the time history appends what it lacks (NOTE [ the time history appends ]) ---------------------
+
+REL = "bench_chunking.ChainedMatmul.track_relative_step_time"
+
+
+def test_timed_commits_are_those_with_a_relative_time_measured_or_failed(tmp_path):
+    nan = float("nan")
+    conf, commits = _asv_results(tmp_path, [{REL: [1.0, 1.2]}, {PEAK: [1, 2]}, {REL: None}, {REL: [nan, nan]},
+                                            {REL: [nan, 1.1], PEAK: [1, 2]}])
+    results = asv_host.config_results_dir(conf)
+    assert asv_host.timed_commits(results, "box") == {commits[0], commits[2], commits[4]}
+    assert asv_host.timed_commits(results, "other") == set()
+
+
+def test_missing_history_appends_the_newer_commits_and_fills_gaps():
+    commits = [f"c{i}" for i in range(10)]
+    # timed c2..c5 except c4: the gap c4 and everything after c5, never what precedes the history
+    assert asv_host.missing_history(commits, {"c2", "c3", "c5"}) == ["c4", "c6", "c7", "c8", "c9"]
+    assert asv_host.missing_history(commits, set(commits[2:])) == []  # current: nothing to measure
+    assert asv_host.missing_history(commits, set(), first=3) == ["c7", "c8", "c9"]  # a new machine
+    assert asv_host.missing_history(commits, set(), first=50) == commits
+    assert asv_host.missing_history(commits, {"elsewhere"}, first=2) == ["c8", "c9"]  # not on main
+    with pytest.raises(ValueError, match="first=0"):
+        asv_host.missing_history(commits, set(), first=0)
+
+
+def test_missing_times_reads_main_from_stdin_and_the_results_of_the_config(tmp_path):
+    conf, commits = _asv_results(tmp_path, [{PEAK: [1, 2]}, {REL: [1.0, 1.2]}, {PEAK: [1, 2]}, {REL: [1.0, 1.1]},
+                                            {PEAK: [1, 2]}])
+    cmd = [sys.executable, "-m", "benchmarks.asv_host", "missing-times", "--machine", "box", "--config", str(conf)]
+    out = subprocess.run(cmd, input="\n".join(commits) + "\n", cwd=ROOT, capture_output=True, text=True,
+                         timeout=HANG_GUARD_S)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [commits[2], commits[4]]
+    out = subprocess.run([*cmd[:-4], "--machine", "new", "--config", str(conf), "--first", "2"],
+                         input="\n".join(commits) + "\n", cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert out.returncode == 0 and out.stdout.split() == commits[-2:], out.stderr
+
+
+def test_make_asv_time_history_runs_asv_on_the_missing_commits_only(tmp_path):
+    dry = _make(tmp_path, "-n", "asv-time-history", "ASV_MACHINE=somehost")
+    assert dry.returncode == 0, dry.stderr
+    text = dry.stdout
+    assert "git rev-list --reverse main | " in text and "missing-times --machine \"somehost\" --config asv.conf.json" in text
+    assert "-n 50" not in text and "--first 50" in text
+    assert "spread < .asv/time-history-missing.txt > .asv/time-history-commits.txt" in text
+    assert "|| exit 0" in text and "HASHFILE:" in text  # nothing missing: no asv run
