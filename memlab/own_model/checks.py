@@ -3,11 +3,11 @@ batch the fit measured, against :func:`memlab.measure` at those batches, for eve
 
 ::
 
-    python -m memlab.model_checks examples/resnet50.py [--vary batch] [--factors 4,10]
+    python -m memlab.own_model.checks examples/resnet50.py [--vary batch] [--factors 4,10]
                                   [--optimizer sgd] [--models DIR] [--out data/model-files]
 
 Writes ``<out>/<stem>-<optimizer>.json``: the model file's fitted models as ``memlab advise`` caches
-them (:func:`memlab.model_advice.fitted_family`) and a ``beyond`` list, one row per technique and
+them (:func:`memlab.own_model.advice.fitted_family`) and a ``beyond`` list, one row per technique and
 factor (``batch``, predicted and measured total peak and categories in bytes, the error, the
 measured and predicted relative step time, the measurement's load).  The site's model pages
 (:mod:`memlab.site.models_page`) read these files; nothing else does.
@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .model_advice import HELD_OUT, TIME_BATCHES, TRACE_VALUES, fitted_family, load_model_path, model_declaration
-from .setting import DEFAULTS, OPTIMIZERS
+from .advice import HELD_OUT, TIME_BATCHES, TRACE_VALUES, fitted_family, load_model_path, model_declaration
+from ..core.setting import DEFAULTS, OPTIMIZERS
 
 __all__ = ["MEASURED_MAX", "check_beyond", "write_checks", "main"]
 
@@ -53,8 +53,8 @@ def check_beyond(model, *, vary: Sequence[str] = ("batch",), factors: Sequence[i
         ``measured_max``, ``factors``, ``cached`` and ``fit_path``.
     """
     import memlab
-    from .advisor.model import CATEGORIES, predict, predict_time
-    from .registry import get_technique
+    from ..advisor.model import CATEGORIES, clamp_time, predict, predict_time, time_band
+    from ..registry import get_technique
 
     decl = model_declaration(model, vary)
     fam, path, cached = fitted_family(model, decl, optimizer, cache_root=cache_root, say=say)
@@ -66,13 +66,15 @@ def check_beyond(model, *, vary: Sequence[str] = ("batch",), factors: Sequence[i
         for factor in factors:
             p = {**held, decl.sizes[0]: factor * MEASURED_MAX}
             pred = predict(fam, entry, p)
+            t, floored = clamp_time(entry, predict_time(fam, entry, p))  # as advise --model answers it
             started = time.perf_counter()
             m = measure_fn(entry["technique"], iterations=1, repeats=1, time_budget=0, check=False,
                            optimizer=optimizer, threads=threads, **p)
             row = {"technique": entry["technique"], "kind": get_technique(entry["technique"]).kind, "factor": factor,
                    "params": p, "status": m.status, "predicted_total_peak_bytes": pred["total_peak_bytes"],
                    "predicted_peak_by_category_bytes": pred["peak_by_category_bytes"],
-                   "predicted_relative_step_time": predict_time(fam, entry, p),
+                   "predicted_relative_step_time": t, "predicted_time_floored": floored,
+                   "time_band": time_band(entry),
                    "seconds": round(time.perf_counter() - started, 1)}
             if m.status == "ok":
                 err = pred["total_peak_bytes"] - m.total_peak_bytes
@@ -100,12 +102,12 @@ def write_checks(doc: dict[str, Any], out_dir: Path, repo_root: Path | None = No
     """Write ``doc`` to ``<out_dir>/<stem>-<optimizer><suffix>.json`` (sorted keys; the model file's path made
     relative to ``repo_root`` when inside it, so the file reads the same on every checkout), keeping the
     ``notes`` of the file it replaces (``{"<technique> <size>=<n>": why a check is not exact}``)."""
-    from .atomic import write_text_atomic
-    from .workloads.model_file import stem_of
+    from ..core.atomic import write_text_atomic
+    from .workload import stem_of
 
     doc = dict(doc)
     doc.pop("fit_path", None)
-    root = Path(repo_root or Path(__file__).resolve().parents[1])
+    root = Path(repo_root or Path(__file__).resolve().parents[2])  # memlab/own_model/checks.py -> the checkout
     mf = Path(doc["model_file"])
     if root in mf.parents:
         doc["model_file"] = mf.relative_to(root).as_posix()
@@ -119,7 +121,7 @@ def write_checks(doc: dict[str, Any], out_dir: Path, repo_root: Path | None = No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m memlab.model_checks", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m memlab.own_model.checks", description=__doc__.splitlines()[0])
     ap.add_argument("model", help="the model file")
     ap.add_argument("--vary", default="batch", help="the sizes the models vary, batch first (batch or batch,seq)")
     ap.add_argument("--factors", default="4,10", help="multiples of the largest measured batch to check")

@@ -7,13 +7,14 @@ Two experiments, both printed as ratios measured side by side in one run (never 
   step and the FLOP-counted step), for the spawned worker and for the warm fork server, over the
   same points.  What remains is process start-up and imports, problem building and the warm-up
   step, and the profiled steps with the processing of their trace (allocations, categories).
-* **Load robustness**: ``slice_loop``, ``tt_chunked`` and ``reversible`` (:data:`LOAD_POINTS`), each
-  measured three times on an idle machine and three times under a deliberate CPU load of
-  ``load_processes`` busy loops (default three per core; processes this harness starts and stops),
-  with memlab's default settings: the ``relative_step_time`` (thread CPU time of the technique's
-  step over the interleaved family-baseline steps, NOTE [ CPU time and load ] in
-  :mod:`memlab.measurement.timing`) of each run, the spread of the runs in each condition, and the
-  loaded/idle ratio of the medians, beside the same ratio in wall-clock time.
+* **Load robustness**: one technique of each of three families (:func:`load_points`: the points the
+  families' ``meta.py`` name in ``HARNESS_LOAD_POINTS``), each measured three times on an idle
+  machine and three times under a deliberate CPU load of ``load_processes`` busy loops (default
+  three per core; processes this harness starts and stops), with memlab's default settings: the
+  ``relative_step_time`` (thread CPU time of the technique's step over the interleaved
+  family-baseline steps, NOTE [ CPU time and load ] in :mod:`memlab.measurement.timing`) of each
+  run, the spread of the runs in each condition, and the loaded/idle ratio of the medians, beside
+  the same ratio in wall-clock time.
 """
 from __future__ import annotations
 
@@ -22,11 +23,11 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from .record import WHOLE_STATUSES
+from ..core.record import WHOLE_STATUSES
 
-__all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "LOAD_POINTS", "quick_points",
+__all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "load_points", "quick_points",
            "quick_techniques", "report"]
 
 
@@ -100,7 +101,7 @@ class LoadRow:
     step_time_s: float
     step_time_iqr_s: float | None
     relative_step_time: float | None
-    technique: str = "slice_loop"
+    technique: str  # the technique measured
     relative_step_time_wall: float | None = None
     run: int = 1
     relative_to: str | None = None  # the technique the ratios divide by (the family baseline)
@@ -108,12 +109,15 @@ class LoadRow:
     timing_cpu: int | None = None  # the CPU the timed phase was pinned to (NOTE [ one CPU per timed phase ])
 
 
-#: the load experiment's points: the issue's three techniques at sizes that take seconds, not minutes
-LOAD_POINTS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("slice_loop", {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 100}),
-    ("tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 16}),
-    ("reversible", {"depth": 16, "batch": 256, "width": 256, "hidden": 512}),
-)
+def load_points(environ: Mapping[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``(technique, params)`` of the load experiment, at sizes that take seconds, not minutes: the
+    points every family folder's ``meta.py`` names in ``HARNESS_LOAD_POINTS`` (built-in and plug-in
+    folders of ``environ``'s ``MEMLAB_PLUGINS``, :func:`memlab.registry.family_meta`), in their
+    positions' order (issue 15's three: a chunking, a tensor-train and a reversible technique)."""
+    from ..registry import family_meta
+
+    points = [p for meta in family_meta(environ).values() for p in meta.harness_load_points]
+    return [(name, params) for _, name, params in sorted(points, key=lambda p: p[0])]
 
 
 def _timed_steps(m) -> float:
@@ -126,13 +130,15 @@ def _timed_steps(m) -> float:
 
 def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_budget: float = 0.0,
              progress: Callable[[str], None] | None = None) -> list[OverheadRow]:
-    """Measure every point in every mode (the fork server is started first and not counted)."""
+    """Measure every point in every mode (the fork server is started first, by one untimed measurement of
+    the first point, and not counted)."""
     import memlab
     from memlab.measurement.runner import shutdown_server
 
     points = quick_points() if points is None else points
-    if "fork" in modes:
-        memlab.measure("unchunked", isolate="fork", n=8, d=4, hidden=4, iterations=1, repeats=1, time_budget=0)
+    if "fork" in modes and points:
+        first, params = points[0]
+        memlab.measure(first, isolate="fork", iterations=1, repeats=1, time_budget=0, **params)
     rows = []
     for mode in modes:
         for name, params in points:
@@ -177,15 +183,17 @@ def _busy_loops(count: int):
     return stop, workers
 
 
-def load_robustness(points=LOAD_POINTS, *, load_processes: int | None = None, runs: int = 3, repeats: int = 5,
+def load_robustness(points=None, *, load_processes: int | None = None, runs: int = 3, repeats: int = 5,
                     time_budget: float = 2.0, threads: int | None = None,
                     progress: Callable[[str], None] | None = None) -> list[LoadRow]:
     """Measure each point ``runs`` times idle, then ``runs`` times under ``load_processes`` busy loops
     (default: three per core), each a child of the fork server with memlab's default settings
     (``threads=None``: the timed phase at one thread, relative time in thread CPU time; ``repeats``
-    and ``time_budget`` as ``memlab measure``'s defaults: NOTE [ when to stop timing ])."""
+    and ``time_budget`` as ``memlab measure``'s defaults: NOTE [ when to stop timing ]); ``points``
+    default: :func:`load_points`."""
     import memlab
 
+    points = load_points() if points is None else points
     load_processes = 3 * (os.cpu_count() or 1) if load_processes is None else load_processes
     rows: list[LoadRow] = []
 

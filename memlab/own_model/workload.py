@@ -36,7 +36,7 @@ step-by-step check compare two steps that drew the same random stream, and no mo
 its reference by dropout alone.  Checkpointing restores the RNG state when it recomputes a block
 (``preserve_rng_state``), so it draws the same masks as plain autograd.  Each step draws the same
 masks as the last; bytes and time do not depend on which.  A technique that draws its random
-numbers in another order (:attr:`memlab.techniques.any_model.AnyModelTechnique.reorders_randomness`)
+numbers in another order (:attr:`memlab.own_model.techniques.AnyModelTechnique.reorders_randomness`)
 is checked with dropout fixed to the identity instead, and its row says so
 (``extra["check_randomness"]``).
 Evidence: tests/test_model_file.py (the dropout tests: examples/encoder_dropout.py ok with every
@@ -58,7 +58,7 @@ import torch
 from torch import nn
 
 from ..functional.blocks import Blocks, blocks_for
-from ..params import Param
+from ..core.params import Param
 from ..workload import Problem, Workload
 
 __all__ = ["ModelFile", "ModelFileError", "ModelWorkload", "read_model_module", "check_model_file",
@@ -66,7 +66,7 @@ __all__ = ["ModelFile", "ModelFileError", "ModelWorkload", "read_model_module", 
            "BUILD_OBSERVERS"]
 
 #: called with the configuration each time a model file's problem is built in this process (a cold
-#: ``advise --model`` counts its traces with it: :class:`memlab.model_advice.FitProgress`)
+#: ``advise --model`` counts its traces with it: :class:`memlab.own_model.advice.FitProgress`)
 BUILD_OBSERVERS: list[Callable[[dict[str, Any]], None]] = []
 #: ``batch`` when none is given
 DEFAULT_BATCH = 4

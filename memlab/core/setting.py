@@ -21,11 +21,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["Setting", "Point", "DEFAULTS", "OPTIMIZERS", "LOSSES", "MODES", "DTYPES", "GRADS", "KEY_FIELDS",
+__all__ = ["Setting", "Point", "DEFAULTS", "OPTIMIZERS", "STEPPED_OPTIMIZERS", "IN_BACKWARD", "in_backward", "check_in_backward", "LOSSES", "MODES", "DTYPES", "GRADS", "KEY_FIELDS",
            "MAX_TIMEOUT_S", "MAX_TIME_BUDGET_S", "MAX_THREADS", "MAX_ACCUMULATE", "check_choice", "canonical_params"]
 
-#: the training step's optimizers (:mod:`memlab.measurement.step`)
-OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
+#: the optimizers the training step builds (:mod:`memlab.measurement.step`)
+STEPPED_OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw", "adafactor")
+#: the suffix of an optimizer stepped in backward, one parameter at a time (NOTE [ optimizer in backward ])
+IN_BACKWARD = "_in_backward"
+#: the training step's optimizer choices: each of :data:`STEPPED_OPTIMIZERS`, after backward or in it
+OPTIMIZERS: tuple[str, ...] = STEPPED_OPTIMIZERS + tuple(name + IN_BACKWARD for name in STEPPED_OPTIMIZERS)
 #: the training step's losses (:mod:`memlab.measurement.step`)
 LOSSES: tuple[str, ...] = ("given", "mse")
 #: What a step runs: ``train`` (forward, backward, optimizer step) or ``infer`` (forward under no_grad).
@@ -46,6 +50,42 @@ MAX_ACCUMULATE = 1024
 KEY_FIELDS = ("mode", "dtype", "device", "optimizer", "loss", "accumulate", "grads")
 
 _DEVICE = re.compile(r"(cpu|cuda)(:\d+)?")
+
+
+# NOTE [ optimizer in backward ]
+# ``<optimizer>_in_backward`` (``adam_in_backward``...) steps each parameter as soon as its gradient is
+# accumulated, in a ``register_post_accumulate_grad_hook``, and frees that gradient at once (PyTorch's
+# "How to save memory by fusing the optimizer step into the backward pass" tutorial): the gradients never
+# live all together.  It is a choice of optimizer, not a flag beside it, by decision: the optimizer
+# name is already part of every point's key, every row, the shadow reference's step, the family
+# baseline's timed step and the advisor's fits, so the option reaches them all with nothing threaded
+# through, and rows from before it read as the optimizer stepped after backward, as they were.
+# It refuses ``accumulate`` > 1 (each micro-batch's gradient would update the parameters at once:
+# no ``.grad`` is left to accumulate into) and ``grads="zero"`` (nothing is kept to zero).
+# Evidence: tests/test_step_options.py (the peak drops by the gradient bytes; the same parameters)
+
+
+def in_backward(optimizer: str) -> tuple[str, bool]:
+    """``(the optimizer built, whether it steps in backward)``: ``adam_in_backward`` -> ``("adam", True)``,
+    ``adam`` -> ``("adam", False)`` (NOTE [ optimizer in backward ])."""
+    if optimizer.endswith(IN_BACKWARD):
+        return optimizer[:-len(IN_BACKWARD)], True
+    return optimizer, False
+
+
+def check_in_backward(optimizer: str, accumulate: int, grads: str) -> None:
+    """Raise ValueError naming the bad value when ``optimizer`` steps in backward and ``accumulate`` or
+    ``grads`` asks what it cannot do (NOTE [ optimizer in backward ]); nothing otherwise."""
+    built, stepped_in_backward = in_backward(optimizer)
+    if not stepped_in_backward:
+        return
+    if accumulate != 1:
+        raise ValueError(f"accumulate={accumulate} is not valid with optimizer={optimizer!r}: it updates each "
+                         f"parameter and frees its gradient as soon as backward produces it, so no .grad is left to "
+                         f"accumulate micro-batches into; valid: accumulate=1, or optimizer={built!r} to accumulate")
+    if grads != GRADS[0]:
+        raise ValueError(f"grads={grads!r} is not valid with optimizer={optimizer!r}: it frees each gradient in "
+                         f"backward, so none is left to zero between steps; valid: grads={GRADS[0]!r}")
 
 
 def check_choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
@@ -81,7 +121,8 @@ class Setting:
     """How one point is measured.  Frozen; :meth:`validate` checks every field.
 
     Identity (:data:`KEY_FIELDS`, :meth:`key`): ``device`` (``cpu``, ``cuda`` or ``cuda:N``),
-    ``dtype``, ``mode`` (``train`` or ``infer``), ``optimizer``, ``loss``, ``accumulate`` (micro-batches
+    ``dtype``, ``mode`` (``train`` or ``infer``), ``optimizer`` (one of :data:`OPTIMIZERS`; an
+    ``_in_backward`` one steps each parameter in backward: NOTE [ optimizer in backward ]), ``loss``, ``accumulate`` (micro-batches
     accumulated into ``.grad`` before the optimizer's step) and ``grads`` (between steps, gradients
     set to ``none`` or zeroed in place: ``zero``).  How it is measured: ``seed`` (the inputs'),
     ``check`` (the reference checks), ``iterations`` (allocation-measured steps), ``repeats`` (the
@@ -116,6 +157,7 @@ class Setting:
         check_choice("loss", self.loss, LOSSES)
         check_choice("grads", self.grads, GRADS)
         _whole("accumulate", self.accumulate, 1, MAX_ACCUMULATE, f"a whole number from 1 to {MAX_ACCUMULATE}")
+        check_in_backward(self.optimizer, self.accumulate, self.grads)
         _whole("seed", self.seed, 0, None, "a whole number >= 0")
         if not isinstance(self.check, bool):
             raise ValueError(f"check={self.check!r} is not valid: expected True or False")

@@ -1,6 +1,6 @@
 """Techniques that apply to any model: the family of each user's model file.
 
-Each model file (:mod:`memlab.workloads.model_file`) gets its own copy of every technique here,
+Each model file (:mod:`memlab.own_model.workload`) gets its own copy of every technique here,
 registered as ``<stem>__<kind>`` in family ``model:<stem>`` (:func:`techniques_for`); the kinds:
 
 * ``plain``: plain autograd, the baseline: every activation of every block saved for backward.
@@ -18,6 +18,9 @@ registered as ``<stem>__<kind>`` in family ``model:<stem>`` (:func:`techniques_f
   dtype's drift).
 * ``offload_activations``: ``torch.autograd.graph.save_on_cpu(pin_memory=True)``: every tensor saved
   for backward goes to host memory; CUDA only.
+* ``lora``: rank-``rank`` adapters beside every ``nn.Linear``, every base parameter frozen (Hu et al.
+  2021; :mod:`memlab.own_model.lora`): gradients and optimizer state for the adapters only.  It
+  changes the maths, so its reference is the adapted model computed plainly.
 
 A technique that needs blocks refuses (:class:`~memlab.TechniqueUnavailable`) a model where none are
 found, saying how to name them.  Every measurement records what was found in ``extra``
@@ -33,10 +36,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..errors import TechniqueUnavailable
+from ..core.errors import TechniqueUnavailable
+from ..core.params import Param
 from ..functional.blocks import MATMUL_OPS, checkpoint_each, checkpoint_sqrt, matmul_saving_context, sqrt_segments
 from ..technique import Technique
-from ..workloads.model_file import ModelWorkload
+from .lora import adapter_parameters, add_adapters
+from .workload import ModelWorkload
 
 __all__ = ["AnyModelTechnique", "techniques_for", "KINDS", "BASELINE_KIND", "dropout_off", "randomness_facts"]
 
@@ -145,6 +150,7 @@ class AutocastBf16(AnyModelTechnique):
     """Forward and loss under ``torch.autocast(dtype=bfloat16)``: matmuls save bfloat16 activations."""
 
     kind = "autocast_bf16"
+    changes_dtype = True
     path = "torch.autocast(device_type, dtype=torch.bfloat16) around forward and loss"
 
     def applied(self, problem):
@@ -165,6 +171,35 @@ class OffloadActivations(AnyModelTechnique):
 
     def applied(self, problem):
         return torch.autograd.graph.save_on_cpu(pin_memory=True)
+
+
+class LoRA(AnyModelTechnique):
+    """Rank-r adapters on every nn.Linear, the base frozen (LoRA): gradients and optimizer state for the adapters only.
+
+    LoRA changes the maths: its reference is the same adapted model computed plainly (the workload's
+    step on the problem this technique builds), whose adapters start with ``B = 0`` so its outputs are
+    the base model's (NOTE [ LoRA adapters ] in :mod:`memlab.own_model.lora`).  Relative time is
+    against ``plain``, which trains every parameter.  A model without an ``nn.Linear`` is refused."""
+
+    kind = "lora"
+    params = {"rank": Param(8, low=1, high=65536, doc="the adapters' rank r: A [r, in] and B [out, r] per nn.Linear")}
+    path = "rank-r adapters x A^T B^T beside each frozen nn.Linear (Hu et al. 2021), every other parameter frozen"
+
+    def build(self, device, dtype, seed=0):
+        problem = super().build(device, dtype, seed)
+        layers = add_adapters(problem.model, self.config["rank"], seed)
+        if not layers:
+            raise TechniqueUnavailable(
+                f"technique {self.name!r} does not apply to {self.family()}: the model has no nn.Linear layer "
+                f"(outside nn.MultiheadAttention) to put an adapter beside")
+        problem.extra["lora_layers"] = layers
+        return problem
+
+    def describe(self, problem, mode="train"):
+        adapters = adapter_parameters(problem.model)
+        return {**super().describe(problem, mode), "lora_layers": len(problem.extra.get("lora_layers", ())),
+                "adapter_params": sum(p.numel() for p in adapters),
+                "adapter_bytes": sum(p.numel() * p.element_size() for p in adapters)}
 
 
 def _dropouts(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str]]:
@@ -205,7 +240,7 @@ def randomness_facts(problem) -> dict[str, Any]:
 
 #: the technique templates by kind, in the order ``memlab list`` shows them
 KINDS: dict[str, type[AnyModelTechnique]] = {c.kind: c for c in (
-    Plain, CheckpointBlocks, CheckpointSqrt, SelectiveCheckpoint, AutocastBf16, OffloadActivations)}
+    Plain, CheckpointBlocks, CheckpointSqrt, SelectiveCheckpoint, AutocastBf16, OffloadActivations, LoRA)}
 BASELINE_KIND = "plain"
 
 
@@ -216,6 +251,8 @@ def techniques_for(workload: type[ModelWorkload]) -> dict[str, type[AnyModelTech
     baseline = f"{stem}__{BASELINE_KIND}"
     out = {}
     for kind, template in KINDS.items():
+        if set(template.params) & set(workload.params):
+            continue  # a batch() size named like the kind's own parameter (``rank``): the kind is left out
         namespace = {"workload": workload, "__module__": workload.__module__,
                      "__qualname__": f"{template.__name__}_{stem}", "__doc__": template.__doc__,
                      "twin": None if template.baseline else baseline}

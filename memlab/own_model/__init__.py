@@ -8,11 +8,11 @@
     memlab sweep --model my_model.py --grid batch=1,2,4 --out rows.jsonl
     memlab.measure_model("my_model.py", "checkpoint_blocks", batch=4)  # -> Measurement
 
-A model file (:mod:`memlab.workloads.model_file`) registers, when loaded, a workload and one
-technique of each kind (:mod:`memlab.techniques.any_model`); loading goes through
+A model file (:mod:`memlab.own_model.workload`) registers, when loaded, a workload and one
+technique of each kind (:mod:`memlab.own_model.techniques`); loading goes through
 :func:`memlab.registry.load_plugin`, so every measuring child loads it again by path, as it does
 any plug-in.  :func:`load_model` also checks the file once (build, batch sizes, loss) and turns
-every problem into one :class:`~memlab.workloads.model_file.ModelFileError` line.
+every problem into one :class:`~memlab.own_model.workload.ModelFileError` line.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from .setting import DEFAULTS
-from .workloads.model_file import ModelFileError
+from ..core.setting import DEFAULTS
+from .workload import ModelFileError
 
 __all__ = ["load_model", "load_model_bounded", "CHILD_LOAD_SECONDS", "measure_model", "technique_name", "model_techniques", "register_model_module",
            "ModelFileError", "apply_model_args"]
@@ -34,9 +34,9 @@ def register_model_module(module, path: str) -> None:
     """Register the workload and techniques of an imported model file (called by
     :func:`memlab.registry.load_plugin` for a file that defines ``build``/``batch`` and registers no
     technique).  Checks only what needs no call: :func:`load_model` checks the rest."""
-    from .registry import list_workloads, get_workload
-    from .techniques.any_model import techniques_for
-    from .workloads.model_file import ModelWorkload, read_model_module, workload_for
+    from ..registry import list_workloads, get_workload
+    from .techniques import techniques_for
+    from .workload import ModelWorkload, read_model_module, workload_for
 
     mf = read_model_module(module, path)
     for name in list_workloads():
@@ -48,8 +48,8 @@ def register_model_module(module, path: str) -> None:
 
 
 def _workload_of(path: str):
-    from .registry import get_workload, list_workloads
-    from .workloads.model_file import ModelWorkload
+    from ..registry import get_workload, list_workloads
+    from .workload import ModelWorkload
 
     for name in list_workloads():
         cls = get_workload(name)
@@ -67,9 +67,9 @@ def load_model(model: str | os.PathLike | Callable):
     Raises:
         FileNotFoundError: no such file.
         ModelFileError: the file raises on import, lacks ``build``/``batch``, or fails
-            :func:`~memlab.workloads.model_file.check_model_file`; one line naming the file.
+            :func:`~memlab.own_model.workload.check_model_file`; one line naming the file.
     """
-    from .workloads.model_file import check_model_file
+    from .workload import check_model_file
 
     workload = _imported(model)
     if not workload.__dict__.get("_checked"):
@@ -91,7 +91,7 @@ def _file_path(model) -> Path:
 
 def _imported(model):
     """The workload of the model file, imported (once) and registered; not checked."""
-    from .registry import load_plugin
+    from ..registry import load_plugin
 
     path = _file_path(model)
     resolved = str(path.resolve())
@@ -186,8 +186,8 @@ def _path_of(model) -> Path:
 
 def model_techniques(model) -> dict[str, str]:
     """``{kind: registered technique name}`` of a model file (``{"plain": "my_model__plain", ...}``)."""
-    from .registry import list_techniques, get_technique
-    from .techniques.any_model import KINDS
+    from ..registry import list_techniques, get_technique
+    from .techniques import KINDS
 
     workload = load_model(model)
     found = {get_technique(n).kind: n for n in list_techniques(workload.family)}
@@ -212,13 +212,13 @@ def measure_model(model, technique: str = "plain", **kwargs: Any):
     ``seq=64``).  ``loss`` must stay ``given``: the step's loss is the file's.
 
     Returns:
-        a :class:`~memlab.record.Measurement` (family ``model:<stem>``), like :func:`memlab.measure`.
+        a :class:`~memlab.core.record.Measurement` (family ``model:<stem>``), like :func:`memlab.measure`.
 
     Example:
         >>> m = memlab.measure_model("examples/tiny_gpt.py", "checkpoint_blocks", batch=4)  # doctest: +SKIP
         >>> m.extra["block_count"], m.peak_allocated_bytes                                 # blocks, bytes
     """
-    from .measurement import measure
+    from ..measurement import measure
 
     _loss_is_the_files(kwargs.get("loss", (kwargs.get("setting") or DEFAULTS).loss))
     return measure(technique_name(model, technique), **kwargs)
@@ -263,9 +263,9 @@ def apply_model_args(args, command: str) -> None:
 def _refuse_device(model, kind: str, device: str | None) -> None:
     """A kind that cannot run on ``device`` (``offload_activations`` on the CPU): refused before the
     file is loaded, in the words of :meth:`memlab.Technique.check_available`."""
-    from .errors import TechniqueUnavailable
-    from .techniques.any_model import KINDS
-    from .workloads.model_file import stem_of
+    from ..core.errors import TechniqueUnavailable
+    from .techniques import KINDS
+    from .workload import stem_of
 
     template = KINDS.get(kind)
     device_type = (device or "cpu").split(":")[0]

@@ -15,32 +15,29 @@ memory) or the step spends time outside products (Python loops, autograd).  FLOP
 for the technique (``Measurement.flops``) and for the baseline (measured the same way, once per
 configuration).
 
-The points (:data:`LIMIT_POINTS`) are issue 32's: the tensor-train techniques and tensorly-torch's
-layer at B = 1024 and 4096, ``slice_accumulate`` at chunk n/100 and ``reversible`` against
-``residual``.  A technique whose optional dependency is missing gives a row with its status.
+The points (:func:`limit_points`: each family folder's ``meta.py`` names its own in ``LIMIT_POINTS``)
+are issue 32's: the tensor-train techniques and tensorly-torch's layer at B = 1024 and 4096, a
+chunking technique at chunk n/100 and the reversible stack against its residual baseline.  A
+technique whose optional dependency is missing gives a row with its status.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .setting import DEFAULTS
+from ..core.setting import DEFAULTS
 
-__all__ = ["LIMIT_POINTS", "LimitRow", "measure_limits", "limits_table", "baseline_flops"]
+__all__ = ["limit_points", "LimitRow", "measure_limits", "limits_table", "baseline_flops"]
 
-#: ``(technique, params)`` of the limits table (issue 32's measurements)
-LIMIT_POINTS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 16}),
-    ("tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 128}),
-    ("tt_chunked", {"batch": 4096, "rank": 8, "chunk_size": 16}),
-    ("tt_factorized", {"batch": 1024, "rank": 8}),
-    ("tt_factorized", {"batch": 4096, "rank": 8}),
-    ("tltorch_blocktt_factorized", {"batch": 1024, "rank": 8}),
-    ("tltorch_blocktt_factorized", {"batch": 4096, "rank": 8}),
-    ("slice_accumulate", {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 40}),
-    ("reversible", {"depth": 16, "batch": 256, "width": 256, "hidden": 512}),
-)
+def limit_points(environ: Mapping[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """``(technique, params)`` of the limits table (issue 32's measurements): the points every family
+    folder's ``meta.py`` names in ``LIMIT_POINTS`` (built-in and plug-in folders of ``environ``'s
+    ``MEMLAB_PLUGINS``, :func:`memlab.registry.family_meta`), in their positions' order."""
+    from ..registry import family_meta
+
+    points = [p for meta in family_meta(environ).values() for p in meta.limit_points]
+    return [(name, params) for _, name, params in sorted(points, key=lambda p: p[0])]
 
 
 @dataclass(frozen=True)
@@ -94,15 +91,16 @@ def baseline_flops(name: str, params: dict[str, Any], baseline: str, *,
     return m.flops if m.status in ("ok", "mismatch") else None
 
 
-def measure_limits(points: Sequence[tuple[str, dict[str, Any]]] = LIMIT_POINTS, *, repeats: int = 15,
+def measure_limits(points: Sequence[tuple[str, dict[str, Any]]] | None = None, *, repeats: int = 15,
                    progress: Callable[[str], None] | None = None) -> list[LimitRow]:
     """Measure every point (forked, one traced iteration, ``repeats`` interleaved timed steps, no
     time budget) and its baseline's FLOPs; a point that fails or is unavailable gives a row with
-    its status and no figures."""
+    its status and no figures; ``points`` default: :func:`limit_points`."""
     import memlab
 
-    from .errors import TechniqueUnavailable
+    from ..core.errors import TechniqueUnavailable
 
+    points = limit_points() if points is None else points
     cache: dict[tuple, int | None] = {}
     rows = []
     for name, params in points:

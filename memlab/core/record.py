@@ -7,7 +7,7 @@ byte unit and formatting, the number predicate every reader uses, and how the an
 expectations a technique states in ``Measurement.extra`` are read (:func:`analytic_floor`).  The
 measurement layer (:mod:`memlab.measurement`) writes these records; the results reader
 (:mod:`memlab.results`), the site and the advisor read them.  This module imports nothing heavy
-(no torch, no pandas), so ``import memlab.record`` is cheap anywhere; a test keeps it so.
+(no torch, no pandas), so ``import memlab.core.record`` is cheap anywhere; a test keeps it so.
 """
 from __future__ import annotations
 
@@ -17,13 +17,14 @@ import json
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from .setting import DEFAULTS, MODES, Point, Setting
 from .units import MiB
 
 __all__ = ["Measurement", "Timeline", "TimelineEvent", "AllocEvent", "Window", "SCHEMA_VERSION", "Status", "STATUSES", "MODES",
-           "RANKABLE_STATUS", "FINISHED_STATUSES", "WHOLE_STATUSES", "Verdict", "VERDICTS", "Category", "CATEGORIES", "ACTIVATION_CATEGORIES",
+           "RANKABLE_STATUS", "FINISHED_STATUSES", "WHOLE_STATUSES", "MIN_LEAK_STEPS", "measured_steps",
+           "row_status", "row_reason", "leak_unknown_reason", "Verdict", "VERDICTS", "Category", "CATEGORIES", "ACTIVATION_CATEGORIES",
            "CATEGORY_LABELS", "FieldKind", "fields_of_kind", "MiB", "fmt_mib", "is_number", "analytic_floor",
            "activation_figures", "UNDER_LOAD_FACTOR", "is_under_load"]
 
@@ -35,16 +36,22 @@ class Status(enum.StrEnum):
 
     ``ok``: measured and verified; ``mismatch``: outputs/gradients differ from the reference (or the
     technique mutated its inputs/parameters, or produced non-finite values); ``leak``: live bytes grow
-    every step; ``oom``: out of memory (or killed by the kernel's OOM killer); ``error``: anything else.
-    Only ``ok`` rows are ever ranked, called best, or drawn as Pareto points (``rankable``).
-    ``finished``: a sweep's resume does not measure the point again; ``whole``: the step ran to its end,
-    so its figures are whole (a mismatch is wrong maths, not missing memory).
+    every step; ``oom``: out of memory (or killed by the kernel's OOM killer); ``error``: anything else;
+    ``leak_unknown``: every check passed but fewer than :data:`MIN_LEAK_STEPS` steps were measured, too
+    few to tell a leak (NOTE [ verdicts ] in :mod:`memlab.measurement.verdict`).  The measurement writes
+    ``ok`` for such a row and every reader reads it as ``leak_unknown`` (:func:`row_status`), so rows
+    written before the rule read so too.  Only ``ok`` rows are ever ranked, called best, or drawn as
+    Pareto points (``rankable``).  ``finished``: a sweep's resume does not measure the point again
+    (``leak_unknown``: only while the sweep measures too few steps to decide it, :func:`memlab.sweep.resume.finished_keys`);
+    ``whole``: the step ran to its end, so its figures are whole (a mismatch is wrong maths, not missing
+    memory); ``label``: how the status reads in text.
     """
 
     def __new__(cls, value: str, rankable: bool, finished: bool, whole: bool):
         member = str.__new__(cls, value)
         member._value_ = value
         member.rankable, member.finished, member.whole = rankable, finished, whole
+        member.label = value.replace("_", " ")
         return member
 
     OK = "ok", True, True, True
@@ -52,6 +59,7 @@ class Status(enum.StrEnum):
     LEAK = "leak", False, True, False
     OOM = "oom", False, False, False
     ERROR = "error", False, False, False
+    LEAK_UNKNOWN = "leak_unknown", False, False, True
 
 
 #: every status, as the strings a record holds
@@ -61,6 +69,43 @@ RANKABLE_STATUS = Status.OK.value
 FINISHED_STATUSES = tuple(s.value for s in Status if s.finished)
 #: statuses whose step ran to its end (its memory figures are whole)
 WHOLE_STATUSES = tuple(s.value for s in Status if s.whole)
+#: measured steps a leak verdict needs: with two, a leak at every other step (after the steps: 1 MiB,
+#: 1 MiB) looks level (NOTE [ verdicts ] in memlab.measurement.verdict)
+MIN_LEAK_STEPS = 3
+
+
+def measured_steps(row: Mapping[str, Any]) -> int:
+    """How many steps a row (a Measurement's dict) measured: the length of its
+    ``allocated_after_step_bytes`` (0 when it holds none, or not a list)."""
+    after = row.get("allocated_after_step_bytes")
+    return len(after) if isinstance(after, (list, tuple)) else 0
+
+
+def row_status(row: Mapping[str, Any]) -> str:
+    """How a row's verdict reads, one of :data:`STATUSES`: its ``status``, except ``leak_unknown`` for an
+    ``ok`` row of fewer than :data:`MIN_LEAK_STEPS` measured steps (:func:`measured_steps`).  Every reader
+    that decides what a row says (the site, compare, merge, a sweep's summary and resume) reads this."""
+    status = row.get("status")
+    if status == Status.OK and measured_steps(row) < MIN_LEAK_STEPS:
+        return Status.LEAK_UNKNOWN.value
+    return status
+
+
+def leak_unknown_reason(steps: int) -> str:
+    """Why a row is ``leak_unknown``: ``'leak unknown: 2 steps measured, 3 needed (--iterations 3)'``."""
+    return (f"leak unknown: {steps} step{'' if steps == 1 else 's'} measured, {MIN_LEAK_STEPS} needed "
+            f"(--iterations {MIN_LEAK_STEPS})")
+
+
+def row_reason(row: Mapping[str, Any]) -> str:
+    """The one-line reason of a row that does not read ``ok`` (:func:`row_status`): its ``error``'s first
+    line, or :func:`leak_unknown_reason` for a ``leak_unknown`` row without one."""
+    error = row.get("error")
+    if isinstance(error, str) and error.strip():
+        return error.strip().splitlines()[0]
+    if row_status(row) == Status.LEAK_UNKNOWN:
+        return leak_unknown_reason(measured_steps(row))
+    return "no reason recorded"
 
 
 class Verdict(enum.StrEnum):
@@ -371,13 +416,13 @@ class Measurement:
 
     def setting(self) -> Setting:
         """The setting this row was measured in, as far as the row records it: device, dtype, mode,
-        optimizer and loss (:data:`memlab.setting.KEY_FIELDS`; the others are their defaults: the
+        optimizer and loss (:data:`memlab.core.setting.KEY_FIELDS`; the others are their defaults: the
         row does not record them, and they change no exact figure).  ``setting().key()`` is what a
         sweep's resume, merge and compare identify the row's point by."""
         return Setting.from_row(vars(self))
 
     def point(self) -> Point:
-        """The point this row was measured at: ``point().key()`` identifies it (:class:`memlab.setting.Point`)."""
+        """The point this row was measured at: ``point().key()`` identifies it (:class:`memlab.core.setting.Point`)."""
         return Point(self.technique, self.params, self.setting())
 
     def under_load(self) -> bool:
@@ -398,17 +443,30 @@ class Measurement:
         return analytic_floor(self.extra, self.mode)
 
     # -- human output --------------------------------------------------------------------------
+    @property
+    def verdict(self) -> str:
+        """How the row reads (:func:`row_status`): its status, or ``leak_unknown`` for an ``ok`` row of
+        fewer than :data:`MIN_LEAK_STEPS` measured steps.  Only ``verdict == "ok"`` is ok."""
+        return row_status(vars(self))
+
+    @property
+    def reason(self) -> str | None:
+        """The one-line reason of a row whose :attr:`verdict` is not ``ok`` (:func:`row_reason`); None for ``ok``."""
+        return None if self.verdict == Status.OK else row_reason(vars(self))
+
     def summary(self) -> str:
-        """One line: technique, key parameters, peak allocated/reserved in MiB, step time."""
+        """One line: technique, key parameters, peak allocated/reserved in MiB, step time; a row whose
+        step ran whole but reads ``leak_unknown`` ends with ``[leak unknown: why]``."""
         args = " ".join(f"{k}={v}" for k, v in sorted(self.params.items()))
-        if self.status != "ok":
+        if self.verdict not in (Status.OK, Status.LEAK_UNKNOWN):
             return f"{self.technique} [{args}] {self.device} {self.mode}: {self.status.upper()} {self.error or ''}".rstrip()
         t = self.step_time_text()
+        unknown = f" [{self.reason}]" if self.verdict == Status.LEAK_UNKNOWN else ""
         return (
             f"{self.technique} [{args}] {self.device} {self.dtype} {self.mode}: "
             f"peak allocated {fmt_mib(self.peak_allocated_bytes)}, "
             f"peak {'resident' if self.device == 'cpu' else 'reserved'} {fmt_mib(self.peak_reserved_bytes)}, "
-            f"step {t}"
+            f"step {t}{unknown}"
         )
 
 
@@ -418,7 +476,7 @@ class AllocEvent:
 
     ``stack`` holds every enclosing operator, outermost first (memlab markers left out); ``address`` is
     the block's address in this process, which pairs a free with the allocation it releases (a
-    :class:`~memlab.record.TimelineEvent`'s ``address`` is the same block's ordinal in the step).  ``place`` says where it would
+    :class:`~memlab.core.record.TimelineEvent`'s ``address`` is the same block's ordinal in the step).  ``place`` says where it would
     live on a GPU (``device``, ``host``, ``cpu_only``) and ``rule`` which rule of
     :data:`memlab.measurement.host_tags.RULES` decided it (NOTE [ device tags ]); ``marks`` are the
     memlab markers around it (``host``, ``iteration0``...), ``stack_end_ns`` the end of each range of

@@ -34,12 +34,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .advisor.advise import (AdviceError, bounded_reading, cuda_need, error_bound, fmt_bytes, format_categories,
-                             parse_budget)
-from .advisor.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
-from .advisor.loops import NoLoop
-from .advisor.model import SCHEMA, load_models, models_path, predict, predict_time
-from .setting import DEFAULTS, OPTIMIZERS
+from ..advisor.advise import (AdviceError, bounded_reading, cuda_need, error_bound, fmt_bytes, format_categories,
+                             parse_budget, time_cell, time_fields)
+from ..advisor.decision import order_fits
+from ..core.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
+from ..core.loops import NoLoop
+from ..advisor.model import SCHEMA, load_models, models_path, predict
+from ..core.setting import DEFAULTS, OPTIMIZERS
 
 __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "MEASURE_PER_TRACE", "TRACE_SPAN",
            "largest_fitting", "advise_model", "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES",
@@ -49,8 +50,11 @@ __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress",
 TRACE_VALUES = (2, 3, 4, 5, 7)
 #: ``(low, high)`` held-out traces draw ``batch`` from
 HELD_OUT = (1, 8)
-#: the two batches the relative step time is measured at (NOTE [ advisor time model ])
-TIME_BATCHES = (2, 6)
+#: the batches the relative step time is measured at (NOTE [ advisor time model ]): three, so that the
+#: two-coefficient fit ``r + c / batch`` has a residual to state its band by (NOTE [ the time band ] in
+#: memlab.advisor.model); batch 4 costs one more timed measurement per technique, between the other two
+#: in time (docs/evidence/time-model-bias.md#model-files)
+TIME_BATCHES = (2, 4, 6)
 #: the largest size searched (the workload's own upper bound on ``batch``)
 MAX_SIZE = 1_000_000
 
@@ -106,7 +110,7 @@ def _own_fields(own: type[AdvisorModel], file_name: str) -> dict[str, Any]:
 
 def _applicable(workload, names: Mapping[str, str]) -> list[str]:
     """Kinds that run on the CPU and find what they need (blocks) on this model."""
-    from .registry import get_technique
+    from ..registry import get_technique
 
     out = []
     for kind, name in names.items():
@@ -131,7 +135,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
         AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, a bad declaration, or
             one that sets ``workload`` or ``family`` (the file is the workload).
     """
-    from .own_model import load_model, model_techniques, technique_name
+    from . import load_model, model_techniques, technique_name
 
     workload = load_model(model)
     valid = ["batch", *workload.model_file.sizes]
@@ -151,7 +155,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
     fields = dict(name=workload.family, workload=workload.name, sizes=sizes, workload_fixed={}, entries=entries,
                   loop=NoLoop(), time_sizes=time_sizes, work="*".join(sizes), held_out=held_out,
                   max_quantum=MAX_QUANTUM_LIMIT, trace_values=TRACE_VALUES,
-                  declared_by="memlab.model_advice.model_declaration")
+                  declared_by="memlab.own_model.advice.model_declaration")
     if own is not None:
         fields.update(_own_fields(own, workload.model_file.name))
         fields["declared_by"] = f"{own.__module__}.{own.__qualname__}"
@@ -165,9 +169,9 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
 #: the model-file workload and its techniques, the pure operations they call, the interfaces.  The
 #: site, the sweeps, the reproductions, the CLI and the other families are left out: editing them
 #: keeps a cached fit (NOTE [ model fit cache key ])
-KEYED_SOURCES = ("*.py", "measurement/*.py", "advisor/*.py", "functional/*.py", "techniques/any_model.py",
-                 "workloads/model_file.py")
-_UNKEYED = ("cli.py", "__main__.py", "_version.py", "model_checks.py")
+KEYED_SOURCES = ("*.py", "core/*.py", "measurement/*.py", "advisor/*.py", "functional/*.py", "own_model/*.py")
+#: paths under memlab/ the globs find that a fit does not depend on (the model checks only read a fit)
+_UNKEYED = ("cli.py", "__main__.py", "_version.py", "own_model/checks.py")
 
 # NOTE [ model fit cache key ]
 # A fit is reused when nothing it depends on has changed: the model file's bytes, the declaration,
@@ -176,20 +180,20 @@ _UNKEYED = ("cli.py", "__main__.py", "_version.py", "model_checks.py")
 # on it refitted after every unrelated commit and reused a fit across uncommitted edits), Python's
 # and torch's versions, and the version of every library the model file's own names come from
 # (``from transformers import GPT2Config``: transformers' version), and the CPU kernels oneDNN picks
-# (:func:`memlab.host.kernel_host`: a convolution's bytes depend on them, NOTE [ host-dependent bytes ]).
+# (:func:`memlab.core.host.kernel_host`: a convolution's bytes depend on them, NOTE [ host-dependent bytes ]).
 # What the file imports indirectly is not in the key: delete the cache folder (``--models DIR``) after
 # changing it.
 
 
 def keyed_files() -> list[Path]:
     """The memlab source files a fit depends on (KEYED_SOURCES), sorted."""
-    root = Path(__file__).resolve().parent
-    return sorted({p for g in KEYED_SOURCES for p in root.glob(g) if p.name not in _UNKEYED})
+    root = Path(__file__).resolve().parents[1]
+    return sorted({p for g in KEYED_SOURCES for p in root.glob(g) if p.relative_to(root).as_posix() not in _UNKEYED})
 
 
 def source_key() -> str:
     """sha256 (hex) of the memlab sources a fit depends on (:func:`keyed_files`, by path and bytes)."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     for p in keyed_files():
         h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
@@ -234,11 +238,11 @@ def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = 
 
     import torch
 
-    from .own_model import load_model
+    from . import load_model
 
     workload = load_model(model)
     mf = workload.model_file
-    from .host import kernel_host
+    from ..core.host import kernel_host
 
     versions = {"python": platform.python_version(), "torch": torch.__version__, "kernels": kernel_host(),
                 **_library_versions(sys.modules.get(workload.__module__))}
@@ -303,8 +307,8 @@ def _distributions(module) -> dict[str, str] | None:
 
 def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, str]) -> None:
     """Record the fit ``folder`` of ``model`` (loaded) under ``index`` (NOTE [ advise without the model file ])."""
-    from .atomic import write_text_atomic
-    from .own_model import load_model
+    from ..core.atomic import write_text_atomic
+    from . import load_model
 
     if index is None:
         return
@@ -353,9 +357,9 @@ def _tracing():
 def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path | None = None,
                   say: Callable[[str], None] = print, measure_fn: Callable | None = None) -> tuple[dict, Path, bool]:
     """``(family part of the model file, its path, read from the cache)``: fitted once per key."""
-    from .atomic import write_text_atomic
-    from .measurement.environment import git_commit
-    from .advisor.fit import fit_family
+    from ..core.atomic import write_text_atomic
+    from ..measurement.environment import git_commit
+    from ..advisor.fit import fit_family
 
     folder = cache_dir_for(model, decl, optimizer, cache_root)
     path = models_path(optimizer, folder)
@@ -365,7 +369,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     started = time.perf_counter()
     say(f"memlab: fitting {decl.name} ({optimizer}): {len(decl.entries)} techniques, traced at "
         f"{decl.sizes[0]} in {decl.trace_values}; cached in {folder}")
-    from .advisor.trace import IdentificationError
+    from ..advisor.trace import IdentificationError
 
     progress = FitProgress(decl, optimizer, say, measure_fn)
     with _tracing(), progress.watching():
@@ -376,7 +380,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
             raise AdviceError(f"{Path(load_model_path(model)).name}: {exc}; the step's allocations are not products "
                               f"of the varied sizes (NOTE [ advisor models ])".splitlines()[0]) from None
     progress.done()
-    doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.model_advice)",
+    doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.own_model.advice)",
            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
            "optimizer": optimizer, "loss": DEFAULTS.loss,
            "families": {decl.name: {**fam, "memlab_commit": git_commit()}},
@@ -410,7 +414,7 @@ class FitProgress:
     process); :meth:`measure` is the fit's ``measure_fn``."""
 
     def __init__(self, decl: Declaration, optimizer: str, say: Callable[[str], None], measure_fn: Callable | None):
-        from .advisor.fit import TRACED_HELD_OUT, small_held_out_points
+        from ..advisor.fit import TRACED_HELD_OUT, small_held_out_points
 
         self.decl, self.optimizer, self.say, self.inner = decl, optimizer, say, measure_fn
         self.traces_each = len(decl.trace_values) + 1 + TRACED_HELD_OUT  # counted on the first technique
@@ -433,7 +437,7 @@ class FitProgress:
 
     def plan(self) -> None:
         """The plan line; a warm-up trace and a timed one; the estimate line."""
-        from .advisor.trace import raw_trace
+        from ..advisor.trace import raw_trace
 
         traces, measures = self.totals
         kinds = ", ".join(e.technique.split("__", 1)[-1] for e in self.decl.entries)
@@ -455,8 +459,8 @@ class FitProgress:
         self.fitting = True
 
     def _child_start(self) -> float:
-        from .own_model import CHILD_LOAD_SECONDS
-        from .registry import get_workload
+        from . import CHILD_LOAD_SECONDS
+        from ..registry import get_workload
 
         return CHILD_LOAD_SECONDS.get(str(Path(get_workload(self.decl.workload).model_file.path).resolve()), 0.0)
 
@@ -468,7 +472,7 @@ class FitProgress:
 
     @contextlib.contextmanager
     def watching(self):
-        from .workloads.model_file import BUILD_OBSERVERS
+        from .workload import BUILD_OBSERVERS
 
         pid = os.getpid()
 
@@ -525,7 +529,7 @@ def _duration(seconds: float) -> str:
 
 
 def load_model_path(model) -> str:
-    from .own_model import load_model
+    from . import load_model
 
     return load_model(model).model_file.path
 
@@ -563,9 +567,12 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
             in a child first (NOTE [ a model file loaded under a timeout ]); None: in this process.
 
     Returns:
-        a JSON-ready dict: ``answers`` (ranked by the size, then the predicted relative time; each
-        with ``technique``, ``kind``, ``size``, ``total_peak_bytes``, ``need_bytes``,
-        ``peak_by_category_bytes``, ``relative_step_time``, ``error_bound``, ``bounded``: the allocations
+        a JSON-ready dict: ``answers`` (the plain step first, then by predicted relative time, a
+        technique not ranked by time last: on ``device="cuda"`` one that changes the dtype, whose CPU
+        ratio says nothing of a GPU's; each with ``rank``, ``technique``, ``kind``, ``size``,
+        ``total_peak_bytes``, ``need_bytes``, ``peak_by_category_bytes``, ``relative_step_time`` (floored:
+        NOTE [ no faster than plain unless measured so ]), ``time_band``, ``time_ranked``, ``error_bound``,
+        ``bounded``: the allocations
         read as upper bounds, :func:`memlab.advisor.advise.bounded_reading`, or None), ``fits`` (the answers that
         fit, the shape :func:`memlab.advisor.verify` reads), ``cannot_fit``, ``cached``, ``seconds``.
 
@@ -581,7 +588,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     index = _index_path(model, vary, optimizer, cache_root)
     fit = _indexed_fit(index, optimizer, params)
     if fit is None:
-        from .own_model import load_model_bounded
+        from . import load_model_bounded
 
         load_model_bounded(model, load_timeout)
         fit = _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn)
@@ -593,7 +600,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
         raise AdviceError(f"no technique of {Path(fit['model_file']).name} fits {fmt_bytes(budget_bytes)} "
                           f"at {size}=1 ({optimizer}, {device}); the smallest predicted need is "
                           f"{fmt_bytes(min(c['need_at_1_bytes'] for c in cannot))}")
-    answers.sort(key=lambda a: (-a["size"], a["relative_step_time"] is None, a["relative_step_time"] or 0))
+    answers = order_fits(answers, None)  # plain first when it fits, then by predicted time (NOTE [ plain fits first ])
     return {"model_file": fit["model_file"], "family": decl.name, "vary": size, "held": held,
             "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device, "models": str(fit["path"]),
             "cached": fit["cached"], "declared_by": decl.declared_by, "answers": answers, "fits": answers,
@@ -603,7 +610,7 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
 
 def _held_sizes(decl: Declaration, specs: Mapping[str, Any], params: Mapping[str, int]) -> dict[str, int]:
     """The values of the varied sizes after the first: ``params``' (parsed by ``specs``, the sizes'
-    :class:`~memlab.params.Param`), else their defaults.
+    :class:`~memlab.core.params.Param`), else their defaults.
 
     Raises:
         AdviceError: a size of ``params`` that is not one of them.
@@ -619,7 +626,7 @@ def _held_sizes(decl: Declaration, specs: Mapping[str, Any], params: Mapping[str
 def _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn) -> dict[str, Any]:
     """The model file imported, its declaration, its fit (cached or fitted now) and the kinds of its
     techniques: ``decl``, ``fam``, ``path``, ``cached``, ``held``, ``kinds``, ``model_file``."""
-    from .registry import get_technique
+    from ..registry import get_technique
 
     decl = model_declaration(model, vary)
     held = _held_sizes(decl, get_technique(decl.entries[0].technique).all_params(), params)
@@ -632,8 +639,8 @@ def _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn) -> di
 def _indexed_fit(index: Path | None, optimizer: str, params: Mapping[str, int]) -> dict[str, Any] | None:
     """:func:`_full_fit`'s answer from the index entry at ``index`` without importing the model file
     (NOTE [ advise without the model file ]); None when there is no valid entry or fit."""
-    from .advisor.declaration import as_declaration
-    from .params import Param
+    from ..core.declaration import as_declaration
+    from ..core.params import Param
 
     entry = _read_index(index) if index is not None else None
     if entry is None:
@@ -672,12 +679,12 @@ def _answers(decl: Declaration, fam: Mapping[str, Any], kinds: Mapping[str, str]
             continue
         p = {**held, size: n}
         pred = predict(decl, entry, p)
-        t = predict_time(decl, entry, p, device)
         answers.append({"technique": entry["technique"], "kind": kind, "label": entry["label"], "size": n,
                         "params": p, "knobs": {}, "chunks": 1, "total_peak_bytes": pred["total_peak_bytes"],
                         "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need(entry, n),
                         "headroom_bytes": budget_bytes - need(entry, n), "fits": True,
-                        "relative_step_time": None if t is None else round(t, 3),
+                        "baseline": entry.get("baseline") is True,
+                        **time_fields(decl, {**entry, "technique": kind}, p, device, 1, fam.get("dtype", "float32")),
                         "error_bound": error_bound(entry), "bounded": bounded_reading(entry),
                         "validated_max": entry["validated_range"].get(size, [0, 0])[1]})
     return answers, cannot
@@ -694,12 +701,12 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     if a["device"] == "cuda":
         lines.append("CUDA need = exact peak x 1.10 + 64 MiB caching-allocator margin + cuBLAS workspaces "
                      "(a stated margin); the CUDA context is not included")
-    rows = [("#", "technique", a["vary"], need, "time", "model error")]
-    for i, c in enumerate(a["answers"], 1):
-        t = c["relative_step_time"]
+    rows = [("#", "technique", a["vary"], need, "time" if a["device"] == "cpu" else "relative time measured on CPU",
+             "time error", "bytes error")]
+    for c in a["answers"]:
         size = f">= {c['size']}" if c["size"] >= MAX_SIZE else str(c["size"])  # the search stops at MAX_SIZE
-        rows.append((str(i), c["kind"], size, fmt_bytes(c["need_bytes"]),
-                     "-" if t is None else f"~{t:.2f}x", c["error_bound"]["text"]))
+        rows.append((str(c.get("rank") or "-"), c["kind"], size, fmt_bytes(c["need_bytes"]), time_cell(c),
+                     (c.get("time_band") or {}).get("text", "-"), c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     lines.append("")
     for j, r in enumerate(rows):
@@ -719,6 +726,11 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     if beyond:
         lines += ["", f"{a['vary']} beyond the measured range (<= {beyond[0]['validated_max']}) is predicted by the "
                       f"exact model of the traced allocations; --verify measures #1"]
-    lines.append("time: relative step time (technique / plain, thread CPU time at one thread), modelled from "
-                 f"{a['vary']}={TIME_BATCHES[0]} and {TIME_BATCHES[1]}")
+    timed = sorted({p for c in a["answers"] for p in [(c.get("time_band") or {}).get("points")] if p})
+    lines.append("time: relative step time (technique / plain, thread CPU time at one thread), fitted as r + c / "
+                 f"{a['vary']} by least squares through {'/'.join(map(str, timed)) or 'no'} measured point(s) per "
+                 "technique; its error is the fit's largest residual, unknown where two points fix both coefficients; "
+                 "floored at the smallest measured ratio below 1; ordered plain first, then by predicted time"
+                 + ("" if a["device"] == "cpu" else "; measured on CPU: a technique that changes the dtype is not "
+                    "ranked by it"))
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Units memlab reports in.  Torch-free: the record core (:mod:`memlab.record`) and the site import it.
+"""Units memlab reports in.  Torch-free: the record core (:mod:`memlab.core.record`) and the site import it.
 
 Every memory figure memlab stores is an integer number of bytes; MiB (2**20 bytes) is only
 how figures are displayed.  Times are seconds.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
-from ..params import check_steps
+from .params import check_steps
 
 __all__ = ["Loop", "NoLoop", "Chunks", "Count", "ProductChunks", "ChunksOf", "Repeated"]
 

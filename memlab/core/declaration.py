@@ -20,8 +20,8 @@ declaration into the model file (``families.<family>.declaration``, :meth:`Decla
 so they need neither torch nor the registry, and no module outside the family's own file names the
 family.  This module imports nothing heavy (no torch, no other memlab module but the registry).
 
-The loop kinds (:class:`~memlab.advisor.loops.NoLoop`, :class:`~memlab.advisor.loops.Chunks`,
-:class:`~memlab.advisor.loops.Count`) live in :mod:`memlab.advisor.loops`; see NOTE [ advisor models ]
+The loop kinds (:class:`~memlab.core.loops.NoLoop`, :class:`~memlab.core.loops.Chunks`,
+:class:`~memlab.core.loops.Count`) live in :mod:`memlab.core.loops`; see NOTE [ advisor models ]
 in :mod:`memlab.advisor.model` for the classes ``k = 1 .. BASE_K`` and the general one.
 """
 from __future__ import annotations
@@ -284,7 +284,7 @@ class Declaration:
 
     def for_entry(self, entry: Entry) -> "Declaration":
         """The declaration ``entry`` is fitted with: itself, or, where each knob chunks its own rows
-        (:class:`~memlab.advisor.loops.ChunksOf`), that entry alone with its knob's loop (and its
+        (:class:`~memlab.core.loops.ChunksOf`), that entry alone with its knob's loop (and its
         knob's per-chunk costs only, NOTE [ per-chunk costs ])."""
         loop = self.loop.for_knobs(entry.knobs)
         if loop is self.loop:
