@@ -4,7 +4,7 @@ A change in a technique's complexity (sqrt(n) checkpointing turning linear, RevN
 per-unit tensor) is a regression that a single-depth memory figure can hide behind a constant.
 ``track_activation_exponent`` measures the activation peak (``extra["activation_peak_bytes"]``,
 exact on CPU) at three depths spanning 16x in blocks and reports the fitted log-log exponent
-(:func:`memlab.complexity.fit_exponent`): ~0.5 for ``resnet_checkpoint_sqrt``, 0 for ``revnet``,
+(:func:`memlab.core.complexity.fit_exponent`): ~0.5 for ``resnet_checkpoint_sqrt``, 0 for ``revnet``,
 ~1 for the plain ``resnet`` beside them.
 
 Swept: technique.  Held fixed (cheap: a few seconds per technique): basic blocks, depths 26, 98,

@@ -3,7 +3,7 @@
 ``Transformer``: technique x seq x device, the five memory and time figures of
 :class:`common.MemlabBenchmark` for a small decoder-only LM (2 layers, hidden 64, 4 heads, vocab 2048,
 batch 2: a step of well under a second on one core at seq 256).  ``TransformerComplexity``: the fitted
-log-log exponent of the exact activation peak against ``seq`` (:func:`memlab.complexity.fit_exponent`)
+log-log exponent of the exact activation peak against ``seq`` (:func:`memlab.core.complexity.fit_exponent`)
 at seq 128, 256, 512 with heads 8 of size 2, so that the T² terms dominate the eager step: ~2 for
 ``eager_attention`` and ``sdpa_math``, ~1 for ``chunked_attention``; ``sdpa_flash`` (this CPU build's
 flash kernel) sizes its backward scratch by seq blocks, so its exponent is not a clean 1 (NOTE [ SDPA on

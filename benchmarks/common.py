@@ -101,6 +101,30 @@ by construction: at one thread it is.  Its own measurement (not ``track_peak_all
 bytes stay at the default threads) is cached like the memory figures.  A commit whose memlab has no
 ``relative_step_time`` skips it.
 
+NOTE [ the relative time as samples ]
+A ``track_`` value is one number per commit, so ``asv continuous``/``asv compare`` could only apply
+their factor to it (1.1 by default): under load a README-only pair was flagged like a real +33%
+(issue 47).  ``track_relative_step_time`` therefore returns ``{"samples": [...], "number": 1}``, the
+per-round ratios of memlab's timed phase (``extra["relative_step_ratios"]``: each technique step over
+the mean of the two baseline steps around it; their median is ``relative_step_time``), and asv 0.6.6
+takes them as samples whatever the benchmark's type: ``asv/runner.py``
+(``_run_benchmark_single_param``) reads any result that is a dict holding ``samples`` and ``number``
+as a timing result, and ``asv/results.py`` (``add_result``) stores the median with
+``compute_stats``'s 99% interval and quartiles (the samples too under ``--record-samples``).
+``asv/commands/compare.py`` (``_is_result_better``, used by ``compare`` and ``continuous``) then
+flags a change only when ``asv/_stats.py``'s ``is_different`` finds the samples different
+(Mann-Whitney, p < 0.002; without samples the 99% intervals must not overlap) **and** the factor is
+exceeded: with samples asv flags at most what the factor alone flagged.  The unit stays ``ratio``
+and the figure is the same median, so the history stays one series (no version bump); a commit
+whose memlab records no ratios gives the one number as before, compared by the factor alone.
+Limits: the samples are the rounds of ONE process per commit (asv runs a ``track_`` once:
+``rounds`` is read for ``time_`` benchmarks only, ``asv_runner/benchmarks/time.py``), so a drift
+slower than a process (NOTE [ the noise floor of a memory-bound step ] in
+memlab/measurement/timing.py) is not in them; whether they tell a README-only pair from a +30%
+commit under co-runners is for issue 47's co-runner comparison to measure.  The exact figures keep
+their zero thresholds (NOTE [ exact figures ] in ``asv_host.py``).
+Evidence: docs/asv.md#the-relative-time-as-samples
+
 NOTE [ only time_step builds a step in setup ]
 The class ``setup`` resolves and validates the configuration only (``prepare``: no tensors); the
 problem and its warm-up step are built by ``time_step``'s own setup (asv runs a benchmark function's
@@ -158,6 +182,13 @@ if torch is not None:
     except Exception:  # pragma: no cover
         pass
 gc.freeze()  # NOTE [ warm the fork server ]: forked combinations' gc.collect() skips torch's objects
+
+from . import machine_guard  # noqa: E402  (after the freeze: nothing of it need be frozen)
+
+try:  # NOTE [ the guard inside the benchmarks ] in machine_guard.py: once per fork server
+    _MACHINE_MISMATCH = machine_guard.check()
+except Exception as exc:  # pragma: no cover - a fault of the guard itself fails every benchmark, visibly
+    _MACHINE_MISMATCH = f"the machine guard (benchmarks/machine_guard.py) raised {type(exc).__name__}: {exc}"
 
 __all__ = [
     "DEVICES", "DEVICES_ENV", "DTYPE", "MODE", "BenchmarkFailure", "devices_from_env", "plugin_techniques",
@@ -332,7 +363,10 @@ def technique_list(static: Sequence[str], workload: str) -> list[str]:
 
 
 def _require_imports() -> None:
-    """Raise what failed when this module was imported (NOTE [ skipped or failed ])."""
+    """Raise what failed when this module was imported (NOTE [ skipped or failed ]), or the machine
+    guard's line (NOTE [ the guard inside the benchmarks ] in machine_guard.py)."""
+    if _MACHINE_MISMATCH:
+        raise BenchmarkFailure(_MACHINE_MISMATCH)
     if _IMPORT_FAILURES:
         what, exc = next(iter(_IMPORT_FAILURES.items()))
         raise BenchmarkFailure(f"{what} failed in this environment: {type(exc).__name__}: {exc}") from exc
@@ -581,11 +615,6 @@ class MemlabBenchmark(abc.ABC):
         path.write_text(json.dumps(figures))
         return figures
 
-    def _relative(self) -> float:
-        """``relative_step_time`` at one intra-op thread (NOTE [ track_relative_step_time at one
-        thread ]), measured once per combination and run."""
-        return self._timed()["relative_step_time"]
-
     def _timed(self) -> dict[str, Any]:
         """The one-thread measurement's ``relative_step_time``, ``flops`` and ``relative_to`` (the
         last two None where this memlab version records none), measured once per combination and run."""
@@ -603,13 +632,15 @@ class MemlabBenchmark(abc.ABC):
         value = getattr(m, "relative_step_time", None)
         if value is None:
             raise NotImplementedError("this memlab version reports no relative_step_time")
+        ratios = (getattr(m, "extra", None) or {}).get("relative_step_ratios")  # from issue 47 on
         timed = {"relative_step_time": value, "flops": getattr(m, "flops", None),
-                 "relative_to": getattr(m, "relative_to", None)}
+                 "relative_to": getattr(m, "relative_to", None),
+                 "relative_step_ratios": [float(r) for r in ratios] if ratios else None}
         path.write_text(json.dumps(timed))
         return timed
 
     def _limit_gap(self) -> float:
-        """``relative_step_time / (flops / baseline flops)`` (NOTE [ time limits ] in memlab.limits):
+        """``relative_step_time / (flops / baseline flops)`` (NOTE [ time limits ] in memlab.measurement.flop_limits):
         the relative time of the measurement :meth:`_timed` cached, over the FLOP ratio against the
         family baseline it was timed against (one traced step of the baseline, cached apart)."""
         timed = self._timed()
@@ -668,8 +699,9 @@ class MemlabBenchmark(abc.ABC):
     def track_relative_step_time(self, cache_dir, *values):
         """One training step over the family baseline's step (the workload's plain reference before
         memlab's timed phase existed), interleaved in one process at one intra-op thread (NOTE [
-        track_relative_step_time at one thread ]); dimensionless."""
-        return self._relative()
+        track_relative_step_time at one thread ]); dimensionless.  Returned to asv as the samples
+        of its per-round ratios where memlab records them (NOTE [ the relative time as samples ])."""
+        return relative_samples(self._timed())
 
     track_relative_step_time.unit = "ratio"
     # "2": memlab's relative time against the family's baseline technique in thread CPU time, timed
@@ -679,7 +711,7 @@ class MemlabBenchmark(abc.ABC):
     def track_time_limit_gap(self, cache_dir, *values):
         """The relative step time over the FLOP ratio against the family baseline: 1.0 runs its FLOPs
         as fast as the baseline runs its own, above 1 slower (issue 32's gap; NOTE [ time limits ] in
-        memlab.limits); from the same one-thread measurement as track_relative_step_time; dimensionless."""
+        memlab.measurement.flop_limits); from the same one-thread measurement as track_relative_step_time; dimensionless."""
         return self._limit_gap()
 
     track_time_limit_gap.unit = "ratio"
@@ -696,6 +728,18 @@ class MemlabBenchmark(abc.ABC):
     time_step.timer = time.thread_time
 
 
+def relative_samples(timed: Mapping[str, Any]) -> float | dict[str, Any]:
+    """What ``track_relative_step_time`` returns to asv for one cached timed measurement ``timed``:
+    ``{"samples": [per-round ratio, ...], "number": 1}`` where memlab recorded the ratios (asv stores
+    their median, 99% interval and quartiles, and the samples with ``--record-samples``), else the
+    one ``relative_step_time`` (a memlab version before them).  NOTE [ the relative time as samples ].
+    """
+    ratios = timed.get("relative_step_ratios")
+    if not ratios:
+        return timed["relative_step_time"]
+    return {"samples": [float(r) for r in ratios], "number": 1}
+
+
 def class_params(spec: Sequence[tuple[str, list]]) -> tuple[list[list], list[str]]:
     """``[(name, values), ...]`` -> ``(params, param_names)``: one list, so they cannot drift apart."""
     return [list(v) for _, v in spec], [n for n, _ in spec]
@@ -704,7 +748,7 @@ def class_params(spec: Sequence[tuple[str, list]]) -> tuple[list[list], list[str
 class ComplexityBenchmark:
     """Base of the complexity trackers: the fitted log-log exponent of the exact activation peak
     (``extra["activation_peak_bytes"]``, CPU) against one size, per technique
-    (:func:`memlab.complexity.fit_exponent`).
+    (:func:`memlab.core.complexity.fit_exponent`).
 
     A change in a technique's complexity (a path that starts keeping a [T, T] tensor, checkpointing
     turning linear) moves the exponent by ~0.5 to 1, which a single-size memory figure can hide
@@ -742,8 +786,7 @@ class ComplexityBenchmark:
         setattr(cls, cls.metric, track)
 
     def setup(self, technique, device):
-        import memlab
-
+        _require_imports()  # a broken memlab, or this host filing under another's machine name, fails
         if technique not in memlab.list_techniques():
             raise NotImplementedError(f"technique {technique!r} is not in this memlab version")
         self.technique, self.device = technique, device
@@ -751,7 +794,7 @@ class ComplexityBenchmark:
     def exponent(self, technique, device) -> float:
         """The fitted exponent (3 decimals) over ``sizes``; RuntimeError on a measurement not ``ok``."""
         import memlab
-        from memlab.complexity import fit_exponent
+        from memlab.core.complexity import fit_exponent
 
         xs, peaks = [], []
         for value in self.sizes:

@@ -30,6 +30,7 @@ from typing import Any, Mapping
 
 __all__ = ["register_workload", "register_technique", "register_advisor", "get_advisor", "list_advisors", "discover", "load_plugin", "loaded_plugins",
            "builtin_modules", "builtin_families", "plugin_families", "family_meta", "read_family_meta", "FamilyMeta",
+           "REPRODUCTIONS", "reproduction_folders", "reproduction_modules",
            "list_techniques", "list_families", "get_technique", "list_workloads", "get_workload", "registered"]
 
 _WORKLOADS: dict[str, type] = {}
@@ -38,13 +39,16 @@ _ADVISORS: dict[str, type] = {}  # family -> its AdvisorModel subclass
 #: the package whose sub-packages are the built-in families, and its folder
 _FAMILIES = f"{__package__}.families"
 _FAMILY_DIR = Path(__file__).resolve().parent / "families"
-#: the packages of the workload and techniques a user's model file gets (:mod:`memlab.own_model`)
-_MODEL_FILE_PACKAGES = (f"{__package__}.workloads", f"{__package__}.techniques")
+#: the modules of the workload and techniques a user's model file gets, in :mod:`memlab.own_model`
+_MODEL_FILE_MODULES = ("workload", "techniques")
 _DISCOVERED = False
 _DISCOVERY_LOCK = threading.RLock()
 _PLUGINS: dict[str, str] = {}  # resolved path -> module name
 #: the module that registers a user's model file (``build``/``batch``) loaded as a plug-in
 _MODEL_FILES = f"{__package__}.own_model"
+#: the sub-package of a family folder that holds its seed reproductions (:mod:`memlab.reproductions`
+#: imports them; discovery does not: they measure, they register nothing)
+REPRODUCTIONS = "reproductions"
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,12 @@ class FamilyMeta:
         time_held_out: ``((advisor entry label, parameters), ...)``: the held-out settings of
             ``python -m memlab.advisor.time_check``.
         benchmarks: ``{asv class name: spec}``, the family's asv benchmark grid (``benchmarks/family_grid.py``).
+        harness_load_points: ``((position, technique, parameters), ...)``: the family's points of
+            ``memlab bench-harness``'s load experiment (:mod:`memlab.measurement.harness_cost`), each at its
+            position in the table of every family's points.
+        limit_points: the same for ``memlab bench-harness --limits`` (:mod:`memlab.measurement.flop_limits`).
+        site_notes: ``{technique: {"text": str, "when": (str, ...), "fill": {str: str}}}``, the site's
+            footnotes under a figure showing the technique (:mod:`memlab.site.notes`).
     """
 
     name: str
@@ -65,6 +75,9 @@ class FamilyMeta:
     colors: dict[str, str] = field(default_factory=dict)
     time_held_out: tuple[tuple[str, dict[str, Any]], ...] = ()
     benchmarks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    harness_load_points: tuple[tuple[int, str, dict[str, Any]], ...] = ()
+    limit_points: tuple[tuple[int, str, dict[str, Any]], ...] = ()
+    site_notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _same_definition(a: type, b: type) -> bool:
@@ -118,7 +131,7 @@ def list_advisors() -> list[str]:
 
 
 def get_advisor(family: str) -> type:
-    """The advisor model class (``memlab.advisor.declaration.AdvisorModel`` subclass) of ``family``.
+    """The advisor model class (``memlab.core.declaration.AdvisorModel`` subclass) of ``family``.
 
     Raises:
         ValueError: the family declares none; the message says which do and how to declare one.
@@ -160,8 +173,8 @@ def builtin_modules() -> list[tuple[str, Path]]:
     out = []
     for name, where in builtin_families():
         out.extend(_package_modules(f"{_FAMILIES}.{name}", where))
-    for package in _MODEL_FILE_PACKAGES:
-        out.extend(_package_modules(package, Path(importlib.util.find_spec(package).submodule_search_locations[0])))
+    own_model = Path(__file__).resolve().parent / "own_model"
+    out.extend((f"{_MODEL_FILES}.{name}", own_model / f"{name}.py") for name in _MODEL_FILE_MODULES)
     return out
 
 
@@ -199,11 +212,13 @@ def family_meta(environ: Mapping[str, str] | None = None) -> dict[str, FamilyMet
 
 
 def read_family_meta(name: str, folder: Path) -> FamilyMeta:
-    """The metadata ``folder/meta.py`` declares (``COLORS``, ``TIME_HELD_OUT``, ``BENCHMARKS``), read as
-    plain data with :mod:`ast` (the file is not run).
+    """The metadata ``folder/meta.py`` declares (``COLORS``, ``TIME_HELD_OUT``, ``BENCHMARKS``,
+    ``HARNESS_LOAD_POINTS``, ``LIMIT_POINTS``, ``SITE_NOTES``), read as plain data with :mod:`ast` (the
+    file is not run).
 
     Raises:
-        ValueError: a name there is not a literal; the message names the file.
+        ValueError: a name there is not a literal, or a point or note is not of its shape; the message
+            names the file, the value and the shape.
     """
     path = Path(folder) / "meta.py"
     values: dict[str, Any] = {}
@@ -216,13 +231,68 @@ def read_family_meta(name: str, folder: Path) -> FamilyMeta:
                     raise ValueError(f"{path}: {stmt.targets[0].id} is not plain data (a literal)") from None
     return FamilyMeta(name=name, folder=Path(folder), colors=dict(values.get("COLORS", {})),
                       time_held_out=tuple((label, dict(params)) for label, params in values.get("TIME_HELD_OUT", ())),
-                      benchmarks=dict(values.get("BENCHMARKS", {})))
+                      benchmarks=dict(values.get("BENCHMARKS", {})),
+                      harness_load_points=_points(path, "HARNESS_LOAD_POINTS", values.get("HARNESS_LOAD_POINTS", ())),
+                      limit_points=_points(path, "LIMIT_POINTS", values.get("LIMIT_POINTS", ())),
+                      site_notes=_site_notes(path, values.get("SITE_NOTES", {})))
+
+
+def _points(path: Path, key: str, value: Any) -> tuple[tuple[int, str, dict[str, Any]], ...]:
+    """``value`` (``meta.py``'s ``key``) checked as ``((position: int, technique: str, parameters: dict), ...)``."""
+    ok = isinstance(value, (tuple, list)) and all(
+        isinstance(p, (tuple, list)) and len(p) == 3 and type(p[0]) is int and isinstance(p[1], str)
+        and isinstance(p[2], dict) for p in value)
+    if not ok:
+        raise ValueError(f"{path}: {key} = {value!r:.200} is not ((position: int, technique: str, parameters: "
+                         "dict), ...)")
+    return tuple((p[0], p[1], dict(p[2])) for p in value)
+
+
+def _site_notes(path: Path, value: Any) -> dict[str, dict[str, Any]]:
+    """``value`` (``meta.py``'s ``SITE_NOTES``) checked as ``{technique: {"text": str, "when": ("extra.KEY"
+    or "params.KEY", ...), "fill": {str: str}}}`` (``when`` and ``fill`` optional)."""
+    def note_ok(note: Any) -> bool:
+        return (isinstance(note, dict) and isinstance(note.get("text"), str)
+                and set(note) <= {"text", "when", "fill"}
+                and isinstance(note.get("when", ()), (tuple, list))
+                and all(isinstance(w, str) and w.partition(".")[0] in ("extra", "params") and w.partition(".")[2]
+                        for w in note.get("when", ()))
+                and isinstance(note.get("fill", {}), dict)
+                and all(isinstance(k, str) and isinstance(v, str) for k, v in note.get("fill", {}).items()))
+
+    if not (isinstance(value, dict) and all(isinstance(k, str) and note_ok(n) for k, n in value.items())):
+        raise ValueError(f"{path}: SITE_NOTES = {value!r:.200} is not {{technique: {{'text': str, 'when': "
+                         "('extra.KEY' or 'params.KEY', ...), 'fill': {str: str}}}}")
+    return {k: {"text": n["text"], "when": tuple(n.get("when", ())), "fill": dict(n.get("fill", {}))}
+            for k, n in value.items()}
+
+
+def reproduction_folders(environ: Mapping[str, str] | None = None) -> list[tuple[str, Path]]:
+    """``(family, folder)`` of every family folder's :data:`REPRODUCTIONS` sub-package: the built-in
+    families', then the plug-in folders' (:func:`plugin_families` of ``environ``), found without
+    importing them (the site reads their modules' constants from source)."""
+    return [(name, where / REPRODUCTIONS) for name, where in builtin_families() + plugin_families(environ)
+            if (where / REPRODUCTIONS / "__init__.py").is_file()]
+
+
+def reproduction_modules() -> list[tuple[str, Path]]:
+    """``(module name, source file)`` of the public modules of every family folder's :data:`REPRODUCTIONS`
+    sub-package, by module name: the built-in families' and those of the plug-in folders loaded so far
+    (:func:`discover` loads ``MEMLAB_PLUGINS``), under the name each was loaded as; not imported."""
+    packages = {where: f"{_FAMILIES}.{name}" for name, where in builtin_families()}
+    packages.update({Path(path): module for path, module in _PLUGINS.items()})
+    out = []
+    for where, package in packages.items():
+        if (where / REPRODUCTIONS / "__init__.py").is_file():
+            out.extend(_package_modules(f"{package}.{REPRODUCTIONS}", where / REPRODUCTIONS))
+    return sorted(out)
 
 
 def _package_modules(package: str, where: Path) -> list[tuple[str, Path]]:
     """``(module name, source file)`` of the public modules of the package at ``where``: ``workload``
-    first, then the others by name."""
-    infos = [i for i in pkgutil.iter_modules([str(where)]) if not i.name.startswith("_")]
+    first, then the others by name; a :data:`REPRODUCTIONS` sub-package is not one of them (its
+    modules measure; :func:`reproduction_modules` lists them)."""
+    infos = [i for i in pkgutil.iter_modules([str(where)]) if not i.name.startswith("_") and i.name != REPRODUCTIONS]
     infos.sort(key=lambda i: (i.name != "workload", i.name))
     return [(f"{package}.{i.name}", where / i.name / "__init__.py" if i.ispkg else where / f"{i.name}.py")
             for i in infos]

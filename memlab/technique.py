@@ -21,8 +21,8 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-from .errors import TechniqueUnavailable
-from .params import Param, resolve_params
+from .core.errors import TechniqueUnavailable
+from .core.params import Param, resolve_params
 from .registry import register_technique
 from .workload import Problem, Workload
 
@@ -68,6 +68,10 @@ class Technique:
     #: before backward), where it does; None where it keeps its saving.  A row measured with either
     #: option carries it as ``extra["accumulation_note"]`` (NOTE [ micro-batches of a problem ])
     accumulation_note: ClassVar[str | None] = None
+    #: True for a technique whose step computes in another dtype than the workload's (autocast to
+    #: bfloat16): its time measured on one device says nothing of another's, so a GPU answer does not
+    #: rank it by a CPU-measured time (NOTE [ plain fits first ] in memlab.advisor.decision)
+    changes_dtype: ClassVar[bool] = False
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-from .params import Param, resolve_params
+from .core.params import Param, resolve_params
 from .registry import register_workload
 
 __all__ = ["Workload", "Problem", "DEFAULT_TOLERANCES"]

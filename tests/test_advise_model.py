@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from memlab.advisor import AdviceError
-from memlab.model_advice import TRACE_VALUES, cache_dir_for, largest_fitting, model_declaration
+from memlab.own_model.advice import TRACE_VALUES, cache_dir_for, largest_fitting, model_declaration
 from memlab.own_model import load_model
 from process_checks import HANG_GUARD_S
 
@@ -96,7 +96,7 @@ def test_a_file_sets_every_declaration_field_and_each_is_honoured(model_file):
     ``model_declaration`` derives, so a field added to ``Declaration`` fails here until it is added above."""
     import dataclasses
 
-    from memlab.advisor.declaration import Declaration
+    from memlab.core.declaration import Declaration
 
     decl = model_declaration(model_file("adv_every.py", EVERY_FIELD))
     want = dict(sizes=("batch", "seq"), entries=("adv_every__plain",), loop=("chunks", "seq", "chunk_size"),
@@ -124,7 +124,7 @@ def test_a_file_setting_what_it_may_not_is_one_error_naming_it(model_file, name)
 
 
 def test_declaration_round_trips_with_trace_values_and_a_large_quantum(model_file):
-    from memlab.advisor.declaration import Declaration
+    from memlab.core.declaration import Declaration
 
     decl = model_declaration(model_file("adv_rt.py", TINY))
     assert Declaration.from_json(decl.to_json()) == decl
@@ -194,7 +194,7 @@ def test_fit_skips_an_unidentified_entry_and_says_why(model_file, monkeypatch):
     """fit_family(skip_unidentified=True): an entry whose trace is no monomial is listed in
     ``not_modelled`` and left out of the declaration; with every entry so, or without the flag, it raises."""
     from memlab.advisor import fit
-    from memlab.advisor.declaration import Declaration
+    from memlab.core.declaration import Declaration
     from memlab.advisor.trace import IdentificationError
 
     decl = model_declaration(model_file("adv_skip.py", TINY))
@@ -232,12 +232,13 @@ build, batch = base.build, base.batch
 
 
 def test_cache_key_follows_the_fitting_sources_and_a_sibling_file_not_the_commit(model_file):
-    from memlab.model_advice import keyed_files
+    from memlab.own_model.advice import keyed_files
 
     names = {p.relative_to(ROOT / "memlab").as_posix() for p in keyed_files()}
-    assert {"advisor/trace.py", "measurement/alloc_trace.py", "techniques/any_model.py",
-            "workloads/model_file.py", "model_advice.py"} <= names
-    assert not any(n.startswith(("site/", "sweep/", "reproductions/")) or n == "cli.py" for n in names)
+    assert {"advisor/trace.py", "measurement/alloc_trace.py", "own_model/techniques.py",
+            "own_model/workload.py", "own_model/advice.py", "core/record.py"} <= names
+    assert not any(n.startswith(("site/", "sweep/", "reproductions/")) or n in ("cli.py", "own_model/checks.py")
+                   for n in names)
     base = model_file("adv_base.py", TINY)
     child = model_file("adv_child.py", _loading(base, "_adv_base"))
     decl = model_declaration(child)
@@ -380,7 +381,7 @@ def test_the_bounds_reach_advise_and_say_by_how_much_at_most():
     """A fitted class's ``bounded`` records (allocations and their frees) become one line of advise's
     answer: the allocations counted once, their largest sizes and spreads summed."""
     from memlab.advisor.advise import bounded_reading
-    from memlab.model_advice import format_model_advice
+    from memlab.own_model.advice import format_model_advice
 
     rec = [{"op": "mm", "phase": "backward", "sign": s, "bytes": 107_648, "spread_bytes": 20_480} for s in (1, -1)]
     rec += [{"op": "?", "phase": "forward", "sign": 1, "bytes": 6144, "spread_bytes": 4608}]
@@ -421,7 +422,7 @@ def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_
     import json
 
     from memlab.advisor import fit
-    from memlab.model_advice import advise_model
+    from memlab.own_model.advice import advise_model
 
     base = model_file("adv_idx_base.py", TINY)
     path = model_file("adv_idx.py", _loading(base, "_adv_idx_base"))
@@ -436,7 +437,7 @@ def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_
     first = advise_model(path, 10**6, cache_root=root, say=lambda s: None)
     assert not first["cached"] and [a["size"] for a in first["answers"]] == [999, 999]
     [index] = (root / "index").glob("*.json")
-    code = ("import json, sys; from memlab.model_advice import advise_model; "
+    code = ("import json, sys; from memlab.own_model.advice import advise_model; "
             f"a = advise_model({str(path)!r}, 10**6, cache_root={str(root)!r}, say=print); "
             "print(json.dumps([a['cached'], 'torch' in sys.modules, a['answers'], a['held'], a['model_file']]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S,
@@ -453,11 +454,11 @@ def test_a_cached_advice_reads_the_index_without_importing_the_model_file(model_
 
 
 def test_model_checks_keep_the_notes_written_beside_the_rows(tmp_path):
-    """python -m memlab.model_checks rewrites data/model-files/<stem>-<optimizer>.json: the notes saying why a
+    """python -m memlab.own_model.checks rewrites data/model-files/<stem>-<optimizer>.json: the notes saying why a
     check is not exact are written by hand, and a rerun keeps them."""
     import json
 
-    from memlab.model_checks import write_checks
+    from memlab.own_model.checks import write_checks
 
     doc = {"model_file": str(ROOT / "examples" / "toy.py"), "optimizer": "sgd", "beyond": [], "fit_path": "/x"}
     path = write_checks(doc, tmp_path)
@@ -472,19 +473,20 @@ def test_a_cold_fit_says_its_plan_and_estimate_first_then_each_trace_and_measure
     """NOTE [ a cold fit announced ]: one technique of a tiny model, fitted cold (its own declaration
     keeps it to plain); the plan and the estimate come before any trace of the fit, every trace and
     measurement has a line with the time left, and the last line sets the fit's time beside the estimate."""
-    from memlab.model_advice import advise_model
+    from memlab.own_model.advice import advise_model
 
     path = model_file("adv_progress.py", OWN)
     said: list[str] = []
     a = advise_model(path, 10**6, cache_root=tmp_path / "cache", say=said.append)
     assert not a["cached"] and [x["kind"] for x in a["answers"]] == ["plain"]
     ours = [line for line in said if line.startswith("memlab: ")]
+    # 5 measurements: two small held-out ones and one at each of the three TIME_BATCHES
     assert ours[1].startswith("memlab: plan: 1 techniques (plain); about 19 traces (18 each, at batch 2..7 and "
-                              "held out) and 4 measurements (4 each)")
+                              "held out) and 5 measurements (5 each)")
     assert ours[2].startswith("memlab: estimated ") and "19 traces of about" in ours[2]
     traces = [line for line in ours if line.startswith("memlab: trace ")]
     measured = [line for line in ours if line.startswith("memlab: measured ")]
-    assert traces[0].startswith("memlab: trace 1/~19 (batch=") and len(measured) == 4
+    assert traces[0].startswith("memlab: trace 1/~19 (batch=") and len(measured) == 5
     assert all(" so far, about " in line and line.endswith(" left") for line in traces + measured)
-    assert measured[-1].startswith("memlab: measured 4/4: adv_progress__plain (batch=")
-    assert ours[-1].startswith("memlab: fitted in ") and f"{len(traces)} traces and 4 measurements" in ours[-1]
+    assert measured[-1].startswith("memlab: measured 5/5: adv_progress__plain (batch=")
+    assert ours[-1].startswith("memlab: fitted in ") and f"{len(traces)} traces and 5 measurements" in ours[-1]

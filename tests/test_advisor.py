@@ -14,7 +14,7 @@ import pytest
 import memlab
 from memlab.advisor import AdviceError, advise, format_advice, load_models, parse_budget, predict
 from memlab.advisor.decision import changes_dtype, order_fits
-from memlab.advisor.declaration import Chunks
+from memlab.core.declaration import Chunks
 from memlab.advisor.fit import declaration_of
 from memlab.advisor.model import MODELS_DIR, eval_poly
 from memlab.advisor.structure import StructureError, infer_loops, pieces_of, prune, total_poly
@@ -104,7 +104,7 @@ def test_growing_loop_bodies_and_an_outer_loop_fit_exactly(monkeypatch):
     from types import SimpleNamespace
 
     from memlab.advisor import trace as trace_mod
-    from memlab.advisor.declaration import Declaration, Entry, Repeated
+    from memlab.core.declaration import Declaration, Entry, Repeated
     from memlab.advisor.fit import fit_entry
 
     monkeypatch.setattr(trace_mod, "raw_trace", lambda name, params, optimizer="sgd": _toy_layers(params))
@@ -431,7 +431,7 @@ def test_time_only_sizes_are_timed_but_never_counted_as_exact_bytes(monkeypatch)
     from types import SimpleNamespace
 
     from memlab.advisor import trace as trace_mod
-    from memlab.advisor.declaration import Declaration, Entry, NoLoop
+    from memlab.core.declaration import Declaration, Entry, NoLoop
     from memlab.advisor.fit import fit_entry
 
     def step(p):
@@ -534,6 +534,90 @@ def test_what_the_sweeps_measured_and_no_entry_covers_is_listed_with_the_reason(
 def test_on_cuda_the_time_is_marked_cpu_measured():
     a = advise("chunking", "2GiB", [], device="cuda")
     text = format_advice(a)
-    assert "time (CPU-measured)" in text and "CPU-measured: a GPU's ratio can differ" in text
+    assert "relative time measured on CPU" in text and "measured on CPU: a GPU's ratio can differ" in text
     assert a["plain"]["text"].startswith("plain (unchunked) fits: CUDA need ")
     assert changes_dtype({"technique": "autocast_bf16"}, "float32") and not changes_dtype({"technique": "sdpa"}, "float32")
+    # a model file's kind, and what a fit records from memlab.Technique.changes_dtype
+    assert changes_dtype({"technique": "gpt2__autocast_bf16"}, "float32")
+    assert changes_dtype({"technique": "mine", "changes_dtype": True}, "float32")
+
+
+def test_a_cuda_answer_leaves_a_dtype_changing_technique_unranked():
+    """Item 7 of issue 43: on cuda a technique that changes the dtype keeps its CPU time, marked, and no
+    rank; on cpu it is ranked by it."""
+    from memlab.advisor.advise import time_cell, time_fields
+
+    entry = {"technique": "gpt2__autocast_bf16", "knobs": [], "time": {"kind": "constant", "a": 6.0}}
+    gpu = time_fields(None, entry, {}, "cuda", 1, "float32")
+    cpu = time_fields(None, entry, {}, "cpu", 1, "float32")
+    assert not gpu["time_ranked"] and cpu["time_ranked"] and gpu["relative_step_time"] == 6.0
+    assert time_cell({**gpu, "chunks": 1}).endswith("(dtype: not ranked)")
+    plain = {"label": "plain", "relative_step_time": 1.0, "need_bytes": 9, "baseline": True, "time_ranked": True}
+    slow = {"label": "ckpt", "relative_step_time": 1.3, "need_bytes": 5, "baseline": False, "time_ranked": True}
+    bf16 = {"label": "bf16", "need_bytes": 4, "baseline": False, **gpu}
+    assert [(c["label"], c["rank"]) for c in order_fits([bf16, slow, plain], None)] == [
+        ("plain", 1), ("ckpt", 2), ("bf16", None)]
+
+
+def test_the_time_band_is_the_fits_largest_residual_or_unknown():
+    """NOTE [ the time band ]: a fit through more points than coefficients states its largest relative
+    residual; through as many it is unknown, with the measured ratios, never zero."""
+    from memlab.advisor.fit import time_model
+    from memlab.advisor.model import time_band
+    from memlab.core.declaration import Declaration, Entry, NoLoop
+
+    entry = Entry("toy")
+    fam = Declaration(name="toy", workload="toy", sizes=("batch",), workload_fixed={}, entries=(entry,), loop=NoLoop(),
+                      time_sizes=({"batch": 2}, {"batch": 6}), work="batch")
+
+    def points(ratios):
+        return [{"work": b, "chunks": 1, "relative_step_time": t, "params": {"batch": b}} for b, t in ratios]
+
+    three = time_model(fam, entry, points([(2, 1.10), (4, 0.97), (6, 1.02)]))  # noisy: no r + c / b goes through all
+    band = time_band({"time": three})
+    assert band["points"] == 3 and band["fraction"] > 0.01 and band["text"].startswith("±")
+    two = time_model(fam, entry, points([(2, 1.18), (6, 0.96)]))
+    assert two["max_fit_rel_error"] == 0  # the exact fit: two coefficients through two points
+    band = time_band({"time": two})
+    assert band["fraction"] is None and band["text"] == "unknown (2 points: 1.18x, 0.96x measured)"
+    assert time_band({"baseline": True, "time": two})["fraction"] == 0.0
+
+
+def test_no_prediction_below_the_smallest_measured_ratio_unless_above_one():
+    """NOTE [ no faster than plain unless measured so ]: the floor is min(1, the smallest measured ratio)."""
+    from memlab.advisor.model import clamp_time, time_floor
+
+    def entry(*ratios):
+        return {"time": {"points": [{"relative_step_time": t, "chunks": 1} for t in ratios]}}
+
+    recompute = entry(1.18, 0.96, 1.05)
+    assert time_floor(recompute) == 0.96 and clamp_time(recompute, 0.82) == (0.96, True)
+    assert clamp_time(recompute, 1.2) == (1.2, False)
+    slower = entry(1.3, 1.4)  # never measured faster than plain: never predicted faster
+    assert clamp_time(slower, 0.9) == (1.0, True) and clamp_time(slower, 1.1) == (1.1, False)
+    assert clamp_time({**slower, "baseline": True}, 0.9) == (0.9, False) and clamp_time(entry(), 0.5) == (0.5, False)
+
+
+def test_answers_are_floored_and_mark_more_chunks_than_were_timed(tmp_path):
+    a = advise("chunking", "2GiB", ["n=10000", "d=256", "hidden=1024"], sweeps_dir=tmp_path)
+    models = load_models("sgd")["families"]["chunking"]
+    floors = {e["label"]: min([1.0] + [p["relative_step_time"] for p in e["time"]["points"]])
+              for e in models["entries"] if not e.get("baseline")}
+    for c in a["fits"]:
+        if not c["baseline"]:
+            assert c["relative_step_time"] >= round(floors[c["label"]], 3)
+        assert (c["chunks_timed"] is not None) == (c["chunks"] > 16)  # the chunking time points: 1, 4 and 16 chunks
+    assert any(c["chunks_timed"] for c in a["fits"]) and "16 timed: likely slower" in format_advice(a, limit=None)
+    # what a technique buys is never backed by a time beyond the chunks timed
+    assert "(500 chunks)" not in a["plain"]["buys"] and "16 chunks" in a["plain"]["buys"]
+    assert "(largest residual of 12 points)" in format_advice(a)
+
+
+def test_a_not_modelled_reason_declared_beside_the_family_is_shown():
+    from memlab.advisor.decision import declared_not_modelled
+
+    declared = declared_not_modelled("transformer")
+    assert "flash" in declared["sdpa"] and "revnet" in declared_not_modelled("resnet")
+    assert declared_not_modelled("chunking") == {}
+    t = {x["technique"]: x["reason"] for x in advise("transformer", "1GiB", [])["not_modelled"]}
+    assert t["sdpa"].startswith(declared["sdpa"]) and "declares no entry" not in t["sdpa"]

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 import memlab
-from memlab.advisor.declaration import BASE_K, Chunks, ChunksOf, Count, Declaration, Entry, Loop, NoLoop
+from memlab.core.declaration import BASE_K, Chunks, ChunksOf, Count, Declaration, Entry, Loop, NoLoop
 from memlab.advisor.fit import declaration_of, fit_family
 from memlab.advisor.migrate import migrate_dir, mismatch
 from memlab.advisor.model import MODELS_DIR, load_models, predict
-from memlab.host import KERNEL_INDEPENDENT_CATEGORIES, kernel_host
+from memlab.core.host import KERNEL_INDEPENDENT_CATEGORIES, kernel_host
 from memlab.registry import builtin_families, list_advisors
 from memlab.families.chunking.workload import ChainedMatmulModel
 from test_advisor import EXACT_AT_ONE_THREAD_ONLY
@@ -303,7 +303,7 @@ def _four_times_fitted(decl, entry: dict) -> dict[str, int]:
                                           ("resnet", "resnet"), ("resnet", "resnet_checkpoint_block")])
 def test_resnet_and_tensor_train_predict_four_times_their_fitted_sizes(family, label):
     """The committed SGD model, as it holds on this host's CPU kernels (resnet's convolutions: its variant
-    for them, NOTE [ host-dependent bytes ] in :mod:`memlab.host`), at every size and knob 4x the largest
+    for them, NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`), at every size and knob 4x the largest
     traced, measured in this process: exact at one thread, and at the default threads exact or
     (``EXACT_AT_ONE_THREAD_ONLY``) within 2%.  A model fitted on other kernels with no variant for this
     host's is compared on the categories every host allocates alike."""

@@ -35,11 +35,11 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-from memlab.advisor.declaration import as_declaration
+from memlab.core.declaration import as_declaration
 from memlab.advisor.fit import events_peak
 from memlab.advisor.model import CATEGORIES, eval_poly, load_models, models_path, predict
 from memlab.advisor.trace import raw_trace
-from memlab.host import ISA_LEVELS, KERNEL_INDEPENDENT_CATEGORIES, describe, kernel_host
+from memlab.core.host import ISA_LEVELS, KERNEL_INDEPENDENT_CATEGORIES, describe, kernel_host
 
 OPTIMIZERS = ("sgd", "adam")
 #: random held-out settings drawn per entry; the one with the smallest predicted peak in the checked
@@ -102,7 +102,7 @@ def stale_entries(optimizer: str, models_dir=None, only: Iterable[tuple[str, str
     peak off by more than the entry's held-out traced bound (bytes, in total or, where that bound is 0, in
     any category), or the step's allocations (sizes and counts) not those the model lists; empty when
     every entry matches.  A family fitted on other kernels, with no variant for this host's, is compared on
-    :data:`KERNEL_INDEPENDENT_CATEGORIES` alone (NOTE [ host-dependent bytes ] in :mod:`memlab.host`)."""
+    :data:`KERNEL_INDEPENDENT_CATEGORIES` alone (NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`)."""
     import torch
 
     models = load_models(optimizer, models_dir, host=kernel_host())
@@ -186,7 +186,7 @@ def test_a_model_of_code_that_has_changed_since_is_named_with_its_bytes(tmp_path
 
 def _capped_check(optimizer: str, cap: str) -> dict[str, Any]:
     """In a fresh interpreter with oneDNN capped at ``cap`` (as a CPU without the instruction sets above
-    it would run: NOTE [ host-dependent bytes ] in :mod:`memlab.host`): this host's kernel record, the
+    it would run: NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`): this host's kernel record, the
     families the committed models hold for other kernels there, the host-dependent entries and
     :func:`stale_entries` of those."""
     code = f"""
@@ -195,7 +195,7 @@ spec = importlib.util.spec_from_file_location("stale", {str(Path(__file__))!r})
 stale = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(stale)
 from memlab.advisor.model import load_models
-from memlab.host import kernel_host
+from memlab.core.host import kernel_host
 fams = load_models({optimizer!r}, host=kernel_host())["families"]
 dependent = sorted((n, e["label"]) for n, f in fams.items() if f.get("host_dependent") for e in f["entries"])
 print(json.dumps({{"host": kernel_host(), "other": sorted(n for n, f in fams.items() if f.get("other_kernels")),

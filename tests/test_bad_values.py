@@ -16,7 +16,7 @@ import pytest
 
 from memlab.advisor import AdviceError, parse_budget
 from memlab.cli import main
-from memlab.params import split_params
+from memlab.core.params import split_params
 from memlab.results import ResultsWarning, load_runs, sweep_records, validate_measurement
 from site_fixtures import MiB, measurement, write_jsonl
 from process_checks import HANG_GUARD_S

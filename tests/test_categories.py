@@ -142,9 +142,9 @@ def test_a_technique_using_torch_func_is_measured_without_the_pack_hook(patterns
 
 
 def test_one_vocabulary_of_categories():
-    """The categories, their labels, short labels and activation flag are declared once (memlab.record)."""
+    """The categories, their labels, short labels and activation flag are declared once (memlab.core.record)."""
     from memlab.advisor.advise import format_categories as category_text
-    from memlab.record import ACTIVATION_CATEGORIES, CATEGORY_LABELS, Category
+    from memlab.core.record import ACTIVATION_CATEGORIES, CATEGORY_LABELS, Category
     from memlab.site.notes import CATEGORY_NAMES
     from memlab.site.ranking import ACTIVATION_CATEGORIES as SITE_ACTIVATION
 

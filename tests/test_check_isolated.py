@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from memlab.checks import CheckOutcome, check_all, check_timeout
+from memlab.measurement.technique_checks import CheckOutcome, check_all, check_timeout
 from memlab.cli import main
 
 #: A plug-in of techniques that attack the checking process (written to a temporary file per test).

@@ -77,7 +77,7 @@ def test_sweep_writes_jsonl_as_it_goes(tmp_path, capsys):
 
 
 def _rows(path, n=None):
-    from memlab.record import Measurement
+    from memlab.core.record import Measurement
 
     return [Measurement.from_dict(json.loads(line)) for line in path.read_text().splitlines()[:n]]
 

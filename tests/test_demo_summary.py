@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab.record import Measurement
+from memlab.core.record import Measurement
 from memlab.sweep import plan_sweep, read_jsonl
 from memlab.sweep.demo import known_mismatch_of, main, plan_line, plan_of, site_lines, skipped_points
 from memlab.sweep.summary import NotOk, classify_not_ok, demo_summary, expected_mismatch, failing_tensors

@@ -8,7 +8,7 @@ import functools
 import pytest
 
 import memlab
-from memlab.harness import quick_points, quick_techniques
+from memlab.measurement.harness_cost import quick_points, quick_techniques
 
 FAMILIES = memlab.list_families()
 BUILTIN = [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.families.")]

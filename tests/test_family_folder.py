@@ -7,7 +7,10 @@ loaded with ``--plugin DIR`` / ``MEMLAB_PLUGINS=DIR``.  Every step runs through 
 own process: checked, measured (the same bytes as the built-in technique it copies), swept, its
 advisor model fitted and advised from the model file, drawn on the site with its own family page and
 the colours its ``meta.py`` names, its held-out time settings found by the time check, and
-benchmarked by asv on its ``meta.py`` grid (``benchmarks/bench_plugins.py``).
+benchmarked by asv on its ``meta.py`` grid (``benchmarks/bench_plugins.py``).  What else the folder
+holds comes with it: its seed reproduction (``reproductions/``, its ``SEED`` renamed too: ``memlab
+reproduce`` and the site's seed pages find it), its site footnote (``meta.py``'s ``SITE_NOTES``) and
+its bench-harness and limits points (``HARNESS_LOAD_POINTS``, ``LIMIT_POINTS``).
 """
 from __future__ import annotations
 
@@ -21,9 +24,15 @@ from pathlib import Path
 
 import pytest
 
+import pandas as pd
+
 from memlab.advisor.time_check import held_out
-from memlab.registry import builtin_families, family_meta
+from memlab.measurement.flop_limits import limit_points
+from memlab.measurement.harness_cost import load_points
+from memlab.registry import REPRODUCTIONS, builtin_families, family_meta
 from memlab.site.colors import NAMED
+from memlab.site.notes import footnotes
+from memlab.site.seed_meta import seed_metadata
 from process_checks import HANG_GUARD_S
 from test_plugin_family import ROOT, _memlab
 
@@ -51,13 +60,14 @@ def _rename(text: str, techniques: list[str]) -> str:
 
 
 def copy_family(dest: Path) -> Path:
-    """The chunking folder copied to ``dest/chunking_copy``, renamed, its advisor model made small."""
+    """The chunking folder copied to ``dest/chunking_copy``, renamed (its seed reproductions' ``SEED``
+    too: a seed names one reproduction), its advisor model made small."""
     source = dict(builtin_families())[SOURCE]
     folder = dest / FAMILY
     shutil.copytree(source, folder, ignore=shutil.ignore_patterns("__pycache__"))
     techniques = list(family_meta()[SOURCE].colors)
-    for path in folder.glob("*.py"):
-        path.write_text(_rename(path.read_text(), techniques))
+    for path in folder.rglob("*.py"):
+        path.write_text(re.sub(r'(?m)^SEED = "([^"]+)"', r'SEED = "\1-copy"', _rename(path.read_text(), techniques)))
     workload = folder / "workload.py"
     text = workload.read_text()
     start, end = text.index("    entries = ("), text.index("    work = ")
@@ -171,3 +181,53 @@ def test_benchmarked_by_asv_on_its_meta_grid(built, tmp_path):
                                   "--param", "hidden=1024", "--param", "chunk_size=500", "--time-budget", "0",
                                   "--json").stdout)
     assert got["allocated"] == measured["peak_allocated_bytes"] > 0
+
+
+@pytest.fixture(scope="module")
+def copied(tmp_path_factory) -> Path:
+    """A copied folder alone (the checks below measure nothing)."""
+    return copy_family(tmp_path_factory.mktemp("family_folder_copy"))
+
+
+def _seeds(folder: Path) -> list[str]:
+    """The SEEDs of the copied folder's reproductions, read from their source."""
+    return [m.group(1) for p in sorted((folder / REPRODUCTIONS).glob("[!_]*.py"))
+            for m in [re.search(r'(?m)^SEED = "([^"]+)"', p.read_text())] if m]
+
+
+def test_its_seed_reproductions_come_with_it(copied, monkeypatch):
+    """``memlab reproduce`` finds the copy's reproductions (a wrong seed is refused with the list of
+    seeds, the copy's among them; none is run: a reproduction takes minutes), each measures the
+    copy's techniques, and the site reads its page's title from the copy's source."""
+    folder = copied
+    seeds = _seeds(folder)
+    assert seeds and all(s.endswith("-copy") for s in seeds)
+    out = _memlab("reproduce", "--plugin", str(folder), "--only", "no-such-seed", check=False)
+    assert out.returncode == 2 and all(s in out.stderr and s[:-len("-copy")] in out.stderr for s in seeds), out.stderr
+    module = (folder / REPRODUCTIONS / "chunked_slicing_backward_spike.py").read_text()
+    assert '"slice_loop_copy"' in module and '"slice_loop"' not in module and '"unchunked_copy"' in module
+    monkeypatch.setenv("MEMLAB_PLUGINS", str(folder))
+    for seed in seeds:
+        copied, source = seed_metadata(seed), seed_metadata(seed[:-len("-copy")])
+        assert copied["SEED"] == seed and copied["SETTLES"] == source["SETTLES"] and copied["TITLE"] == source["TITLE"]
+        if "CUDA_ANSWER_TECHNIQUE" in source:  # the hook's technique is the copy's
+            assert copied["CUDA_ANSWER_TECHNIQUE"] == f"{source['CUDA_ANSWER_TECHNIQUE']}_copy"
+
+
+def test_its_site_notes_and_bench_harness_points_come_with_it(copied, monkeypatch):
+    """The copy's ``SITE_NOTES`` footnote its own technique's rows (not the source's), and its
+    bench-harness and limits points join the tables beside the source's, in their positions."""
+    folder = copied
+    env = {"MEMLAB_PLUGINS": str(folder)}
+    source_load, source_limits = load_points({}), limit_points({})
+    load = [(f"{n}_copy", p) for n, p in source_load if n in family_meta()[SOURCE].colors]
+    assert load and all(p in load_points(env) for p in load) and len(load_points(env)) == len(source_load) + len(load)
+    assert [(f"{n}_copy", p) for n, p in source_limits if n in family_meta()[SOURCE].colors] == \
+        [(n, p) for n, p in limit_points(env) if n.endswith("_copy")] != []
+    noted = next(iter(family_meta()[SOURCE].site_notes))
+    rows = pd.DataFrame([{"technique": f"{noted}_copy", "params": {"opt_einsum": True}, "extra": {}},
+                         {"technique": noted, "params": {"opt_einsum": True}, "extra": {}}])
+    assert [n["technique"] for n in footnotes(rows)] == [noted]  # no plug-in named: the source's note only
+    monkeypatch.setenv("MEMLAB_PLUGINS", str(folder))
+    notes = footnotes(rows)
+    assert [n["technique"] for n in notes] == [noted, f"{noted}_copy"] and notes[0]["text"] == notes[1]["text"]

@@ -1,6 +1,6 @@
 """Figures that depend on the CPU's kernels say which host they hold for (NOTE [ host-dependent bytes ]).
 
-The kernel record (:func:`memlab.host.kernel_host`) from CPU flags and oneDNN's own cap; the committed
+The kernel record (:func:`memlab.core.host.kernel_host`) from CPU flags and oneDNN's own cap; the committed
 models record it; :func:`memlab.advisor.model.load_models` with ``host`` holds each family as it is on
 that host (its variant, or marked as fitted on other kernels); ``memlab advise`` says so.  Whether the
 committed models are exact on this host's kernels and under a capped oneDNN is
@@ -16,7 +16,7 @@ import pytest
 
 from memlab.advisor.advise import advise, format_advice
 from memlab.advisor.model import MODELS_DIR, host_variant_dir, load_models, models_path
-from memlab.host import describe, host_key, kernel_host, same_kernels
+from memlab.core.host import describe, host_key, kernel_host, same_kernels
 
 ZEN4 = frozenset("sse4_1 avx avx2 fma avx512f avx512bw avx512vl avx512dq avx512_vnni avx512_bf16".split())
 ZEN3 = frozenset("sse4_1 avx avx2 fma".split())
@@ -106,7 +106,7 @@ def test_the_committed_models_need_no_warning_on_the_host_they_were_fitted_for()
 
 def test_the_kernel_record_is_read_without_importing_torch():
     """The kernel record is torch-free (flags and package metadata): reading it imports no torch."""
-    code = "import sys; from memlab.host import kernel_host; h = kernel_host(); print('torch' in sys.modules, h['torch'])"
+    code = "import sys; from memlab.core.host import kernel_host; h = kernel_host(); print('torch' in sys.modules, h['torch'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     imported, version = out.stdout.split()

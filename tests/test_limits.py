@@ -1,4 +1,4 @@
-"""memlab.limits (``memlab bench-harness --limits``): the ratio arithmetic, the table and the loop,
+"""memlab.measurement.flop_limits (``memlab bench-harness --limits``): the ratio arithmetic, the table and the loop,
 with the measurements faked (the real ones take minutes; run ``memlab bench-harness --limits``)."""
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 import memlab
-from memlab import limits
+from memlab.measurement import flop_limits as limits
 from memlab.cli import main
-from memlab.errors import TechniqueUnavailable
-from memlab.limits import LIMIT_POINTS, LimitRow, limits_table, measure_limits
+from memlab.core.errors import TechniqueUnavailable
+from memlab.measurement.flop_limits import LimitRow, limit_points, limits_table, measure_limits
 
 
 def test_flop_ratio_and_gap():
@@ -54,7 +54,7 @@ def test_measure_limits_counts_each_baseline_once(monkeypatch):
 
 
 def test_points_are_valid_and_the_flag_runs_only_the_table(monkeypatch, capsys):
-    for name, params in LIMIT_POINTS:
+    for name, params in limit_points():
         memlab.get_technique(name)(**params)  # raises on a bad parameter
     monkeypatch.setattr(limits, "measure_limits",
                         lambda progress=None: [LimitRow("tt_factorized", {"batch": 8}, "dense", 1.1, 5, 6, "ok")])

@@ -11,7 +11,7 @@ import memlab
 from memlab.cli import main
 from memlab.functional.blocks import find_blocks, resolve_blocks
 from memlab.own_model import load_model, model_techniques
-from memlab.workloads.model_file import ModelFileError
+from memlab.own_model.workload import ModelFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAIN = ROOT / "tests" / "models" / "chain_blocks.py"
@@ -291,7 +291,7 @@ def test_a_model_that_differs_only_by_dropout_is_ok_and_its_masks_are_measured(t
 def test_a_technique_that_reorders_randomness_is_checked_with_dropout_off(monkeypatch):
     """AnyModelTechnique.reorders_randomness: its problems (and so its reference's) have every dropout
     at p=0, and the row says so."""
-    from memlab.techniques.any_model import AnyModelTechnique
+    from memlab.own_model.techniques import AnyModelTechnique
 
     load_model(ENCODER)
     monkeypatch.setattr(AnyModelTechnique, "reorders_randomness", True)

@@ -1,7 +1,7 @@
 import pytest
 
 from memlab import Param
-from memlab.params import resolve_params
+from memlab.core.params import resolve_params
 
 
 def test_parse_and_validate_types():
@@ -37,7 +37,7 @@ def test_resolve_fills_defaults_and_rejects_unknown():
 
 
 def test_check_steps_is_the_one_divisibility_check():
-    from memlab.params import check_steps, nearest_steps
+    from memlab.core.params import check_steps, nearest_steps
 
     assert check_steps("hidden", 64, 4, rule="is not divisible by heads=4") == 16
     assert check_steps("depth", 26, 6, 2, rule="is not a basic layout 6n+2 (n >= 1)") == 4

@@ -2,7 +2,7 @@
 import pytest
 
 import memlab
-from memlab.checks import check_technique
+from memlab.measurement.technique_checks import check_technique
 
 BUILTIN = [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.")]
 

@@ -63,7 +63,7 @@ def test_plugin_file_registers_and_is_checked(tmp_path):
     assert memlab.load_plugin(path) == ["user_two_chunks"]
     assert memlab.load_plugin(path) == []  # idempotent
     assert "user_two_chunks" in memlab.list_techniques("chunking")
-    from memlab.checks import check_technique
+    from memlab.measurement.technique_checks import check_technique
 
     assert check_technique("user_two_chunks").ok
     # measured in a fresh subprocess, which must load the same file

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import memlab
-from memlab.complexity import badge, fit_exponent, fit_groups
+from memlab.core.complexity import badge, fit_exponent, fit_groups
 from memlab.families.resnet.workload import ResNet, blocks_per_stage
 
 RESNET = ["resnet", "resnet_checkpoint_block", "resnet_checkpoint_sqrt"]
@@ -110,7 +110,7 @@ def test_saved_activations_by_depth():
 def test_committed_sweep_exponents():
     """The committed resnet depth scan, depths 38 to 578 (16x the blocks): ``make data``'s grid in
     data/sweeps/cpu.jsonl and the two depths between them in data/sweeps/cpu-resnet.jsonl; the
-    exponents the issue asks for (memlab.complexity)."""
+    exponents the issue asks for (memlab.core.complexity)."""
     import json
     from pathlib import Path
 

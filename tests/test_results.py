@@ -186,7 +186,7 @@ def test_reproductions_validated(tmp_path):
 
 def test_activation_figures_read_per_technique(tmp_path):
     """Families that state activation memory (reversible) get measured and expected columns."""
-    from memlab.record import activation_figures
+    from memlab.core.record import activation_figures
 
     expected = {"residual": 40 * MiB, "reversible": 11 * MiB}
     assert activation_figures({"activation_peak_bytes": 12 * MiB, "expected_activation_bytes": expected},
@@ -203,10 +203,10 @@ def test_activation_figures_read_per_technique(tmp_path):
 
 
 def test_statuses_and_fields_follow_the_record():
-    """The reader's statuses and known fields are the record's (declared once, in memlab.record)."""
+    """The reader's statuses and known fields are the record's (declared once, in memlab.core.record)."""
     import dataclasses
 
-    from memlab.record import STATUSES, Measurement
+    from memlab.core.record import STATUSES, Measurement
 
     assert R.STATUSES == STATUSES
     assert {f.name for f in dataclasses.fields(Measurement)} <= runs._KNOWN_FIELDS
@@ -297,7 +297,7 @@ def test_field_kinds_come_from_the_record():
     the reader's checks follow it: a count field refuses a negative number whatever its annotation."""
     import dataclasses
 
-    from memlab.record import FieldKind, Measurement, fields_of_kind
+    from memlab.core.record import FieldKind, Measurement, fields_of_kind
 
     fields = dataclasses.fields(Measurement)
     assert all(isinstance(f.metadata.get("kind"), FieldKind) for f in fields)

@@ -1,4 +1,4 @@
-"""The Setting and the Point (memlab/setting.py): each default named once, one validation with messages
+"""The Setting and the Point (memlab/core/setting.py): each default named once, one validation with messages
 naming the bad value and the valid range, one key that resume, merge, compare and the GPU check share,
 a JSON round trip, and the committed rows on disk keyed as resume keyed them before the Setting."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from memlab.record import Measurement
-from memlab.setting import DEFAULTS, KEY_FIELDS, Point, Setting
+from memlab.core.record import Measurement
+from memlab.core.setting import DEFAULTS, KEY_FIELDS, Point, Setting
 from process_checks import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +21,7 @@ SWEEPS = sorted((ROOT / "data" / "sweeps").glob("*.jsonl"))
 
 #: files that may spell a default's value as a literal: the Setting itself; the advisor's answers (another
 #: branch's files); the advisor's fitting, which names the optimizers it fits and branches on them
-ALLOWED = {"memlab/setting.py", "memlab/advisor/advise.py", "memlab/site/choose.py", "memlab/advisor/fit.py"}
+ALLOWED = {"memlab/core/setting.py", "memlab/advisor/advise.py", "memlab/site/choose.py", "memlab/advisor/fit.py"}
 #: and per value: the step builds the optimizer and the loss each name means (not defaults); a model
 #: file's blocks are "given" or guessed
 ALLOWED_FOR = {"sgd": {"memlab/measurement/step.py"},
@@ -45,8 +45,8 @@ def _literals(value: str) -> list[str]:
 
 @pytest.mark.parametrize("value", ['sgd', 'given'])
 def test_each_default_is_named_once(value):
-    """The default optimizer and loss are spelled in memlab/setting.py; everything else reads DEFAULTS."""
-    assert _literals(value) == [], f"use memlab.setting.DEFAULTS instead of the literal {value!r}"
+    """The default optimizer and loss are spelled in memlab/core/setting.py; everything else reads DEFAULTS."""
+    assert _literals(value) == [], f"use memlab.core.setting.DEFAULTS instead of the literal {value!r}"
 
 
 @pytest.mark.parametrize("change, message", [

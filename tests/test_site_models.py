@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from memlab.advisor.advise import cuda_need
-from memlab.advisor.loops import NoLoop
+from memlab.core.loops import NoLoop
 from memlab.site.models_page import GPU_BUDGETS_GIB, add_model_pages
 from memlab.site.render import render_site
 

@@ -74,7 +74,7 @@ def test_bad_threads_names_the_value_and_the_range(bad):
 
 
 def test_bench_harness_report_tables_each_technique_idle_and_loaded():
-    from memlab.harness import LoadRow, report
+    from memlab.measurement.harness_cost import LoadRow, report
 
     rows = [LoadRow("idle", None, 0.5, 0.10, 0.01, rel, "slice_loop", 1.0, run)
             for run, rel in enumerate((1.00, 1.02, 1.01), start=1)]
@@ -88,7 +88,7 @@ def test_bench_harness_report_tables_each_technique_idle_and_loaded():
 
 def test_bench_harness_shows_the_reference_its_ratios_divide_by_and_the_spread():
     """Issue 29: the load table printed ratios against a row it did not show, and no IQR."""
-    from memlab.harness import LoadRow, report
+    from memlab.measurement.harness_cost import LoadRow, report
 
     rows = [LoadRow("idle", None, 0.5, step, 0.002, rel, "slice_loop", 1.0, run, "unchunked", ref, run % 2)
             for run, (rel, step, ref) in enumerate(((1.00, 0.100, 0.098), (1.02, 0.102, 0.097), (1.01, 0.101, 0.099)), 1)]

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import memlab
-import memlab.atomic
+import memlab.core.atomic
 import memlab.sweep.run
-from memlab.atomic import append_line_durable
+from memlab.core.atomic import append_line_durable
 from memlab.cli import main
-from memlab.record import Measurement
+from memlab.core.record import Measurement
 from memlab.sweep import SweepOutputBusy, open_sweep_output
 from process_checks import HANG_GUARD_S
 
@@ -195,7 +195,7 @@ def test_resume_measures_an_ok_row_with_invalid_figures_again(fake, tmp_path, ca
 
 # -- writes: one call per row, a full disk -------------------------------------------------------
 class _Disk:
-    """Stands in for ``os`` inside memlab.atomic: ``write`` stores at most ``room`` more bytes, then
+    """Stands in for ``os`` inside memlab.core.atomic: ``write`` stores at most ``room`` more bytes, then
     raises OSError(``code``); with ``fail='fsync'`` every fsync raises instead."""
 
     def __init__(self, room=None, code=errno.ENOSPC, fail="write"):
@@ -221,7 +221,7 @@ class _Disk:
 
 def test_append_line_durable_writes_each_row_in_one_call(tmp_path, monkeypatch):
     disk = _Disk()
-    monkeypatch.setattr(memlab.atomic, "os", disk)
+    monkeypatch.setattr(memlab.core.atomic, "os", disk)
     fd = os.open(tmp_path / "a.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         sizes = [append_line_durable(fd, line) for line in ('{"a": 1}', '{"b": "é"}\n', "{}")]
@@ -242,14 +242,14 @@ ROW_BYTES = len(_row("sweep_tiny_right", 2).to_json()) + 1
 def test_write_failure_is_one_line_exit_1_and_the_file_stays_whole(fake, tmp_path, capsys, monkeypatch,
                                                                     disk, message, rows):
     out = tmp_path / "full.jsonl"
-    monkeypatch.setattr(memlab.atomic, "os", disk)
+    monkeypatch.setattr(memlab.core.atomic, "os", disk)
     assert main([*SWEEP, "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert _memlab_lines(err) == ["memlab: " + message.format(out=out)]
     assert "Traceback" not in err
     assert _ns(out) == [2, 3, 4][:rows]
     assert out.read_bytes().endswith(b"\n") or out.stat().st_size == 0
-    monkeypatch.setattr(memlab.atomic, "os", os)  # space again: --resume finishes the sweep
+    monkeypatch.setattr(memlab.core.atomic, "os", os)  # space again: --resume finishes the sweep
     assert main([*SWEEP, "--out", str(out), "--resume"]) == 0
     assert "warning" not in capsys.readouterr().err
     assert _ns(out) == [2, 3, 4]

@@ -22,7 +22,7 @@ def _key(m):
 def test_two_jobs_give_the_same_bytes_as_one_run_at_once_and_write_every_row(monkeypatch, tmp_path):
     """``memlab sweep --jobs 2`` (the CLI, in this process) against the same points one at a time:
     the same bytes, two worker threads each with its own server, every row written once."""
-    from memlab.record import Measurement
+    from memlab.core.record import Measurement
 
     serial = {_key(m): m for m in run_sweep(POINTS, None, **FAST)}
     seen_threads = set()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import memlab
-from memlab.complexity import fit_exponent
+from memlab.core.complexity import fit_exponent
 from memlab.families.transformer.attention import chunked_attention, eager_attention, sdpa_attention, SdpaBackend
 from memlab.families.transformer.lm_loss import chunked_lm_loss, plain_lm_loss
 from memlab.measurement.alloc_trace import trace_allocations
@@ -202,7 +202,7 @@ def test_loss_peak_is_exactly_the_formula(n, chunk, dtype):
 
 def test_seq_exponents():
     """Activation peak over seq 128..512 (heads 8, head size 2, so the T² terms dominate eager):
-    eager O(T²), query-blocked O(T) (memlab.complexity)."""
+    eager O(T²), query-blocked O(T) (memlab.core.complexity)."""
     seqs, fixed = (128, 256, 512), {"layers": 1, "batch": 1, "hidden": 16, "heads": 8, "vocab": 16}
     fits = {}
     for name in ("eager_attention", "chunked_attention"):

@@ -7,7 +7,7 @@ rebuilds them.  See NOTE [ advisor models ] in :mod:`memlab.advisor.model`.
 from __future__ import annotations
 
 from .advise import AdviceError, advise, format_advice, format_verify, parse_budget, verify
-from .declaration import AdvisorModel, Chunks, ChunksOf, Count, Declaration, Entry, NoLoop, ProductChunks, Repeated
+from ..core.declaration import AdvisorModel, Chunks, ChunksOf, Count, Declaration, Entry, NoLoop, ProductChunks, Repeated
 from .model import load_models, predict, predict_time
 
 __all__ = ["AdvisorModel", "Entry", "NoLoop", "Chunks", "ChunksOf", "ProductChunks", "Repeated", "Count", "Declaration", "AdviceError", "advise", "format_advice", "format_verify", "parse_budget", "verify", "load_models",

@@ -8,19 +8,20 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from ..host import describe, kernel_host
-from ..params import Param, split_params
-from ..record import Category
-from ..units import MiB
-from .decision import (changes_dtype, fixed_selection, measured_params, not_modelled, order_fits, plain_verdict,
-                       registered_techniques, time_error)
-from .declaration import as_declaration
+from ..core.host import describe, kernel_host
+from ..core.params import Param, split_params
+from ..core.record import Category
+from ..core.units import MiB
+from .decision import (changes_dtype, declared_not_modelled, fixed_selection, measured_params, not_modelled,
+                       order_fits, plain_verdict, registered_techniques, time_error)
+from ..core.declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
-from .model import CATEGORIES, load_models, models_path, predict, predict_time
+from .model import (CATEGORIES, chunks_timed, clamp_time, load_models, models_path, predict, predict_time,
+                    time_band)
 
 __all__ = ["AdviceError", "parse_budget", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
            "fmt_bytes", "format_categories", "error_bound", "bounded_reading", "CUDA_MARGIN", "MAX_BUDGET_BYTES",
-           "UNITS"]
+           "UNITS", "time_note", "time_fields", "time_cell"]
 
 GiB = 1024 * MiB
 #: the caching allocator's margin over the exact allocated peak when no CUDA model is fitted (NOTE in
@@ -234,7 +235,8 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     Returns a JSON-ready dict: ``plain`` (whether the family's plain step fits and what a technique
     would buy: NOTE [ plain fits first ] in :mod:`memlab.advisor.decision`), ``fits`` (the plain step
     first when it fits, then by predicted relative step time, times within ``time_error`` tied at one
-    ``rank``), ``pareto`` (settings no other beats on both the need and the time),
+    ``rank``; each with its ``time_band``, NOTE [ the time band ] in :mod:`memlab.advisor.model`),
+    ``pareto`` (settings no other beats on both the need and the time),
     ``cannot_fit`` (with the smallest need each reaches), ``not_modelled`` (the techniques the sweeps
     under ``sweeps_dir``, default ``data/sweeps``, measured that no entry covers, with the reason),
     ``extrapolation`` and ``notes``; for ``device="cuda"`` also ``gpu_evidence``: what the GPU-check
@@ -248,14 +250,8 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     if device not in ("cpu", "cuda"):
         raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    try:
-        models = load_models(optimizer, models_dir, host=kernel_host() if host == "here" else host)
-    except ValueError as exc:
-        raise AdviceError(str(exc)) from None
-    fams = models["families"]
-    if family not in fams:
-        raise AdviceError(_not_modelled(family, sorted(fams), optimizer))
-    fam = fams[family]
+    models = _models_for(family, optimizer, models_dir, host)
+    fam = models["families"][family]
     decl = as_declaration(fam)
     chosen, notes, entries = _parse_params(fam, family, params)
     sizes = {s: chosen[s] for s in fam["sizes"]}
@@ -263,46 +259,70 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         decl.loop.check(sizes)
     except ValueError as exc:
         raise AdviceError(f"--param {exc}") from None
-    candidates = _candidates(decl, {**fam, "entries": entries}, chosen, sizes, budget_bytes, device,
-                             models.get("dtype"))
+    selected = {**fam, "entries": entries}
+    candidates = _candidates(decl, selected, chosen, sizes, budget_bytes, device, models.get("dtype"))
     usable = [c for c in candidates if c["recommendable"]]
     terr = time_error(family, optimizer, models_dir)
     fits = order_fits([c for c in usable if c["fits"]], terr["fraction"])
     if not fits:
-        best = min(usable or candidates, key=lambda c: c["need_bytes"])
-        knob = "".join(f" {k}={v}" for k, v in best["knobs"].items())
-        raise AdviceError(
-            f"no modelled {family} technique fits {fmt_bytes(budget_bytes)} at "
-            f"{' '.join(f'{k}={v}' for k, v in sizes.items())} ({optimizer}, {device}); the smallest predicted "
-            f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
+        raise _nothing_fits(family, budget_bytes, sizes, optimizer, device, usable or candidates)
     need = "peak" if device == "cpu" else "CUDA need"
+    larger = larger_size(decl, selected, chosen, sizes, budget_bytes, device) if fits[0].get("baseline") else None
     return {
         "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
         "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
         "dtype": models.get("dtype"),
-        "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes, larger_size(
-            decl, {**fam, "entries": entries}, chosen, sizes, budget_bytes, device) if fits[0].get("baseline") else None),
+        "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes, larger),
         "fits": fits, "time_error": terr, "time_measured_on": "cpu",
         "pareto": _pareto(usable), "cannot_fit": _cannot_fit(candidates), "notes": notes,
         "not_modelled": not_modelled(family, fam, measured_params(sweeps_dir).get(family, {}),
-                                     registered_techniques(family)),
+                                     registered_techniques(family), declared_not_modelled(family)),
         "extrapolation": _extrapolation(fam, sizes), "kernel_warning": kernel_warning(family, fam),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
-        "time_note": "relative step time (technique step / the family baseline's step, thread CPU time at one "
-                     "thread) from a model r + (c + (k - 1) * o) / W fitted to measurements at several sizes per family "
-                     "(W: the step's work, k: chunks; memlab.advisor.fit.time_model), or for a family whose work has "
-                     "named components a ratio of the technique's and the baseline's costs summed over them "
-                     "(NOTE [ work components ]), on CPU with the page faults "
-                     "of blocks glibc maps afresh on every step (NOTE [ page faults in the time model ]); its error "
-                     + terr["text"] + ("" if device == "cpu" else "; CPU-measured: a GPU's ratio can differ, and a "
-                                       "technique that changes the dtype is not ranked by it"),
+        "time_note": time_note(terr["text"], device),
     }
+
+
+def _models_for(family: str, optimizer: str, models_dir, host) -> dict[str, Any]:
+    """The models of ``optimizer`` held for ``host`` (:func:`advise`), which must model ``family``."""
+    try:
+        models = load_models(optimizer, models_dir, host=kernel_host() if host == "here" else host)
+    except ValueError as exc:
+        raise AdviceError(str(exc)) from None
+    if family not in models["families"]:
+        raise AdviceError(_not_modelled(family, sorted(models["families"]), optimizer))
+    return models
+
+
+def _nothing_fits(family: str, budget_bytes: int, sizes: Mapping[str, int], optimizer: str, device: str,
+                  pool: Sequence[Mapping[str, Any]]) -> AdviceError:
+    """The error when no recommendable setting fits: the smallest need among ``pool``."""
+    best = min(pool, key=lambda c: c["need_bytes"])
+    knob = "".join(f" {k}={v}" for k, v in best["knobs"].items())
+    return AdviceError(
+        f"no modelled {family} technique fits {fmt_bytes(budget_bytes)} at "
+        f"{' '.join(f'{k}={v}' for k, v in sizes.items())} ({optimizer}, {device}); the smallest predicted "
+        f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
+
+
+def time_note(error_text: str, device: str) -> str:
+    """What the time column is, and on which device it was measured (the answer's closing line)."""
+    return ("relative step time (technique step / the family baseline's step, thread CPU time at one "
+            "thread) from a model r + (c + (k - 1) * o) / W fitted by least squares to measurements at several "
+            "sizes per family (W: the step's work, k: chunks; memlab.advisor.fit.time_model), or for a family whose "
+            "work has named components a ratio of the technique's and the baseline's costs summed over them "
+            "(NOTE [ work components ]), on CPU with the page faults of blocks glibc maps afresh on every step "
+            "(NOTE [ page faults in the time model ]); each setting's own band is its fit's largest residual "
+            "(NOTE [ the time band ]), no setting is predicted faster than plain beyond what was measured "
+            "(NOTE [ no faster than plain unless measured so ]); the family's held-out error "
+            + error_text + ("" if device == "cpu" else "; relative time measured on CPU: a GPU's ratio can differ, "
+                            "and a technique that changes the dtype is not ranked by it"))
 
 
 def kernel_warning(family: str, fam: Mapping[str, Any]) -> str | None:
     """One line when ``fam`` (as :func:`load_models` holds it for this host) was fitted on other CPU kernels
-    than this machine's and its bytes depend on them (NOTE [ host-dependent bytes ] in :mod:`memlab.host`),
+    than this machine's and its bytes depend on them (NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`),
     else None."""
     other = fam.get("other_kernels")
     if not other:
@@ -321,18 +341,30 @@ def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[s
             p = {**sizes, **knobs}
             pred = predict(decl, entry, p)
             need = pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])
-            t = predict_time(decl, entry, p, device)
             candidates.append({
                 "technique": entry["technique"], "label": entry["label"], "fixed": entry["fixed"], "knobs": knobs,
                 "params": {**entry["fixed"], **p}, "total_peak_bytes": pred["total_peak_bytes"],
                 "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need,
                 "headroom_bytes": budget_bytes - need, "fits": need <= budget_bytes,
-                "relative_step_time": None if t is None else round(t, 3), "chunks": pred["k"],
-                "recommendable": entry.get("recommendable", False), "error_bound": error_bound(entry),
-                "baseline": entry.get("baseline") is True,
-                "time_ranked": device == "cpu" or not changes_dtype(entry, dtype),
+                "chunks": pred["k"], "recommendable": entry.get("recommendable", False),
+                "error_bound": error_bound(entry), "baseline": entry.get("baseline") is True,
+                **time_fields(decl, entry, p, device, pred["k"], dtype),
             })
     return candidates
+
+
+def time_fields(decl, entry: Mapping[str, Any], params: Mapping[str, int], device: str, k: int,
+                dtype: str | None) -> dict[str, Any]:
+    """One setting's time: ``relative_step_time`` (floored: NOTE [ no faster than plain unless measured
+    so ], 3 decimals), ``time_floored``, ``time_band`` (:func:`memlab.advisor.model.time_band`),
+    ``chunks_timed`` (the most chunks the entry's time points measured, when ``k`` is more: the time
+    extrapolates the per-chunk cost, else None) and ``time_ranked`` (False on ``device="cuda"`` for a
+    technique that changes the dtype: its CPU ratio says nothing of a GPU's)."""
+    t, floored = clamp_time(entry, predict_time(decl, entry, params, device))
+    timed = chunks_timed(entry)
+    return {"relative_step_time": None if t is None else round(t, 3), "time_floored": floored,
+            "time_band": time_band(entry), "chunks_timed": timed if timed is not None and k > timed else None,
+            "time_ranked": device == "cpu" or not changes_dtype(entry, dtype)}
 
 
 def _settings(decl, fam: Mapping[str, Any], entry: Mapping[str, Any], chosen: Mapping[str, int],
@@ -442,6 +474,15 @@ def _time(c: Mapping[str, Any]) -> str:
     return "-" if t is None else f"~{t:.2f}x" if t < 10 else f"~{t:.0f}x"
 
 
+def time_cell(c: Mapping[str, Any]) -> str:
+    """A setting's time as the answers print it: the prediction and its marks (floored at a measured
+    ratio, more chunks than were timed, not ranked for its dtype)."""
+    marks = (["floored: no faster than measured"] * bool(c.get("time_floored"))
+             + [f"{c.get('chunks')} chunks, {c.get('chunks_timed')} timed: likely slower"] * bool(c.get("chunks_timed"))
+             + ["dtype: not ranked"] * (not c.get("time_ranked", True)))
+    return _time(c) + (f" ({'; '.join(marks)})" if marks else "")
+
+
 def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     """The advice as text: ranked fits (each with its categories), the Pareto front, what cannot fit."""
     need = "peak" if a["device"] == "cpu" else "CUDA need"
@@ -472,12 +513,12 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
     lines += ["", f"Fits ({_plural(len(a['fits']), 'setting')}, plain first when it fits, then by predicted relative "
               f"step time" + (f", times within ±{100 * err:.1f}% tied at one rank" if err else "")
               + (f"; first {len(shown)}, --all for every one" if len(shown) < len(a["fits"]) else "") + "):"]
-    rows = [("#", "technique", "setting", need, "headroom", "time" if a["device"] == "cpu" else "time (CPU-measured)",
-             "model error")]
+    rows = [("#", "technique", "setting", need, "headroom",
+             "time" if a["device"] == "cpu" else "relative time measured on CPU", "time error", "bytes error")]
     for c in shown:
-        t = _time(c) if c.get("time_ranked", True) else f"{_time(c)} (dtype: not ranked)"
         rows.append((str(c.get("rank") or "-"), c["label"], _knobs(c) or "-", fmt_bytes(c["need_bytes"]),
-                     fmt_bytes(c["headroom_bytes"]), t, c["error_bound"]["text"]))
+                     fmt_bytes(c["headroom_bytes"]), time_cell(c), (c.get("time_band") or {}).get("text", "-"),
+                     c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
     for j, r in enumerate(rows):
         lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths)).rstrip())

@@ -17,9 +17,13 @@ every setting within the error of it), listed within it as predicted, fastest fi
 need instead picked settings the sweeps measured 10-13% slower than the fastest that fits.  The error is the family's held-out
 time check (``data/models/time-check-<optimizer>.json``, :mod:`memlab.advisor.time_check`: the largest
 relative error of that family's rows, else the file's worst), since the fit records only its own
-points' error.  On ``--device cuda`` the time is still the CPU-measured ratio: it is marked so, and a
-technique that changes the step's dtype (autocast to bfloat16, whose CPU slowdown is a GPU's
-speed-up) is listed unranked by time.
+points' error (each setting's own band, NOTE [ the time band ] in :mod:`memlab.advisor.model`, is
+shown beside it).  What a technique buys is backed only by times its model measured the like of: a
+setting with more chunks than its time points had is not offered for headroom or speed (the sweeps
+measured such settings up to 40% slower than predicted: docs/evidence/time-model-bias.md).  On
+``--device cuda`` the time is still the CPU-measured ratio: it is marked "relative time measured on
+CPU", and a technique that changes the step's dtype (:attr:`memlab.Technique.changes_dtype`: autocast
+to bfloat16, whose CPU slowdown is a GPU's speed-up) is listed unranked by time.
 """
 from __future__ import annotations
 
@@ -27,12 +31,16 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..record import is_number
+from ..core.record import is_number
 from .model import MODELS_DIR
 
-__all__ = ["SWEEPS_DIR", "time_error", "changes_dtype", "order_fits", "plain_verdict", "measured_params",
-           "registered_techniques", "not_modelled", "fixed_selection"]
+__all__ = ["SWEEPS_DIR", "MEASURED_STATUSES", "time_error", "changes_dtype", "order_fits", "plain_verdict", "measured_params",
+           "registered_techniques", "not_modelled", "fixed_selection", "declared_not_modelled"]
 
+#: the ranking statuses (:func:`memlab.results.ranking_status`) of a row whose bytes and time were
+#: measured and checked: ``ok``, and ``leak unknown`` (too few steps for a leak verdict, which says
+#: nothing of the step's peak or time)
+MEASURED_STATUSES = ("ok", "leak unknown")
 #: the committed sweeps the site's Overview ranks (``data/sweeps``)
 SWEEPS_DIR = Path(__file__).resolve().parents[2] / "data" / "sweeps"
 
@@ -46,11 +54,15 @@ def time_error(family: str, optimizer: str, models_dir: Path | None = None) -> d
     except (OSError, ValueError):
         return {"fraction": None, "text": f"no held-out time check ({path.name}): times are not grouped into ties"}
     rows = data.get("rows") if isinstance(data, dict) else None
-    errors = [abs(r["error"]) for r in rows or [] if isinstance(r, dict) and r.get("family") == family
+    signed = [r["error"] for r in rows or [] if isinstance(r, dict) and r.get("family") == family
               and r.get("status") == "ok" and is_number(r.get("error"))]
+    errors = [abs(e) for e in signed]
     if errors:
-        return {"fraction": round(max(errors), 4),
-                "text": f"±{100 * max(errors):.1f}%: the largest error of {len(errors)} held-out {family} time checks"}
+        under = sum(e < 0 for e in signed)
+        return {"fraction": round(max(errors), 4), "under": under, "checks": len(signed),
+                "text": f"±{100 * max(errors):.1f}%: the largest error of {len(errors)} held-out {family} time checks "
+                        f"({under} predicted faster than measured, {len(signed) - under} slower); more chunks than "
+                        f"a setting's time points measured are predicted too fast (docs/evidence/time-model-bias.md)"}
     worst = data.get("worst_abs_error") if isinstance(data, dict) else None
     if is_number(worst):
         return {"fraction": round(abs(worst), 4),
@@ -59,9 +71,12 @@ def time_error(family: str, optimizer: str, models_dir: Path | None = None) -> d
 
 
 def changes_dtype(entry: Mapping[str, Any], dtype: str | None) -> bool:
-    """Whether ``entry``'s step runs in another dtype than the models' (autocast, or a fixed ``dtype``)."""
+    """Whether ``entry``'s step runs in another dtype than the models' (``entry["changes_dtype"]``, as
+    :attr:`memlab.Technique.changes_dtype` says and a fit records; for a file fitted before that, a
+    technique or a model file's kind named for autocast; or a fixed ``dtype``)."""
     own = entry.get("dtype") or (entry.get("fixed") or {}).get("dtype")
-    return str(entry.get("technique", "")).startswith("autocast") or (own is not None and own != dtype)
+    named = str(entry.get("technique", "")).rsplit("__", 1)[-1].startswith("autocast")
+    return bool(entry.get("changes_dtype")) or named or (own is not None and own != dtype)
 
 
 def _tie_key(c: Mapping[str, Any]) -> tuple:
@@ -120,13 +135,12 @@ def plain_verdict(candidates: Iterable[Mapping[str, Any]], fits: list[Mapping[st
                 "buys": None}
     text = f"plain ({plain['label']}) fits: {need} {fmt(plain['need_bytes'])} of {fmt(budget)}; no technique needed"
     smaller = [c for c in fits if not c.get("baseline") and c["need_bytes"] < plain["need_bytes"]]
-    cheap = [c for c in smaller if c.get("time_ranked", True) and _tied(c["relative_step_time"], 1.0, error)]
+    cheap = [c for c in smaller if _trusted(c) and _tied(c["relative_step_time"], 1.0, error)]
     small = min(cheap or smaller, key=lambda c: (c["need_bytes"], _tie_key(c))) if smaller else None
     buys = ["headroom: none needs less than plain" if small is None else
             f"headroom: {_setting(small)} needs {fmt(small['need_bytes'])} (headroom {fmt(budget - small['need_bytes'])}"
             f", plain's {fmt(budget - plain['need_bytes'])}), {_times(small['relative_step_time'])} plain's time"]
-    timed = [c for c in fits if not c.get("baseline") and c.get("time_ranked", True)
-             and c["relative_step_time"] is not None]
+    timed = [c for c in fits if not c.get("baseline") and _trusted(c) and c["relative_step_time"] is not None]
     fast = min(timed, key=_tie_key) if timed else None
     buys.append(f"speed: {_setting(fast)}, {_times(fast['relative_step_time'])} plain's time"
                 if fast is not None and fast["relative_step_time"] < 1 - (error or 0)
@@ -137,6 +151,13 @@ def plain_verdict(candidates: Iterable[Mapping[str, Any]], fits: list[Mapping[st
     bought = small is not None or bool(larger) or (fast is not None and fast["relative_step_time"] < 1 - (error or 0))
     return {"plain_fits": True, "label": plain["label"], "need_bytes": plain["need_bytes"], "text": text,
             "buys": "a technique would buy " + "; ".join(buys) if bought else None}
+
+
+def _trusted(c: Mapping[str, Any]) -> bool:
+    """Whether a setting's time may back what a technique buys: ranked by time, and with no more chunks
+    than its time model measured (beyond them the sweeps measured slower than predicted:
+    docs/evidence/time-model-bias.md)."""
+    return c.get("time_ranked", True) and not c.get("chunks_timed")
 
 
 def _times(t: float | None) -> str:
@@ -153,7 +174,7 @@ def measured_params(sweeps_dir: Path | None = None, warn: Callable[[str], None] 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for path in list_input_files(Path(sweeps_dir) if sweeps_dir is not None else SWEEPS_DIR, ".jsonl"):
         for _, rec in sweep_records(path, warn):
-            if rec.get("device") == "cpu" and ranking_status(rec)[0] == "ok":
+            if rec.get("device") == "cpu" and ranking_status(rec)[0] in MEASURED_STATUSES:
                 tech = out.setdefault(rec["family"], {}).setdefault(rec["technique"], {"peer": False, "params": []})
                 tech["peer"] = tech["peer"] or rec.get("peer") is True
                 tech["params"].append(dict(rec.get("params") or {}))
@@ -173,18 +194,50 @@ def _shown(v: Any) -> str:
     return repr(v) if isinstance(v, str) else str(v)
 
 
+def declared_not_modelled(family: str) -> dict[str, str]:
+    """``{technique: why it is not modelled}`` as the family's advisor declaration says it (a
+    ``not_modelled = {...}`` literal in the ``AdvisorModel`` subclass of its folder's ``workload.py``),
+    read with :mod:`ast` (no import, no torch); empty for a family that declares none.
+
+    Raises:
+        ValueError: ``not_modelled`` there is not a literal mapping of technique name to text.
+    """
+    import ast
+
+    from ..registry import builtin_families
+
+    for name, folder in builtin_families():
+        path = Path(folder) / "workload.py"
+        if name != family or not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ClassDef) and any(getattr(b, "id", getattr(b, "attr", None)) == "AdvisorModel"
+                                                       for b in node.bases):
+                for stmt in node.body:
+                    if isinstance(stmt, ast.Assign) and [getattr(t, "id", None) for t in stmt.targets] == ["not_modelled"]:
+                        value = ast.literal_eval(stmt.value)
+                        if not (isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                                for k, v in value.items())):
+                            raise ValueError(f"{path}: not_modelled={value!r} must map technique names to reasons")
+                        return dict(value)
+    return {}
+
+
 def not_modelled(family: str, fam: Mapping[str, Any], measured: Mapping[str, Mapping[str, Any]],
-                 registered: Iterable[str] = ()) -> list[dict[str, Any]]:
+                 registered: Iterable[str] = (), declared: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Each technique of the family (``registered``: :func:`registered_techniques`, and those
     ``measured``: one family's of :func:`measured_params`), or parameter setting the sweeps ran one at,
-    that no model entry of ``fam`` covers, with the reason: ``{"technique", "params", "reason"}``."""
+    that no model entry of ``fam`` covers, with the reason: ``{"technique", "params", "reason"}``; a
+    technique the family's declaration names (``declared``: :func:`declared_not_modelled`) has that
+    reason first."""
     entries = fam["entries"]
+    declared = declared or {}
     out = []
     unmeasured = {"peer": False, "params": [], "unmeasured": True}
     for tech, seen in sorted({**{t: unmeasured for t in registered}, **measured}.items()):
         mine, rows = [e for e in entries if e["technique"] == tech], seen["params"]
         if not mine:
-            why = [f"the {family} advisor model declares no entry"] + [
+            why = ([declared[tech]] if tech in declared else [f"the {family} advisor model declares no entry"]) + [
                 "no ok CPU measurement in data/sweeps"] * bool(seen.get("unmeasured")) + ["a peer library's implementation, measured beside memlab's"] * bool(
                 seen["peer"]) + ["its step runs in another dtype than the models' float32"] * changes_dtype(
                 {"technique": tech}, None)

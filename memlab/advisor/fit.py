@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .declaration import BASE_K, Declaration, Entry, fitted_range
+from ..core.declaration import BASE_K, Declaration, Entry, fitted_range
 from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bodies, encode_poly, mmapped_bytes,
                     models_path, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
@@ -236,6 +236,17 @@ def _time_point(fam: Declaration, entry: Entry, p: dict, m) -> dict:
     return point
 
 
+def _changes_dtype(technique: str) -> bool:
+    """:attr:`memlab.Technique.changes_dtype` of ``technique`` (False for a name no class registers: a
+    fit driven by a stand-in measurement)."""
+    from ..registry import get_technique
+
+    try:
+        return bool(get_technique(technique).changes_dtype)
+    except ValueError:
+        return False
+
+
 def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Callable | None = None,
               say: Callable[[str], None] = lambda s: None, seed: int = 0) -> dict:
     """One entry's model: classes, fitted range, held-out checks (traced and measured), time model."""
@@ -246,7 +257,8 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
     classes, traced = _classes(fam, entry, optimizer)
     fitted = fitted_range(traced, fam.sizes + entry.knobs)
     model: dict[str, Any] = {"technique": entry.technique, "label": entry.label, "fixed": dict(entry.fixed),
-                             "knobs": list(entry.knobs), "classes": classes, "fitted_range": fitted}
+                             "knobs": list(entry.knobs), "classes": classes, "fitted_range": fitted,
+                             "changes_dtype": _changes_dtype(entry.technique)}
     model["held_out_traced"] = _traced_check(fam, entry, optimizer, model, seed)
     measure_fn = measure_fn or memlab.measure
     rows, time_only, time_points, statuses = [], [], [], set()
@@ -722,8 +734,8 @@ def first_trace_params(fam: Declaration) -> dict[str, Any]:
 def kernels_of(fam: Declaration, optimizer: str) -> dict[str, Any]:
     """``{"host_dependent", "kernel_host"}`` of a family's model: whether any entry's step runs oneDNN
     kernels (a trace at the family's first trace point: NOTE [ host-dependent bytes ] in
-    :mod:`memlab.host`), and the kernels this process picks, which such a model holds for."""
-    from ..host import kernel_host
+    :mod:`memlab.core.host`), and the kernels this process picks, which such a model holds for."""
+    from ..core.host import kernel_host
     from ..measurement.host_tags import ONEDNN_OPS
     from .trace import raw_trace
 
@@ -747,7 +759,7 @@ def _kept_families(path: Path) -> dict[str, Any]:
 
 
 def _fit_all(out_dir, optimizers, declarations: list[Declaration], say, measure_fn) -> list[Path]:
-    from ..atomic import write_text_atomic
+    from ..core.atomic import write_text_atomic
     from ..measurement.environment import git_commit
 
     paths = []

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..record import is_number
+from ..core.record import is_number
 
 __all__ = ["GPU_CHECK_DIR", "gpu_evidence", "format_gpu_evidence"]
 

@@ -2,7 +2,7 @@
 
 ``python -m memlab.advisor.migrate [DIR]`` (default ``data/models``) reads every
 ``cpu-float32-*.json``, and for each family without a ``declaration`` writes the registered one
-(:meth:`memlab.advisor.declaration.Declaration.to_json`) beside the fitted numbers, which are left
+(:meth:`memlab.core.declaration.Declaration.to_json`) beside the fitted numbers, which are left
 as they are: the file is rewritten in the fit's own layout (``json.dumps(indent=1, sort_keys=True)``)
 so the diff is the added declarations only.  Deterministic and idempotent (a second run changes
 nothing).  The declaration must describe what was fitted: its workload, sizes, fixed parameters and
@@ -10,7 +10,7 @@ entries (labels, fixed parameters, knobs) must equal the file's, else the file i
 mismatch is named.
 
 A family fitted before models recorded their kernels gets ``host_dependent`` (whether its step runs
-oneDNN kernels, from a trace) and ``kernel_host`` (NOTE [ host-dependent bytes ] in :mod:`memlab.host`).
+oneDNN kernels, from a trace) and ``kernel_host`` (NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`).
 The kernels recorded are this process's, so run the migration only on a host where the model is exact
 (``tests/test_advisor_stale.py`` passes): that is the evidence that it holds for this host's kernels.
 """
@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..atomic import write_text_atomic
-from .declaration import Declaration
+from ..core.atomic import write_text_atomic
+from ..core.declaration import Declaration
 from .model import MODELS_DIR
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 
 __all__ = ["migrate_file", "migrate_dir", "mismatch"]
 

@@ -10,7 +10,7 @@ a maximum of a few polynomials with integer coefficients (bytes), one per moment
 the live bytes can peak; each ``P_j`` is split the same way into the six memory categories, so the
 categories at the peak are those of the maximising piece (the first one on a tie, as the
 measurement reports the first moment its peak is reached).  The variables depend on the family's
-advisor declaration (:class:`memlab.advisor.declaration.AdvisorModel`, beside its workload, and
+advisor declaration (:class:`memlab.core.declaration.AdvisorModel`, beside its workload, and
 written into each model file): a loop count ``k`` (its ``loop``: chunks of a size, a size that
 counts blocks, or, for a family with several knobs, the chunks of the one knob an entry searches, each
 knob over its own rows: ``ChunksOf``, the transformer's ``block`` over ``seq`` and ``chunk`` over the
@@ -77,12 +77,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..record import CATEGORIES
-from .declaration import Declaration, as_declaration
+from ..core.record import CATEGORIES
+from ..core.declaration import Declaration, as_declaration
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
            "MODELS_DIR", "host_variant_dir", "SCHEMA", "CATEGORIES", "predict_time", "chunk_bodies", "mmapped_bytes",
-           "MMAP_CEILING_BYTES", "work_of", "base_work"]
+           "MMAP_CEILING_BYTES", "work_of", "base_work", "time_band", "time_floor", "clamp_time", "chunks_timed"]
 
 SCHEMA = 1
 #: committed models, beside the sweeps
@@ -116,7 +116,7 @@ class Prediction(dict):
 
 def _outer_ok(c: Mapping[str, Any], values: Mapping[str, int]) -> bool:
     """Whether class ``c`` covers the outer loop's count in ``values`` (a class without ``outer`` covers
-    any: a family without an outer loop, :class:`~memlab.advisor.loops.Repeated`)."""
+    any: a family without an outer loop, :class:`~memlab.core.loops.Repeated`)."""
     o = c.get("outer")
     if not o:
         return True
@@ -141,7 +141,7 @@ def predict(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any], p
     (sizes and knobs, technique parameter names).
 
     Args:
-        family: the family's :class:`~memlab.advisor.declaration.Declaration`, or its part of a model
+        family: the family's :class:`~memlab.core.declaration.Declaration`, or its part of a model
             file (``models["families"][name]``, which carries the declaration).
     """
     k, values = as_declaration(family).loop_of(params, chunked=bool(entry.get("knobs")))
@@ -241,6 +241,88 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
     return float((t["r"] * w + t["c"] + bodies * t["o"] + per_byte * mine) / (w + per_byte * base))
 
 
+# NOTE [ the time band ]
+# A time model's error is stated from its own points, as its residuals allow: a fit of p coefficients
+# (``r, c`` and, chunked, ``o``; a components model one ``r`` per component, ``c``, ``o`` and one
+# ``r_per_chunk`` per split component) through n > p points has residuals, and its band is the largest
+# relative residual (``max_fit_rel_error``: |fitted - measured| / measured over the points).  Through
+# n <= p points the fit is exact whatever the noise, so the band is "unknown (n points)" with the
+# measured ratios beside it, never a zero error: a model file's two timed batches put the noise of two
+# ratios into the asymptote (data/model-files/gpt2-sgd.json).  A constant model's band is the spread
+# of its points around their median.
+# Evidence: docs/evidence/time-model-bias.md#the-band
+
+
+def _fitted_coefficients(t: Mapping[str, Any]) -> int:
+    """How many coefficients a ``work`` or ``components`` time model fitted (NOTE [ the time band ])."""
+    chunked = len({p.get("chunks") for p in t.get("points") or []}) > 1
+    if t.get("kind") == "components":
+        return len(t.get("r") or {}) + 1 + chunked + len(t.get("r_per_chunk") or {})
+    return 2 + chunked
+
+
+def time_band(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The relative error of ``entry``'s time model from its own points (NOTE [ the time band ]):
+    ``{"fraction": float | None, "points": n, "text"}``; ``fraction`` None when the points cannot say
+    (a fit through no more points than coefficients, or no model); 0 for the family baseline (1 by
+    definition)."""
+    if entry.get("baseline"):
+        return {"fraction": 0.0, "points": 0, "text": "1 by definition (the family baseline)"}
+    t = entry.get("time") or {}
+    pts = [p["relative_step_time"] for p in t.get("points") or [] if isinstance(p.get("relative_step_time"), (int, float))]
+    n = len(pts)
+    measured = ", ".join(f"{x:.2f}x" for x in pts[:4]) + (" ..." if n > 4 else "")
+    if t.get("kind") == "constant":
+        if n < 2:
+            return {"fraction": None, "points": n, "text": f"unknown ({n} point{'' if n == 1 else 's'})"}
+        spread = max(abs(x - t["a"]) / t["a"] for x in pts)
+        return {"fraction": round(spread, 4), "points": n, "text": f"±{100 * spread:.1f}% (spread of {n} points)"}
+    if t.get("kind") not in ("work", "components"):
+        return {"fraction": None, "points": n, "text": "no time model"}
+    if n <= _fitted_coefficients(t) or not isinstance(t.get("max_fit_rel_error"), (int, float)):
+        return {"fraction": None, "points": n, "text": f"unknown ({n} points: {measured} measured)"}
+    worst = float(t["max_fit_rel_error"])
+    return {"fraction": round(worst, 4), "points": n, "text": f"±{100 * worst:.1f}% (largest residual of {n} points)"}
+
+
+# NOTE [ no faster than plain unless measured so ]
+# A prediction below 1 (faster than the family baseline) stands only as far as a measured ratio of the
+# entry went: the prediction is floored at min(1, the smallest ratio its time points measured), and
+# the answer marks a floored time.  A fit's asymptote ``r`` carries its points' noise: a technique that
+# recomputes was predicted faster than plain from two noisy batches and measured slower (issue 43).
+# No ceiling is set: more chunks than were timed cost more than predicted, not less (the sweeps).
+# Evidence: docs/evidence/time-model-bias.md#the-floor
+
+
+def time_floor(entry: Mapping[str, Any]) -> float | None:
+    """The least relative time ``entry`` may be predicted (NOTE [ no faster than plain unless measured
+    so ]): ``min(1, smallest measured ratio of its time points)``; None for the baseline or an entry
+    without time points."""
+    pts = [p["relative_step_time"] for p in (entry.get("time") or {}).get("points") or []
+           if isinstance(p.get("relative_step_time"), (int, float))]
+    if entry.get("baseline") or not pts:
+        return None
+    return float(min(1.0, min(pts)))
+
+
+def clamp_time(entry: Mapping[str, Any], t: float | None) -> tuple[float | None, bool]:
+    """``(the prediction floored at time_floor(entry), whether the floor moved it)``."""
+    floor = time_floor(entry)
+    if t is None or floor is None or t >= floor:
+        return t, False
+    return floor, True
+
+
+def chunks_timed(entry: Mapping[str, Any]) -> int | None:
+    """The most chunks ``entry``'s time points measured (None: no points, or an entry without a knob,
+    whose loop count is no chunk count); a setting with more chunks extrapolates the per-chunk cost
+    (docs/evidence/time-model-bias.md)."""
+    if not entry.get("knobs") or entry.get("baseline"):
+        return None
+    counts = [p.get("chunks") for p in (entry.get("time") or {}).get("points") or [] if isinstance(p.get("chunks"), int)]
+    return max(counts) if counts else None
+
+
 #: glibc's dynamic mmap threshold never rises above this (``DEFAULT_MMAP_THRESHOLD_MAX`` on a 64-bit
 #: host): an allocation of at least this many bytes is always its own ``mmap`` (NOTE [ page faults in
 #: the time model ] in :mod:`memlab.advisor.fit`)
@@ -276,8 +358,8 @@ def models_path(optimizer: str, directory: Path | None = None) -> Path:
 
 def host_variant_dir(directory: Path | None, host: Mapping[str, Any]) -> Path:
     """Where the models fitted on ``host``'s kernels live beside ``directory``'s: ``hosts/<key>/``
-    (NOTE [ host-dependent bytes ] in :mod:`memlab.host`)."""
-    from ..host import host_key
+    (NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`)."""
+    from ..core.host import host_key
 
     return (directory or MODELS_DIR) / "hosts" / host_key(host)
 
@@ -286,7 +368,7 @@ def load_models(optimizer: str, directory: Path | None = None, host: Mapping[str
                 ) -> dict[str, Any]:
     """The committed models for ``optimizer``, as fitted.
 
-    With ``host`` (a :func:`memlab.host.kernel_host` record), the models as they hold on that host: a
+    With ``host`` (a :func:`memlab.core.host.kernel_host` record), the models as they hold on that host: a
     family whose bytes depend on the CPU kernels (``host_dependent``) and that was fitted on other
     kernels is replaced by its variant under :func:`host_variant_dir` where one was fitted on ``host``'s
     kernels, and otherwise kept and marked ``other_kernels: {"fitted": ..., "here": ...}``, so a caller
@@ -319,7 +401,7 @@ def load_models(optimizer: str, directory: Path | None = None, host: Mapping[str
 
 def _hold_for(data: dict[str, Any], optimizer: str, directory: Path | None, host: Mapping[str, Any]) -> None:
     """:func:`load_models`' ``host`` step, in place."""
-    from ..host import same_kernels
+    from ..core.host import same_kernels
 
     variant_dir = host_variant_dir(directory, host)
     variants = (load_models(optimizer, variant_dir)["families"] if models_path(optimizer, variant_dir).is_file()

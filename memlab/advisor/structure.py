@@ -19,7 +19,7 @@ __all__ = ["Insertion", "LoopStructure", "StructureError", "infer_loops", "split
 
 #: the copies variable of a looped class: ``m = k - base_k - 1 >= 0`` (``m + 1`` extra loop iterations)
 LOOP_VAR = "m"
-#: the copies variable of an outer loop (:class:`~memlab.advisor.loops.Repeated`) while its pieces are
+#: the copies variable of an outer loop (:class:`~memlab.core.loops.Repeated`) while its pieces are
 #: built; the fit writes it as the outer size itself (:func:`poly_substitute`)
 OUTER_VAR = "mo"
 

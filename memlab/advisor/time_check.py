@@ -23,10 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomic import write_text_atomic
+from ..core.atomic import write_text_atomic
 from ..registry import family_meta
 from .model import MODELS_DIR, load_models, predict_time
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 
 __all__ = ["HELD_OUT", "GOAL", "held_out", "check_times", "main"]
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 
 __all__ = ["SymEvent", "raw_trace", "symbolic_trace", "monomial_library", "IdentificationError", "step_peak"]
 

@@ -28,7 +28,7 @@ def _parser():
 
 def _check_environment() -> None:
     """Every ``MEMLAB_*`` setting, before torch (NOTE [ environment settings up front ])."""
-    from ..env_settings import environment_problem
+    from ..core.env_settings import environment_problem
 
     problem = environment_problem()
     if problem:
@@ -37,7 +37,7 @@ def _check_environment() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from ..errors import TechniqueUnavailable
+    from ..core.errors import TechniqueUnavailable
 
     try:
         _check_environment()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .common import UsageError, print_or_drop, say
 from .options import timeout_seconds
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 
 __all__ = ["add_parser", "run"]
 
@@ -101,10 +101,10 @@ def _fit(args, models_dir) -> int:
 
 
 def _advise_model(args, cache_root) -> int:
-    """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.model_advice)."""
+    """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.own_model.advice)."""
     from ..advisor import verify
-    from ..model_advice import advise_model, format_model_advice
-    from ..params import split_params
+    from ..own_model.advice import advise_model, format_model_advice
+    from ..core.params import split_params
 
     if args.fit or args.family:
         raise UsageError("--model fits its own models (cached); leave out --fit and --family")

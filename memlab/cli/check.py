@@ -28,7 +28,7 @@ def precheck(args) -> None:
 
 
 def run(args) -> int:
-    from ..checks import iter_checks
+    from ..measurement.technique_checks import iter_checks
     from ..registry import get_technique
 
     model_file(args, "check")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..setting import DEFAULTS, Setting
+from ..core.setting import DEFAULTS, Setting
 from . import names
 
 __all__ = ["UsageError", "say", "print_or_drop", "check_file", "check_files", "check_measured_name",
@@ -71,7 +71,7 @@ def check_files(args) -> None:
 def check_measured_name(args) -> None:
     """``measure``/``timeline``: the technique and each ``--param`` name, from the source when every
     technique is built in; a malformed ``--param`` whatever the technique."""
-    from ..params import split_params
+    from ..core.params import split_params
 
     pairs = split_params(args.param or [])  # malformed or repeated: ValueError with the NAME=VALUE form
     if args.name is not None and names.applies(args.plugin, getattr(args, "model", None)):
@@ -81,7 +81,7 @@ def check_measured_name(args) -> None:
 
 # -- the registry and the measurement -------------------------------------------------------------
 def parse_params(cls, pairs: Sequence[str]) -> dict[str, Any]:
-    from ..params import split_params
+    from ..core.params import split_params
 
     specs = cls.all_params()
     out: dict[str, Any] = {}
@@ -110,7 +110,7 @@ def model_file(args, command: str) -> None:
 
 
 def setting_of(args) -> Setting:
-    """The measuring options of ``args`` as a validated :class:`~memlab.setting.Setting` (a ValueError
+    """The measuring options of ``args`` as a validated :class:`~memlab.core.setting.Setting` (a ValueError
     naming the bad value, exit status 2, before torch is imported)."""
     d = DEFAULTS  # --accumulate and --grads: measure and sweep only
     return Setting(device=args.device, dtype=args.dtype, mode=args.mode, optimizer=args.optimizer, loss=args.loss,

@@ -44,7 +44,7 @@ def run(args) -> int:
 
 
 def _print_table(m) -> None:
-    from ..record import fmt_mib
+    from ..core.record import fmt_mib
 
     label = "resident" if m.device == "cpu" else "reserved"
     rows = [*_memory_rows(m, label), *_time_rows(m), *_verdict_rows(m)]
@@ -60,13 +60,13 @@ def _print_table(m) -> None:
 
 def _gradient_options(m) -> str:
     """``", accumulate 2, grads zero"``: the gradient options a row was measured with, where not the defaults."""
-    from ..setting import DEFAULTS
+    from ..core.setting import DEFAULTS
 
     return "".join(f", {k} {getattr(m, k)}" for k in ("accumulate", "grads") if getattr(m, k) != getattr(DEFAULTS, k))
 
 
 def _memory_rows(m, label: str) -> list[tuple[str, str, str]]:
-    from ..record import CATEGORIES, fmt_mib
+    from ..core.record import CATEGORIES, fmt_mib
 
     return [
         ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
@@ -136,7 +136,12 @@ def _verdict_rows(m) -> list[tuple[str, str, str]]:
 
 
 def measure_exit(m) -> int:
-    """0 for ``ok``; else one line on stderr with the status and reason, and 1."""
+    """0 for ``ok``; 0 and one line on stderr for a row that reads ``leak_unknown`` (too few steps for a
+    leak verdict: NOTE [ verdicts ] in memlab.measurement.verdict); else one line on stderr with the
+    status and reason, and 1."""
+    if m.verdict == "leak_unknown":
+        print(f"memlab: {m.technique}: LEAK UNKNOWN: {m.reason}; not ok, never ranked", file=sys.stderr)
+        return 0
     if m.status == "ok":
         return 0
     print(f"memlab: {m.technique}: {m.status.upper()}: {m.error or 'no reason recorded'}", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import NamedTuple, Sequence
 
-from ..setting import DEFAULTS, DTYPES, GRADS, LOSSES, MAX_ACCUMULATE, MAX_TIMEOUT_S, MODES, OPTIMIZERS
+from ..core.setting import DEFAULTS, DTYPES, GRADS, LOSSES, MAX_ACCUMULATE, MAX_TIMEOUT_S, MODES, OPTIMIZERS
 
 __all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options"]
 
@@ -68,7 +68,7 @@ class Shared(NamedTuple):
 
 
 def _measuring(meas: argparse.ArgumentParser) -> None:
-    """The measuring options: a :class:`~memlab.setting.Setting`'s fields, with its defaults."""
+    """The measuring options: a :class:`~memlab.core.setting.Setting`'s fields, with its defaults."""
     d = DEFAULTS
     meas.add_argument("--device", default=d.device, help=f"cpu, cuda or cuda:N (default {d.device})")
     meas.add_argument("--dtype", default=d.dtype, help=f"{', '.join(DTYPES)} (default {d.dtype})")
@@ -100,7 +100,7 @@ def _measuring(meas: argparse.ArgumentParser) -> None:
 
 
 def _gradient_options(group: argparse.ArgumentParser) -> None:
-    """``--accumulate K`` and ``--grads none|zero``: :class:`~memlab.setting.Setting` fields (measure, sweep)."""
+    """``--accumulate K`` and ``--grads none|zero``: :class:`~memlab.core.setting.Setting` fields (measure, sweep)."""
     d = DEFAULTS
     group.add_argument("--accumulate", type=int, default=d.accumulate, metavar="K",
                        help=f"micro-batches of the batch accumulated into .grad before one optimizer step "

@@ -36,8 +36,9 @@ def add_parser(sub, shared) -> None:
     s.add_argument("--force", action="store_true", help="replace an --out that holds measured rows (without "
                                                         "--force, --append or --resume such a file is refused)")
     s.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="measure N points at once (CPU only), each child with cores/N threads unless --threads "
-                        "is given; memory figures are unchanged, times become N-way shared (default 1)")
+                   help="measure N points at once (1 to 64; default 1): on CPU each child with cores/N threads "
+                        "unless --threads is given, times N-way shared; with --device cuda one worker on each of "
+                        "N visible GPUs; memory figures are unchanged")
     s.add_argument("--resume", action="store_true", help="skip points --out already holds with a finished status "
                    "(ok, mismatch, leak) at the same device, dtype, mode, optimizer and loss; append the rest")
     s.add_argument("--shard", metavar="I/N", help="measure only shard I of N (1-based): a deterministic part of the "
@@ -163,11 +164,11 @@ def _report(args, points, rows, elapsed: float) -> int:
 
 
 def _unmeasured(points, out, args) -> list:
-    """``--resume``: the points ``out`` holds no finished row for, by :meth:`memlab.setting.Point.key`
+    """``--resume``: the points ``out`` holds no finished row for, by :meth:`memlab.core.setting.Point.key`
     (its unreadable lines are warned about)."""
     from ..sweep import finished_keys, is_done
 
-    done = finished_keys(out.path, warn=say)
+    done = finished_keys(out.path, warn=say, iterations=args.iterations)  # leak unknown: memlab.sweep.resume
     left = [p for p in points if not is_done(p, done)]
     say(f"memlab: resuming {out.path}: {len(points) - len(left)} of {len(points)} point(s) already measured")
     return left
@@ -196,7 +197,7 @@ def plan_args(args) -> dict[str, Any]:
 
 def _shard_of(points, args, setting):
     """``--shard i/n``: this shard's points and the record each of its rows carries."""
-    from ..setting import DEFAULTS
+    from ..core.setting import DEFAULTS
     from ..sweep.shard import parse_shard, select_shard, shard_record, summarise
 
     try:

@@ -31,9 +31,9 @@ def add_parsers(sub, shared) -> None:
 
 
 def run_timeline(args) -> int:
-    from ..atomic import write_text_atomic
+    from ..core.atomic import write_text_atomic
     from ..measurement import timeline
-    from ..record import fmt_mib
+    from ..core.record import fmt_mib
     from ..registry import get_technique
 
     cls = get_technique(args.name)
@@ -60,9 +60,9 @@ def precheck_timelines(args) -> None:
 
 
 def run_timelines(args) -> int:
-    from ..atomic import write_text_atomic
+    from ..core.atomic import write_text_atomic
     from ..measurement import timeline
-    from ..record import fmt_mib
+    from ..core.record import fmt_mib
     from ..registry import get_technique, list_families, list_techniques
 
     if args.family is not None and args.family not in list_families():

@@ -28,7 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from ..record import AllocEvent, Window
+from ..core.record import AllocEvent, Window
 from .calibration import CalibrationTable, signature_key
 
 __all__ = ["DeviceView", "device_view", "host_live_at", "host_peak", "summarise_tags"]

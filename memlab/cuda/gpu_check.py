@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
-from ..setting import DEFAULTS, Point, Setting
+from ..core.setting import DEFAULTS, Point, Setting
 
 __all__ = ["configurations", "config_key", "predict", "measure_on_device", "row_for", "load_predictions", "check_all",
            "main"]
@@ -87,7 +87,7 @@ def point_of(cfg: dict[str, Any]) -> Point:
 
 
 def config_key(cfg: dict[str, Any]) -> str:
-    """One configuration's identity, :meth:`Point.key <memlab.setting.Point.key>` of :func:`point_of`,
+    """One configuration's identity, :meth:`Point.key <memlab.core.setting.Point.key>` of :func:`point_of`,
     as a canonical JSON string (the key of a ``--predictions`` file's rows)."""
     return json.dumps(point_of(cfg).key())
 
@@ -196,7 +196,7 @@ def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[
 
 
 def _write(target: Path, data: dict[str, Any]) -> None:
-    from ..atomic import write_text_atomic
+    from ..core.atomic import write_text_atomic
 
     write_text_atomic(target, json.dumps(data, sort_keys=True, indent=1) + "\n")
 

@@ -85,7 +85,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Hashable, Iterable
 
-from ..units import MiB
+from ..core.units import MiB
 
 __all__ = ["AllocatorConf", "AllocatorStats", "CachingAllocatorModel", "SimulatedOOM", "parse_alloc_conf",
            "simulate", "round_size", "allocation_size", "KMIN_BLOCK_SIZE", "KSMALL_SIZE", "KSMALL_BUFFER",

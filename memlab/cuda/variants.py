@@ -23,8 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..record import WHOLE_STATUSES
-from ..setting import Setting
+from ..core.record import WHOLE_STATUSES
+from ..core.setting import Setting
 
 __all__ = ["CONFS", "seed_variants", "main"]
 

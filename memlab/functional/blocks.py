@@ -1,7 +1,7 @@
 """The repeated blocks of any ``nn.Module``: finding them, and running them checkpointed.
 
 Pure operations on a module tree (no registry, no measuring), used by the techniques that apply to
-any model (:mod:`memlab.techniques.any_model`).
+any model (:mod:`memlab.own_model.techniques`).
 
 * :func:`find_blocks` guesses the blocks: the containers (``nn.ModuleList`` / ``nn.Sequential``)
   whose children all have one type, grouped by that type; the type that fills the most container

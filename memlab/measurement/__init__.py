@@ -13,8 +13,8 @@ from ..registry import get_technique, load_plugin
 from ..technique import Technique
 from .devices import parse_device, parse_dtype
 from .inprocess import measure_in_process, memory_method, skeleton, timeline_in_process
-from ..record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
-from ..setting import DEFAULTS, Point, Setting
+from ..core.record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
+from ..core.setting import DEFAULTS, Point, Setting
 from .micro_batches import check_accumulate
 from .runner import WorkerFailed, run_in_subprocess
 
@@ -88,11 +88,11 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
             plugins=(), reference_cache: str | None = None, **options: Any) -> Measurement:
     """Measure one technique on one configuration.
 
-    ``measure(Point(name, params, Setting(...)))``, or, as before the :class:`~memlab.setting.Setting`
+    ``measure(Point(name, params, Setting(...)))``, or, as before the :class:`~memlab.core.setting.Setting`
     existed, ``measure(name, device="cpu", optimizer="adam", chunk_size=2500)``: the keywords that are
     Setting fields build (or change) the setting, the others are the technique's parameters.
 
-    The setting (:class:`memlab.setting.Setting`, checked by its ``validate()``; defaults there):
+    The setting (:class:`memlab.core.setting.Setting`, checked by its ``validate()``; defaults there):
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         dtype: ``float32``, ``float64``, ``bfloat16`` or ``float16``.
         mode: ``train`` (forward, backward, the optimizer's step) or ``infer`` (forward under no_grad).
@@ -110,10 +110,9 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
         loss: ``given`` (the default: ``output.backward(grad_output)``, the upstream gradient
             preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
             gradient is allocated inside the step, as in a user's loop).
-        threads: torch's intra-op threads for the memory phase (``None``: the process's default,
-            one per core) and for the timed phase (``None``: one thread, which keeps
-            ``relative_step_time`` load-robust: NOTE [ CPU time and load ] in
-            :mod:`memlab.measurement.timing`).
+        threads: torch's intra-op threads for the memory phase (``None``: the process's default, one per core)
+            and for the timed phase (``None``: one thread, which keeps ``relative_step_time`` load-robust:
+            NOTE [ CPU time and load ] in :mod:`memlab.measurement.timing`).
         accumulate: micro-batches of the batch accumulated into ``.grad`` before one optimizer step
             (default 1); a batch it does not divide is a ValueError naming both (NOTE [ micro-batches
             of a problem ] in :mod:`memlab.measurement.micro_batches`).
@@ -121,7 +120,7 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
             in place: live between steps, in the baseline).
 
     Args:
-        target: a :class:`~memlab.setting.Point`, or a registered technique name (or the class).
+        target: a :class:`~memlab.core.setting.Point`, or a registered technique name (or the class).
         setting: the setting (default: the point's, else the defaults), changed by any Setting field
             among ``options``.
         isolate: ``True``/``"auto"`` (default): a child forked from a warm server for CPU, a fresh
@@ -140,13 +139,27 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
         >>> m = memlab.measure("slice_loop", n=10000, chunk_size=2500)   # doctest: +SKIP
         >>> m.peak_allocated_bytes                                        # bytes above baseline
     """
-    name, point = as_point(target, setting, **options)
+    technique, dev, dt, s = _checked(*as_point(target, setting, **options), isolate, plugins)
+    if not isolate:
+        return measure_in_process(technique, dev, dt, setting=s, reference_cache=reference_cache)
+    return _measure_isolated(technique, dev, s, isolate, reference_cache)
+
+
+def _checked(name: str | type[Technique], point: Point, isolate: bool | str,
+             plugins) -> tuple[Technique, Any, Any, Setting]:
+    """Every check of :func:`measure`'s arguments, in the caller's process: ``(technique instance,
+    torch.device, torch.dtype, validated setting)``; a bad value is a ValueError naming it."""
     s = point.setting.validate()
     _check_isolation(isolate)
     technique, dev, dt = prepare(name, point.params, s.device, s.dtype, s.mode, plugins)
     _check_gradient_options(technique, s)
-    if not isolate:
-        return measure_in_process(technique, dev, dt, setting=s, reference_cache=reference_cache)
+    return technique, dev, dt, s
+
+
+def _measure_isolated(technique: Technique, dev: Any, s: Setting, isolate: bool | str,
+                      reference_cache: str | None) -> Measurement:
+    """The memory phase in one child, then, when it is ``ok``, the timed phase in a child of its own;
+    a child that fails is a row with its status and error (at most 500 characters)."""
     request = _request(technique, s, reference_cache)
     try:
         measured = Measurement.from_dict(run_in_subprocess(type(technique), request, s.timeout, _isolation(isolate)))

@@ -38,8 +38,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ..cuda.calibration import CONV_OPS
-from ..record import AllocEvent, Window
-from ..setting import DEFAULTS
+from ..core.record import AllocEvent, Window
+from ..core.setting import DEFAULTS
 from . import host_tags
 from .conv_marks import CONV_MARK, marked_convolutions
 from .host_marks import marked_offloading

@@ -50,7 +50,7 @@ from typing import Iterable, Mapping
 import torch
 from torch.profiler import record_function
 
-from ..record import ACTIVATION_CATEGORIES, CATEGORIES, Category
+from ..core.record import ACTIVATION_CATEGORIES, CATEGORIES, Category
 from .alloc_trace import AllocEvent, Window
 
 __all__ = ["CATEGORIES", "ACTIVATION_CATEGORIES", "Probe", "IterationCategories", "baseline_categories",

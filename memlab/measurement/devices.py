@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from .. import setting
+from ..core import setting
 
 __all__ = ["parse_device", "parse_dtype", "DTYPES", "device_label", "synchronize"]
 
-#: each dtype name of :data:`memlab.setting.DTYPES` -> its torch dtype
+#: each dtype name of :data:`memlab.core.setting.DTYPES` -> its torch dtype
 DTYPES = {name: getattr(torch, name) for name in setting.DTYPES}
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from .._version import __version__
-from ..host import kernel_host
+from ..core.host import kernel_host
 from .resident import MMAP_THRESHOLD, threshold_fixed
 
 __all__ = ["environment", "load_average"]
@@ -70,7 +70,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu": _cpu_name(),
-        # the CPU kernels a convolution's bytes hold for (NOTE [ host-dependent bytes ] in memlab.host)
+        # the CPU kernels a convolution's bytes hold for (NOTE [ host-dependent bytes ] in memlab.core.host)
         "kernels": kernel_host(),
         # which host measured the row: shards and Ray tasks run on many (the site keeps them apart)
         "host": socket.gethostname() or None,

@@ -155,7 +155,7 @@ def _freed_in_scope(alloc, free_ns: int, scope: int) -> bool:
 
 
 def tag_events(events: Iterable, rng: int | None = None, rules: Sequence[TagRule] = RULES) -> list:
-    """``events`` (time-ordered :class:`~memlab.record.AllocEvent`) with ``place`` and
+    """``events`` (time-ordered :class:`~memlab.core.record.AllocEvent`) with ``place`` and
     ``rule`` set by :data:`RULES`; a free gets its allocation's (NOTE [ device tags ])."""
     rng = rng_state_bytes() if rng is None else rng
     out = list(events)

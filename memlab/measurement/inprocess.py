@@ -14,14 +14,14 @@ from . import alloc_trace, resident
 from .categories import Probe, baseline_categories, categorise, refuses_saved_hooks
 from .devices import device_label, synchronize
 from .environment import environment
-from ..record import Measurement, Timeline, TimelineEvent
-from ..setting import DEFAULTS, Setting
+from ..core.record import Measurement, Timeline, TimelineEvent
+from ..core.setting import DEFAULTS, Setting
 from .step import baseline_objects, make_step, tensors_bytes
 from .step_check import Float64Arbiter, Shadow, StepLog, build_problem, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
 from ..cuda.prediction import predict_cuda
-from .verdict import decide, leak_evidence
+from .verdict import decide
 from .reference_cache import ReferenceCache
 from .verify import verify_technique
 
@@ -263,9 +263,9 @@ def traced_steps(technique: Technique, device: torch.device, dtype: torch.dtype,
 # The recording sees every free, also of storage allocated before it started: such a free pairs with no
 # recorded allocation and would be counted as negative temporaries (a total_peak_bytes below zero) or
 # lower a step's peak.  Garbage left by earlier work in the same process is such storage, and one
-# gc.collect() need not free it all: autograd's ctx.y = y cycles (memlab.reproductions._leaky_ctx) chain
-# through C++ graph nodes the collector cannot see into, so each collection frees one layer and the next
-# collections (a dozen per measurement) free the rest.  After an in-process measurement of
+# gc.collect() need not free it all: autograd's ctx.y = y cycles (the reversible family's leaky stack,
+# reproductions/_leaky_ctx.py) chain through C++ graph nodes the collector cannot see into, so each
+# collection frees one layer and the next collections (a dozen per measurement) free the rest.  After an in-process measurement of
 # LeakyCtxOutput (depth 8), the next in-process measurement of unchunked (n=16) recorded 10 such frees
 # (198,144 bytes) and reported total_peak_bytes = -195968 (tests/test_inprocess_garbage.py).  So the
 # collector runs until it finds nothing before the recording opens.  A fork-server child starts with
@@ -375,7 +375,6 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
     fields["peak_allocated_bytes"] = max(peaks) if peaks else None
     status, reason, per_step = decide(exact, drift, after, steps_check)
     fields.update(status=status, error=reason, leak_bytes_per_step=per_step)
-    notes.update(leak_evidence(after))  # fewer steps than a leak verdict needs: NOTE [ verdicts ]
     if steps_check is not None:
         notes.update(measured_steps_checked=steps_check.steps, measured_steps_max_error=steps_check.max_error)
     fields["extra"] = {"baseline": technique.baseline, "twin": technique.twin, **notes, **described(technique, problem, mode)}

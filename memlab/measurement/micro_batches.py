@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..errors import TechniqueUnavailable
+from ..core.errors import TechniqueUnavailable
 from ..workload import Problem
 
 __all__ = ["check_accumulate", "micro_problems", "batch_of", "BatchDoesNotSplit"]

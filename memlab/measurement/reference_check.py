@@ -1,5 +1,5 @@
 """One technique's reference check on its check configuration, in this process (the isolated child
-of ``memlab check`` runs it: :mod:`memlab.checks`, NOTE [ fork server ])."""
+of ``memlab check`` runs it: :mod:`memlab.measurement.technique_checks`, NOTE [ fork server ])."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..registry import get_technique
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 from ..technique import TechniqueUnavailable
 from .verify import Verification, verify_technique
 

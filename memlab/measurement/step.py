@@ -3,7 +3,7 @@
 ``train``: forward, backward from the chosen ``loss``, the chosen ``optimizer``'s ``step()``, then
 every leaf's ``.grad`` set to None (``grads="none"``, the default).  So between steps only the
 baseline (parameters, inputs, upstream gradient, optimizer state) is live, and a step's peak covers
-activations, gradients and temporaries.  The gradient options (:class:`memlab.setting.Setting`):
+activations, gradients and temporaries.  The gradient options (:class:`memlab.core.setting.Setting`):
     ``accumulate=K``: ``K`` forward/backward passes over micro-batches of ``1/K`` of the batch, their
         gradients accumulated into ``.grad``, then one optimizer step (NOTE [ micro-batches of a
         problem ] in :mod:`memlab.measurement.micro_batches`): from the second micro-batch on, every
@@ -25,8 +25,14 @@ Losses (:data:`LOSSES`):
         lives until backward ends: measured, as a user's loop would pay it.)
 Optimizers (:data:`OPTIMIZERS`), all ``foreach=False`` (one parameter at a time, deterministic):
     ``sgd`` (no state), ``sgd_momentum`` (momentum 0.9: one buffer per parameter), ``adam`` and
-    ``adamw`` (``exp_avg`` and ``exp_avg_sq`` per parameter and a scalar ``step`` tensor), created
+    ``adamw`` (``exp_avg`` and ``exp_avg_sq`` per parameter and a scalar ``step`` tensor),
+    ``adafactor`` (``torch.optim.Adafactor``, Shazeer & Stern 2018: per parameter of two or more
+    dimensions a row and a column second moment, the parameter's shape with its last, resp.
+    second-to-last, dimension 1; per vector a full one; and a scalar float32 ``step`` tensor), created
     at the first step.  A technique may supply its own (:meth:`memlab.Technique.make_optimizer`).
+    Each also as ``<name>_in_backward``: every parameter stepped in backward as soon as its gradient is
+    accumulated, the gradient freed at once (:class:`~memlab.measurement.in_backward.InBackward`,
+    NOTE [ optimizer in backward ] in :mod:`memlab.core.setting`).
 """
 from __future__ import annotations
 
@@ -36,43 +42,72 @@ from typing import Callable
 import torch
 from torch.profiler import record_function
 
-from ..setting import DEFAULTS, GRADS, LOSSES, MODES, OPTIMIZERS, check_choice
+from ..core.setting import (DEFAULTS, GRADS, LOSSES, MODES, OPTIMIZERS, STEPPED_OPTIMIZERS, check_choice,
+                            check_in_backward, in_backward)
 from ..technique import Technique
 from ..workload import Problem
+from .in_backward import InBackward
 from .micro_batches import micro_problems
 
-__all__ = ["make_step", "make_optimizer", "MODES", "PHASES", "OPTIMIZERS", "LOSSES", "OptimizerName", "LossName",
+__all__ = ["make_step", "make_optimizer", "step_optimizer", "MODES", "PHASES", "OPTIMIZERS", "LOSSES", "OptimizerName", "LossName",
            "check_choice"]
 
 PHASES = ("forward", "backward", "optimizer")
-OptimizerName = str  # one of OPTIMIZERS (memlab.setting)
-LossName = str  # one of LOSSES (memlab.setting)
+OptimizerName = str  # one of OPTIMIZERS (memlab.core.setting)
+LossName = str  # one of LOSSES (memlab.core.setting)
 LEARNING_RATE = 1e-4
 MOMENTUM = 0.9
 
 
 def make_optimizer(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
-    """The optimizer ``name`` (one of :data:`OPTIMIZERS`) over ``params``, learning rate 1e-4."""
-    check_choice("optimizer", name, OPTIMIZERS)
+    """The optimizer ``name`` (one of :data:`STEPPED_OPTIMIZERS`) over ``params``, learning rate 1e-4."""
+    check_choice("optimizer", name, STEPPED_OPTIMIZERS)
     if name == "sgd":
         return torch.optim.SGD(params, lr=LEARNING_RATE, foreach=False)
     if name == "sgd_momentum":
         return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM, foreach=False)
+    if name == "adafactor":
+        return torch.optim.Adafactor(params, lr=LEARNING_RATE, foreach=False)
     cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
     return cls(params, lr=LEARNING_RATE, foreach=False)
+
+
+def step_optimizer(technique: Technique, choice: OptimizerName | torch.optim.Optimizer,
+                   params: list[torch.Tensor]) -> torch.optim.Optimizer | InBackward | None:
+    """The optimizer a training step over ``params`` uses: ``choice`` itself when it is an instance;
+    for a name (one of :data:`OPTIMIZERS`) the technique's own (:meth:`~memlab.Technique.make_optimizer`,
+    asked with the name) or memlab's; for an ``_in_backward`` name an :class:`InBackward` with one such
+    optimizer per parameter (NOTE [ optimizer in backward ]).  None without parameters."""
+    if isinstance(choice, torch.optim.Optimizer):
+        return choice
+    check_choice("optimizer", choice, OPTIMIZERS)
+    if not params:
+        return None
+    built, stepped_in_backward = in_backward(choice)
+    if stepped_in_backward:
+        return InBackward(params, [_one_optimizer(technique, choice, built, [p]) for p in params])
+    return _one_optimizer(technique, choice, built, params)
+
+
+def _one_optimizer(technique: Technique, choice: str, built: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+    own = getattr(technique, "make_optimizer", None)
+    opt = own(params, choice) if own is not None else None
+    return opt if opt is not None else make_optimizer(built, params)
 
 
 def make_step(technique: Technique, problem: Problem, mode: str, *,
               optimizer: OptimizerName | torch.optim.Optimizer = DEFAULTS.optimizer,
               loss: LossName = DEFAULTS.loss, accumulate: int = DEFAULTS.accumulate, grads: str = DEFAULTS.grads,
-              capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | None]:
+              capture=None) -> tuple[Callable[..., None], torch.optim.Optimizer | InBackward | None]:
     """Return ``(step, optimizer)``; ``step()`` runs one step and keeps nothing alive (with
     ``grads="zero"``: nothing but the parameters' zeroed ``.grad``).
 
     Args:
         optimizer: one of :data:`OPTIMIZERS` (the technique's :meth:`~memlab.Technique.make_optimizer`
-            may supply its own instead), or an optimizer instance to share (a reference step
-            timed beside the technique's uses the technique's optimizer).
+            may supply its own instead: :func:`step_optimizer`), or an optimizer instance to share (a
+            reference step timed beside the technique's uses the technique's optimizer).  An
+            ``_in_backward`` name refuses ``accumulate`` > 1 and ``grads="zero"`` (ValueError:
+            NOTE [ optimizer in backward ]); its optimizer is an :class:`InBackward`.
         loss: one of :data:`LOSSES`.
         accumulate: micro-batches per optimizer step (a ValueError naming the batch when it does
             not split: NOTE [ micro-batches of a problem ]).
@@ -103,32 +138,29 @@ def make_step(technique: Technique, problem: Problem, mode: str, *,
 
         return infer_step, None
 
-    params = [p for p in problem.model.parameters() if p.requires_grad]
-    if isinstance(optimizer, torch.optim.Optimizer):
-        opt = optimizer
-    else:
+    if isinstance(optimizer, str):
         check_choice("optimizer", optimizer, OPTIMIZERS)
-        own = getattr(technique, "make_optimizer", None)
-        opt = own(params, optimizer) if own is not None and params else None
-        if opt is None:
-            opt = make_optimizer(optimizer, params) if params else None
+        check_in_backward(optimizer, accumulate, grads)
+    opt = step_optimizer(technique, optimizer, [p for p in problem.model.parameters() if p.requires_grad])
     parts = micro_problems(technique, problem, accumulate)
     return _train_step(technique, problem, parts, loss, opt, grads, capture), opt
 
 
 def _train_step(technique: Technique, problem: Problem, parts: list[Problem], loss: str,
-                opt: torch.optim.Optimizer | None, grads: str, capture) -> Callable[..., None]:
+                opt: torch.optim.Optimizer | InBackward | None, grads: str, capture) -> Callable[..., None]:
     """The training step over ``parts`` (the micro-batch problems; ``[problem]`` without accumulation)."""
     leaves = problem.leaves()
     kept = len([p for p in problem.model.parameters() if p.requires_grad]) if grads == "zero" else 0
+    hooked = opt.hooked if isinstance(opt, InBackward) else None
 
     def train_step(probe=None) -> None:
         if capture is not None:
             capture.begin(leaves)
-        for k, part in enumerate(parts):
-            _micro_step(technique, part, k, len(parts), loss, probe, capture)
+        with hooked(_gradient_sampler(capture)) if hooked is not None else contextlib.nullcontext():
+            for k, part in enumerate(parts):
+                _micro_step(technique, part, k, len(parts), loss, probe, capture)
         if capture is not None:
-            capture.gradients(leaves)
+            _sample_gradients(capture, leaves, opt)
         with record_function("memlab::optimizer"):
             if opt is not None:
                 opt.step()
@@ -166,6 +198,25 @@ def _micro_step(technique: Technique, part: Problem, k: int, parts: int, loss: s
         del out, lossval
         if probe is not None:
             probe.gradients()
+
+
+def _gradient_sampler(capture) -> Callable[[int, torch.Tensor], None] | None:
+    """``record(i, grad)`` for an :class:`InBackward` hook: leaf ``i``'s gradient sampled as
+    ``capture.gradients`` names it, before the update frees it."""
+    if capture is None:
+        return None
+    return lambda i, grad: capture.record(f"grad:{i}", grad)
+
+
+def _sample_gradients(capture, leaves: list[torch.Tensor], opt) -> None:
+    """Every leaf's gradient before the optimizer; with an :class:`InBackward`, those its hooks did not
+    sample already (inputs, gradients set by hand)."""
+    if not isinstance(opt, InBackward):
+        capture.gradients(leaves)
+        return
+    for i, leaf in enumerate(leaves):
+        if i not in opt.stepped:
+            capture.record(f"grad:{i}", leaf.grad)
 
 
 def _mse_to_zero(out: torch.Tensor) -> torch.Tensor:

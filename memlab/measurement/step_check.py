@@ -80,7 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 
 __all__ = ["SAMPLES", "DRIFT_FACTOR", "FLOOR_ULPS", "StepLog", "StepComparison", "StepChecker", "checker_for",
            "compare_logs", "Shadow", "ReferenceAsTechnique", "Float64Arbiter",

@@ -44,7 +44,7 @@ import torch
 
 from ..registry import get_technique, list_techniques
 from ..technique import Technique
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 from .cpu_pin import pinned_to_one_cpu
 from .devices import synchronize
 from .environment import load_average

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..setting import DEFAULTS
+from ..core.setting import DEFAULTS
 from ..technique import Technique
 from .reference_cache import ReferenceCache
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ..atomic import write_text_atomic
+from ..core.atomic import write_text_atomic
 
 
 def main(argv: list[str]) -> int:
@@ -22,8 +22,8 @@ def main(argv: list[str]) -> int:
         req = json.load(f)
     from ..registry import get_technique
     from .devices import parse_device, parse_dtype
-    from ..record import Measurement
-    from ..setting import Setting
+    from ..core.record import Measurement
+    from ..core.setting import Setting
     from .inprocess import measure_in_process, time_measured, timeline_in_process
     from .resident import fix_mmap_threshold
 

@@ -1,6 +1,12 @@
-"""Seed reproductions: one module per user report in ``shared/seeds/``.
+"""Seed reproductions: one module per user report in ``shared/seeds/`` or per paper.
 
-Contract of a reproduction module ``memlab/reproductions/<name>.py`` (auto-discovered)::
+A reproduction belongs to the family whose techniques it measures: it is a module of that family
+folder's ``reproductions/`` sub-package, ``memlab/families/<family>/reproductions/<name>.py``
+(:func:`memlab.registry.reproduction_modules`; a plug-in family folder's are found the same way),
+so a family folder carries its own.  This package finds and runs them; :mod:`.papers` holds the
+helpers the paper pages share.
+
+Contract of a reproduction module (auto-discovered; a name starting with ``_`` is a helper)::
 
     SEED = "chunked-slicing-backward-spike"   # stem of the report file in shared/seeds/
     TITLE = "For loop on slices creates multiple intermediate gradients"
@@ -33,25 +39,35 @@ from __future__ import annotations
 
 import importlib
 import json
-import pkgutil
 from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
-from ..atomic import write_text_atomic
+from ..core.atomic import write_text_atomic
 
 __all__ = ["list_reproductions", "find_reproduction", "run_all", "run_one"]
 
 
 def list_reproductions() -> dict[str, ModuleType]:
-    """Reproduction modules by SEED."""
-    mods = {}
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
+    """Reproduction modules by SEED, in the order of their module names (``chen_...``, ``chunked_...``),
+    of every family folder (built-in and plug-in: :func:`memlab.registry.discover` loads
+    ``MEMLAB_PLUGINS`` first; imports torch).
+
+    Raises:
+        ValueError: two modules declare the same ``SEED``; the message names both.
+    """
+    from ..registry import discover, reproduction_modules
+
+    discover()
+    mods: dict[str, ModuleType] = {}
+    for name, _ in sorted(reproduction_modules(), key=lambda m: (m[0].rsplit(".", 1)[-1], m[0])):
+        mod = importlib.import_module(name)
+        if not (hasattr(mod, "SEED") and hasattr(mod, "reproduce")):
             continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        if hasattr(mod, "SEED") and hasattr(mod, "reproduce"):
-            mods[mod.SEED] = mod
+        if mod.SEED in mods:
+            raise ValueError(f"seed {mod.SEED!r} is declared by two reproductions: {mods[mod.SEED].__name__} and "
+                             f"{name}; give one another SEED")
+        mods[mod.SEED] = mod
     return mods
 
 

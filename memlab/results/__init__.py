@@ -24,7 +24,7 @@ the load-robust relative step time (see NOTE [ step times on the site ]).
 """
 from __future__ import annotations
 
-from ..record import STATUSES, VERDICTS
+from ..core.record import STATUSES, VERDICTS
 from .asv import ASV_COLUMNS, load_asv_machines, load_asv_results
 from .reading import (MAX_FILE_BYTES, MAX_JSON_DEPTH, PROBLEMS_PER_FILE, ResultsWarning, list_input_files,
                       load_json_objects, short_repr, shown_path)

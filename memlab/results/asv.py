@@ -12,7 +12,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..record import is_number as _is_number
+from ..core.record import is_number as _is_number
 from .reading import (FAILED, FileProblems, OutOfRange, list_input_files, read_json, short_repr, shown_path,
                       stat_problem, warn_results)
 from .runs import canonical_params

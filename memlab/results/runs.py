@@ -1,7 +1,7 @@
 """memlab sweep files (JSON Lines of ``Measurement.to_dict()``): each record validated, then one row.
 
 :func:`validate_measurement` checks a record field by field, as the kind each field declares
-(:class:`~memlab.record.FieldKind`) says; :func:`ranking_status` is the site's verdict (NOTE [ what
+(:class:`~memlab.core.record.FieldKind`) says; :func:`ranking_status` is the site's verdict (NOTE [ what
 the site ranks ]); :func:`machine_of` the machine a row ran on; :func:`load_runs` the DataFrame of
 rows (columns :data:`RUN_COLUMNS`; bytes, seconds, samples/s) and :func:`sweep_records` the records
 ``memlab sweep --resume`` counts, without pandas.
@@ -17,17 +17,17 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-from ..record import (MODES, SCHEMA_VERSION, STATUSES, FieldKind, Measurement, activation_figures, analytic_floor,
-                      fields_of_kind, is_under_load)
-from ..record import is_number as _is_number
+from ..core.record import (MODES, SCHEMA_VERSION, STATUSES, FieldKind, Measurement, Status, activation_figures,
+                           analytic_floor, fields_of_kind, is_under_load, row_reason, row_status)
+from ..core.record import is_number as _is_number
 from .reading import (CONTROL_CHARS, FileProblems, bad_numbers, list_input_files, read_jsonl, short_repr, shown_path,
                       warn_results)
 
 if TYPE_CHECKING:  # pandas is imported by the loaders that build frames: the sweep's --resume reads rows
     import pandas as pd  # with this module where only the core (no pandas) is installed
 
-# The record's schema is declared once, on :class:`~memlab.record.Measurement`; the reader derives
-# the fields it checks from the kind each field declares (:class:`~memlab.record.FieldKind`).
+# The record's schema is declared once, on :class:`~memlab.core.record.Measurement`; the reader derives
+# the fields it checks from the kind each field declares (:class:`~memlab.core.record.FieldKind`).
 _FIELDS = {f.name: f for f in dataclasses.fields(Measurement)}
 _REQUIRED_STR = fields_of_kind(FieldKind.KEY)
 #: Bytes and counts: finite numbers >= 0 or null.
@@ -39,7 +39,7 @@ _SIGNED_FIELDS = fields_of_kind(FieldKind.SIGNED)
 #: Seconds, samples/s, a ratio of step times and load averages: finite numbers >= 0 or null.
 _FLOAT_FIELDS = fields_of_kind(FieldKind.FIGURE)
 _LIST_FIELDS = fields_of_kind(FieldKind.SERIES)
-#: Bytes by memory category (:class:`~memlab.record.Category`).
+#: Bytes by memory category (:class:`~memlab.core.record.Category`).
 _CATEGORY_FIELDS = fields_of_kind(FieldKind.CATEGORIES)
 #: The training step's optimizer and loss, with the value rows from before the choice existed carry
 #: (the record's defaults).
@@ -49,8 +49,6 @@ _STEP_FIELDS = {n: _FIELDS[n].default for n in fields_of_kind(FieldKind.CHOICE)}
 #: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.cuda.prediction.
 _PREDICTED_CUDA = {"allocated_bytes": "allocated_peak_total_bytes", "reserved_bytes": "reserved_peak_bytes",
                    "fragmentation_bytes": "fragmentation_at_peak_bytes"}
-#: The key in ``extra`` of a row whose leak verdict lacks evidence (its reason); NOTE [ verdicts ].
-LEAK_UNKNOWN = "leak_unknown"
 #: The record's fields, and ``baseline``, which rows from before ``extra["baseline"]`` carried.
 _KNOWN_FIELDS = frozenset(_FIELDS) | {"baseline"}
 
@@ -133,7 +131,7 @@ def _identity_problems(rec: dict) -> list[str]:
 
 
 def _figure_problems(rec: dict) -> list[str]:
-    """Each top-level field checked as its kind (:class:`~memlab.record.FieldKind`) says."""
+    """Each top-level field checked as its kind (:class:`~memlab.core.record.FieldKind`) says."""
     problems = []
     for key in _INT_FIELDS + _FLOAT_FIELDS:
         problems += _optional(rec, key, lambda v: _is_number(v) and v >= 0, "a finite number >= 0")
@@ -201,7 +199,8 @@ def _beyond_tolerance(rec: dict) -> str | None:
     """Why an ``ok`` row's recorded error proves its check failed, or None (NOTE [ error beyond tolerance ])."""
     worst, rel, tol = rec.get("max_abs_error"), rec.get("max_rel_error"), rec.get("tolerance")
     errors = list((rec.get("errors_by_tensor") or {}).values())
-    if rec["status"] != "ok" or rec.get("matches_reference") is False or not tol or not _is_number(worst):
+    if rec["status"] not in (Status.OK, Status.LEAK_UNKNOWN) or rec.get("matches_reference") is False or not tol \
+            or not _is_number(worst):
         return None
     rtol, atol = tol
     nonzero = [e for e in errors if e != 0]
@@ -236,16 +235,17 @@ def _non_finite(rec: dict) -> bool:
 # * status ok, matches_reference missing: "unverified" (no reference check recorded);
 # * status ok with a field this memlab does not know: "unverified" (a newer memlab, or a hand-made row:
 #   its figures may mean something else); a schema newer than this memlab's is an invalid row;
-# * status ok with ``extra["leak_unknown"]``: "leak unknown" (fewer measured steps than a leak verdict
-#   needs, NOTE [ verdicts ] in memlab.measurement.verdict), with the reason the row records.
+# * status ok over fewer measured steps than a leak verdict needs: "leak unknown", with its reason
+#   ("leak unknown: 2 steps measured, 3 needed"; memlab.core.record.row_status, NOTE [ verdicts ] in
+#   memlab.measurement.verdict); a row that holds the status ``leak_unknown`` reads so as well.
 def ranking_status(rec: Mapping[str, Any]) -> tuple[str, str | None]:
     """``(status the site shows, reason)`` of a valid record; only ``"ok"`` is ranked.
 
-    See NOTE [ what the site ranks ].  The shown status is one of :data:`STATUSES`, ``"unverified"`` or
-    ``"leak unknown"``; the reason is None for ``ok``.
+    See NOTE [ what the site ranks ].  The shown status is one of :data:`STATUSES` (``leak_unknown`` as
+    its label, ``"leak unknown"``) or ``"unverified"``; the reason is None for ``ok``.
     """
     status = rec["status"]
-    if status != "ok":
+    if status not in (Status.OK, Status.LEAK_UNKNOWN):  # a row that holds leak_unknown is checked as ok is
         return status, rec.get("error") or "no reason recorded"
     if _non_finite(rec):
         return "mismatch", "non-finite values in output"
@@ -256,9 +256,8 @@ def ranking_status(rec: Mapping[str, Any]) -> tuple[str, str | None]:
     if unknown:
         return "unverified", (f"unknown field(s) {short_repr(', '.join(map(shown_path, unknown)))}: not a row this "
                               f"memlab wrote; re-measure")
-    leak = (rec.get("extra") or {}).get(LEAK_UNKNOWN)
-    if isinstance(leak, str) and leak:
-        return "leak unknown", leak[:300]
+    if row_status(rec) == Status.LEAK_UNKNOWN:
+        return Status.LEAK_UNKNOWN.label, row_reason(rec)[:300]
     if match is True:
         return "ok", None
     if match is None:
@@ -303,7 +302,7 @@ def _count(v: Any) -> int | None:
 # workload's plain reference step timed interleaved in the same process) is the figure to compare
 # techniques by; seconds are the raw figure.  A row is measured *under load* when the 1-minute load
 # average before or after its timed steps exceeded 1.25 x the cores it could run on (NOTE [ under
-# load ] in memlab.record: a full-machine sweep's own jobs keep the load at about the cores).
+# load ] in memlab.core.record: a full-machine sweep's own jobs keep the load at about the cores).
 def _timing(rec: dict, env: dict) -> dict[str, Any]:
     samples = rec.get("step_times_s") or []
     q1, q3 = _quartiles(samples)

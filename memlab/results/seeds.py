@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..record import VERDICTS
-from ..record import is_number as _is_number
+from ..core.record import VERDICTS
+from ..core.record import is_number as _is_number
 from .reading import FileProblems, load_json_objects, short_repr, shown_path
 from .runs import RUN_COLUMNS, measurement_row, validate_measurement
 from .timelines import timeline_problems

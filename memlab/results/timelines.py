@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..record import is_number as _is_number
+from ..core.record import is_number as _is_number
 from .reading import bad_numbers, json_files, short_repr, shown_path
 
 _EVENT_KEYS = ("op", "stack", "phase", "delta_bytes", "live_bytes")

@@ -9,14 +9,17 @@ compares the bytes (``tests/test_site_choose.py``).
 
 # NOTE [ the Choose page agrees with memlab advise ]
 What ``choose.js`` repeats of the Python advisor, rule for rule (change both together):
-* the loop of a family (:meth:`memlab.advisor.loops.Loop.loop_of`): read from the family's
-  advisor declaration in the model file (:meth:`~memlab.advisor.loops.Loop.page_rule`) and
+* the loop of a family (:meth:`memlab.core.loops.Loop.loop_of`): read from the family's
+  advisor declaration in the model file (:meth:`~memlab.core.loops.Loop.page_rule`) and
   shipped with the models, so neither this module nor the script holds a family name;
 * a class per loop count (``k`` exact, else the first ``k_min <= k`` with ``m = k - k_min``), each
   piece's categories as integer polynomials (BigInt), the maximising piece (first on a tie);
-* chunk sizes tried when no knob is given (:meth:`memlab.advisor.loops.Chunks.knob_candidates`);
+* chunk sizes tried when no knob is given (:meth:`memlab.core.loops.Chunks.knob_candidates`);
 * the relative time (:func:`memlab.advisor.model.predict_time`, its page-fault term on CPU only:
-  :func:`memlab.advisor.model.mmapped_bytes`) in the same float operations and order, rounded to 3 decimals as Python's ``round`` does (half to even on an exact tie);
+  :func:`memlab.advisor.model.mmapped_bytes`) in the same float operations and order, floored at the
+  shipped ``time_floor`` (:func:`memlab.advisor.model.clamp_time`), rounded to 3 decimals as Python's
+  ``round`` does (half to even on an exact tie); its marks (:func:`memlab.advisor.advise.time_cell`) and
+  band (:func:`memlab.advisor.model.time_band`, shipped as text);
 * the CUDA need (:func:`memlab.advisor.advise.cuda_need`) from the shipped :data:`CUDA_MARGIN`;
 * the budget's units (:func:`memlab.advisor.advise.parse_budget`), the ranking (time, then need), the
   Pareto front, what cannot fit, and the extrapolation flags.
@@ -34,11 +37,12 @@ from typing import Any
 
 from .. import results as R
 from ..advisor.advise import CUDA_MARGIN, UNITS, AdviceError, advise, error_bound
-from ..advisor.decision import changes_dtype, measured_params, not_modelled, registered_techniques, time_error
-from ..advisor.declaration import as_declaration
+from ..advisor.decision import (changes_dtype, declared_not_modelled, measured_params, not_modelled,
+                                registered_techniques, time_error)
+from ..core.declaration import as_declaration
 from ..advisor.gpu_evidence import format_gpu_evidence, gpu_evidence
-from ..advisor.model import CATEGORIES, SCHEMA
-from ..record import is_number as _num
+from ..advisor.model import CATEGORIES, SCHEMA, chunks_timed, time_band, time_floor
+from ..core.record import is_number as _num
 from .figures import CATEGORY_COLORS, color_of
 from .notes import CATEGORY_NAMES
 from .page import Page
@@ -161,7 +165,8 @@ def _compact_entry(entry: dict, dtype: Any = None) -> dict[str, Any]:
     return {"technique": entry["technique"], "label": entry["label"], "fixed": entry.get("fixed") or {},
             "knobs": list(entry["knobs"]), "peer": entry.get("peer") is True, "baseline": entry.get("baseline") is True,
             "recommendable": entry.get("recommendable") is True, "classes": entry["classes"], "time": time,
-            "changes_dtype": changes_dtype(entry, dtype),
+            "changes_dtype": changes_dtype(entry, dtype), "time_floor": time_floor(entry) if time else None,
+            "time_band": time_band(entry), "chunks_timed": chunks_timed(entry) if time else None,
             "validated_range": entry.get("validated_range", {}), "fitted_range": entry.get("fitted_range", {}),
             "error": error_bound(entry)["text"]}
 
@@ -228,7 +233,8 @@ def _decision_inputs(compact: dict[str, Any], data_dir: Path, measured: dict[str
     as :func:`memlab.advisor.advise` reads them), added to the compact models the page ships."""
     for name, fam in compact["families"].items():
         fam["time_error"] = time_error(name, compact["optimizer"], Path(data_dir) / "models")
-        fam["not_modelled"] = not_modelled(name, fam, measured.get(name, {}), registered_techniques(name))
+        fam["not_modelled"] = not_modelled(name, fam, measured.get(name, {}), registered_techniques(name),
+                                           declared_not_modelled(name))
 
 
 def load_models(data_dir: Path) -> tuple[dict[str, dict[str, Any]], dict[str, str], list[str]]:
@@ -290,7 +296,7 @@ def _models_table(page: Page, models: dict[str, dict[str, Any]], colors: dict[st
                               "is_baseline": e["baseline"], "note": None, "label": e["label"],
                               "knobs": ", ".join(e["knobs"]) or "-", "validated": _ranges(e["validated_range"]),
                               "error": e["error"] + ("" if e["recommendable"] else "; not recommended"),
-                              "time": _time_text(e["time"])})
+                              "time": _time_text(e["time"]) + "; band " + e["time_band"]["text"]})
                 records.append({"optimizer": opt, "family": fam, "technique": e["technique"], "label": e["label"],
                                 "knobs": e["knobs"], "validated_range": e["validated_range"], "error": e["error"],
                                 "recommendable": e["recommendable"], "time": e["time"]})

@@ -2,11 +2,11 @@
 
 * :func:`family_badges`: for a family whose rows sweep a size (``depth``, ``length`` or ``seq``) at
   otherwise fixed parameters, the log-log exponent of the measured activation peak against that
-  size per technique (:mod:`memlab.complexity`), as badges for the family page, each labelled by
+  size per technique (:mod:`memlab.core.complexity`), as badges for the family page, each labelled by
   the variable it is fitted against (``x``).  The x is ``extra["blocks"]`` when the rows carry it
   (the resnet family: 3n residual blocks), else the swept parameter.
 * :func:`reproduction_extras`: a reproduction's optional ``tables`` (the paper's table beside
-  memlab's) and ``badges`` (see :mod:`memlab.reproductions._papers`), validated, as page tables.
+  memlab's) and ``badges`` (see :mod:`memlab.reproductions.papers`), validated, as page tables.
   Anything malformed is left out (a reproduction file is input like any other).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from ..complexity import badge, fit_exponent
+from ..core.complexity import badge, fit_exponent
 from .tables import clean, column, sort_value
 
 __all__ = ["family_badges", "reproduction_extras", "against", "axes_text", "DEPTH_PARAMS"]
@@ -30,7 +30,7 @@ _MAX_TABLES, _MAX_ROWS, _MAX_COLS, _MAX_TEXT = 8, 200, 16, 400
 
 
 def against(text: str, variable: str) -> str:
-    """A badge's text (:func:`memlab.complexity.badge`: ``"... over 8x (4 depths)"``) with its count
+    """A badge's text (:func:`memlab.core.complexity.badge`: ``"... over 8x (4 depths)"``) with its count
     of points named by the ``variable`` the slope is fitted against (``"(4 values of seq)"``), unless
     that is a depth."""
     if variable == "depth":

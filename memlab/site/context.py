@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence, TypeVar
 import pandas as pd
 
 from .. import results as R
-from ..record import UNDER_LOAD_FACTOR
+from ..core.record import UNDER_LOAD_FACTOR
 from . import ranking as A
 from . import figures as F
 from . import cuda as C
@@ -171,6 +171,8 @@ def _category_chart(page: Page, rows: pd.DataFrame, heading: str) -> dict | None
 def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dict, swept: str | None,
                      colors: dict[str, str], marks: dict[str, dict], baseline: str | None,
                      split: Sequence[str] = (), by_in_heading: bool = False, machine: bool = False) -> dict:
+    """One section of a family page: the rows of one setting (and workload configuration), their charts
+    (memory, step time, throughput, categories, predicted CUDA) and their table."""
     heading = (A.setting_text(setting, machine=machine) + (f" · {A.param_text(config)}" if config else "")
                + (f" · by {swept}" if swept and by_in_heading else ""))
     anchor = page.anchor(heading)
@@ -184,65 +186,93 @@ def _setting_section(page: Page, rows: pd.DataFrame, setting: tuple, config: dic
         charts.append(page.chart(fig, title, caption, anchor=f"{heading} {title}", absent=absent))
 
     if len(ok):
-        if swept:
-            fig = F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
-                                    floor_column="analytic_floor_bytes")
-            chart(fig, f"Peak allocated vs {swept}", _line_caption(fig, "the technique's analytic floor")
-                  + " One colour per technique, its configurations told apart by marker (hover for which).")
-            if ok["activation_peak_bytes"].notna().any():
-                fig = F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
-                                        floor_column="expected_activation_bytes", floor_name="expected")
-                chart(fig, f"Activation peak vs {swept}",
-                      "Activation memory: bytes live above the baseline minus the parameter gradients accumulated so "
-                      "far, at its highest during the step (the step peak above is dominated by parameter gradients "
-                      "here). " + _line_caption(fig, "the analytic expectation the technique states"))
-            if ok["peak_reserved_bytes"].notna().any():
-                chart(F.memory_vs_param(rows, variants, swept, "peak_reserved_bytes", f"peak {second} (MiB)", colors),
-                      f"Peak {second} vs {swept}",
-                      absent=f"peak {second} is 0 in every row (the memory the step needed was already {second} "
-                             "before it, from the warm-up step); the table gives each row's figure.")
-        else:
-            chart(F.memory_by_technique(rows, variants, colors), "Peak memory per configuration",
-                  "Coloured bars: peak allocated (one colour per technique, peers hatched); "
-                  + (f"grey bars: peak {second}." if F.draws_second_bars(rows) else
-                     f"no peak {second} bars: it is 0 in every row (the memory the step needed was already "
-                     "reserved before it, from the warm-up step; the tables give each row's figure)."))
-        timed = ok[ok["step_time_s"].notna()]
-        if len(timed):
-            relative = bool(timed["relative_step_time"].notna().all())
-            what = ("Step time relative to the family baseline's step timed interleaved in the same "
-                    "process (load-robust: compare techniques on this)" if relative else
-                    "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
-            caption = what + "; error bars: the interquartile range of the timed steps."
-            if ok["under_load"].any():
-                caption += (" Ringed points were measured under load (1-minute load average above "
-                            f"{UNDER_LOAD_FACTOR:g} x the cores).")
-            chart(F.step_vs_param(rows, variants, swept, colors) if swept else F.step_by_technique(rows, variants, colors),
-                  f"Step time vs {swept}" if swept else "Step time per configuration", caption)
-        if ok["samples_per_s"].notna().any():
-            fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
-            fig = F.throughput_vs_peak(rows, variants, colors, fronts)
-            drawn = sum(1 for t in fig["data"] if str(t.get("name", "")).startswith("Pareto front"))
-            chart(fig, "Throughput vs peak allocated",
-                  ("The grey step line is the Pareto front: no other point has less memory and more throughput"
-                   + (f" ({drawn} fronts, one per workload configuration with two or more points, told apart by dash)."
-                      if drawn > 1 else ".") if drawn else "No Pareto front: no workload configuration has two points.")
-                  + " Error bars: throughput at the quartiles of the timed steps."
-                  + (" Ringed points were measured under load." if ok["under_load"].any() else ""))
+        _memory_charts(chart, rows, ok, variants, swept, second, colors)
+        _step_time_chart(chart, rows, ok, variants, swept, colors)
+        _throughput_chart(chart, rows, ok, variants, colors)
         cats = _category_chart(page, rows, heading)
         charts += [cats] if cats else []
         gpu = C.predicted_chart(page, rows, variants, swept, colors, heading)
         charts += [gpu] if gpu else []
     fixed = _fixed_params(rows)
-    keys = {i: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run)
-            for i, r in zip(rows.index, rows.itertuples())}
-    order = rows.loc[sorted(rows.index, key=keys.__getitem__)]
     return {"id": anchor, "heading": heading, "config": A.param_text(config), "swept": swept, "charts": charts,
             "machine": setting[A.SETTING.index("machine")],
-            "table": measurement_table(page, f"{heading} measurements", order, skip=fixed, notes=marks,
-                                       baseline=baseline),
+            "table": measurement_table(page, f"{heading} measurements", _table_order(rows, swept), skip=fixed,
+                                       notes=marks, baseline=baseline),
             "environments": env_caption(rows), "n_not_ranked": len(rows) - len(ok), "second": second,
             "fixed": A.param_text(fixed), "mixed_threads": mixed_threads(rows), "split_by": list(split)}
+
+
+def _memory_charts(chart: Callable[..., None], rows: pd.DataFrame, ok: pd.DataFrame, variants: Any,
+                   swept: str | None, second: str, colors: dict[str, str]) -> None:
+    """The memory charts of a section, through ``chart(fig, title, caption, absent)``: peak allocated,
+    activation peak and peak ``second`` (resident or reserved, MiB) against the swept parameter, or
+    one bar chart per configuration when nothing is swept."""
+    if not swept:
+        chart(F.memory_by_technique(rows, variants, colors), "Peak memory per configuration",
+              "Coloured bars: peak allocated (one colour per technique, peers hatched); "
+              + (f"grey bars: peak {second}." if F.draws_second_bars(rows) else
+                 f"no peak {second} bars: it is 0 in every row (the memory the step needed was already "
+                 "reserved before it, from the warm-up step; the tables give each row's figure)."))
+        return
+    fig = F.memory_vs_param(rows, variants, swept, "peak_allocated_bytes", "peak allocated (MiB)", colors,
+                            floor_column="analytic_floor_bytes")
+    chart(fig, f"Peak allocated vs {swept}", _line_caption(fig, "the technique's analytic floor")
+          + " One colour per technique, its configurations told apart by marker (hover for which).")
+    if ok["activation_peak_bytes"].notna().any():
+        fig = F.memory_vs_param(rows, variants, swept, "activation_peak_bytes", "activation peak (MiB)", colors,
+                                floor_column="expected_activation_bytes", floor_name="expected")
+        chart(fig, f"Activation peak vs {swept}",
+              "Activation memory: bytes live above the baseline minus the parameter gradients accumulated so "
+              "far, at its highest during the step (the step peak above is dominated by parameter gradients "
+              "here). " + _line_caption(fig, "the analytic expectation the technique states"))
+    if ok["peak_reserved_bytes"].notna().any():
+        chart(F.memory_vs_param(rows, variants, swept, "peak_reserved_bytes", f"peak {second} (MiB)", colors),
+              f"Peak {second} vs {swept}",
+              absent=f"peak {second} is 0 in every row (the memory the step needed was already {second} "
+                     "before it, from the warm-up step); the table gives each row's figure.")
+
+
+def _step_time_chart(chart: Callable[..., None], rows: pd.DataFrame, ok: pd.DataFrame, variants: Any,
+                     swept: str | None, colors: dict[str, str]) -> None:
+    """A section's step time chart (relative to the family baseline where every timed row has it, else
+    ms), against the swept parameter or per configuration; none when no row was timed."""
+    timed = ok[ok["step_time_s"].notna()]
+    if not len(timed):
+        return
+    relative = bool(timed["relative_step_time"].notna().all())
+    what = ("Step time relative to the family baseline's step timed interleaved in the same "
+            "process (load-robust: compare techniques on this)" if relative else
+            "Step time in ms (no relative step time recorded: seconds depend on the machine's load)")
+    caption = what + "; error bars: the interquartile range of the timed steps."
+    if ok["under_load"].any():
+        caption += (" Ringed points were measured under load (1-minute load average above "
+                    f"{UNDER_LOAD_FACTOR:g} x the cores).")
+    chart(F.step_vs_param(rows, variants, swept, colors) if swept else F.step_by_technique(rows, variants, colors),
+          f"Step time vs {swept}" if swept else "Step time per configuration", caption)
+
+
+def _throughput_chart(chart: Callable[..., None], rows: pd.DataFrame, ok: pd.DataFrame, variants: Any,
+                      colors: dict[str, str]) -> None:
+    """A section's throughput (samples/s) against peak allocated, with one Pareto front per workload
+    configuration of two or more points; none when no row has a throughput."""
+    if not ok["samples_per_s"].notna().any():
+        return
+    fronts = [(A.param_text(cfg), g.index) for cfg, g in A.config_groups(rows, None)]
+    fig = F.throughput_vs_peak(rows, variants, colors, fronts)
+    drawn = sum(1 for t in fig["data"] if str(t.get("name", "")).startswith("Pareto front"))
+    chart(fig, "Throughput vs peak allocated",
+          ("The grey step line is the Pareto front: no other point has less memory and more throughput"
+           + (f" ({drawn} fronts, one per workload configuration with two or more points, told apart by dash)."
+              if drawn > 1 else ".") if drawn else "No Pareto front: no workload configuration has two points.")
+          + " Error bars: throughput at the quartiles of the timed steps."
+          + (" Ringed points were measured under load." if ok["under_load"].any() else ""))
+
+
+def _table_order(rows: pd.DataFrame, swept: str | None) -> pd.DataFrame:
+    """``rows`` in table order: by technique, the swept parameter's value, the parameters, the run."""
+    keys = {i: (r.technique, A.sort_key(r.params.get(swept)) if swept else (0,), r.params_key, r.run)
+            for i, r in zip(rows.index, rows.itertuples())}
+    return rows.loc[sorted(rows.index, key=keys.__getitem__)]
 
 
 def mixed_threads(rows: pd.DataFrame) -> list[int]:

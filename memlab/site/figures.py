@@ -29,8 +29,8 @@ from typing import Any, Iterable, Sequence
 
 import pandas as pd
 
-from ..record import UNDER_LOAD_FACTOR
-from ..units import MiB
+from ..core.record import UNDER_LOAD_FACTOR
+from ..core.units import MiB
 from .colors import BASELINE_COLOR, PALETTE, technique_color
 from .ranking import pareto_front, ranked, sort_key
 from .text import relative_against
@@ -587,62 +587,94 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
     style = {lab: i for i, lab in enumerate(labels)}
     n, gap = max(len(panels), 1), 0.06
     height = (1 - gap * (n - 1)) / n
-    traces, layout, seen, annotations = [], {}, set(), []
+    traces, layout, annotations = [], {}, []
     metric = str(frame["benchmark"].iloc[0]).rpartition(".")[2]
-    y_name = _HISTORY_METRICS.get(metric, metric)
+    y_title = esc(f"{_HISTORY_METRICS.get(metric, metric)} ({shown_unit})")
     categories = [value(c.short) for c in order]
     for k, panel in enumerate(panels):
         suffix = "" if k == 0 else str(k + 1)
         top = 1 - k * (height + gap)
         tech = panel.technique
         color = colors.get(tech, _OTHER) if tech else _OTHER
-        for line in panel.lines:
-            i = style[line.label]
-            name = esc(line.label)
-            xs = [value(c.short) for c, _ in line.points]
-            ys = [_rounded(v * scale, 6) for _, v in line.points]
-            hover = [f"<b>{esc(c.short)}</b> {esc(c.subject or '(subject unknown: not in this repository)')}"
-                     f"<br>{esc(tech or '-')}: {name}<br>{_rounded(v * scale, 4)} {esc(shown_unit)}"
-                     + (f" ({v:,.0f} bytes)" if unit == "bytes" else "") for c, v in line.points]
-            trace = {"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
-                     "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
-                     "legendgroup": name, "showlegend": False, "legendrank": 1000 + i,
-                     **({"meta": {"technique": esc(tech)}} if tech else {}),
-                     "line": {"color": color, "dash": FRONT_DASHES[i % len(FRONT_DASHES)]},
-                     "marker": {"color": color, "symbol": SYMBOLS[i % len(SYMBOLS)]}}
-            seen.add(line.label)
-            traces.append(trace)
-        x_axis = {"type": "category", "categoryorder": "array", "categoryarray": categories,
-                  "range": [-0.5, len(categories) - 0.5], "anchor": f"y{suffix}", "showticklabels": k == n - 1,
-                  "tickangle": -60, "automargin": True}
-        if k:
-            x_axis["matches"] = "x"
-        if k == n - 1:
-            x_axis["title"] = {"text": "commit, oldest first (history order; hover for its subject)"}
-        ys = [v for t in traces[-len(panel.lines):] for v in t["y"] if v is not None] if panel.lines else []
-        annotations.append({"text": f"<b>{esc(tech or 'all')}</b>" + (" (baseline)" if tech and colors.get(tech) == BASELINE_COLOR else ""),
-                            "xref": "paper", "yref": "paper", "x": 0, "y": round(top, 6), "xanchor": "left",
-                            "yanchor": "bottom", "showarrow": False, "font": {"color": color}})
-        y_axis = {"title": {"text": esc(f"{y_name} ({shown_unit})")}, "zeroline": False, "tickformat": ",",
-                  "domain": [round(max(top - height, 0.0), 6), round(top, 6)], "anchor": f"x{suffix}"}
-        if ys:
-            lo, hi = min(ys), max(ys)
-            pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
-            y_axis["range"] = [_rounded(lo - pad, 6), _rounded(hi + pad, 6)]
-        layout[f"xaxis{suffix}"], layout[f"yaxis{suffix}"] = x_axis, y_axis
-    # the legend lists the parameter combinations by dash and marker, in neutral grey: a line's colour
-    # is its panel's technique (named above the panel), the same combination has another in each panel
-    for label in labels:
-        i = style[label]
-        traces.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "x": [None], "y": [None],
-                       "xaxis": "x", "yaxis": "y", "legendgroup": esc(label), "legendrank": 1000 + i, "hoverinfo": "skip",
-                       "line": {"color": _OTHER, "dash": FRONT_DASHES[i % len(FRONT_DASHES)]},
-                       "marker": {"color": _OTHER, "symbol": SYMBOLS[i % len(SYMBOLS)]}})
+        panel_traces = [_history_line_trace(line, style[line.label], tech, color, suffix, scale, unit, shown_unit)
+                        for line in panel.lines]
+        traces.extend(panel_traces)
+        ys = [v for t in panel_traces for v in t["y"] if v is not None]
+        annotations.append(_history_panel_title(tech, color, colors, top))
+        layout[f"xaxis{suffix}"] = _history_x_axis(k, n, suffix, categories)
+        layout[f"yaxis{suffix}"] = _history_y_axis(ys, y_title, suffix, top, height)
+    traces.extend(_history_legend_traces(labels, style))
     fig_layout = chart_layout(layout.pop("xaxis", {"title": {"text": "commit"}}), layout.pop("yaxis", {"title": {"text": shown_unit}}),
                               **layout)
     fig_layout.update(height=120 + 190 * n, margin={"l": 90, "r": 20, "t": 36, "b": 110},
                       legend={"orientation": "v", "title": {"text": "parameters"}}, annotations=annotations)
     return {"data": traces, "layout": fig_layout}
+
+
+def _history_line_trace(line: Any, i: int, tech: str | None, color: str, suffix: str, scale: float, unit: str,
+                        shown_unit: str) -> dict[str, Any]:
+    """The trace of one parameter combination (``line``, the ``i``-th label: its dash and marker) in the
+    panel of axes ``suffix``; y is the value times ``scale`` (bytes in MiB, seconds in ms), hover names
+    the commit's subject and, for bytes, the exact bytes."""
+    name = esc(line.label)
+    xs = [value(c.short) for c, _ in line.points]
+    ys = [_rounded(v * scale, 6) for _, v in line.points]
+    hover = [f"<b>{esc(c.short)}</b> {esc(c.subject or '(subject unknown: not in this repository)')}"
+             f"<br>{esc(tech or '-')}: {name}<br>{_rounded(v * scale, 4)} {esc(shown_unit)}"
+             + (f" ({v:,.0f} bytes)" if unit == "bytes" else "") for c, v in line.points]
+    return {"type": "scatter", "mode": "lines+markers", "name": name, "x": xs, "y": ys,
+            "xaxis": f"x{suffix}", "yaxis": f"y{suffix}", "hoverinfo": "text", "hovertext": hover,
+            "legendgroup": name, "showlegend": False, "legendrank": 1000 + i,
+            **({"meta": {"technique": esc(tech)}} if tech else {}),
+            "line": {"color": color, "dash": FRONT_DASHES[i % len(FRONT_DASHES)]},
+            "marker": {"color": color, "symbol": SYMBOLS[i % len(SYMBOLS)]}}
+
+
+def _history_panel_title(tech: str | None, color: str, colors: dict[str, str], top: float) -> dict[str, Any]:
+    """The annotation above a panel whose top is at paper height ``top`` (0..1): its technique, in its
+    colour, marked when it is the baseline."""
+    return {"text": f"<b>{esc(tech or 'all')}</b>" + (" (baseline)" if tech and colors.get(tech) == BASELINE_COLOR else ""),
+            "xref": "paper", "yref": "paper", "x": 0, "y": round(top, 6), "xanchor": "left",
+            "yanchor": "bottom", "showarrow": False, "font": {"color": color}}
+
+
+def _history_x_axis(k: int, n: int, suffix: str, categories: list[Any]) -> dict[str, Any]:
+    """Panel ``k`` of ``n``'s commit axis: one category per commit, matched to the first panel's; only
+    the bottom panel shows the ticks and the title."""
+    x_axis = {"type": "category", "categoryorder": "array", "categoryarray": categories,
+              "range": [-0.5, len(categories) - 0.5], "anchor": f"y{suffix}", "showticklabels": k == n - 1,
+              "tickangle": -60, "automargin": True}
+    if k:
+        x_axis["matches"] = "x"
+    if k == n - 1:
+        x_axis["title"] = {"text": "commit, oldest first (history order; hover for its subject)"}
+    return x_axis
+
+
+def _history_y_axis(ys: list[float], title: str, suffix: str, top: float, height: float) -> dict[str, Any]:
+    """A panel's value axis over paper heights ``[top - height, top]``, its range the panel's values
+    ``ys`` (shown units) padded by 8% of their spread (5% of the value, or 1, when flat)."""
+    y_axis = {"title": {"text": title}, "zeroline": False, "tickformat": ",",
+              "domain": [round(max(top - height, 0.0), 6), round(top, 6)], "anchor": f"x{suffix}"}
+    if ys:
+        lo, hi = min(ys), max(ys)
+        pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0
+        y_axis["range"] = [_rounded(lo - pad, 6), _rounded(hi + pad, 6)]
+    return y_axis
+
+
+def _history_legend_traces(labels: list[str], style: dict[str, int]) -> list[dict[str, Any]]:
+    """Empty traces that make the legend: one per parameter combination, by dash and marker."""
+    # the legend lists the parameter combinations by dash and marker, in neutral grey: a line's colour
+    # is its panel's technique (named above the panel), the same combination has another in each panel
+    out = []
+    for label in labels:
+        i = style[label]
+        out.append({"type": "scatter", "mode": "lines+markers", "name": esc(label), "x": [None], "y": [None],
+                    "xaxis": "x", "yaxis": "y", "legendgroup": esc(label), "legendrank": 1000 + i, "hoverinfo": "skip",
+                    "line": {"color": _OTHER, "dash": FRONT_DASHES[i % len(FRONT_DASHES)]},
+                    "marker": {"color": _OTHER, "symbol": SYMBOLS[i % len(SYMBOLS)]}})
+    return out
 
 
 def _rounded(v: float, digits: int) -> float | None:

@@ -1,4 +1,4 @@
-"""The model pages: one page per real model file checked by :mod:`memlab.model_checks`.
+"""The model pages: one page per real model file checked by :mod:`memlab.own_model.checks`.
 
 Each ``data/model-files/<stem>-<optimizer>.json`` holds a model file's fitted memory models (as
 ``memlab advise --model`` caches them) and the checks beyond the measured batches (predicted vs
@@ -11,7 +11,7 @@ A file that is not such a document (another schema, no family, no ``beyond`` row
 a problem line on the methodology page.  A technique whose traced step has allocations that are no
 polynomial of the sizes, read as upper bounds, is listed with how many and by how many bytes at most
 (:func:`memlab.advisor.advise.bounded_reading`).  A document's ``notes`` (``{"<technique> <size>=<n>": why}``,
-written by hand beside the rows and kept by :func:`memlab.model_checks.write_checks`) say why a check
+written by hand beside the rows and kept by :func:`memlab.own_model.checks.write_checks`) say why a check
 is not exact; the page lists them under the checks.
 """
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Any
 
 from .. import results as R
 from ..advisor.advise import bounded_reading, cuda_need, error_bound, fmt_bytes
-from ..advisor.declaration import as_declaration
+from ..core.declaration import as_declaration
 from ..advisor.model import CATEGORIES, SCHEMA, predict, predict_time
 from ..advisor.trace import BOUND_FRACTION
-from ..model_advice import largest_fitting
-from ..record import fmt_mib, is_number
-from ..setting import DEFAULTS
+from ..own_model.advice import largest_fitting
+from ..core.record import fmt_mib, is_number
+from ..core.setting import DEFAULTS
 from . import figures as F
 from .notes import CATEGORY_NAMES
 from .page import Page
@@ -63,7 +63,7 @@ def _problem(doc: Any) -> str | None:
     if not isinstance(fam.get("entries"), list) or not fam["entries"]:
         return "no modelled technique"
     if not isinstance(doc.get("beyond"), list):
-        return "no checks beyond the measured batches (run python -m memlab.model_checks)"
+        return "no checks beyond the measured batches (run python -m memlab.own_model.checks)"
     return None
 
 

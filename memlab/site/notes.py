@@ -9,13 +9,14 @@ from typing import Iterable
 
 import pandas as pd
 
-from ..record import CATEGORY_LABELS, Category
-from ..record import fmt_mib as _mib
-from ..record import is_number as _num
+from ..core.record import CATEGORY_LABELS, Category
+from ..core.record import fmt_mib as _mib
+from ..core.record import is_number as _num
+from ..registry import family_meta
 
 __all__ = ["CATEGORY_NAMES", "why", "footnotes"]
 
-#: How the memory categories read in text (:class:`memlab.record.Category`'s labels).
+#: How the memory categories read in text (:class:`memlab.core.record.Category`'s labels).
 CATEGORY_NAMES = dict(CATEGORY_LABELS)
 #: Categories an activation-memory technique does not change.
 _FIXED = tuple(c.value for c in Category if not c.activation)
@@ -64,36 +65,42 @@ def why(winner: pd.Series, base: pd.Series, measure: str) -> str:
     return line + "."
 
 
-def _einsum(rows: pd.DataFrame) -> str | None:
-    used = [r for r in rows.itertuples() if r.technique == "einsum_chunk"
-            and (r.extra.get("opt_einsum_used") or r.params.get("opt_einsum") is True)]
+def _matches(row, when: tuple[str, ...]) -> bool:
+    """True when ``row`` (a named tuple of a rows frame) has one of ``when``: ``"extra.KEY"`` truthy or
+    ``"params.KEY"`` True; an empty ``when`` matches every row."""
+    for key in when:
+        where, _, name = key.partition(".")
+        values = getattr(row, where, None)
+        value = values.get(name) if isinstance(values, dict) else None
+        if (value is True) if where == "params" else bool(value):
+            return True
+    return not when
+
+
+def _note(rows: pd.DataFrame, technique: str, note: dict) -> str | None:
+    """The text of one ``SITE_NOTES`` entry (:class:`memlab.registry.FamilyMeta`) for ``rows``: None when
+    no row of ``technique`` matches its ``when``; each ``{KEY}`` of its text is the first matching row's
+    ``extra[KEY]`` that is set, else its ``fill[KEY]``."""
+    used = [r for r in rows.itertuples() if r.technique == technique and _matches(r, note["when"])]
     if not used:
         return None
-    order = next((r.extra.get("contraction_order") for r in used if r.extra.get("contraction_order")), "x @ (w1 @ w2)")
-    return (f"einsum_chunk with opt_einsum: opt_einsum reorders the contraction to {order}, computing w1 @ w2 "
-            "(a [d, d] matrix) first instead of the [n, hidden] hidden layer, so its memory and speed reflect that "
-            "reordering, not chunking; rows with opt_einsum=False contract in the written order.")
-
-
-def _memcnn(rows: pd.DataFrame) -> str | None:
-    if not (rows["technique"] == "memcnn").any():
-        return None
-    return ("memcnn (peer): MemCNN 1.5.2's InvertibleModuleWrapper returns the input's gradient doubled when the "
-            "input requires grad (a known defect; parameter gradients are right), so its rows fail the reference "
-            "check and are listed under Not ranked, never called best.")
-
-
-_NOTES = (("einsum_chunk", _einsum), ("memcnn", _memcnn))
+    text = note["text"]
+    for key, default in note["fill"].items():
+        value = next((r.extra.get(key) for r in used if isinstance(r.extra, dict) and r.extra.get(key)), default)
+        text = text.replace("{" + key + "}", str(value))
+    return text
 
 
 def footnotes(rows: pd.DataFrame, shown: Iterable[str] | None = None) -> list[dict[str, str]]:
-    """``[{"technique", "text"}]``: the known notes for techniques in ``rows`` (all of them, or those in
-    ``shown``), in a fixed order."""
+    """``[{"technique", "text"}]``: the notes the family folders' ``meta.py`` declare (``SITE_NOTES``,
+    :func:`memlab.registry.family_meta`: built-in and ``MEMLAB_PLUGINS`` folders) for techniques in
+    ``rows`` (all of them, or those in ``shown``), in a fixed order: by family, then as declared."""
     shown = set(rows["technique"]) if shown is None else set(shown)
     out = []
-    for technique, note in _NOTES:
-        if technique in shown:
-            text = note(rows)
-            if text:
-                out.append({"technique": technique, "text": text})
+    for meta in family_meta().values():
+        for technique, note in meta.site_notes.items():
+            if technique in shown:
+                text = _note(rows, technique, note)
+                if text:
+                    out.append({"technique": technique, "text": text})
     return out

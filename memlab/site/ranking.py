@@ -15,9 +15,9 @@ from typing import Any
 
 import pandas as pd
 
-from ..record import ACTIVATION_CATEGORIES
-from ..record import is_number as _num
-from ..setting import DEFAULTS
+from ..core.record import ACTIVATION_CATEGORIES
+from ..core.record import is_number as _num
+from ..core.setting import DEFAULTS
 
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machines_apart",
            "in_setting", "swept_param", "config_groups", "sweep_sections", "split_by", "line_labels", "line_variants",

@@ -7,8 +7,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ..record import fmt_mib
-from ..record import is_number as _finite
+from ..core.record import fmt_mib
+from ..core.record import is_number as _finite
 
 __all__ = ["fmt_mib", "fmt_num", "fmt_pct", "fmt_ms", "fmt_step", "fmt_relative", "relative_against", "fmt_rate", "fmt_load",
            "fmt_sci", "fmt_check", "fmt_tolerance", "slugs", "env_caption", "verdict_class", "summary_items"]

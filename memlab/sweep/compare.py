@@ -1,10 +1,12 @@
 """Compare the exact memory figures of two sweep files, point by point (torch-free).
 
 ``memlab compare OLD.jsonl NEW.jsonl`` answers "did re-measuring change any byte?": for every point
-present in both files (same technique, parameters, mode, dtype, device, optimizer and loss) the
-exact figures of :data:`EXACT_FIELDS` must be equal.  Times, resident memory and load are not
-compared: they are not deterministic.  A field missing from one side (an older schema) is skipped
-for that point and counted, never reported as a difference.
+present in both files (its :meth:`memlab.core.setting.Point.key`: technique, parameters, mode, dtype,
+device type, optimizer, loss and the gradient options) the exact figures of :data:`EXACT_FIELDS`
+must be equal, and so must the verdict each row reads as (:func:`memlab.core.record.row_status`).
+Times, resident memory and load are not compared: they are not deterministic.  A field missing from
+one side (an older schema) is skipped for that point and counted, never reported as a difference.
+A point measured over different step counts in the two files: NOTE [ more measured steps ].
 
 Rows are read as raw JSON, so files of every schema this memlab knows compare; a line that is not a
 row is reported with its file and line number and left out.  The command is a gate, so it fails
@@ -18,20 +20,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..record import SCHEMA_VERSION
-from ..setting import Point
+from ..core.record import SCHEMA_VERSION, Status, row_status
+from ..core.setting import Point
 
-__all__ = ["EXACT_FIELDS", "Difference", "Comparison", "point_key", "compare_sweeps", "read_rows", "sweep_lines",
+__all__ = ["EXACT_FIELDS", "SERIES_FIELDS", "Difference", "Comparison", "point_key", "compare_sweeps", "read_rows", "sweep_lines",
            "NotASweepFile"]
 
 #: deterministic figures of a Measurement (bytes, or structures of bytes)
 EXACT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "allocated_after_step_bytes",
                 "peak_allocated_per_iteration_bytes", "param_bytes", "grad_bytes", "total_peak_bytes",
                 "peak_by_category_bytes", "end_by_category_bytes")
+# NOTE [ more measured steps ]
+# A point measured over more steps in one file than in the other (the rows of data/sweeps were measured
+# over two, `make data` now measures three) has its per-step series (SERIES_FIELDS) compared over the
+# steps both measured, and the point is counted (Comparison.steps_apart): step i of a deterministic
+# step allocates the same bytes whatever the count, so more steps is no changed byte.  The verdict
+# `leak_unknown` (too few steps, NOTE [ verdicts ] in memlab.measurement.verdict) becoming `ok` in a
+# new file of more steps is counted too (Comparison.leak_decided), not a difference; any other change
+# of verdict is one: a leak the third step shows, or a new file of fewer steps, which proves less.
+# Evidence: docs/evidence/hostile-cases.md#leak-unknown
+#: exact figures that hold one value per measured step (NOTE [ more measured steps ])
+SERIES_FIELDS = ("allocated_after_step_bytes", "peak_allocated_per_iteration_bytes")
 
 
 def point_key(row: dict[str, Any]) -> tuple:
-    """What identifies a measured point: :meth:`memlab.setting.Point.key` of the row (technique,
+    """What identifies a measured point: :meth:`memlab.core.setting.Point.key` of the row (technique,
     parameters, mode, dtype, device type, optimizer, loss, the gradient options).
 
     Rows of schema 1 have no optimizer or loss: they read as the defaults (``sgd`` and ``given``).
@@ -60,6 +73,10 @@ class Comparison:
     fields_skipped: int = 0
     differences: list[Difference] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    #: shared points measured over a different number of steps in the two files (NOTE [ more measured steps ])
+    steps_apart: int = 0
+    #: shared points that read ``leak_unknown`` in the old file and ``ok`` in the new, measured over more steps
+    leak_decided: int = 0
 
     @property
     def identical(self) -> bool:
@@ -67,9 +84,13 @@ class Comparison:
 
     def summary(self) -> str:
         verdict = "identical" if self.identical else f"{len(self.differences)} differ"
+        steps = (f"; {self.steps_apart} points measured over different step counts, their per-step figures "
+                 f"compared over the steps both measured" if self.steps_apart else "")
+        decided = (f"; {self.leak_decided} points leak unknown in the old file and ok in the new (more steps "
+                   f"measured)" if self.leak_decided else "")
         return (f"{self.shared} shared points, {self.fields_compared} exact figures compared: {verdict}; "
                 f"{self.only_old} points only in the old file, {self.only_new} only in the new; "
-                f"{self.fields_skipped} figures missing on one side (older schema) not compared")
+                f"{self.fields_skipped} figures missing on one side (older schema) not compared{steps}{decided}")
 
 
 class NotASweepFile(ValueError):
@@ -174,12 +195,34 @@ def compare_sweeps(old: str | Path, new: str | Path) -> Comparison:
     out.only_new = len(new_rows.keys() - old_rows.keys())
     for key in sorted(old_rows.keys() & new_rows.keys(), key=repr):
         out.shared += 1
-        a, b = old_rows[key], new_rows[key]
-        for name in EXACT_FIELDS:
-            if name not in a or name not in b or a[name] is None or b[name] is None:
-                out.fields_skipped += 1
-                continue
-            out.fields_compared += 1
-            if a[name] != b[name]:
-                out.differences.append(Difference(key, name, a[name], b[name]))
+        _compare_point(out, key, old_rows[key], new_rows[key])
     return out
+
+
+def _steps(row: dict[str, Any]) -> int | None:
+    series = row.get(SERIES_FIELDS[0])
+    return len(series) if isinstance(series, list) else None
+
+
+def _compare_point(out: Comparison, key: tuple, a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Add the differences of one point's rows ``a`` (old) and ``b`` (new) to ``out``: each exact figure,
+    a per-step series over the steps both measured, and the verdict (NOTE [ more measured steps ])."""
+    apart = _steps(a) is not None and _steps(b) is not None and _steps(a) != _steps(b)
+    out.steps_apart += apart
+    for name in EXACT_FIELDS:
+        if name not in a or name not in b or a[name] is None or b[name] is None:
+            out.fields_skipped += 1
+            continue
+        out.fields_compared += 1
+        old, new = a[name], b[name]
+        if apart and name in SERIES_FIELDS and isinstance(old, list) and isinstance(new, list):
+            old, new = old[:len(new)], new[:len(old)]
+        if old != new:
+            out.differences.append(Difference(key, name, a[name], b[name]))
+    before, after = row_status(a), row_status(b)
+    if before == after:
+        return
+    if before == Status.LEAK_UNKNOWN and after == Status.OK and (_steps(b) or 0) > (_steps(a) or 0):
+        out.leak_decided += 1
+    else:
+        out.differences.append(Difference(key, "verdict", before, after))

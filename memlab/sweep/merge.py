@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomic import write_text_atomic
+from ..core.atomic import write_text_atomic
+from ..core.record import row_status
+from ..core.setting import Point, Setting
 from .compare import EXACT_FIELDS, point_key, sweep_lines
 
 __all__ = ["MergeConflict", "MergeReport", "merge_shards"]
@@ -93,8 +95,11 @@ def _rows(path: Path, problems: list[str]) -> dict[tuple, tuple[str, dict[str, A
 
 
 def _conflict(key: tuple, a: dict, b: dict) -> str | None:
-    if a.get("status") != b.get("status"):
-        return f"status {a.get('status')!r} vs {b.get('status')!r} (two verdicts)"
+    """Why rows ``a`` and ``b`` of one point cannot be kept as one: two verdicts as each reads
+    (:func:`memlab.core.record.row_status`: an ``ok`` row of two measured steps reads ``leak_unknown``),
+    or an exact figure that differs; None when they agree."""
+    if row_status(a) != row_status(b):
+        return f"status {row_status(a)!r} vs {row_status(b)!r} (two verdicts)"
     for name in EXACT_FIELDS:
         if name in a and name in b and a[name] != b[name]:
             return f"{name} {a[name]!r} vs {b[name]!r}"
@@ -128,7 +133,7 @@ def merge_shards(out: str | os.PathLike, shards: list[str | os.PathLike], *,
             if key in merged:
                 why = _conflict(key, merged[key][1], row)
                 if why:
-                    raise MergeConflict(f"{key[0]} {key[1]} ({key[2]}, {key[3]}, {key[4]}): {why} "
+                    raise MergeConflict(f"{key[0]} {key[1]} ({', '.join(map(str, key[2:]))}): {why} "
                                         f"in {merged[key][2]} and {path}; refusing to merge")
                 report.duplicates += 1
                 continue
@@ -157,7 +162,9 @@ def _check_plan(merged: dict, report: MergeReport, replan) -> None:
     report.shard_count, report.planned = int(first["count"]), int(first["planned"])
     seen = {int(r["index"]) for r, _ in recs}
     report.missing_shards = [i for i in range(1, report.shard_count + 1) if i not in seen]
-    report.missing_count = max(0, report.planned - len(merged))
+    # only the rows of this plan count toward it: a row of another file (another optimizer's sweep) of the
+    # same technique and parameters is another point (Point.key()), and no planned point's row
+    report.missing_count = max(0, report.planned - len(recs))
     if replan is None or not report.missing_count:
         return
     try:
@@ -165,12 +172,12 @@ def _check_plan(merged: dict, report: MergeReport, replan) -> None:
     except Exception as exc:  # noqa: BLE001 - naming the points is a courtesy; the count stands
         report.missing_points = [f"(could not rebuild the plan to name them: {exc})"]
         return
-    have = {(row.get("technique"), json.dumps(row.get("params", {}), sort_keys=True)) for _, row, _ in merged.values()}
-    device = str((first.get("setting") or {}).get("device") or "cpu").split(":")[0]
-    runnable = [(t, p) for t, p in planned if _runs_on(t, device)]
+    setting = Setting.from_row(first.get("setting") or {})  # the plan's: device, dtype, mode, optimizer...
+    runnable = [(t, p) for t, p in planned if _runs_on(t, setting.device.split(":")[0])]
     report.skipped_count = len(planned) - len(runnable)  # a sweep skips these without a row
+    # a point is its Point.key(): the same technique and parameters in another setting is another point
     report.missing_points = [f"{t} {json.dumps(p, sort_keys=True)}" for t, p in runnable
-                             if (t, json.dumps(p, sort_keys=True)) not in have]
+                             if Point(t, p, setting).key() not in merged]
     report.missing_count = len(report.missing_points)
 
 

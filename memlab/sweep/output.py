@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from ..atomic import FileLocked, append_line_durable, lock_exclusive
-from ..record import Measurement
+from ..core.atomic import FileLocked, append_line_durable, lock_exclusive
+from ..core.record import Measurement
 
 __all__ = ["SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "read_jsonl", "torn_tail",
            "say"]
@@ -29,7 +29,7 @@ __all__ = ["SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFai
 #   its first line a row memlab.results reads) is refused: it would replace or extend that file;
 # * a fresh run (neither --append nor --resume) over a file that holds measured rows (rows
 #   memlab.results reads) is refused unless --force: nothing measured is replaced by accident;
-# * each row is one write(2) call plus fsync (memlab.atomic.append_line_durable); a write that fails
+# * each row is one write(2) call plus fsync (memlab.core.atomic.append_line_durable); a write that fails
 #   half-way is cut back off, so after any OSError the file still ends with a complete row and the
 #   sweep stops with SweepWriteFailed ("disk full writing FILE after N rows; rerun with --resume").
 

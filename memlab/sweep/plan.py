@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..registry import get_technique, list_families, list_techniques
-from ..setting import DEFAULTS, Point, Setting
+from ..core.setting import DEFAULTS, Point, Setting
 
 __all__ = ["SweepPoint", "parse_grid", "plan_sweep"]
 
-#: a sweep's point is a :class:`memlab.setting.Point` (technique, parameters, setting); the old name stays
+#: a sweep's point is a :class:`memlab.core.setting.Point` (technique, parameters, setting); the old name stays
 SweepPoint = Point
 
 

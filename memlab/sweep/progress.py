@@ -42,7 +42,7 @@ class Progress:
         self.broken = False
 
     def __call__(self, done, total, point, m, seconds) -> None:
-        from ..record import fmt_mib
+        from ..core.record import fmt_mib
 
         if self.started is None:
             self.started = time.perf_counter()

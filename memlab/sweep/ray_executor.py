@@ -39,10 +39,10 @@ def ray_available() -> str | None:
 def _measure_task(technique: str, params: dict[str, Any], setting: str, run_kw: dict[str, Any],
                   plugins: list[str]) -> str:
     """Runs on a Ray worker: the isolated measurement of one point (its setting as
-    :meth:`~memlab.setting.Setting.to_json`), as a Measurement JSON line."""
+    :meth:`~memlab.core.setting.Setting.to_json`), as a Measurement JSON line."""
     from memlab.measurement import measure
     from memlab.registry import load_plugin, loaded_plugins
-    from memlab.setting import Point, Setting
+    from memlab.core.setting import Point, Setting
 
     for path in plugins:
         if path not in loaded_plugins():
@@ -68,7 +68,7 @@ def _error_row(point, exc: BaseException):
 def run_on_ray(points: list, run_kw: dict[str, Any], *,
                address: str | None = None) -> Iterator[tuple[Any, Any, float]]:
     """Yield ``(point, Measurement, seconds)`` as Ray finishes the points (NOTE [ Ray executor ]):
-    each a :class:`~memlab.setting.Point` measured in its setting, ``run_kw`` going to
+    each a :class:`~memlab.core.setting.Point` measured in its setting, ``run_kw`` going to
     :func:`memlab.measure` as they are.
 
     Connects to ``address`` (a running cluster: ``auto`` or ``ray://host:port``), or uses the Ray
@@ -76,7 +76,7 @@ def run_on_ray(points: list, run_kw: dict[str, Any], *,
     """
     import ray
 
-    from ..record import Measurement
+    from ..core.record import Measurement
     from ..registry import loaded_plugins
 
     if not ray.is_initialized():

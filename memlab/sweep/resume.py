@@ -4,24 +4,45 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from ..record import FINISHED_STATUSES
+from ..core.record import FINISHED_STATUSES, MIN_LEAK_STEPS, Status, row_status
 from ..registry import get_technique
-from ..setting import DEFAULTS, Point, Setting
+from ..core.setting import DEFAULTS, Point, Setting
 
-# FINISHED_STATUSES (memlab.record.Status.finished): a resumed sweep does not repeat them (a verdict
-# is deterministic); ``oom`` and ``error`` rows may be transient and are measured again.
-__all__ = ["FINISHED_STATUSES", "finished_keys", "resolved_key", "is_done", "already_measured"]
+# FINISHED_STATUSES (memlab.core.record.Status.finished): a resumed sweep does not repeat them (a verdict
+# is deterministic); ``oom`` and ``error`` rows may be transient and are measured again.  A row that
+# reads ``leak_unknown`` (too few measured steps: NOTE [ verdicts ] in memlab.measurement.verdict) is
+# measured again only by a sweep of at least MIN_LEAK_STEPS iterations, which can decide it; a sweep of
+# fewer would write the same leak-unknown row again, so for it the point is finished.
+__all__ = ["FINISHED_STATUSES", "finished_keys", "is_finished", "resolved_key", "is_done", "already_measured"]
 
 
-def finished_keys(path: str | os.PathLike, warn: Callable[[str], None] | None = None) -> set[tuple]:
-    """The :meth:`~memlab.setting.Point.key` of every finished row in ``path`` (for --resume).
+def is_finished(row: dict, iterations: int | None = None) -> bool:
+    """Whether a resumed sweep measuring ``iterations`` steps a point (None: not said) leaves ``row``'s
+    point alone: its status is in :data:`FINISHED_STATUSES`, and a row that reads ``leak_unknown``
+    (:func:`memlab.core.record.row_status`) only while ``iterations`` is None or under
+    :data:`~memlab.core.record.MIN_LEAK_STEPS`.
 
-    A row counts when its status is in :data:`FINISHED_STATUSES`; its key holds its technique, its
-    parameters (every resolved one) and its setting's identity (mode, dtype, device type, optimizer,
-    loss, the gradient options), so a row measured another way is another point.  Rows are read as
-    the site reads them (:func:`memlab.results.sweep_records`): a line that is unreadable, or a row
-    the site would refuse (a NaN, negative or non-numeric figure, an ``ok`` whose error is beyond its
-    tolerance), is passed to ``warn`` as ``memlab: warning: FILE:LINE: ...`` and does not count, so
+    >>> is_finished({"status": "ok", "allocated_after_step_bytes": [0, 0]}, iterations=3)
+    False
+    >>> is_finished({"status": "ok", "allocated_after_step_bytes": [0, 0]}, iterations=2)
+    True
+    """
+    if row_status(row) == Status.LEAK_UNKNOWN:
+        return iterations is None or iterations < MIN_LEAK_STEPS
+    return row.get("status") in FINISHED_STATUSES
+
+
+def finished_keys(path: str | os.PathLike, warn: Callable[[str], None] | None = None, *,
+                  iterations: int | None = None) -> set[tuple]:
+    """The :meth:`~memlab.core.setting.Point.key` of every finished row in ``path`` (for --resume).
+
+    A row counts when :func:`is_finished` says so for a sweep of ``iterations`` measured steps (a row
+    that reads ``leak_unknown`` does not count for a sweep of at least 3); its key holds its technique,
+    its parameters (every resolved one) and its setting's identity (mode, dtype, device type,
+    optimizer, loss, the gradient options), so a row measured another way is another point.  Rows are
+    read as the site reads them (:func:`memlab.results.sweep_records`): a line that is unreadable, or a
+    row the site would refuse (a NaN, negative or non-numeric figure, an ``ok`` whose error is beyond
+    its tolerance), is passed to ``warn`` as ``memlab: warning: FILE:LINE: ...`` and does not count, so
     its point is measured again.
     """
     from ..results import sweep_records
@@ -33,8 +54,7 @@ def finished_keys(path: str | os.PathLike, warn: Callable[[str], None] | None = 
         if warn is not None:
             warn(f"memlab: warning: {msg}; not counted as measured")
 
-    return {Point.from_row(rec).key() for _, rec in sweep_records(path, skipped)
-            if rec["status"] in FINISHED_STATUSES}
+    return {Point.from_row(rec).key() for _, rec in sweep_records(path, skipped) if is_finished(rec, iterations)}
 
 
 def resolved_key(point: Point) -> tuple:

@@ -10,10 +10,10 @@ import threading
 import time
 from typing import Any, Callable, Iterator, TextIO
 
-from ..atomic import append_line_durable
+from ..core.atomic import append_line_durable
 from ..measurement import measure
-from ..record import Measurement
-from ..setting import DEFAULTS, Point, Setting
+from ..core.record import Measurement
+from ..core.setting import DEFAULTS, Point, Setting
 from .output import SweepOutput, say
 
 __all__ = ["EXECUTORS", "run_sweep", "check_jobs", "visible_gpus"]
@@ -29,8 +29,8 @@ def run_sweep(points: list[Point], out: "SweepOutput | TextIO | None", *,
               **options: Any) -> Iterator[Measurement]:
     """Measure each point (isolated) in its setting, append it to ``out`` at once, yield it.
 
-    ``points``: :class:`~memlab.setting.Point` s (``SweepPoint``); ``options`` that are
-    :class:`~memlab.setting.Setting` fields (``device="cuda"``, ``iterations=1``...) change every
+    ``points``: :class:`~memlab.core.setting.Point` s (``SweepPoint``); ``options`` that are
+    :class:`~memlab.core.setting.Setting` fields (``device="cuda"``, ``iterations=1``...) change every
     point's setting, the others (``isolate``, ``reference_cache``, ``plugins``) go to
     :func:`memlab.measure` as they are.  Every point's setting is validated before the first runs.
 

@@ -6,26 +6,22 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping
 
-from ..record import STATUSES, Measurement, fmt_mib
+from ..core.record import STATUSES, Measurement, Status, fmt_mib
 
 __all__ = ["status_summary", "format_table", "not_ok_lines", "NotOk", "reason_clauses", "failing_tensors",
            "expected_mismatch", "classify_not_ok", "count_line", "demo_summary", "DEMO_COUNTED", "shown_status"]
 
 
 def shown_status(m: Measurement) -> str:
-    """The status a summary shows: the row's, except ``leak unknown`` for an ``ok`` row measured over
-    fewer steps than a leak verdict needs (NOTE [ verdicts ] in memlab.measurement.verdict)."""
-    from ..results.runs import LEAK_UNKNOWN
-
-    return "leak unknown" if m.status == "ok" and (m.extra or {}).get(LEAK_UNKNOWN) else m.status
+    """The status a summary shows: the row's verdict (:attr:`memlab.core.record.Measurement.verdict`) as
+    its label, so an ``ok`` row measured over fewer steps than a leak verdict needs shows ``leak
+    unknown`` (NOTE [ verdicts ] in memlab.measurement.verdict)."""
+    verdict = m.verdict
+    return Status(verdict).label if verdict in STATUSES else str(verdict)
 
 
 def _shown_reason(m: Measurement) -> str:
-    from ..results.runs import LEAK_UNKNOWN
-
-    if shown_status(m) == "leak unknown":
-        return str(m.extra[LEAK_UNKNOWN])
-    return (m.error or "no reason recorded").splitlines()[0]
+    return m.reason or "no reason recorded"
 
 
 def status_summary(rows: list[Measurement], planned: int) -> str:
@@ -36,7 +32,8 @@ def status_summary(rows: list[Measurement], planned: int) -> str:
     counts: dict[str, int] = {}
     for m in rows:
         counts[shown_status(m)] = counts.get(shown_status(m), 0) + 1
-    order = [s for s in STATUSES if s in counts] + sorted(set(counts) - set(STATUSES))
+    labels = [Status(s).label for s in STATUSES]
+    order = [s for s in labels if s in counts] + sorted(set(counts) - set(labels))
     parts = [f"{counts[s]} {s}" for s in order]
     if planned > len(rows):
         parts.append(f"{planned - len(rows)} skipped")

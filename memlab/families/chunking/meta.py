@@ -33,3 +33,28 @@ BENCHMARKS = {
         "params": [("chunk_size", [2000, 500, 200])],
     },
 }
+
+#: ``memlab bench-harness``'s load experiment (:mod:`memlab.measurement.harness_cost`): ``(position in
+#: its table, technique, parameters)``, a size that takes seconds, not minutes
+HARNESS_LOAD_POINTS = (
+    (1, "slice_loop", {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 100}),
+)
+
+#: ``memlab bench-harness --limits``' points (:mod:`memlab.measurement.flop_limits`, issue 32):
+#: ``(position in its table, technique, parameters)``; chunk n/100
+LIMIT_POINTS = (
+    (8, "slice_accumulate", {"n": 4000, "d": 256, "hidden": 1024, "chunk_size": 40}),
+)
+
+#: the site's footnotes under a figure that shows the technique (:mod:`memlab.site.notes`): shown when
+#: a row of it has one of ``when`` (``"extra.KEY"`` truthy, ``"params.KEY"`` True; none: any row);
+#: ``{KEY}`` in ``text`` is the first such row's ``extra[KEY]``, else ``fill[KEY]``
+SITE_NOTES = {
+    "einsum_chunk": {
+        "when": ("extra.opt_einsum_used", "params.opt_einsum"),
+        "text": "einsum_chunk with opt_einsum: opt_einsum reorders the contraction to {contraction_order}, computing "
+                "w1 @ w2 (a [d, d] matrix) first instead of the [n, hidden] hidden layer, so its memory and speed "
+                "reflect that reordering, not chunking; rows with opt_einsum=False contract in the written order.",
+        "fill": {"contraction_order": "x @ (w1 @ w2)"},
+    },
+}

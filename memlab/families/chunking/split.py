@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from .chained_matmul import chained_matmul
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.technique import Technique
 from .workload import ChainedMatmul, analytic_floor
 

@@ -18,7 +18,7 @@ from .chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_m
                                         chained_matmul_into, chained_matmul_scratch, hidden_tiles)
 from memlab.functional.slice_accumulate import chunk_bounds as _bounds
 from memlab.functional.slice_accumulate import slice_accumulate
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.technique import Technique, TechniqueUnavailable
 from .workload import ChainedMatmul, analytic_floor
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from memlab.advisor.declaration import AdvisorModel, Chunks, Entry
-from memlab.params import Param
-from memlab.record import MODES
+from memlab.core.declaration import AdvisorModel, Chunks, Entry
+from memlab.core.params import Param
+from memlab.core.record import MODES
 from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
 from memlab.families.seeding import seeded_randn
 

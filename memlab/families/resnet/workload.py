@@ -37,9 +37,9 @@ import torch
 import torch.nn.functional as F_
 from torch import nn
 
-from memlab.advisor.declaration import AdvisorModel, Count, Entry
+from memlab.core.declaration import AdvisorModel, Count, Entry
 from memlab.functional.reversible import residual_stack, reversible_stack
-from memlab.params import Param, check_steps
+from memlab.core.params import Param, check_steps
 from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
 from memlab.families.seeding import seeded_randn
 
@@ -255,7 +255,7 @@ class ResNet(Workload, name="resnet", family="resnet"):
         small = {"batch": 4, "width": 4}
         if quick:
             return [{"depth": d, **small, "image": 16} for d in (26, 50)]
-        # 6n+2 with n = 6, 24, 96: 18 .. 288 blocks (16x), enough for a complexity fit (memlab.complexity);
+        # 6n+2 with n = 6, 24, 96: 18 .. 288 blocks (16x), enough for a complexity fit (memlab.core.complexity);
         # data/sweeps/cpu-resnet.jsonl adds n = 12, 48 (make data: --family resnet --grid depth=74,290 ...)
         return [{"depth": 6 * n + 2, **small} for n in (6, 24, 96)]
 
@@ -305,6 +305,13 @@ class ResNetAdvisorModel(AdvisorModel, family="resnet"):
     workload_fixed = {"block": "basic", "width": 16, "image": 8, "classes": 10}
     loop = Count("depth", per=6, offset=2)
     entries = (Entry("resnet"), Entry("resnet_checkpoint_block"))
+    # why each technique left out is left out (memlab.advisor.decision.declared_not_modelled reads it)
+    not_modelled = {
+        "resnet_checkpoint_sqrt": "its round(sqrt(3k)) segments are no repeated loop body",
+        "revnet": "needs an even k (depth = 12j + 2), a second loop count over the same size",
+        "revnet_autograd": "needs an even k (depth = 12j + 2), a second loop count over the same size",
+        "revnet_nosave": "needs an even k (depth = 12j + 2), a second loop count over the same size",
+    }
     held_out = {"batch": (2, 40)}
     # the step's work has a part per layer whatever the batch (each layer's kernel calls, autograd nodes
     # and, checkpointed, the per-block recompute machinery) and a part per image per layer (the

@@ -40,3 +40,25 @@ BENCHMARKS = {
         "params": [("depth", [16]), ("batch", [512])],
     },
 }
+
+#: ``memlab bench-harness``'s load experiment (:mod:`memlab.measurement.harness_cost`): ``(position in
+#: its table, technique, parameters)``, a size that takes seconds, not minutes
+HARNESS_LOAD_POINTS = (
+    (3, "reversible", {"depth": 16, "batch": 256, "width": 256, "hidden": 512}),
+)
+
+#: ``memlab bench-harness --limits``' points (:mod:`memlab.measurement.flop_limits`, issue 32):
+#: ``(position in its table, technique, parameters)``; against ``residual``
+LIMIT_POINTS = (
+    (9, "reversible", {"depth": 16, "batch": 256, "width": 256, "hidden": 512}),
+)
+
+#: the site's footnotes under a figure that shows the technique (:mod:`memlab.site.notes`; the keys
+#: as in the chunking folder's ``meta.py``)
+SITE_NOTES = {
+    "memcnn": {
+        "text": "memcnn (peer): MemCNN 1.5.2's InvertibleModuleWrapper returns the input's gradient doubled when the "
+                "input requires grad (a known defect; parameter gradients are right), so its rows fail the reference "
+                "check and are listed under Not ranked, never called best.",
+    },
+}

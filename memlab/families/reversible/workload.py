@@ -17,9 +17,9 @@ import math
 import torch
 from torch import nn
 
-from memlab.advisor.declaration import AdvisorModel, Count, Entry
+from memlab.core.declaration import AdvisorModel, Count, Entry
 from memlab.functional.reversible import Coupling, residual_stack
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
 from memlab.families.seeding import seeded_randn
 

@@ -45,3 +45,21 @@ BENCHMARKS = {
         "params": [("rank", [8]), ("batch", [1024])],
     },
 }
+
+#: ``memlab bench-harness``'s load experiment (:mod:`memlab.measurement.harness_cost`): ``(position in
+#: its table, technique, parameters)``, a size that takes seconds, not minutes
+HARNESS_LOAD_POINTS = (
+    (2, "tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 16}),
+)
+
+#: ``memlab bench-harness --limits``' points (:mod:`memlab.measurement.flop_limits`, issue 32):
+#: ``(position in its table, technique, parameters)``; tensorly-torch's layer beside the family's own
+LIMIT_POINTS = (
+    (1, "tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 16}),
+    (2, "tt_chunked", {"batch": 1024, "rank": 8, "chunk_size": 128}),
+    (3, "tt_chunked", {"batch": 4096, "rank": 8, "chunk_size": 16}),
+    (4, "tt_factorized", {"batch": 1024, "rank": 8}),
+    (5, "tt_factorized", {"batch": 4096, "rank": 8}),
+    (6, "tltorch_blocktt_factorized", {"batch": 1024, "rank": 8}),
+    (7, "tltorch_blocktt_factorized", {"batch": 4096, "rank": 8}),
+)

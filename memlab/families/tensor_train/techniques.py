@@ -20,7 +20,7 @@ import torch
 
 from .tt import SEQUENTIAL, TTShape, plan_block_rows, plan_contraction, plan_report, tt_reconstruct
 from .layer import TTPath
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.technique import Technique
 from .workload import TTLinear
 

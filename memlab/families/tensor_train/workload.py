@@ -19,9 +19,9 @@ import string
 import torch
 import torch.nn.functional as F
 
-from memlab.advisor.declaration import AdvisorModel, Chunks, Entry
+from memlab.core.declaration import AdvisorModel, Chunks, Entry
 from .tt import TTShape
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.workload import Problem, Workload
 from memlab.families.seeding import seeded_randn
 

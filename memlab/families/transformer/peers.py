@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from memlab.technique import Technique, TechniqueUnavailable
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.workload import Problem
 from .workload import EAGER, Path, Transformer
 from memlab.families.peer_versions import require_version

@@ -38,7 +38,7 @@ seq 128-1024 its exponent is 1.28 (eager 1.98, chunked 1.00 on the same points).
 CPU build no seq span gives flash a fitted exponent of 1 ± 0.1 at this size; its memory is "linear plus
 a block-sized constant", not the O(T²) of math/eager.  The buffer shows only where flash's backward is
 the step's peak: at hidden 64 with head size 8 (the FlashAttention page, NOTE [ flash block buffer ] in
-memlab/reproductions/dao_flash_attention.py) the peak is elsewhere and exactly linear, exponent 1.00
+reproductions/dao_flash_attention.py) the peak is elsewhere and exactly linear, exponent 1.00
 over seq 1024-4096.
 """
 from __future__ import annotations
@@ -51,7 +51,7 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from .attention import SdpaBackend, chunked_attention, sdpa_attention, sdpa_backend
 from .lm_loss import chunked_lm_loss
-from memlab.params import Param
+from memlab.core.params import Param
 from memlab.technique import Technique, TechniqueUnavailable
 from .workload import EAGER, Path, Transformer
 from .bytes import head_terms, layer_terms, loss_peak_bytes
@@ -237,6 +237,7 @@ class AutocastBF16(_TransformerTechnique, name="autocast_bf16"):
     float32 tolerance below (bfloat16 has 8 bits of mantissa).
     """
 
+    changes_dtype = True
     tolerances = {"float32": (5e-2, 5e-2)}
 
     def modelled(self, dtype):

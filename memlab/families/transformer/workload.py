@@ -54,10 +54,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.advisor.declaration import AdvisorModel, ChunksOf, Entry, Repeated
+from memlab.core.declaration import AdvisorModel, ChunksOf, Entry, Repeated
 from .attention import eager_attention
 from .lm_loss import plain_lm_loss
-from memlab.params import Param, check_steps
+from memlab.core.params import Param, check_steps
 from memlab.workload import DEFAULT_TOLERANCES, Problem, Workload
 from memlab.families.seeding import seeded_randn
 
@@ -257,10 +257,10 @@ class TransformerModel(AdvisorModel, family="transformer"):
     """The transformer family's advisor model (NOTE [ advisor models ] in :mod:`memlab.advisor.model`):
     sizes ``seq, batch, vocab, layers`` at width 64 (4 heads), dropout 0.
 
-    ``layers`` is an outer loop (:class:`~memlab.advisor.loops.Repeated`, NOTE [ outer loops ] in
+    ``layers`` is an outer loop (:class:`~memlab.core.loops.Repeated`, NOTE [ outer loops ] in
     :mod:`memlab.advisor.fit`): each layer one more body of forward, backward and the optimizer's
     updates; 1, 2 and 3 layers are exact classes, from 4 on the pieces are polynomials in ``layers``.
-    Inside it, the knob an entry searches chunks its own rows (:class:`~memlab.advisor.loops.ChunksOf`):
+    Inside it, the knob an entry searches chunks its own rows (:class:`~memlab.core.loops.ChunksOf`):
     ``chunked_lm_loss``'s ``chunk`` splits the ``batch * seq`` tokens (the loss, after the layers),
     ``chunked_attention``'s ``block`` the ``seq`` queries of every layer's attention: causal, so block ``i``
     scores its rows against keys ``[0, (i + 1) * block)`` and its tensors grow with its index, a loop of
@@ -279,6 +279,19 @@ class TransformerModel(AdvisorModel, family="transformer"):
     loop = Repeated("layers", ChunksOf({"chunk": "batch*seq", "block": "seq"}, k_max=24), k_max=12)
     entries = (Entry("eager_attention"), Entry("checkpoint_layer"), Entry("selective_checkpoint"),
                Entry("chunked_lm_loss", knobs=("chunk",)), Entry("chunked_attention", knobs=("block",)))
+    # why each technique left out is left out, as the Choose page and ``memlab advise`` list it
+    # (memlab.advisor.decision.declared_not_modelled reads this literal without importing the family)
+    not_modelled = {
+        "sdpa": "PyTorch picks the flash kernel here (dropout 0), whose backward scratch is sized by blocks the "
+                "CPU kernel picks from seq: no monomial of the sizes (NOTE [ SDPA on this CPU build ])",
+        "sdpa_flash": "the CPU flash kernel's backward scratch is sized by blocks it picks from seq: no monomial "
+                      "of the sizes (NOTE [ SDPA on this CPU build ])",
+        "sdpa_math": "no entry traced: the math backend keeps the probabilities [B, H, T, T] as the modelled "
+                     "eager_attention does (NOTE [ SDPA on this CPU build ])",
+        "autocast_bf16": "its step runs in bfloat16, not the models' float32, and its CPU time (bfloat16 slower "
+                         "than float32 on this CPU) says nothing of a GPU's",
+        "offload_activations": "CUDA only (saved tensors pinned in host memory): no CPU trace to model",
+    }
     held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
     # the time model weighs the parts a technique repeats apart (NOTE [ work components ] in
     # memlab.advisor.fit): the layers' matmuls and element-wise work (~ layers * tokens at the fixed
