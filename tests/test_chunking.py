@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import memlab
-from memlab.reproductions._slice_backward import slice_backward_allocations, slice_backward_lifetimes
+from memlab.families.chunking.reproductions._slice_backward import slice_backward_allocations, slice_backward_lifetimes
 from memlab.families.chunking.workload import ChainedMatmul, analytic_floor
 
 CPU = torch.device("cpu")

@@ -8,7 +8,7 @@ import pytest
 import memlab
 from memlab.cuda.prediction import CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak
 from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, trace_step
-from memlab.reproductions.chunked_slicing_backward_spike import slice_backward_reserved_answer
+from memlab.families.chunking.reproductions.chunked_slicing_backward_spike import slice_backward_reserved_answer
 from memlab.technique import TechniqueUnavailable
 
 MiB = 1024 * 1024

@@ -6,8 +6,8 @@ tests/test_reversible_memory_accounting.py in one worker: the resume test's row 
 import pytest
 
 import memlab
-from memlab.reproductions._leaky_ctx import LeakyCtxOutput
-from memlab.reproductions.reversible_memory_accounting import LEAK_CFG
+from memlab.families.reversible.reproductions._leaky_ctx import LeakyCtxOutput
+from memlab.families.reversible.reproductions.reversible_memory_accounting import LEAK_CFG
 
 pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 

@@ -7,7 +7,7 @@ import torch
 
 import memlab
 from activation_reference import activation_peak
-from memlab.reproductions._leaky_ctx import LeakyCtxOutput
+from memlab.families.reversible.reproductions._leaky_ctx import LeakyCtxOutput
 from memlab.functional.reversible import (Coupling, check_invertibility, couple, residual_stack, reversible_stack,
                                           reversible_stack_inverse, uncouple)
 from memlab.measurement.step import make_step

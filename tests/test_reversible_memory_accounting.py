@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memlab.reproductions import reversible_memory_accounting as R
+from memlab.families.reversible.reproductions import reversible_memory_accounting as R
 
 needs_memcnn = pytest.mark.skipif(importlib.util.find_spec("memcnn") is None, reason="MemCNN peer not installed")
 pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)

@@ -6,10 +6,10 @@ Small sizes, exact CPU allocation bytes, in-process.
 import pytest
 
 import memlab
-from memlab.reproductions import dao_flash_attention as dao
-from memlab.reproductions import korthikanti_activation_recomputation as kor
+from memlab.families.transformer.reproductions import dao_flash_attention as dao
+from memlab.families.transformer.reproductions import korthikanti_activation_recomputation as kor
 from memlab.reproductions import list_reproductions
-from memlab.reproductions import wijmans_cut_your_losses as cce
+from memlab.families.transformer.reproductions import wijmans_cut_your_losses as cce
 from memlab.families.transformer.bytes import rng_state_bytes
 
 #: as/h = 8; bfloat16 and dropout on, as the paper's accounting

@@ -1,6 +1,7 @@
 """What each reproduction module says about its own page, read from the module's source.
 
-A reproduction module (:mod:`memlab.reproductions`) names its page: ``SEED`` (the report it
+A reproduction module (:mod:`memlab.reproductions`: a module of a family folder's ``reproductions/``,
+:func:`memlab.registry.reproduction_folders`) names its page: ``SEED`` (the report it
 reproduces), ``TITLE`` (the report's own title), optionally ``SETTLES`` (what the page settles: the
 seed page's title, with the report's title beneath) and ``CUDA_ANSWER_TECHNIQUE``.  The site reads
 these string constants with :mod:`ast` instead of importing the modules: a reproduction module may
@@ -13,12 +14,12 @@ import ast
 import functools
 from pathlib import Path
 
-__all__ = ["FIELDS", "REPRODUCTIONS", "seed_metadata", "page_titles"]
+from ..registry import reproduction_folders
+
+__all__ = ["FIELDS", "seed_metadata", "page_titles"]
 
 #: the module constants the site reads
 FIELDS = ("SEED", "TITLE", "SETTLES", "CUDA_ANSWER_TECHNIQUE")
-#: the folder of the reproduction modules
-REPRODUCTIONS = Path(__file__).resolve().parents[1] / "reproductions"
 
 
 def _constants(path: Path) -> dict[str, str]:
@@ -37,9 +38,9 @@ def _constants(path: Path) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=4)
-def _all(folder: str) -> dict[str, dict[str, str]]:
+def _all(folders: tuple[str, ...]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
-    for path in sorted(Path(folder).glob("*.py")):
+    for path in sorted(p for folder in folders for p in Path(folder).glob("*.py")):
         if path.name.startswith("_"):
             continue
         consts = _constants(path)
@@ -48,12 +49,18 @@ def _all(folder: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def seed_metadata(seed: str, folder: Path = REPRODUCTIONS) -> dict[str, str]:
-    """The :data:`FIELDS` the module whose ``SEED`` is ``seed`` assigns (``{}`` when none does)."""
-    return dict(_all(str(folder)).get(seed, {}))
+def _folders(folder: Path | None) -> tuple[str, ...]:
+    """``folder``, or every family folder's reproductions (built-in and ``MEMLAB_PLUGINS``)."""
+    return (str(folder),) if folder is not None else tuple(str(f) for _, f in reproduction_folders())
 
 
-def page_titles(seed: str, report_title: str, folder: Path = REPRODUCTIONS) -> tuple[str, str]:
+def seed_metadata(seed: str, folder: Path | None = None) -> dict[str, str]:
+    """The :data:`FIELDS` the module whose ``SEED`` is ``seed`` assigns (``{}`` when none does), among
+    the modules of ``folder`` (default: every family folder's ``reproductions/``)."""
+    return dict(_all(_folders(folder)).get(seed, {}))
+
+
+def page_titles(seed: str, report_title: str, folder: Path | None = None) -> tuple[str, str]:
     """``(title, beneath)`` of a seed page: what it settles and the report's title (``report_title``,
     from the reproduction file) when the module says what it settles; else the report's title alone
     and ``""``."""

@@ -2,7 +2,7 @@
 
 Two views of one training step:
 
-* :func:`slice_backward_allocations` reads a :class:`~memlab.record.Timeline` (from
+* :func:`slice_backward_allocations` reads a :class:`~memlab.core.record.Timeline` (from
   ``memlab.timeline("slice_loop", ...)``): every allocation whose operator stack contains
   ``aten::slice_backward`` (its ``aten::zeros``), with its size and the live bytes at that moment.
   A timeline has no addresses, so it cannot say when each of them is freed.
@@ -108,9 +108,9 @@ def slice_backward_lifetimes(name: str = "slice_loop", *, seed: int = 0, **param
     replay of NOTE [ exact CPU allocated bytes ]); a free is paired with the latest allocation at
     its address.
     """
-    from ..measurement import prepare
-    from ..measurement.alloc_trace import phase_of, trace_allocations, window
-    from ..measurement.step import make_step
+    from memlab.measurement import prepare
+    from memlab.measurement.alloc_trace import phase_of, trace_allocations, window
+    from memlab.measurement.step import make_step
 
     technique, dev, dt = prepare(name, params, "cpu", "float32", "train")
     problem = technique.build(dev, dt, seed)

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..families.tensor_train.tt import TTShape, plan_contraction
-from ..units import MiB
+from ..tt import TTShape, plan_contraction
+from memlab.core.units import MiB
 
 SEED = "tt-layer-memory"
 TITLE = "High GPU memory consumption (TT layer)"
@@ -94,6 +94,21 @@ def _forward_end(timeline) -> int | None:
     return fwd[-1] if fwd else None
 
 
+def _mib_text(x: int | None) -> str:
+    """Bytes as MiB with one decimal, ``-`` for None."""
+    return "-" if x is None else f"{x / MiB:.1f}"
+
+
+def _holds(peak, exact: bool) -> str:
+    """The verdict: "reproduced" when the report's three claims hold (the TT layers above dense in
+    training and inference, the reconstructed layer within 10% of dense in training; ``peak(name,
+    mode)`` in bytes) and the byte counts are ``exact``, else "reproduced with caveat"."""
+    more_train = min(peak("tt_factorized", "train"), peak("tt_report_einsum", "train")) > peak("dense", "train")
+    more_infer = min(peak("tt_factorized", "infer"), peak("tt_report_einsum", "infer")) > peak("dense", "infer")
+    naive_fix = peak("tt_reconstructed", "train") <= 1.1 * peak("dense", "train")
+    return "reproduced" if (more_train and more_infer and naive_fix and exact) else "reproduced with caveat"
+
+
 def _verdict(ms, peak, cuda, v: dict[str, Any]) -> tuple[str, str]:
     """The verdict and the summary text from the measurements ``ms`` (every one ``ok``); ``v`` holds
     the configuration (``batch``, ``rank``, ``chunk``), tt_factorized's ``plan`` and the live bytes at
@@ -105,18 +120,11 @@ def _verdict(ms, peak, cuda, v: dict[str, Any]) -> tuple[str, str]:
     act_formula = analytic.get("factorized_activation_bytes")
     plan_kept = (plan.activation_elements(batch) + plan.block_elements()) * 4
     plan_peak = plan.training_elements(batch) * 4
-
-    def mib(x):
-        return "-" if x is None else f"{x / MiB:.1f}"
-
-    more_train = min(peak("tt_factorized", "train"), peak("tt_report_einsum", "train")) > peak("dense", "train")
-    more_infer = min(peak("tt_factorized", "infer"), peak("tt_report_einsum", "infer")) > peak("dense", "infer")
-    naive_fix = peak("tt_reconstructed", "train") <= 1.1 * peak("dense", "train")
     # the report's layer keeps the formula's activations and its transposed core copies (at most
     # the TT parameters twice); memlab's block contraction keeps exactly what its plan counts
     exact = (act_formula <= act_measured <= act_formula + 2 * analytic.get("tt_param_bytes", 0)
              and act_fact == plan_kept)
-    verdict = "reproduced" if (more_train and more_infer and naive_fix and exact) else "reproduced with caveat"
+    verdict = _holds(peak, exact)
     rep_extra = peak("tt_report_einsum", "train") - peak("tt_factorized", "train")
     rep_formula = ms["tt_report_einsum", "train"].extra.get("analytic", {}).get("report_extra_backward_bytes")
     # the one-core-at-a-time contraction's exact training peak (tests/test_seed_forms.py):
@@ -124,7 +132,7 @@ def _verdict(ms, peak, cuda, v: dict[str, Any]) -> tuple[str, str]:
     seq_peak = (batch * d3 * (3 * rank + 1) + 100 * rank * rank + 100 * rank) * 4
     rep_exact = peak("tt_report_einsum", "train") == seq_peak + rep_formula
     cuda_line = "; ".join(
-        f"{n} {mib(cuda(n, 'train')[0])} / {mib(cuda(n, 'train')[1])}" for n in TECHNIQUES)
+        f"{n} {_mib_text(cuda(n, 'train')[0])} / {_mib_text(cuda(n, 'train')[1])}" for n in TECHNIQUES)
     summary = (
         f"Claim: {CLAIM} Configuration: d=10 (1000 -> 1000), r={rank}, B={batch}, float32, CPU, one "
         f"training step (forward, backward, SGD) and one no_grad forward. The user's own layer "

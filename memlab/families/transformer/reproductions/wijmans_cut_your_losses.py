@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._papers import activation, mib, paper_report, ratio, table
+from memlab.reproductions.papers import activation, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "loss_head_peak", "configs", "paper_scale"]
 
@@ -63,8 +63,8 @@ def loss_head_peak(kind: str, n: int, v: int, d: int, chunk: int = CHUNK, seed: 
     float32, live bytes above the start with the final gradients' storages left out (exact trace)."""
     import torch
 
-    from ..families.transformer.lm_loss import chunked_lm_loss, plain_lm_loss
-    from ..families.transformer.bytes import measured_loss_peak
+    from ..lm_loss import chunked_lm_loss, plain_lm_loss
+    from ..bytes import measured_loss_peak
 
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n, d, generator=g).requires_grad_()
@@ -96,9 +96,15 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     return report(ms, quick, heads)
 
 
-def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """The page's data: whole-step rows (Measurement objects) and the loss-head peaks by ``"NxV"``."""
-    base, points = configs(quick)
+def _gb(b: float) -> float:
+    """Bytes as GB (10^9), three decimals."""
+    return round(b / 1e9, 3)
+
+
+def _rows(base: dict[str, Any], points, measurements: list,
+          heads: dict[str, dict[str, int]]) -> tuple[list[list[Any]], bool]:
+    """``(memlab's table rows, whether every loss-head peak equals its exact model)``: per point
+    ``(batch, vocab)``, the formulas and measured loss bytes and the whole step's activation peaks."""
     d = base["hidden"]
     got = {(m.technique, m.params["batch"], m.params["vocab"]): m for m in measurements}
     rows, exact = [], True
@@ -112,18 +118,13 @@ def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) ->
         rel = round(cm.relative_step_time, 2) if cm is not None and cm.status == "ok" and cm.relative_step_time else None
         rows.append([n, vocab, fp, hp.get("plain"), fc, hp.get("chunked"), ratio(hp.get("plain"), hp.get("chunked"), 1),
                      mib(pe), mib(ce), ratio(pe, ce), rel])
-    ours = table("memlab", "memlab: loss memory and the whole step's activation peak, plain vs chunked",
-                 ["tokens N", "vocab V", "plain formula, bytes", "plain measured, bytes", "chunked formula, bytes",
-                  "chunked measured, bytes", "loss ratio (plain / chunked)", "step: plain activation MiB",
-                  "step: chunked activation MiB", "step ratio", "chunked step time / plain step"], rows,
-                 f"CPU, float32, hidden {d}, chunk {CHUNK} tokens. Loss columns: the loss head alone (h [N, D] -> "
-                 "per-token loss, forward and backward, the final gradients excluded), exact allocation trace, "
-                 "beside plain = 3·N·V·e + N·e and chunked = c·V·e + c·D·e + 2·N·e (e = 4). Step columns: a one-layer "
-                 f"model (seq {base['seq']}, heads {base['heads']}), its activation peak (memlab.measure), and the relative "
-                 "step time (thread CPU time, one thread, against eager_attention with the plain loss).")
-    big = {c: paper_scale(c) for c in (1, CHUNK, 1024)}
+    return rows, exact
+
+
+def _paper_table(big: dict[int, dict[str, int]]) -> dict[str, Any]:
+    """The paper's figures beside the exact model at the paper's size (``big``: :func:`paper_scale` by chunk)."""
     wg16 = PAPER["vocab"] * PAPER["hidden"] * 2
-    gb = lambda b: round(b / 1e9, 3)  # noqa: E731
+    gb = _gb
     paper_rows = [["paper: PyTorch loss", "24 GB", "28 GB", "", ""],
                   ["paper: Cut Cross-Entropy", "1 MB", "1 GB", "", ""]]
     p = big[CHUNK]
@@ -140,11 +141,13 @@ def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) ->
                   "memlab model: the formulas above (float32 logits, e = 4), measured exact at memlab's sizes, evaluated "
                   "at the paper's; the head adds the classifier's weight gradient V·D (every method produces it: "
                   f"{gb(p['weight_grad'])} GB in float32, {gb(wg16)} GB in bfloat16). A prediction, not a measurement.")
-    # the issue's bar: >= 10x less loss memory at vocab 32,000 (N = 4 chunks or more: the ratio is about 3N/c)
-    at32 = [r for r in rows if r[1] == 32000 and r[0] >= 4 * CHUNK and r[6] is not None]
-    ten = all(r[6] >= 10 for r in at32) and bool(at32)
-    verdict = "reproduced" if exact and ten else "reproduced with caveat" if exact else "not reproduced on this device"
-    q1 = big[1]
+    return paper
+
+
+def _summary(rows: list[list[Any]], exact: bool, big: dict[int, dict[str, int]]) -> str:
+    """The page's summary: the exact-model check, the ratios, the paper's size and the caveat."""
+    wg16 = PAPER["vocab"] * PAPER["hidden"] * 2
+    gb, p, q1 = _gb, big[CHUNK], big[1]
     summary = " ".join([
         f"Claim: {CLAIM}",
         "Exact model: memlab's loss memory equals its exact model at every measured point, to the byte: " + ("yes" if exact else "NO")
@@ -161,6 +164,30 @@ def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) ->
         "blocks in on-chip SRAM, so memlab reaches CCE's 1 MB only at chunk 1 (at a large time cost); the paper's GB "
         "are GPU measurements with their own dtype choices.",
     ])
+    return summary
+
+
+def report(measurements: list, quick: bool, heads: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The page's data: whole-step rows (Measurement objects) and the loss-head peaks by ``"NxV"``."""
+    base, points = configs(quick)
+    d = base["hidden"]
+    rows, exact = _rows(base, points, measurements, heads)
+    ours = table("memlab", "memlab: loss memory and the whole step's activation peak, plain vs chunked",
+                 ["tokens N", "vocab V", "plain formula, bytes", "plain measured, bytes", "chunked formula, bytes",
+                  "chunked measured, bytes", "loss ratio (plain / chunked)", "step: plain activation MiB",
+                  "step: chunked activation MiB", "step ratio", "chunked step time / plain step"], rows,
+                 f"CPU, float32, hidden {d}, chunk {CHUNK} tokens. Loss columns: the loss head alone (h [N, D] -> "
+                 "per-token loss, forward and backward, the final gradients excluded), exact allocation trace, "
+                 "beside plain = 3·N·V·e + N·e and chunked = c·V·e + c·D·e + 2·N·e (e = 4). Step columns: a one-layer "
+                 f"model (seq {base['seq']}, heads {base['heads']}), its activation peak (memlab.measure), and the relative "
+                 "step time (thread CPU time, one thread, against eager_attention with the plain loss).")
+    big = {c: paper_scale(c) for c in (1, CHUNK, 1024)}
+    paper = _paper_table(big)
+    # the issue's bar: >= 10x less loss memory at vocab 32,000 (N = 4 chunks or more: the ratio is about 3N/c)
+    at32 = [r for r in rows if r[1] == 32000 and r[0] >= 4 * CHUNK and r[6] is not None]
+    ten = all(r[6] >= 10 for r in at32) and bool(at32)
+    verdict = "reproduced" if exact and ten else "reproduced with caveat" if exact else "not reproduced on this device"
+    summary = _summary(rows, exact, big)
     vs = [r for r in rows if r[0] == 2 * base["seq"]]
     return paper_report(verdict, summary, measurements, [paper, ours],
                         {"type": "line", "title": f"Loss memory against vocabulary ({2 * base['seq']} tokens; log-log)",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._papers import activation, badges, mib, paper_report, ratio, table
+from memlab.reproductions.papers import activation, badges, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report"]
 
@@ -53,34 +53,29 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     return report(measurements, quick)
 
 
-def report(measurements: list, quick: bool = False) -> dict[str, Any]:
-    """The page's data from the measurements :func:`reproduce` took (``Measurement`` objects)."""
-    cfg, depths, deep = _configs(quick)
-    series_rows: dict[str, dict[int, Any]] = {}
-    deep_rows = {}
-    for m in measurements:
-        if deep is not None and m.params.get("block") == deep["block"]:
-            deep_rows[m.technique] = m
-        else:
-            series_rows.setdefault(m.technique, {})[m.params["depth"]] = m
+def _row(label: str, depth: int, ms: dict[str, Any]) -> list[Any]:
+    """One row of memlab's table: the network, its layers and blocks, then per technique of
+    :data:`TECHNIQUES` its activation peak (MiB), plain's over it, and its relative step time."""
+    plain = activation(ms["resnet"])
+    blocks = ms["resnet"].extra.get("blocks") if ms["resnet"].status == "ok" else None
+    cells = [label, depth, blocks]
+    for name in TECHNIQUES:
+        a = activation(ms[name])
+        rel = ms[name].relative_step_time if ms[name].status == "ok" else None
+        cells += [mib(a), ratio(plain, a), None if rel is None else round(rel, 2)]
+    return cells
 
-    def row_for(label, depth, ms):
-        plain = activation(ms["resnet"])
-        blocks = ms["resnet"].extra.get("blocks") if ms["resnet"].status == "ok" else None
-        cells = [label, depth, blocks]
-        for name in TECHNIQUES:
-            a = activation(ms[name])
-            rel = ms[name].relative_step_time if ms[name].status == "ok" else None
-            cells += [mib(a), ratio(plain, a), None if rel is None else round(rel, 2)]
-        return cells
 
+def _tables(cfg: dict[str, Any], depths, deep, series_rows, deep_rows) -> tuple[list[list[Any]], dict, dict]:
+    """``(memlab's rows, the paper's table, memlab's table)``: a row per depth of ``series_rows``
+    (technique -> depth -> measurement), and the deep network's from ``deep_rows`` when measured."""
     columns = ["network", "layers", "blocks"]
     for name in TECHNIQUES:
         lab = LABELS[name]
         columns += [f"{lab} activation MiB", f"{lab} memory ratio (plain / this)", f"{lab} time ratio (this / plain)"]
-    rows = [row_for(f"ResNet-{d} (basic)", d, {n: series_rows[n][d] for n in TECHNIQUES}) for d in depths]
+    rows = [_row(f"ResNet-{d} (basic)", d, {n: series_rows[n][d] for n in TECHNIQUES}) for d in depths]
     if deep_rows:
-        rows.append(row_for("ResNet-1001 (bottleneck)", deep["depth"], deep_rows))
+        rows.append(_row("ResNet-1001 (bottleneck)", deep["depth"], deep_rows))
     paper = table("paper", "The paper's figure (Chen et al. 2016, 1000-layer ResNet)",
                   ["network", "layers", "plain memory", "sqrt(n) memory", "memory ratio", "time ratio"],
                   [["ResNet (paper)", 1000, "48 GB", "7 GB", 6.9, 1.30]],
@@ -90,8 +85,11 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
                  "activation MiB = the measured activation peak (saved activations + temporaries in forward "
                  "and backward); memory ratio = plain's activation peak / this technique's; time ratio = this "
                  "technique's training step / the plain step interleaved with it (relative_step_time).")
-    fit_ms = [m for name in TECHNIQUES for m in series_rows[name].values()]
-    badge_list = badges(fit_ms, TECHNIQUES)
+    return rows, paper, ours
+
+
+def _summary(depths, series_rows, rows: list[list[Any]], badge_list: list[dict[str, Any]]) -> tuple[str, str]:
+    """``(verdict, summary)``: the exponents of ``badge_list`` and the ratios of the deepest row."""
     by = {b["name"]: b for b in badge_list}
     last = rows[-1]
     sqrt_mem, sqrt_time = last[3 + 3 * 2 + 1], last[3 + 3 * 2 + 2]
@@ -118,6 +116,23 @@ def report(measurements: list, quick: bool = False) -> dict[str, Any]:
         "Caveat: CPU, small width and batch (exact bytes; the ratios do not depend on the batch); the paper's "
         "figures are GPU totals with its own memory planner.",
     ])
+    return verdict, summary
+
+
+def report(measurements: list, quick: bool = False) -> dict[str, Any]:
+    """The page's data from the measurements :func:`reproduce` took (``Measurement`` objects)."""
+    cfg, depths, deep = _configs(quick)
+    series_rows: dict[str, dict[int, Any]] = {}
+    deep_rows = {}
+    for m in measurements:
+        if deep is not None and m.params.get("block") == deep["block"]:
+            deep_rows[m.technique] = m
+        else:
+            series_rows.setdefault(m.technique, {})[m.params["depth"]] = m
+    rows, paper, ours = _tables(cfg, depths, deep, series_rows, deep_rows)
+    fit_ms = [m for name in TECHNIQUES for m in series_rows[name].values()]
+    badge_list = badges(fit_ms, TECHNIQUES)
+    verdict, summary = _summary(depths, series_rows, rows, badge_list)
     series = {f"{LABELS[n]} activation": [mib(activation(series_rows[n][d])) for d in depths] for n in TECHNIQUES}
     blocks = [series_rows["resnet"][d].extra.get("blocks", d) for d in depths]
     return paper_report(verdict, summary, measurements, [paper, ours],

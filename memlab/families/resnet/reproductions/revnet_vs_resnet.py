@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._papers import BATCH_NOTE, activation, mib, ratio, table
+from memlab.reproductions.papers import BATCH_NOTE, activation, mib, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report"]
 

@@ -22,7 +22,7 @@ allocator's cache, the CUDA context) hide.  Here, on CPU with exact allocated by
   whole-stack reversible Function and, when installed, MemCNN 1.5.2 and RevLib 1.7.2) at a moderate
   size, two steps each;
 * ``allocated_after_step_bytes`` over 10 iterations for ``reversible``, and for a per-block Function
-  with the classic ``ctx.y = y`` reference cycle (:class:`memlab.reproductions._leaky_ctx.LeakyCtxOutput`,
+  with the classic ``ctx.y = y`` reference cycle (:class:`memlab.families.reversible.reproductions._leaky_ctx.LeakyCtxOutput`,
   measured in-process since it is deliberately not registered), which grows step after step.
 """
 from __future__ import annotations
@@ -30,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from ._papers import mib, ratio, table
+from memlab.families.resnet.techniques import PlainResNet, RevNet
+from memlab.reproductions.papers import mib, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "REPORT", "reproduce", "memcnn_models"]
 
@@ -41,17 +42,26 @@ SETTLES = "Reversible nets: where the savings go and whether memory leaks across
 CLAIM = ("Reversible blocks (MemCNN) showed no saving in nvidia-smi, and allocated memory after "
          "optimizer.step() grew across iterations.")
 
+# NOTE [ the report's networks are the resnet family's ]
+# The report compares a plain residual network with a reversible one: the resnet family's baseline
+# and its RevNet, measured here beside this family's reversible stacks, MemCNN and the leaky stack.
+# The module lives in the reversible folder (the report is about reversible memory), so it names only
+# this family's techniques and takes the two networks' names from the resnet family's classes.
+# Evidence: tests/test_family_names.py (no technique name outside its family's folder).
+#: the report's two networks: the resnet family's plain network and its RevNet (technique names)
+RESNET, REVNET = PlainResNet.name, RevNet.name
+
 #: the report's figures (bytes; nvidia-smi in MiB), MemCNN 1.2.0, CIFAR-100, iteration 1100
-REPORT = {"resnet": {"label": "ResNet32", "depth": 32, "memcnn": "resnet32", "model_bytes": 1_966_080,
+REPORT = {RESNET: {"label": "ResNet32", "depth": 32, "memcnn": "resnet32", "model_bytes": 1_966_080,
                      "actmem_bytes": 259_687_424, "nvidia_smi_mib": 712},
-          "revnet": {"label": "RevNet38", "depth": 38, "memcnn": "revnet38", "model_bytes": 2_414_592,
+          REVNET: {"label": "RevNet38", "depth": 38, "memcnn": "revnet38", "model_bytes": 2_414_592,
                      "actmem_bytes": 106_352_640, "nvidia_smi_mib": 810}}
 #: the report's memory_reserved() - Model memory after backward, RevNet38, steps 0, 1, 2 (PyTorch 1.4, bytes)
 REVNET_RESERVED_BYTES = (320_864_256, 350_224_384, 379_584_512)
-REPORT_RATIO = REPORT["resnet"]["actmem_bytes"] / REPORT["revnet"]["actmem_bytes"]  # 2.44
+REPORT_RATIO = REPORT[RESNET]["actmem_bytes"] / REPORT[REVNET]["actmem_bytes"]  # 2.44
 #: MemCNN's experiments.json: resnet32's data_loader_params.batch_size (revnet38 inherits it)
 MEMCNN_BATCH = 100
-NETS = ("resnet", "revnet")
+NETS = (RESNET, REVNET)
 
 
 def _configs(quick: bool) -> dict[str, Any]:
@@ -70,7 +80,7 @@ LEAK_ITERATIONS = 10
 def _rounded(tensors) -> int:
     """Bytes the CUDA caching allocator hands out for these tensors, one block each (an empty
     tensor allocates nothing)."""
-    from ..cuda.model import round_size
+    from memlab.cuda.model import round_size
 
     return sum(round_size(t.nbytes) for t in tensors if t.nbytes)
 
@@ -80,10 +90,10 @@ def memlab_model_bytes(name: str, cfg: dict[str, Any]) -> int:
     ``torch.cuda.memory_allocated()`` would show after building it on a GPU (MemCNN's "Model memory")."""
     import torch
 
-    from ..families.resnet.workload import ResNet
+    from memlab.families.resnet.workload import ResNet
 
     w = ResNet({**cfg, "depth": REPORT[name]["depth"]})
-    p = (w.build if name == "resnet" else w.build_revnet)(torch.device("cpu"), torch.float32, 0)
+    p = (w.build if name == RESNET else w.build_revnet)(torch.device("cpu"), torch.float32, 0)
     return _rounded([*p.model.parameters(), *p.model.buffers()])
 
 
@@ -222,11 +232,11 @@ class _Figures:
 
     @property
     def act_ratio(self) -> float | None:
-        return ratio(self.act["resnet"], self.act["revnet"])
+        return ratio(self.act[RESNET], self.act[REVNET])
 
     @property
     def res_ratio(self) -> float | None:
-        return ratio(self.cud["resnet"]["reserved_steady_mib"], self.cud["revnet"]["reserved_steady_mib"])
+        return ratio(self.cud[RESNET]["reserved_steady_mib"], self.cud[REVNET]["reserved_steady_mib"])
 
     @property
     def scale(self) -> float:
@@ -274,7 +284,7 @@ def _memcnn_text(f: _Figures) -> str:
         return ""
     cfg, memcnn = f.cfg, f.memcnn
     mb = (memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])
-    same = mb == (REPORT["resnet"]["model_bytes"], REPORT["revnet"]["model_bytes"])
+    same = mb == (REPORT[RESNET]["model_bytes"], REPORT[REVNET]["model_bytes"])
     sv = (memcnn["resnet32"].get("saved_bytes"), memcnn["revnet38"].get("saved_bytes"))
     return (f" MemCNN's own ResNet32 / RevNet38 rebuilt here (MemCNN 1.5.2, its experiments.json layouts, "
             f"{cfg['classes']} classes) hold {_fmt(mb[0])} / {_fmt(mb[1])} bytes of parameters and buffers rounded "
@@ -287,20 +297,20 @@ def _memcnn_text(f: _Figures) -> str:
 def _smi_text(f: _Figures) -> str:
     """What nvidia-smi shows: the allocator's reserved bytes + what lies outside it (CUDA context, cuDNN
     workspaces), the report's figures against the prediction."""
-    rc, vc = f.cud["resnet"], f.cud["revnet"]
-    rev_reserved = [mib(b + REPORT["revnet"]["model_bytes"], 0) for b in (REVNET_RESERVED_BYTES[0],
+    rc, vc = f.cud[RESNET], f.cud[REVNET]
+    rev_reserved = [mib(b + REPORT[REVNET]["model_bytes"], 0) for b in (REVNET_RESERVED_BYTES[0],
                                                                           REVNET_RESERVED_BYTES[-1])]
-    outside_rev = [REPORT["revnet"]["nvidia_smi_mib"] - r for r in reversed(rev_reserved)]
+    outside_rev = [REPORT[REVNET]["nvidia_smi_mib"] - r for r in reversed(rev_reserved)]
     smi_text = (
         "nvidia-smi shows the reserved bytes, which the allocator keeps between steps, plus what lies outside the "
         "allocator: the CUDA context and cuDNN workspaces, which a CPU trace cannot see. The report's own "
         f"memory_reserved() for RevNet38 under MemCNN 1.2.0 and PyTorch 1.4 ({rev_reserved[0]:.0f}-"
         f"{rev_reserved[1]:.0f} MiB with "
         f"the model over its first steps, still growing) leaves {outside_rev[0]:.0f}-{outside_rev[1]:.0f} MiB of its "
-        f"{REPORT['revnet']['nvidia_smi_mib']} MiB outside the allocator")
+        f"{REPORT[REVNET]['nvidia_smi_mib']} MiB outside the allocator")
     if not f.quick and rc["reserved_steady_mib"] is not None:
-        outside_res = REPORT["resnet"]["nvidia_smi_mib"] - rc["reserved_steady_mib"]
-        smi_text += (f"; ResNet32's {REPORT['resnet']['nvidia_smi_mib']} MiB less its predicted "
+        outside_res = REPORT[RESNET]["nvidia_smi_mib"] - rc["reserved_steady_mib"]
+        smi_text += (f"; ResNet32's {REPORT[RESNET]['nvidia_smi_mib']} MiB less its predicted "
                      f"{rc['reserved_steady_mib']:.0f} MiB reserved leaves {outside_res:.0f} MiB, the same fixed "
                      f"share. So on a GPU the reversible saving "
                      f"({rc['reserved_steady_mib'] - vc['reserved_steady_mib']:.0f} MiB of reserved memory here) "
@@ -328,27 +338,27 @@ def _configuration_text(f: _Figures) -> str:
 
 def _network_texts(f: _Figures) -> list[str]:
     """Parameters, activation peak, total step peak and predicted CUDA of the report's networks."""
-    res, rev, act, tot, act_ratio = f.nets["resnet"], f.nets["revnet"], f.act, f.tot, f.act_ratio
-    rc, vc, res_ratio = f.cud["resnet"], f.cud["revnet"], f.res_ratio
+    res, rev, act, tot, act_ratio = f.nets[RESNET], f.nets[REVNET], f.act, f.tot, f.act_ratio
+    rc, vc, res_ratio = f.cud[RESNET], f.cud[REVNET], f.res_ratio
     keeps = ("the caching allocator keeps the saving: reserved memory is the allocated peak rounded up to its "
              "segments" if res_ratio is not None and act_ratio is not None and res_ratio >= 0.75 * act_ratio else
              "the caching allocator's rounding and cached segments hide part of the saving")
     return [
         f"Parameters: memlab ResNet32 {_fmt(res.param_bytes)} bytes, RevNet38 {_fmt(rev.param_bytes)} bytes "
-        f"({_fmt(f.model_bytes['resnet'])} / {_fmt(f.model_bytes['revnet'])} with buffers, rounded to 512 bytes; the "
-        f"report's Model memory: {_fmt(REPORT['resnet']['model_bytes'])} / {_fmt(REPORT['revnet']['model_bytes'])})."
+        f"({_fmt(f.model_bytes[RESNET])} / {_fmt(f.model_bytes[REVNET])} with buffers, rounded to 512 bytes; the "
+        f"report's Model memory: {_fmt(REPORT[RESNET]['model_bytes'])} / {_fmt(REPORT[REVNET]['model_bytes'])})."
         + _memcnn_text(f),
-        f"Activation peak (saved activations and temporaries, exact): ResNet32 {mib(act['resnet'], 1)} MiB "
-        f"({_fmt(act['resnet'])} bytes), RevNet38 {mib(act['revnet'], 1)} MiB ({_fmt(act['revnet'])} bytes): "
-        f"{act_ratio}x less, beside the report's ActMem {_fmt(REPORT['resnet']['actmem_bytes'])} / "
-        f"{_fmt(REPORT['revnet']['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x"
+        f"Activation peak (saved activations and temporaries, exact): ResNet32 {mib(act[RESNET], 1)} MiB "
+        f"({_fmt(act[RESNET])} bytes), RevNet38 {mib(act[REVNET], 1)} MiB ({_fmt(act[REVNET])} bytes): "
+        f"{act_ratio}x less, beside the report's ActMem {_fmt(REPORT[RESNET]['actmem_bytes'])} / "
+        f"{_fmt(REPORT[REVNET]['actmem_bytes'])} bytes ({REPORT_RATIO:.2f}x"
         + (f"; memlab's ratio is {100 * abs(act_ratio / REPORT_RATIO - 1):.0f}% "
            f"{'below' if act_ratio < REPORT_RATIO else 'above'} it" if act_ratio else "") + ")"
-        + (f"; scaled to batch {MEMCNN_BATCH}: {mib(act['resnet'] and act['resnet'] * f.scale, 1)} / "
-           f"{mib(act['revnet'] and act['revnet'] * f.scale, 1)} MiB" if f.scale != 1 else "") + ".",
-        f"Total step peak (parameters, gradients, momentum, input and activations): ResNet32 {mib(tot['resnet'], 1)} "
-        f"MiB vs RevNet38 {mib(tot['revnet'], 1)} MiB ({ratio(tot['resnet'], tot['revnet'])}x)"
-        + (f"; activations are {100 * act['resnet'] / tot['resnet']:.0f}% / {100 * act['revnet'] / tot['revnet']:.0f}% "
+        + (f"; scaled to batch {MEMCNN_BATCH}: {mib(act[RESNET] and act[RESNET] * f.scale, 1)} / "
+           f"{mib(act[REVNET] and act[REVNET] * f.scale, 1)} MiB" if f.scale != 1 else "") + ".",
+        f"Total step peak (parameters, gradients, momentum, input and activations): ResNet32 {mib(tot[RESNET], 1)} "
+        f"MiB vs RevNet38 {mib(tot[REVNET], 1)} MiB ({ratio(tot[RESNET], tot[REVNET])}x)"
+        + (f"; activations are {100 * act[RESNET] / tot[RESNET]:.0f}% / {100 * act[REVNET] / tot[REVNET]:.0f}% "
            "of it" + (", so weights, gradients and momentum hide little of the saving at this size"
                       if min(act[n] / tot[n] for n in NETS) >= 0.75 else
                       ": weights, gradients and momentum hide part of the saving")
@@ -365,11 +375,11 @@ def _summary(f: _Figures) -> str:
     """The page's summary: claim and configuration, the networks, nvidia-smi, growth, the sweep, the leak."""
     c, rows = f.c, f.rows
     lo, hi = c["depths"][0], c["depths"][-1]
-    res, rev, leaky = f.nets["resnet"], f.nets["revnet"], f.leaky
+    res, rev, leaky = f.nets[RESNET], f.nets[REVNET], f.leaky
     parts = [
         _configuration_text(f), *_network_texts(f), _smi_text(f),
-        f"Allocated after each step: ResNet32 varies by {f.growth['resnet']} bytes, RevNet38 by "
-        f"{f.growth['revnet']} bytes over {c['net_iterations']} steps (status {res.status} / {rev.status}).",
+        f"Allocated after each step: ResNet32 varies by {f.growth[RESNET]} bytes, RevNet38 by "
+        f"{f.growth[REVNET]} bytes over {c['net_iterations']} steps (status {res.status} / {rev.status}).",
         f"residual_stack activation peak (MiB) at depth {lo} -> {hi}: residual {f.stack_act('residual', lo)} -> "
         f"{f.stack_act('residual', hi)}, memlab reversible {f.stack_act('reversible', lo)} -> "
         f"{f.stack_act('reversible', hi)}"
@@ -401,7 +411,7 @@ def _net_row(label: str, vals: list, report_key: str | None = None, digits: int 
 
 def _net_rows(f: _Figures) -> list[list]:
     def row(label, get, report_key=None, digits=2):
-        return _net_row(label, [get("resnet"), get("revnet")], report_key, digits)
+        return _net_row(label, [get(RESNET), get(REVNET)], report_key, digits)
 
     net_rows = [
         row("parameters (report: Model memory, params + buffers as allocated)", lambda n: f.nets[n].param_bytes,
@@ -417,13 +427,13 @@ def _net_rows(f: _Figures) -> list[list]:
     memcnn = f.memcnn
     if memcnn:
         net_rows.insert(2, ["MemCNN's own networks: params + buffers, rounded to 512 B",
-                            mib(REPORT["resnet"]["model_bytes"], 3), mib(REPORT["revnet"]["model_bytes"], 3),
-                            ratio(REPORT["resnet"]["model_bytes"], REPORT["revnet"]["model_bytes"]),
+                            mib(REPORT[RESNET]["model_bytes"], 3), mib(REPORT[REVNET]["model_bytes"], 3),
+                            ratio(REPORT[RESNET]["model_bytes"], REPORT[REVNET]["model_bytes"]),
                             mib(memcnn["resnet32"]["model_bytes"], 3), mib(memcnn["revnet38"]["model_bytes"], 3),
                             ratio(memcnn["resnet32"]["model_bytes"], memcnn["revnet38"]["model_bytes"])])
         if memcnn["resnet32"].get("saved_bytes") is not None:
             net_rows.insert(4, ["MemCNN's own networks: bytes saved for backward at the forward's end",
-                                mib(REPORT["resnet"]["actmem_bytes"]), mib(REPORT["revnet"]["actmem_bytes"]),
+                                mib(REPORT[RESNET]["actmem_bytes"]), mib(REPORT[REVNET]["actmem_bytes"]),
                                 round(REPORT_RATIO, 2), mib(memcnn["resnet32"]["saved_bytes"]),
                                 mib(memcnn["revnet38"]["saved_bytes"]),
                                 ratio(memcnn["resnet32"]["saved_bytes"], memcnn["revnet38"]["saved_bytes"])])
@@ -459,11 +469,11 @@ def _figure(f: _Figures) -> dict[str, Any]:
 
     x = ["parameters", "activation peak", "total step peak", "predicted CUDA allocated peak",
          "predicted CUDA reserved peak (warm cache)"]
-    series = {"memlab ResNet32": bars("resnet"), "memlab RevNet38": bars("revnet")}
+    series = {"memlab ResNet32": bars(RESNET), "memlab RevNet38": bars(REVNET)}
     if not f.quick:
-        series["report ResNet32"] = [mib(REPORT["resnet"]["model_bytes"]), mib(REPORT["resnet"]["actmem_bytes"]),
+        series["report ResNet32"] = [mib(REPORT[RESNET]["model_bytes"]), mib(REPORT[RESNET]["actmem_bytes"]),
                                      None, None, None]
-        series["report RevNet38"] = [mib(REPORT["revnet"]["model_bytes"]), mib(REPORT["revnet"]["actmem_bytes"]),
+        series["report RevNet38"] = [mib(REPORT[REVNET]["model_bytes"]), mib(REPORT[REVNET]["actmem_bytes"]),
                                      None, None, None]
     return {"type": "bar", "title": "ResNet32 vs RevNet38 (the report's networks): where the saving shows",
             "x_label": "figure", "y_label": "MiB", "x": x, "series": series, "log_x": False, "log_y": False}

@@ -4,9 +4,9 @@ The user chunks ``y = (x @ w1) @ w2`` with ``y[st:ed] = (x[st:ed] @ w1) @ w2`` a
 one ``slice_backward`` allocation per slice, growing with the number of chunks.  Here:
 
 * the timeline of one ``slice_loop`` training step counts the ``aten::slice_backward``
-  allocations and their size (:func:`memlab.reproductions._slice_backward.slice_backward_allocations`), and an
+  allocations and their size (:func:`memlab.families.chunking.reproductions._slice_backward.slice_backward_allocations`), and an
   address-paired trace says how many are alive at once
-  (:func:`memlab.reproductions._slice_backward.slice_backward_lifetimes`);
+  (:func:`memlab.families.chunking.reproductions._slice_backward.slice_backward_lifetimes`);
 * isolated measurements give the training peak of ``slice_loop``, ``vmap_chunk``,
   ``checkpoint_chunk`` (slices of x, as the report's loop), ``checkpoint_split_chunk`` (the same
   checkpoint over ``torch.split`` views: no per-chunk ``slice_backward`` zeros, NOTE [ split vs
@@ -21,7 +21,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from ..units import MiB
+from memlab.core.units import MiB
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "cuda_variants", "slice_backward_reserved_answer",
            "CUDA_ANSWER_TECHNIQUE"]
@@ -103,9 +103,29 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     series = {name: [None if peak(name, c) is None else peak(name, c) / MiB for c in chunks] for name in techniques}
     series["unchunked"] = [ref.peak_allocated_bytes / MiB if ref.peak_allocated_bytes else None] * len(chunks)
     series["analytic floor"] = [None if f is None else f / MiB for f in floors]
+    verdict, summary = _summary(size, chunks, techniques, rows, ref, allocs[0], lifetimes, peak, floors)
+    figure = {
+        "type": "line", "title": "Training peak allocated vs number of chunks (CPU, float32)",
+        "x_label": "number of chunks", "y_label": "peak allocated above baseline (MiB)",
+        "x": num_chunks, "series": series, "log_x": True, "log_y": False,
+    }
+    return {
+        "verdict": verdict, "summary": summary, "measurements": measurements,
+        "timelines": [tl.to_dict() for tl in timelines], "figure": figure,
+        "slice_backward": {"timeline": allocs, "lifetimes": {str(c): v for c, v in lifetimes.items()}},
+    }
 
+
+def _summary(size: dict[str, int], chunks: tuple[int, ...], techniques: tuple[str, ...], rows: dict, ref,
+             sb: dict[str, Any], lifetimes: dict[int, dict[str, Any]], peak,
+             floors: list[int | None]) -> tuple[str, str]:
+    """``(verdict, summary)`` of :func:`reproduce`'s measurements: ``rows`` by (technique, chunk size),
+    ``ref`` the unchunked measurement, ``sb`` the slice_backward allocations of slice_loop's timeline at
+    ``chunks[1]``, ``lifetimes`` by chunk size, ``peak(technique, chunk)`` the peak allocated bytes (None
+    unless ok), ``floors`` the analytic floor in bytes per chunk size."""
+    n, c_tl = size["n"], chunks[1]
+    num_chunks = [-(-n // c) for c in chunks]
     loop_peaks = [peak("slice_loop", c) for c in chunks]
-    sb = allocs[0]
     lt = lifetimes[c_tl]
     x_bytes = lt["x_bytes"]
     chunked = [(k, p) for k, p in zip(num_chunks, loop_peaks) if p is not None and k > 1]
@@ -137,16 +157,7 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
         + _cuda_sentence(rows, techniques, chunks[1])
         + f" Verdict: {verdict}."
     )
-    figure = {
-        "type": "line", "title": "Training peak allocated vs number of chunks (CPU, float32)",
-        "x_label": "number of chunks", "y_label": "peak allocated above baseline (MiB)",
-        "x": num_chunks, "series": series, "log_x": True, "log_y": False,
-    }
-    return {
-        "verdict": verdict, "summary": summary, "measurements": measurements,
-        "timelines": [tl.to_dict() for tl in timelines], "figure": figure,
-        "slice_backward": {"timeline": allocs, "lifetimes": {str(c): v for c, v in lifetimes.items()}},
-    }
+    return verdict, summary
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -180,9 +191,9 @@ def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] =
         ``max_memory_reserved``) and ``predicted_reserved_above_baseline_bytes``, ``fragmentation_bytes``
         (reserved − allocated when allocated peaks), ``segments_peak``.
     """
-    from ..cuda.prediction import iteration_window, predict_cuda
-    from ..measurement.alloc_trace import trace_step
-    from ..registry import get_technique
+    from memlab.cuda.prediction import iteration_window, predict_cuda
+    from memlab.measurement.alloc_trace import trace_step
+    from memlab.registry import get_technique
     from ._slice_backward import MARKER_OP
 
     size, chunks, _ = _plan(quick)

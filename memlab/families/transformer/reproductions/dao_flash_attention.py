@@ -13,7 +13,7 @@ alone (head size 64, A100); memlab measures the whole layer at hidden 64 with 8 
 size two loaded CPU cores measure in minutes (hidden 256 with 16 heads took over 13 minutes for one
 point at seq 4096).  The memory phase runs at one intra-op thread (``threads=1``: NOTE [ flash block buffer ]).
 
-* complexity badges: the log-log exponent of the activation peak over seq (:mod:`memlab.complexity`);
+* complexity badges: the log-log exponent of the activation peak over seq (:mod:`memlab.core.complexity`);
 * memory ratio: eager's activation peak / flash's at seq 2048 and 4096, beside the paper's 10x and 20x.
 
 # NOTE [ flash block buffer ]
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..complexity import badge, fit_exponent
-from ._papers import activation, mib, paper_report, ratio, table
+from memlab.core.complexity import badge, fit_exponent
+from memlab.reproductions.papers import activation, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "flash_buffer_bytes", "configs"]
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._papers import mib, table
+from memlab.reproductions.papers import mib, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "paper_terms", "differences", "configs",
            "predicted_per_layer", "saved_category_per_layer", "saved_tensors", "kept_per_layer", "checked_line"]
@@ -122,8 +122,8 @@ def saved_tensors(c: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
     """
     import torch
 
-    from ..families.transformer.attention import eager_attention
-    from ..families.transformer.workload import Block
+    from ..attention import eager_attention
+    from ..workload import Block
 
     gen = torch.Generator().manual_seed(seed)
     block = Block(c["hidden"], c["heads"], c["dropout"], dtype=torch.bfloat16)
@@ -222,7 +222,7 @@ def kept_per_layer(name: str, c: dict[str, Any], seed: int = 0) -> int:
     import torch
 
     import memlab
-    from ..measurement.alloc_trace import trace_allocations
+    from memlab.measurement.alloc_trace import trace_allocations
 
     kept = []
     for layers in (1, 2):
