@@ -87,6 +87,10 @@ var memlabChoose = (function () {
 
   function timesText(t) { return t === null ? "time not predicted:" : "about " + pyFixed(t, 2) + "x"; }
 
+  function trusted(c) {        // decision._trusted: ranked, and no more chunks than its time model measured
+    return c.time_ranked && (c.chunks_timed === null || c.chunks_timed === undefined);
+  }
+
   function plainVerdict(candidates, fits, budget, error, need, larger) {   // decision.plain_verdict
     var plain = candidates.filter(function (c) { return c.baseline; })[0];
     if (!plain) { return null; }
@@ -100,7 +104,7 @@ var memlabChoose = (function () {
     var text = "plain (" + plain.label + ") fits: " + need + " " + fmtBytes(plain.need_bytes) + " of " + fmtBytes(budget)
       + "; no technique needed";
     var smaller = fits.filter(function (c) { return !c.baseline && c.need_bytes < plain.need_bytes; });
-    var cheap = smaller.filter(function (c) { return c.time_ranked && tied(c.relative_step_time, 1.0, error); });
+    var cheap = smaller.filter(function (c) { return trusted(c) && tied(c.relative_step_time, 1.0, error); });
     var pool = cheap.length ? cheap : smaller, small = null;
     pool.forEach(function (c) {
       if (small === null || cmpBig(c.need_bytes, small.need_bytes) < 0
@@ -112,7 +116,7 @@ var memlabChoose = (function () {
         + timesText(small.relative_step_time) + " plain's time"];
     var fast = null;
     fits.forEach(function (c) {
-      if (!c.baseline && c.time_ranked && c.relative_step_time !== null && (fast === null || tieKey(c, fast) < 0)) { fast = c; }
+      if (!c.baseline && trusted(c) && c.relative_step_time !== null && (fast === null || tieKey(c, fast) < 0)) { fast = c; }
     });
     buys.push(fast !== null && fast.relative_step_time < 1 - (error || 0)
       ? "speed: " + labelText(fast) + ", " + timesText(fast.relative_step_time) + " plain's time"
@@ -454,9 +458,15 @@ var memlabChoose = (function () {
         var p = Object.assign({}, sizes, knobs);
         var pred = predict(fam, entry, p);
         var need = device === "cpu" ? pred.total : cudaNeed(pred.total);
-        var t = predictTime(fam, entry, p, device);
+        var raw = predictTime(fam, entry, p, device);
+        // memlab.advisor.model.clamp_time: no faster than plain unless a measured ratio says so
+        var floored = raw !== null && entry.time_floor !== null && entry.time_floor !== undefined && raw < entry.time_floor;
+        var t = floored ? entry.time_floor : raw;
         candidates.push({technique: entry.technique, label: entry.label, peer: entry.peer, knobs: knobs,
                          baseline: entry.baseline, time_ranked: device === "cpu" || !entry.changes_dtype,
+                         time_floored: floored, time_band: entry.time_band,
+                         chunks_timed: entry.chunks_timed !== null && entry.chunks_timed !== undefined
+                           && pred.k > entry.chunks_timed ? entry.chunks_timed : null,
                          total_peak_bytes: pred.total, peak_by_category_bytes: pred.categories, need_bytes: need,
                          headroom_bytes: budget - need, fits: need <= budget,
                          relative_step_time: t === null ? null : pyRound(t, 3), chunks: pred.k,
@@ -566,13 +576,23 @@ var memlabChoose = (function () {
         " " + rows.length + " row(s)" + (caption ? " · " + caption : "") + " · click a header to sort"]), t]);
   }
 
+  function timeCell(c) {      // memlab.advisor.advise.time_cell: the prediction and its marks
+    var marks = [];
+    if (c.time_floored) { marks.push("floored: no faster than measured"); }
+    if (c.chunks_timed !== null && c.chunks_timed !== undefined) {
+      marks.push(c.chunks + " chunks, " + c.chunks_timed + " timed: likely slower");
+    }
+    if (!c.time_ranked) { marks.push("dtype: not ranked"); }
+    return fmtRel(c.relative_step_time) + (marks.length ? " (" + marks.join("; ") + ")" : "");
+  }
+
   function fitRows(a, pareto) {
     return a.fits.map(function (c) {
       var onFront = pareto.indexOf(c) >= 0;
       return {
         cells: {rank: c.rank === null ? "-" : String(c.rank), technique: tech(c), setting: knobText(c),
                 need: fmtMiB(c.need_bytes), headroom: fmtMiB(c.headroom_bytes),
-                time: fmtRel(c.relative_step_time) + (c.time_ranked ? "" : " (dtype: not ranked)"),
+                time: timeCell(c), band: c.time_band ? c.time_band.text : "-",
                 front: onFront ? "on the front" : "",
                 beyond: c.beyond.length ? [el("span", {title: "beyond this model's validated range: " + c.beyond.join(", "),
                                                        text: "⚠ " + c.beyond[0] + (c.beyond.length > 1 ? " …" : "")})] : ""},
@@ -641,7 +661,10 @@ var memlabChoose = (function () {
       + "; models of float32 training steps fitted at memlab " + (a.model.memlab_commit || "?").slice(0, 12) + ". "
       + "Ranked: the plain step first when it fits, then by predicted relative step time; times within the "
       + "family's time error (" + (a.time_error.text || "none recorded") + ") share a rank."
-      + (a.device === "cuda" ? " The relative step time is CPU-measured: a GPU can rank close settings differently, "
+      + " Each setting's time error is its model's largest residual over its own measured points (unknown where the "
+      + "fit has no more points than coefficients); no setting is predicted faster than plain beyond a measured ratio "
+      + "(floored), and a setting with more chunks than its model timed is marked: such settings measured slower than predicted."
+      + (a.device === "cuda" ? " Relative time measured on CPU: a GPU can rank close settings differently, "
          + "and a technique that changes the dtype is not ranked by it." : "")}));
     if (a.extrapolation.length) {
       box.appendChild(el("p", {"class": "extrapolated", id: "choose-extrapolation", text: "⚠ Beyond the validated range: "
@@ -653,8 +676,10 @@ var memlabChoose = (function () {
                 {key: "setting", label: "setting"},
                 {key: "need", label: need, num: true, title: a.device === "cuda" ? "exact total peak plus the stated CUDA margin" : "predicted total peak of the step, baseline included (exact model)"},
                 {key: "headroom", label: "headroom", num: true, title: "budget minus the " + need},
-                {key: "time", label: a.device === "cuda" ? "relative step (predicted, CPU-measured)" : "relative step (predicted)",
+                {key: "time", label: a.device === "cuda" ? "relative time measured on CPU (predicted)" : "relative step (predicted)",
                  num: true, title: "technique step over the plain reference step, thread CPU time on CPU: approximate"},
+                {key: "band", label: "time error", title: "the time model's largest residual over its own points "
+                 + "(NOTE [ the time band ]); unknown where the fit has no more points than coefficients"},
                 {key: "front", label: "Pareto", title: "no other setting needs less memory and less time"},
                 {key: "beyond", label: "extrapolated", title: "sizes beyond this model's validated range, with the factor"}];
     box.appendChild(el("figure", {"class": "chart-box", id: "categories"}, [
@@ -664,7 +689,7 @@ var memlabChoose = (function () {
         el("figcaption", {text: "Each technique's first-ranked setting that fits (and, for a technique that cannot fit, its "
           + "smallest setting), its predicted peak split by category; the dashed line is the budget."})]));
     if (a.fits.length) {
-      box.appendChild(el("h3", {id: "fits", text: "Settings that fit, plain first, then fastest first"}));
+      box.appendChild(el("h3", {id: "fits", text: "Settings that fit, plain first, then by predicted time (ties share a rank)"}));
       var shown = SHOWN;
       var fits = table("fits-table", cols, fitRows(a, a.pareto), "plain first when it fits, then by predicted relative step time; tied times share a rank");
       var rows = fits.querySelectorAll("tbody tr");
