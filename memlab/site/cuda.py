@@ -124,17 +124,41 @@ def load_variants(paths: list[Path]) -> dict[str, dict[str, Any]]:
 
 
 def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> dict[str, Any]:
+    """A seed's ``data/cuda-variants`` file ``v`` as a block: a table and a bar chart of each
+    configuration's predicted reserved bytes under each allocator setting, and the seed's own answer."""
     confs = list(v["confs"])
-    groups: dict[str, dict[str, Any]] = {}
-    for r in v["rows"]:
-        key = r["technique"] + " " + A.param_text(r["params"]) + (f" · {r['mode']}" if r.get("mode") else "")
-        groups.setdefault(key, {"technique": r["technique"], "params": r["params"], "mode": r.get("mode"), "by": {}})
-        groups[key]["by"][r["conf"]] = r
+    groups = _variant_groups(v["rows"])
     # what every configuration shares is said once; the table and the chart's labels show what varies
     params = [g["params"] for g in groups.values()]
     common = set.intersection(*(set(p) for p in params)) if params else set()
     fixed = {k: params[0][k] for k in sorted(common) if all(p[k] == params[0][k] for p in params)}
     modes = len({g["mode"] for g in groups.values()}) > 1
+    table = _variants_table(page, groups, confs, fixed, modes)
+    chart = _variants_chart(page, groups, confs, fixed, modes, colors)
+    block = {"id": page.anchor("predicted on gpu"), "confs": [_conf_name(c) for c in confs], "table": table,
+             "fixed": A.param_text(fixed),
+             "chart": chart, "source": v["source"], "answer": None}
+    sb = v.get("slice_backward")
+    if sb:
+        block["answer"] = _slice_answer(page, sb, colors, _answer_technique(v["seed"]))
+    return block
+
+
+def _variant_groups(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Variant rows grouped by configuration (technique, parameters, mode), in first-seen order:
+    ``{key: {"technique", "params", "mode", "by": {allocator setting: row}}}``."""
+    groups: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = r["technique"] + " " + A.param_text(r["params"]) + (f" · {r['mode']}" if r.get("mode") else "")
+        groups.setdefault(key, {"technique": r["technique"], "params": r["params"], "mode": r.get("mode"), "by": {}})
+        groups[key]["by"][r["conf"]] = r
+    return groups
+
+
+def _variants_table(page: Page, groups: dict[str, dict[str, Any]], confs: list[str], fixed: dict[str, Any],
+                    modes: bool) -> dict[str, Any]:
+    """The table of the variants: one row per configuration, its predicted allocated peak and a
+    reserved column per allocator setting (MiB; ``error`` where the replay failed)."""
     cols = [column("technique", "technique", kind="tech"), column("params", "parameters")]
     cols += [column("mode", "mode")] if modes else []
     cols += [column("allocated", "GPU allocated (predicted)", num=True,
@@ -157,7 +181,13 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
         records.append({"technique": g["technique"], "params": g["params"], "mode": g["mode"],
                         "by_conf": {_conf_name(c): {k: (g["by"].get(c) or {}).get(k) for k in (*VARIANT_FIGURES, "error")}
                                     for c in confs}})
-    table = page.table("predicted gpu memory by allocator setting", cols, cells, records)
+    return page.table("predicted gpu memory by allocator setting", cols, cells, records)
+
+
+def _variants_chart(page: Page, groups: dict[str, dict[str, Any]], confs: list[str], fixed: dict[str, Any],
+                    modes: bool, colors: dict[str, str]) -> dict[str, Any]:
+    """The chart of the variants: per configuration, a bar of predicted reserved MiB per allocator
+    setting (its technique's colour, the setting's hatching) and a tick at the predicted allocated peak."""
     names = [F.esc(" ".join(p for p in (g["technique"], A.param_text(g["params"], fixed),
                                         (g["mode"] or "") if modes else "") if p)) for g in groups.values()]
     techs = [g["technique"] for g in groups.values()]
@@ -183,18 +213,11 @@ def _variants_block(page: Page, v: dict[str, Any], colors: dict[str, str]) -> di
     layout["margin"] = {"l": 70, "r": 20, "t": 64, "b": 60}
     layout["xaxis"].update(tickangle=-40, automargin=True)
     layout["xaxis"]["title"]["standoff"] = 12  # below the slanted labels (automargin makes room)
-    chart = page.chart({"data": data, "layout": layout}, "Predicted GPU reserved under each allocator setting",
-                       "Predicted, not measured: each configuration's CPU allocation trace replayed through the caching "
-                       "allocator model under each PYTORCH_CUDA_ALLOC_CONF. A bar takes its technique's colour; the "
-                       "hatching is the allocator setting; the black tick is the predicted allocated peak, which no "
-                       "setting changes.", anchor="predicted gpu by allocator setting")
-    block = {"id": page.anchor("predicted on gpu"), "confs": [_conf_name(c) for c in confs], "table": table,
-             "fixed": A.param_text(fixed),
-             "chart": chart, "source": v["source"], "answer": None}
-    sb = v.get("slice_backward")
-    if sb:
-        block["answer"] = _slice_answer(page, sb, colors, _answer_technique(v["seed"]))
-    return block
+    return page.chart({"data": data, "layout": layout}, "Predicted GPU reserved under each allocator setting",
+                      "Predicted, not measured: each configuration's CPU allocation trace replayed through the caching "
+                      "allocator model under each PYTORCH_CUDA_ALLOC_CONF. A bar takes its technique's colour; the "
+                      "hatching is the allocator setting; the black tick is the predicted allocated peak, which no "
+                      "setting changes.", anchor="predicted gpu by allocator setting")
 
 
 def _answer_technique(seed: str) -> str:

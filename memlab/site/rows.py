@@ -110,6 +110,14 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
     parameters column (shown once above the table), ``notes`` maps a technique to its footnote
     (``{"n", "id"}``), ``baseline`` marks that technique's rows."""
     notes = notes or {}
+    cells = [_measurement_cell(r, notes.get(r.technique), skip, baseline) for r in rows.itertuples()]
+    records = [_record(r) for r in rows.itertuples()]
+    return page.table(name, _measurement_columns(rows), cells, records)
+
+
+def _measurement_columns(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """The columns of :func:`measurement_table`: those every table has, and the optional ones (mode,
+    total peak, predicted GPU bytes, floor, activation peak, run) where some row has a value."""
     devices = set(rows["device"]) if len(rows) else set()
     second = "resident" if devices <= {"cpu"} else ("reserved" if not any(d == "cpu" for d in devices)
                                                    else "reserved/resident")
@@ -143,11 +151,13 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
     if several_runs(rows):
         cols.append(column("run", "run", kind="run", title="run file · commit · load average"))
     cols.append(column("matches", "matches reference", kind="check"))
-    cells, records = [], []
-    for r in rows.itertuples():
-        note = notes.get(r.technique)
-        cells.append({
-            "technique": r.technique, "peer": bool(r.peer), "is_baseline": r.technique == baseline,
+    return cols
+
+
+def _measurement_cell(r: Any, note: dict | None, skip: dict | None, baseline: str | None) -> dict[str, Any]:
+    """One row (a ``rows.itertuples()`` tuple) of :func:`measurement_table`: bytes shown in MiB, times
+    in ms, each with its ``__sort`` number."""
+    return {"technique": r.technique, "peer": bool(r.peer), "is_baseline": r.technique == baseline,
             "note": note, "mode": r.mode, "params": A.param_text(r.params, skip),
             "status": r.status_shown, "error": _text(r.reason), "per_step": _per_step(r),
             "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_allocated__sort": _n(r.peak_allocated_bytes),
@@ -163,9 +173,7 @@ def measurement_table(page: Page, name: str, rows: pd.DataFrame, *, skip: dict |
             "load": fmt_load(r.load_avg_before, r.load_avg_after, r.cores),
             "relative": fmt_relative(r.relative_step_time), "relative__sort": _n(r.relative_step_time),
             "throughput": fmt_rate(r.samples_per_s), "throughput__sort": _n(r.samples_per_s),
-            "machine": r.machine, "run": _run_text(r), "matches": fmt_check(r.check)})
-        records.append(_record(r))
-    return page.table(name, cols, cells, records)
+            "machine": r.machine, "run": _run_text(r), "matches": fmt_check(r.check)}
 
 
 def not_ranked_table(page: Page, name: str, rows: pd.DataFrame, with_family: bool = False) -> dict[str, Any]:
