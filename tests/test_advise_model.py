@@ -490,3 +490,42 @@ def test_a_cold_fit_says_its_plan_and_estimate_first_then_each_trace_and_measure
     assert all(" so far, about " in line and line.endswith(" left") for line in traces + measured)
     assert measured[-1].startswith("memlab: measured 5/5: adv_progress__plain (batch=")
     assert ours[-1].startswith("memlab: fitted in ") and f"{len(traces)} traces and 5 measurements" in ours[-1]
+
+
+def test_model_answers_are_ordered_by_time_plain_first_and_cuda_leaves_autocast_unranked(model_file, tmp_path,
+                                                                                         monkeypatch):
+    """Issue 43 item 7: ``advise --model`` orders the answers that fit by predicted time, the plain step
+    first (not by the largest batch); on cuda a technique that changes the dtype keeps its CPU time,
+    marked and unranked; each answer carries its time band (two points: unknown, never exact)."""
+    from memlab.advisor import fit
+    from memlab.own_model.advice import advise_model, format_model_advice
+
+    path = model_file("adv_order.py", TINY)
+    # per kind: (bytes per sample, relative times measured at batch 2 and 6)
+    shape = {"plain": (1000, None), "autocast_bf16": (500, (6.0, 6.2))}
+
+    def fake_fit_entry(fam, entry, optimizer, **kw):
+        kind = entry.technique.split("__")[1]
+        per, ratios = shape.get(kind, (800, (1.3, 1.2)))
+        points = [{"work": b, "chunks": 1, "relative_step_time": t, "params": {"batch": b}}
+                  for b, t in zip((2, 6), ratios or ())]
+        return {"technique": entry.technique, "label": entry.label, "fixed": {}, "knobs": [],
+                "classes": [{"k": 1, "pieces": [{"temporaries": {"batch": per}}], "allocations": []}], "recommendable": True,
+                "validated_range": {"batch": [1, 8]},
+                "time": fit.time_model(fam, entry, points) if ratios else {"kind": "none"}}
+
+    monkeypatch.setattr(fit, "fit_entry", fake_fit_entry)
+    root = tmp_path / "cache"
+    cpu = advise_model(path, 10**6, cache_root=root, say=lambda s: None)
+    kinds = [a["kind"] for a in cpu["answers"]]
+    assert kinds[0] == "plain" and kinds[-1] == "autocast_bf16"  # 6x: the slowest on CPU, yet the largest batch
+    assert max(cpu["answers"], key=lambda a: a["size"])["kind"] == "autocast_bf16"
+    assert [a["rank"] for a in cpu["answers"]] == list(range(1, len(kinds) + 1))
+    bf16 = cpu["answers"][-1]
+    assert bf16["time_band"]["fraction"] is None and bf16["time_band"]["text"].startswith("unknown (2 points")
+    gpu = advise_model(path, 2**28, cache_root=root, device="cuda", say=lambda s: None)  # above the CUDA margin
+    last = gpu["answers"][-1]
+    assert last["kind"] == "autocast_bf16" and last["rank"] is None and not last["time_ranked"]
+    assert all(a["time_ranked"] for a in gpu["answers"][:-1])
+    text = format_model_advice(gpu)
+    assert "relative time measured on CPU" in text and "(dtype: not ranked)" in text

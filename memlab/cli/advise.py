@@ -14,8 +14,9 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub, shared) -> None:
-    s = sub.add_parser("advise", parents=[shared.common], help="which technique and knob setting fit a memory budget, "
-                                                              "ranked by predicted relative step time (from data/models)")
+    s = sub.add_parser("advise", parents=[shared.common], help="which technique and knob setting fit a memory budget: "
+                                                              "whether the plain step fits, then the settings by "
+                                                              "predicted relative step time (from data/models)")
     s.add_argument("--family", help="technique family with an advisor model (memlab.AdvisorModel, declared beside "
                                     "its workload); with --fit: fit only this family")
     s.add_argument("--budget", help="memory budget: 2GiB, 1.5GB, 512MiB or bytes")
@@ -32,7 +33,8 @@ def add_parser(sub, shared) -> None:
     s.add_argument("--models", metavar="DIR", help="models directory (default data/models; with --model: the cache "
                                                    "of fitted model files, default ~/.cache/memlab/advise)")
     s.add_argument("--model", metavar="FILE.py", help="a model file (build/batch): fit its techniques' models (cached) "
-                                                      "and answer the largest --vary size each fits in --budget")
+                                                      "and answer the largest --vary size each fits in --budget, "
+                                                      "plain first, then by predicted relative step time")
     s.add_argument("--timeout", type=timeout_seconds, default=DEFAULTS.timeout, metavar="SECONDS",
                    help=f"with --model: seconds loading and checking the model file may take (a child process, "
                         f"killed then; default {DEFAULTS.timeout:g})")
