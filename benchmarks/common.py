@@ -687,7 +687,7 @@ class MemlabBenchmark(abc.ABC):
 
     def track_predicted_cuda_reserved(self, cache_dir, *values):
         """CPU: the CUDA caching allocator's reserved peak predicted from this step's exact
-        allocation trace (memlab.cuda.model; bytes, deterministic like track_peak_allocated)."""
+        allocation trace (memlab.cuda_replay.model; bytes, deterministic like track_peak_allocated)."""
         value = self._measure().get("predicted_cuda_reserved_bytes")
         if value is None:
             raise NotImplementedError("this memlab version predicts no CUDA memory")

@@ -1,4 +1,4 @@
-"""The CUDA caching allocator model (memlab.cuda.model): hand-written sequences whose outcome follows
+"""The CUDA caching allocator model (memlab.cuda_replay.model): hand-written sequences whose outcome follows
 from one rule of NOTE [ CUDA caching allocator rules ] each, with exact reserved bytes; a property
 test over random traces; the replay rate.  No torch needed."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from memlab.cuda.model import (KLARGE_BUFFER, KSMALL_BUFFER, AllocatorConf, CachingAllocatorModel, parse_alloc_conf,
+from memlab.cuda_replay.model import (KLARGE_BUFFER, KSMALL_BUFFER, AllocatorConf, CachingAllocatorModel, parse_alloc_conf,
                                round_size, simulate)
 
 KiB = 1024
@@ -28,7 +28,7 @@ EMPTY = ("empty_cache", None, None)
 
 
 def test_import_needs_no_torch():
-    code = ("import sys, memlab.cuda.model; "
+    code = ("import sys, memlab.cuda_replay.model; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -369,7 +369,7 @@ def test_property_reserved_covers_allocated_and_everything_frees(conf, seed):
     events = _random_trace(rng, 400)
     capacity = rng.choice((None, 256 * MiB, 128 * MiB))
     model = CachingAllocatorModel(conf, capacity)
-    from memlab.cuda.model import SimulatedOOM
+    from memlab.cuda_replay.model import SimulatedOOM
 
     try:
         for kind, key, size in events:

@@ -1,4 +1,4 @@
-"""Predicted CUDA memory from the CPU allocation trace (memlab.cuda.prediction)."""
+"""Predicted CUDA memory from the CPU allocation trace (memlab.cuda_replay.prediction)."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 import memlab
-from memlab.cuda.prediction import CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak
+from memlab.cuda_replay.prediction import CUBLAS_WORKSPACE_BYTES, predict_cuda, rounded_replay_peak
 from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, trace_step
 from memlab.families.chunking.reproductions.chunked_slicing_backward_spike import slice_backward_reserved_answer
 from memlab.technique import TechniqueUnavailable

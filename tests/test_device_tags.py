@@ -10,9 +10,9 @@ import torch
 import torch.utils.checkpoint as cp
 
 import memlab
-from memlab.cuda.calibration import (TABLE_FORMAT, CalibrationTable, conv_error_range, load_table, signature_key,
+from memlab.cuda_replay.calibration import (TABLE_FORMAT, CalibrationTable, conv_error_range, load_table, signature_key,
                                      table_from_dict)
-from memlab.cuda.prediction import predict_cuda, rounded_replay_peak
+from memlab.cuda_replay.prediction import predict_cuda, rounded_replay_peak
 from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, trace_allocations
 from memlab.measurement.host_tags import rng_state_bytes, tag_events
 
@@ -325,7 +325,7 @@ def test_every_convolution_of_a_checkpointed_resnet_has_its_signature():
 def test_checkpoint_rows_predict_the_h200_measured_bytes_exactly(technique, chunk_size):
     """data/gpu-check/nvidia-h200.json measured these on an H200; the prediction of that run replayed
     the saved RNG states as device memory (+8 x 5,120 and +1 x 5,120 bytes)."""
-    from memlab.cuda.calibration import GPU_CHECK_FILE
+    from memlab.cuda_replay.calibration import GPU_CHECK_FILE
     from memlab.cuda.gpu_check import predict
 
     rows = json.loads(GPU_CHECK_FILE.read_text())["rows"]

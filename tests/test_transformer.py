@@ -249,8 +249,8 @@ def test_offload_refuses_cpu_clearly():
 
 def _predicted_cuda_step(technique, problem) -> dict:
     """The CUDA prediction (no cuDNN table) of one forward + backward traced on the CPU."""
-    from memlab.cuda.calibration import CalibrationTable
-    from memlab.cuda.prediction import predict_cuda
+    from memlab.cuda_replay.calibration import CalibrationTable
+    from memlab.cuda_replay.prediction import predict_cuda
 
     def step():
         technique.forward(problem).backward(problem.grad_output)

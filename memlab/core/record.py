@@ -282,7 +282,7 @@ class Measurement:
             baseline before the first measured step; growth here is a leak.
         leak_bytes_per_step: set with status ``leak``: mean growth of live bytes per step.
         predicted_cuda: CPU only: PyTorch's CUDA caching allocator replayed on this step's exact
-            allocation trace (:func:`memlab.cuda.prediction.predict_cuda`; bytes, marked
+            allocation trace (:func:`memlab.cuda_replay.prediction.predict_cuda`; bytes, marked
             ``predicted``): allocated and reserved peaks, fragmentation, segments, the extra
             device terms the trace cannot see listed apart.  A prediction, not a measurement.
 

@@ -3,7 +3,7 @@
 Each configuration (every built-in technique at its defaults, plus every configuration of the seed
 reproductions) is measured twice: on CPU, whose ``predicted_cuda`` is the caching-allocator model
 replayed on the exact allocation trace (NOTE [ predicted CUDA memory ] in
-:mod:`memlab.cuda.prediction`), and on the GPU.  Compared figures (bytes, each step's peak
+:mod:`memlab.cuda_replay.prediction`), and on the GPU.  Compared figures (bytes, each step's peak
 above the memory held before it, as memlab's CUDA measurement records them):
 
 * allocated: measured ``peak_allocated_bytes`` (``max_memory_allocated()`` − ``memory_allocated()``
@@ -111,7 +111,7 @@ def predict(cfg: dict[str, Any]) -> dict[str, Any]:
             "predicted_reserved_total_bytes": hist.get("reserved_peak_bytes"),
             # host memory (RNG states, CPU scalars, offloaded copies) at the device peak: not in the figures above
             "predicted_host_bytes": pc.get("host_bytes"),
-            # "uncalibrated": a convolution's cuDNN workspace is missing (memlab.cuda.calibration)
+            # "uncalibrated": a convolution's cuDNN workspace is missing (memlab.cuda_replay.calibration)
             "predicted_status": pc.get("status"),
             "cpu_peak_allocated_bytes": cpu.peak_allocated_bytes}
 
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"gpu": props.name, "gpu_memory_bytes": props.total_memory, "cuda": torch.version.cuda,
             "torch": torch.__version__, "predicted_with_torch": pred.get("torch", torch.__version__),
             "memlab_commit": git_commit() or pred.get("memlab_commit"), "jobs": args.jobs, "rows": [],
-            "note": "measured: peak above the memory held before the step on the GPU; predicted: memlab.cuda.model "
+            "note": "measured: peak above the memory held before the step on the GPU; predicted: memlab.cuda_replay.model "
                     "replayed on the CPU trace of the same configuration (reserved: with the warm-up's cache)"}
 
     def half(cfg: dict[str, Any]) -> dict[str, Any]:

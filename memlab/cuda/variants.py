@@ -4,7 +4,7 @@ settings (``make cuda-variants``; read by the site's seed pages, :mod:`memlab.si
 For every distinct configuration measured in ``data/reproductions/<seed>.json`` (technique, parameters,
 mode, optimizer, loss; CPU float32 rows), one CPU training step is traced as memlab's measurement traces
 it and replayed through the caching-allocator model under each setting of :data:`CONFS`
-(NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda.prediction`).  A seed whose reproduction module
+(NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda_replay.prediction`).  A seed whose reproduction module
 defines a ``cuda_variants(confs, quick)`` hook adds the keys it returns (the chunked-slicing seed: its
 ``slice_backward`` answer, does reserved memory grow with the number of chunks where allocated does
 not?).  Everything written is predicted.
@@ -52,7 +52,7 @@ def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=prin
     from ..measurement.alloc_trace import trace_step
     from ..measurement.environment import git_commit
     from ..registry import get_technique
-    from .prediction import predict_cuda
+    from ..cuda_replay.prediction import predict_cuda
 
     rows = []
     for cfg in _configs(seed):
@@ -73,11 +73,11 @@ def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=prin
 
     out = {"seed": seed["seed"], "confs": list(confs), "rows": rows, "predicted": True,
            "method": "one CPU float32 training step per configuration traced as memlab measures it, replayed through "
-                     "memlab.cuda.model (PyTorch's CUDA caching allocator, one stream) from a cache holding only the "
+                     "memlab.cuda_replay.model (PyTorch's CUDA caching allocator, one stream) from a cache holding only the "
                      "baseline; figures are totals (max_memory_allocated / max_memory_reserved) in bytes",
            "torch": torch.__version__, "memlab_commit": git_commit()}
-    # the seed's module found by name, as the registry finds the built-in packages: the reproductions
-    # use this package (an import statement here would close a cycle), and the hook is theirs to declare
+    # the seed's module found by name, as the registry finds the built-in packages: the hook is the
+    # reproduction's to declare, and this package needs no import edge to the reproductions
     reproductions = importlib.import_module("memlab.reproductions")
     hook = getattr(reproductions.find_reproduction(seed["seed"]), "cuda_variants", None)
     if hook is not None:  # the seed's own question (its reproduction module answers it)

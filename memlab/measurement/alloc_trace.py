@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ..cuda.calibration import CONV_OPS
+from ..cuda_replay.calibration import CONV_OPS
 from ..core.record import AllocEvent, Window
 from ..core.setting import DEFAULTS
 from . import host_tags
@@ -270,7 +270,7 @@ def trace_step(technique, *, mode: str = DEFAULTS.mode, dtype: str = DEFAULTS.dt
     the problem is built, one warm-up step, then ``iterations`` marked steps.
 
     Returns:
-        ``(events, windows)`` for :func:`memlab.cuda.prediction.predict_cuda`.
+        ``(events, windows)`` for :func:`memlab.cuda_replay.prediction.predict_cuda`.
     """
     import torch
 

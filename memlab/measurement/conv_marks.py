@@ -3,7 +3,7 @@
 While memlab records a CPU trace, :func:`marked_convolutions` wraps ``torch.nn.functional``'s
 ``conv1d``/``conv2d``/``conv3d`` and ``conv_transpose1d``/``2d``/``3d`` (what ``nn.Conv*d`` modules
 call) so that each call runs inside a ``memlab::conv:JSON`` range, JSON being
-:func:`memlab.cuda.calibration.conv_call_signatures` of its arguments.  The trace then links every
+:func:`memlab.cuda_replay.calibration.conv_call_signatures` of its arguments.  The trace then links every
 ``aten::convolution`` operator to the range around it, and every ``aten::convolution_backward``
 to its forward through autograd's sequence number (NOTE [ calibration table ]).  A convolution
 called another way (``torch.conv2d``, ``torch.ops.aten.convolution``) has no marker: its
@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch.profiler import record_function
 
-from ..cuda.calibration import conv_call_signatures
+from ..cuda_replay.calibration import conv_call_signatures
 
 __all__ = ["CONV_MARK", "marked_convolutions"]
 

@@ -135,7 +135,7 @@ RULES: tuple[TagRule, ...] = (
     TagRule("onednn_scratch", "cpu_only",
             "made by a CPU convolution kernel itself (no operator in between) and freed before it returns: "
             "oneDNN reorders into blocked layouts and scratch pads; cuDNN's workspace comes from the calibration "
-            "table instead (memlab.cuda.calibration)",
+            "table instead (memlab.cuda_replay.calibration)",
             _onednn_scratch, scope=1),
 )
 

@@ -20,7 +20,7 @@ from .step import baseline_objects, make_step, tensors_bytes
 from .step_check import Float64Arbiter, Shadow, StepLog, build_problem, checker_for, compare_logs
 from .flops import count_step_flops
 from .timing import time_in_process, timed_verdict
-from ..cuda.prediction import predict_cuda
+from ..cuda_replay.prediction import predict_cuda
 from .verdict import decide
 from .reference_cache import ReferenceCache
 from .verify import verify_technique
@@ -231,7 +231,7 @@ class TracedSteps:
     categories: list | None = None
     #: False when the technique refused saved-tensor hooks (NOTE [ memory categories ])
     saved_separated: bool = True
-    #: CPU: the CUDA caching allocator's predicted figures for the peak iteration (memlab.cuda.prediction)
+    #: CPU: the CUDA caching allocator's predicted figures for the peak iteration (memlab.cuda_replay.prediction)
     predicted_cuda: dict | None = None
     predict_cuda_s: float = 0.0  # seconds spent replaying the trace through the CUDA allocator model
 
@@ -304,7 +304,7 @@ def _traced_steps(technique, device, dtype, mode, iterations, seed, steps, probe
         traced.stats = alloc_trace.iteration_stats(events, windows)
         traced.categories = categorise(events, windows, known)
         peaks = list(traced.stats.peaks)
-        if peaks:  # the caching allocator replayed on the same trace (NOTE in memlab.cuda.model)
+        if peaks:  # the caching allocator replayed on the same trace (NOTE in memlab.cuda_replay.model)
             replay_started = time.perf_counter()
             traced.predicted_cuda = predict_cuda(events, windows, iteration=f"iteration{peaks.index(max(peaks))}")
             traced.predict_cuda_s = time.perf_counter() - replay_started

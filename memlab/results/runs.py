@@ -46,7 +46,7 @@ _CATEGORY_FIELDS = fields_of_kind(FieldKind.CATEGORIES)
 _STEP_FIELDS = {n: _FIELDS[n].default for n in fields_of_kind(FieldKind.CHOICE)}
 #: ``predicted_cuda`` figures the site shows (bytes: the step's predicted ``max_memory_allocated()`` and
 #: ``max_memory_reserved()``, baseline included, and reserved - allocated when allocated peaks), as
-#: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.cuda.prediction.
+#: ``predicted_cuda_<name>`` columns; see NOTE [ predicted CUDA memory ] in memlab.cuda_replay.prediction.
 _PREDICTED_CUDA = {"allocated_bytes": "allocated_peak_total_bytes", "reserved_bytes": "reserved_peak_bytes",
                    "fragmentation_bytes": "fragmentation_at_peak_bytes"}
 #: The record's fields, and ``baseline``, which rows from before ``extra["baseline"]`` carried.

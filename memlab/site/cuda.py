@@ -1,8 +1,8 @@
 """Predicted CUDA memory on the site: a chart per family section, allocator settings compared on the
 seed pages, and predicted vs measured on a real GPU (``make gpu-check``) where such a table exists.
 
-Every figure here is a *prediction* of :mod:`memlab.cuda.model` replayed on a step's exact CPU
-allocation trace (NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda.prediction`), said
+Every figure here is a *prediction* of :mod:`memlab.cuda_replay.model` replayed on a step's exact CPU
+allocation trace (NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda_replay.prediction`), said
 so on every chart, column and table, except the GPU-check table's measured columns.  Inputs:
 
 * ``predicted_cuda_*`` columns of the measurement rows (:mod:`memlab.results`);
@@ -62,7 +62,7 @@ def predicted_chart(page: Page, rows: pd.DataFrame, variants: pd.Series, swept: 
     if swept:
         fig = F.memory_vs_param(rows, variants, swept, "predicted_cuda_reserved_bytes", "predicted GPU reserved (MiB)",
                                 colors, floor_column="total_peak_bytes", floor_name="measured CPU total peak")
-        caption = ("Predicted, not measured: PyTorch's CUDA caching allocator (memlab.cuda.model, default "
+        caption = ("Predicted, not measured: PyTorch's CUDA caching allocator (memlab.cuda_replay.model, default "
                    "PYTORCH_CUDA_ALLOC_CONF) replayed on each row's exact CPU allocation trace gives the step's "
                    "max_memory_reserved() (solid); dotted: the measured CPU total peak of the same step (allocated "
                    "bytes, baseline included). The gap is the allocator's rounding, segments and fragmentation; the "

@@ -1,7 +1,7 @@
 """Measured on a real GPU, on the seed pages: each seed configuration that a ``make gpu-check`` table
 holds, its allocated peak measured on the GPU beside the prediction from its CPU trace.
 
-The seed pages otherwise show CUDA figures predicted by :mod:`memlab.cuda.model`; where a GPU has
+The seed pages otherwise show CUDA figures predicted by :mod:`memlab.cuda_replay.model`; where a GPU has
 measured the same configuration, the reader sees both and the error, so a prediction the GPU
 contradicts is never left standing alone.  A configuration matches when its technique, parameters,
 mode and optimizer equal a CPU float32 measurement of the seed (the configurations
@@ -40,7 +40,7 @@ def _block(page: Page, rows: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]
             column("gpu", "machine (GPU)"), column("status", "status", kind="status"),
             column("measured", "allocated peak, measured", num=True,
                    title="max_memory_allocated() during the step minus memory_allocated() before it"),
-            column("predicted", "allocated peak, predicted", num=True, title="memlab.cuda.model on the CPU trace"),
+            column("predicted", "allocated peak, predicted", num=True, title="memlab.cuda_replay.model on the CPU trace"),
             column("err", "error", num=True, title="(predicted − measured) / measured")]
     cells, records = [], []
     for gpu, r in rows:

@@ -240,7 +240,7 @@ class ResNet(Workload, name="resnet", family="resnet"):
     }
     samples_param = "batch"
     #: its step runs convolutions, whose CUDA workspace comes from the calibration table
-    #: (:func:`memlab.cuda.calibration.conv_error_range` reads it)
+    #: (:func:`memlab.cuda_replay.calibration.conv_error_range` reads it)
     convolutional = True
     check_params = {"depth": 26, "batch": 2, "width": 2, "image": 8}
     # RevNet reconstructs block inputs in backward (memlab.functional.reversible): in float64 its

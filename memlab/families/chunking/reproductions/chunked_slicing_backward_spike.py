@@ -180,7 +180,7 @@ def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] =
 
     Traces one CPU float32 training step of ``slice_loop`` at the report's size for each chunk size of
     the reproduction (``quick``: the reproduction's quick plan) and predicts its CUDA memory under each
-    ``PYTORCH_CUDA_ALLOC_CONF`` of ``confs`` (NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda.prediction`).
+    ``PYTORCH_CUDA_ALLOC_CONF`` of ``confs`` (NOTE [ predicted CUDA memory ] in :mod:`memlab.cuda_replay.prediction`).
     Predicted, not measured.
 
     Returns:
@@ -191,7 +191,7 @@ def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] =
         ``max_memory_reserved``) and ``predicted_reserved_above_baseline_bytes``, ``fragmentation_bytes``
         (reserved − allocated when allocated peaks), ``segments_peak``.
     """
-    from memlab.cuda.prediction import iteration_window, predict_cuda
+    from memlab.cuda_replay.prediction import iteration_window, predict_cuda
     from memlab.measurement.alloc_trace import trace_step
     from memlab.registry import get_technique
     from ._slice_backward import MARKER_OP

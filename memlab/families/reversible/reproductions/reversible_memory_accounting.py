@@ -80,7 +80,7 @@ LEAK_ITERATIONS = 10
 def _rounded(tensors) -> int:
     """Bytes the CUDA caching allocator hands out for these tensors, one block each (an empty
     tensor allocates nothing)."""
-    from memlab.cuda.model import round_size
+    from memlab.cuda_replay.model import round_size
 
     return sum(round_size(t.nbytes) for t in tensors if t.nbytes)
 

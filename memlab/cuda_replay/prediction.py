@@ -2,7 +2,7 @@
 
 memlab's CPU measurement records every allocation and free of a step in order
 (NOTE [ exact CPU allocated bytes ]).  :func:`predict_cuda` replays the first measured iteration of
-such a trace through the caching allocator model of :mod:`memlab.cuda.model` and returns what
+such a trace through the caching allocator model of :mod:`memlab.cuda_replay.model` and returns what
 ``torch.cuda.max_memory_allocated()`` / ``max_memory_reserved()`` would be for the same requests on a
 GPU, under a ``PYTORCH_CUDA_ALLOC_CONF`` setting.  Every figure it returns is a prediction.
 
@@ -16,7 +16,7 @@ segments the warm-up left cached are reused, as in a process that never calls ``
 its ``reserved_peak_above_baseline_bytes`` is the figure memlab's CUDA measurement records
 (``max_memory_reserved()`` during the step minus ``memory_reserved()`` before it).
 The requests replayed are the trace's *device view* (NOTE [ device view ] in
-:mod:`memlab.cuda.device_view`): allocations that stay on the host on a GPU (saved RNG states,
+:mod:`memlab.cuda_replay.device_view`): allocations that stay on the host on a GPU (saved RNG states,
 wrapped Python scalars, torch.optim's step counters, ``save_on_cpu``'s copies, ``memlab.host_memory()``
 ranges) and a CPU kernel's own scratch (oneDNN reorders) are left out (NOTE [ device tags ]);
 ``save_on_cpu``'s device copies in backward and calibrated cuDNN workspaces are put in.
@@ -24,7 +24,7 @@ ranges) and a CPU kernel's own scratch (oneDNN reorders) are left out (NOTE [ de
 the replayed iteration's device allocated peak is reached, baseline included; ``host_peak_bytes``
 the most host-tagged bytes live at once during the iteration.  ``status`` is ``uncalibrated`` when a
 convolution's signature is missing from the calibration table (NOTE [ calibration table ] in
-:mod:`memlab.cuda.calibration`): its cuDNN workspace is then not in the figures, and ``calibration``
+:mod:`memlab.cuda_replay.calibration`): its cuDNN workspace is then not in the figures, and ``calibration``
 gives the error range that family of configurations showed on a real GPU; otherwise ``ok``.
 What the CPU trace cannot see, listed under ``extra_terms`` and never added into the prediction:
 the CUDA context (outside the allocator, driver- and GPU-dependent), the cuBLAS/cuBLASLt workspaces
@@ -102,10 +102,43 @@ def iteration_window(windows, name: str):
     raise ValueError(f"iteration={name!r} is not a window of the trace; iterations in it: {names}")
 
 
-def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict[str, Any]:
-    """One replay of NOTE [ predicted CUDA memory ]; returns the raw figures."""
-    model = CachingAllocatorModel(conf, capacity_bytes)
-    live: dict[int, int] = {}   # ptr -> allocation id
+class _Replayer:
+    """The state of one replay: the allocator model, the live allocations (address -> allocation id),
+    the trace's anomalies and when the allocated peak was last raised (ns)."""
+
+    def __init__(self, conf, capacity_bytes: int | None, start_ns: int) -> None:
+        self.model = CachingAllocatorModel(conf, capacity_bytes)
+        self.live: dict[int, int] = {}   # ptr -> allocation id
+        self.anomalies = {"unpaired_frees": 0, "reused_addresses": 0}
+        self.next_id = 0
+        self.peak_time = start_ns
+
+    def alloc(self, e) -> None:
+        if e.address in self.live:  # an address allocated again without its free being seen
+            self.anomalies["reused_addresses"] += 1
+            self.model.free(self.live.pop(e.address))
+        self.live[e.address] = self.next_id
+        peak = self.model.peak_allocated
+        self.model.malloc(self.next_id, e.delta_bytes)
+        if self.model.peak_allocated > peak:
+            self.peak_time = e.time_ns
+        self.next_id += 1
+
+    def free(self, e) -> None:
+        key = self.live.pop(e.address, None)
+        if key is None:
+            self.anomalies["unpaired_frees"] += 1
+        else:
+            self.model.free(key)
+
+    def run(self, events: Iterable) -> None:
+        """Each event in order: an allocation (``delta_bytes`` > 0) or a free."""
+        for e in events:
+            self.alloc(e) if e.delta_bytes > 0 else self.free(e)
+
+
+def _split_at(events, it) -> tuple[list, list]:
+    """``(before, inside)``: the events before the window ``it`` starts and those inside it (by time)."""
     before: list = []
     k = 0
     n = len(events)
@@ -116,55 +149,39 @@ def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict
     while k < n and events[k].time_ns <= it.end_ns:
         inside.append(events[k])
         k += 1
-    anomalies = {"unpaired_frees": 0, "reused_addresses": 0}
-    oom = None
-    next_id = 0
-    peak_time = it.start_ns
+    return before, inside
 
-    def alloc(e) -> None:
-        nonlocal next_id, peak_time
-        if e.address in live:  # an address allocated again without its free being seen
-            anomalies["reused_addresses"] += 1
-            model.free(live.pop(e.address))
-        live[e.address] = next_id
-        peak = model.peak_allocated
-        model.malloc(next_id, e.delta_bytes)
-        if model.peak_allocated > peak:
-            peak_time = e.time_ns
-        next_id += 1
 
-    def free(e) -> None:
-        key = live.pop(e.address, None)
-        if key is None:
-            anomalies["unpaired_frees"] += 1
+def _live_at_start(before: Iterable) -> list:
+    """The allocations of ``before`` still live at its end, in the order they were made."""
+    order: dict[int, Any] = {}
+    for e in before:
+        if e.delta_bytes > 0:
+            order.pop(e.address, None)
+            order[e.address] = e
         else:
-            model.free(key)
+            order.pop(e.address, None)
+    return list(order.values())
 
+
+def _replay(events, it, conf, capacity_bytes: int | None, history: bool) -> dict[str, Any]:
+    """One replay of NOTE [ predicted CUDA memory ]; returns the raw figures."""
+    before, inside = _split_at(events, it)
+    r = _Replayer(conf, capacity_bytes, it.start_ns)
+    model = r.model
+    oom = base = None
     try:
-        if history:
-            for e in before:
-                alloc(e) if e.delta_bytes > 0 else free(e)
-        else:  # only what is live at the start, in the order it was allocated
-            order: dict[int, Any] = {}
-            for e in before:
-                if e.delta_bytes > 0:
-                    order.pop(e.address, None)
-                    order[e.address] = e
-                else:
-                    order.pop(e.address, None)
-            for e in order.values():
-                alloc(e)
+        # with history, everything before; else only what is live at the start, in the order it was allocated
+        r.run(before if history else _live_at_start(before))
         base = {"allocated": model.allocated, "reserved": model.reserved, "requested": model.requested,
                 "rounded": model.rounded, "segments": model.segments}
         model.reset_peaks()
-        peak_time = it.start_ns
-        for e in inside:
-            alloc(e) if e.delta_bytes > 0 else free(e)
+        r.peak_time = it.start_ns
+        r.run(inside)
     except SimulatedOOM as exc:
         oom = {k: (v if isinstance(v, (int, float, str, type(None))) else repr(v)) for k, v in exc.request.items()}
-        base = locals().get("base")
-    return {"model": model, "base": base, "oom": oom, "anomalies": anomalies, "inside": inside,
-            "peak_time_ns": peak_time}
+    return {"model": model, "base": base, "oom": oom, "anomalies": r.anomalies, "inside": inside,
+            "peak_time_ns": r.peak_time}
 
 
 def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None = None,
@@ -182,7 +199,7 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
         context_bytes: the CUDA context size, if known, reported under ``extra_terms`` only.
         with_history: also replay everything before the iteration (``with_history`` block).
         calibration: the cuDNN table (NOTE [ calibration table ]); None = the committed one
-            (:func:`memlab.cuda.calibration.default_table`), if any.
+            (:func:`memlab.cuda_replay.calibration.default_table`), if any.
 
     Returns:
         A JSON-ready dict of integers in bytes: ``allocated_peak_bytes`` (above the baseline, as the
@@ -212,13 +229,27 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
     table = default_table() if calibration is None else calibration
     view = device_view(events, windows, table)
     r = _replay(view.device, it, parsed, capacity_bytes, history=False)
-    m, base = r["model"], r["base"]
-    out: dict[str, Any] = {
+    out = _prediction_head(events, it, view, table, r, conf, parsed, capacity_bytes)
+    out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
+    if r["base"] is None:  # out of memory while placing the baseline
+        out.update(allocated_peak_bytes=None, reserved_peak_bytes=None)
+        return out
+    out.update(_figures(r["model"], r["base"]))
+    if with_history:
+        out["with_history"] = _with_history(_replay(view.device, it, parsed, capacity_bytes, history=True))
+    return out
+
+
+def _prediction_head(events, it, view: DeviceView, table: CalibrationTable | None, r: dict[str, Any], conf: str,
+                     parsed, capacity_bytes: int | None) -> dict[str, Any]:
+    """The keys of :func:`predict_cuda`'s answer before its figures: the method, the setting, the OOM
+    and anomalies of replay ``r``, the calibration status, the device tags and the host bytes."""
+    return {
         "predicted": True,
-        "method": "replay of the CPU allocation trace's device view through memlab.cuda.model (PyTorch CUDA "
+        "method": "replay of the CPU allocation trace's device view through memlab.cuda_replay.model (PyTorch CUDA "
                   "caching allocator, one stream): the baseline allocated first, then the iteration's "
                   "allocations and frees in order; host-only and CPU-kernel-only allocations left out",
-        "iteration": iteration, "conf": conf, "conf_parsed": parsed.to_dict(), "capacity_bytes": capacity_bytes,
+        "iteration": it.name, "conf": conf, "conf_parsed": parsed.to_dict(), "capacity_bytes": capacity_bytes,
         "would_oom": r["oom"] is not None, "oom_request": r["oom"],
         **r["anomalies"], **_calibration_status(view, table),
         "device_tags": summarise_tags(e for e in events if it.start_ns <= e.time_ns <= it.end_ns),
@@ -226,20 +257,17 @@ def predict_cuda(events, windows, *, conf: str = "", capacity_bytes: int | None 
         "host_bytes": host_live_at(view.host, r["peak_time_ns"]),
         "host_peak_bytes": host_peak(view.host, it.start_ns, it.end_ns),
     }
-    out["extra_terms"] = extra_terms(r["inside"], context_bytes=context_bytes)
-    if base is None:  # out of memory while placing the baseline
-        out.update(allocated_peak_bytes=None, reserved_peak_bytes=None)
-        return out
-    out.update(_figures(m, base))
-    if with_history:
-        h = _replay(view.device, it, parsed, capacity_bytes, history=True)
-        hb = h["base"]
-        out["with_history"] = None if hb is None else {
-            "note": "everything before the iteration replayed too (build, warm-up): segments cached by the "
+
+
+def _with_history(h: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``with_history`` block of a prediction from replay ``h`` (everything before the iteration
+    replayed too); None when the baseline itself did not fit."""
+    if h["base"] is None:
+        return None
+    return {"note": "everything before the iteration replayed too (build, warm-up): segments cached by the "
                     "warm-up are reused; reserved_peak_above_baseline_bytes is what memlab's CUDA measurement "
                     "records as peak_reserved_bytes",
-            "would_oom": h["oom"] is not None, **_figures(h["model"], hb)}
-    return out
+            "would_oom": h["oom"] is not None, **_figures(h["model"], h["base"])}
 
 
 def _calibration_status(view: DeviceView, table: CalibrationTable | None) -> dict[str, Any]:
@@ -295,7 +323,7 @@ def _figures(m: CachingAllocatorModel, base: dict[str, int]) -> dict[str, int]:
 def rounded_replay_peak(events, windows, iteration: str = "iteration0", conf: str = "",
                         calibration: CalibrationTable | None = None) -> int:
     """Peak above the iteration's start of the live bytes with every request rounded by
-    :func:`memlab.cuda.model.round_size`: the requests the CUDA replay makes (NOTE [ device view ]),
+    :func:`memlab.cuda_replay.model.round_size`: the requests the CUDA replay makes (NOTE [ device view ]),
     rounded, without segments or splitting."""
     parsed = parse_alloc_conf(conf)
     it = iteration_window(windows, iteration)

@@ -6,7 +6,7 @@ cuDNN's workspace for the algorithm it picks (forward, backward-data, backward-w
 copies its kernels need.  How much depends on the operator's signature (shapes, stride, padding,
 dtype, memory layout) and on the environment (GPU model, cuDNN and torch versions, TF32).  memlab
 measures it once per signature on a GPU (:func:`measure_signature_on_cuda`) and keeps it in a JSON
-table; the CUDA prediction (:mod:`memlab.cuda.prediction`) looks each convolution call
+table; the CUDA prediction (:mod:`memlab.cuda_replay.prediction`) looks each convolution call
 of the trace up there.  A signature the table lacks makes the prediction ``uncalibrated``: the
 convolution's CUDA-only memory is then not in the figures, and the prediction says so, with the
 error its family showed on a real GPU (:func:`conv_error_range`).

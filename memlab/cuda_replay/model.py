@@ -958,4 +958,4 @@ def _speed(n_events: int = 200_000, seed: int = 0) -> float:
 
 
 if __name__ == "__main__":
-    print(f"memlab.cuda.model replay rate: {_speed():,.0f} events/s")
+    print(f"memlab.cuda_replay.model replay rate: {_speed():,.0f} events/s")
