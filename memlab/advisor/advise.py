@@ -280,7 +280,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "extrapolation": _extrapolation(fam, sizes), "kernel_warning": kernel_warning(family, fam),
         "cuda_margin": CUDA_MARGIN if device == "cuda" else None,
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
-        "time_note": time_note(terr["text"], device),
+        "time_note": time_note(terr["text"], device, any(c["chunks_timed"] for c in candidates)),
     }
 
 
@@ -306,8 +306,9 @@ def _nothing_fits(family: str, budget_bytes: int, sizes: Mapping[str, int], opti
         f"{'peak' if device == 'cpu' else 'CUDA need'} is {fmt_bytes(best['need_bytes'])} ({best['label']}{knob})")
 
 
-def time_note(error_text: str, device: str) -> str:
-    """What the time column is, and on which device it was measured (the answer's closing line)."""
+def time_note(error_text: str, device: str, beyond_timed: bool = False) -> str:
+    """What the time column is, and on which device it was measured (the answer's closing line);
+    ``beyond_timed``: some setting has more chunks than its time model measured."""
     return ("relative step time (technique step / the family baseline's step, thread CPU time at one "
             "thread) from a model r + (c + (k - 1) * o) / W fitted by least squares to measurements at several "
             "sizes per family (W: the step's work, k: chunks; memlab.advisor.fit.time_model), or for a family whose "
@@ -316,8 +317,10 @@ def time_note(error_text: str, device: str) -> str:
             "(NOTE [ page faults in the time model ]); each setting's own band is its fit's largest residual "
             "(NOTE [ the time band ]), no setting is predicted faster than plain beyond what was measured "
             "(NOTE [ no faster than plain unless measured so ]); the family's held-out error "
-            + error_text + ("" if device == "cpu" else "; relative time measured on CPU: a GPU's ratio can differ, "
-                            "and a technique that changes the dtype is not ranked by it"))
+            + error_text + ("; a setting with more chunks than its time points measured is predicted too fast "
+                            "(docs/evidence/time-model-bias.md)" if beyond_timed else "")
+            + ("" if device == "cpu" else "; relative time measured on CPU: a GPU's ratio can differ, "
+               "and a technique that changes the dtype is not ranked by it"))
 
 
 def kernel_warning(family: str, fam: Mapping[str, Any]) -> str | None:

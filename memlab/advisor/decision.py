@@ -61,8 +61,7 @@ def time_error(family: str, optimizer: str, models_dir: Path | None = None) -> d
         under = sum(e < 0 for e in signed)
         return {"fraction": round(max(errors), 4), "under": under, "checks": len(signed),
                 "text": f"±{100 * max(errors):.1f}%: the largest error of {len(errors)} held-out {family} time checks "
-                        f"({under} predicted faster than measured, {len(signed) - under} slower); more chunks than "
-                        f"a setting's time points measured are predicted too fast (docs/evidence/time-model-bias.md)"}
+                        f"({under} predicted faster than measured, {len(signed) - under} slower)"}
     worst = data.get("worst_abs_error") if isinstance(data, dict) else None
     if is_number(worst):
         return {"fraction": round(abs(worst), 4),
