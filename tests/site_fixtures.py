@@ -27,14 +27,14 @@ def measurement(technique: str, family: str, params: dict, peak: int | None, *, 
     if baseline is not None:
         extra["baseline"] = baseline
     return {
-        "allocated_after_step_bytes": [0, 0], "allocated_baseline_bytes": 6 * MiB, "device": device,
+        "allocated_after_step_bytes": [0, 0, 0], "allocated_baseline_bytes": 6 * MiB, "device": device,
         "device_used_bytes": None, "dtype": "float32", "environment": dict(ENV),
         "error": None if status == "ok" else "RuntimeError: boom", "errors_by_tensor": {}, "extra": extra,
         "family": family, "flops": 1000, "grad_bytes": MiB, "matches_reference": True if status == "ok" else None,
         "max_abs_error": 0.0, "memory_method": {"allocated": "exact replay", "reserved": "resident HWM"},
         "mode": mode, "param_bytes": MiB, "param_count": 1024, "params": dict(params),
         "peak_allocated_bytes": peak if status == "ok" else None,
-        "peak_allocated_per_iteration_bytes": [peak, peak] if status == "ok" else [],
+        "peak_allocated_per_iteration_bytes": [peak, peak, peak] if status == "ok" else [],
         "peak_reserved_bytes": reserved if status == "ok" else None, "peer": peer,
         "reserved_baseline_bytes": 300 * MiB, "samples_per_s": samples_per_s if status == "ok" else None,
         "samples_per_step": 2000, "schema": 1, "status": status,

@@ -90,7 +90,8 @@ def test_sweep_table_is_grouped_by_family_and_the_summary_names_each_row_that_is
 
     repo = Path(__file__).resolve().parents[1]
     chunking = _rows(repo / "tests" / "data" / "demo-chunking.jsonl")
-    others = [m for m in _rows(repo / "data" / "sweeps" / "cpu-adam.jsonl") if m.family != "chunking"][:4]
+    others = [m.replace(allocated_after_step_bytes=(0, 0, 0))  # ok with three steps (two: leak unknown)
+              for m in _rows(repo / "data" / "sweeps" / "cpu-adam.jsonl") if m.family != "chunking"][:4]
     bad = dataclasses.replace(chunking[0], status="mismatch", error="output differs by up to 1.0\nsecond line")
     rows = [bad, *others, *chunking[1:]]  # interleaved, as they finish
     table = format_table(rows).splitlines()
