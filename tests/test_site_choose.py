@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -76,7 +77,8 @@ def _python(q, models_dir):
     a = advise(family, budget, [f"{k}={v}" for k, v in {**sizes, **knobs}.items()], optimizer=optimizer,
                device=device, models_dir=models_dir, sweeps_dir=models_dir.parent / "sweeps",
                host=None)  # as fitted, as the page holds them, whatever this host's kernels
-    return {"fits": [{**_row(c), "rank": c["rank"], "time_ranked": c["time_ranked"]} for c in a["fits"]],
+    return {"fits": [{**_row(c), **{k: c[k] for k in ("rank", "time_ranked", "time_floored", "chunks_timed", "time_band")}}
+                     for c in a["fits"]],
             "pareto": [_row(c) for c in a["pareto"]],
             "plain": None if a["plain"] is None else {**a["plain"], "need_bytes": str(a["plain"]["need_bytes"])},
             "not_modelled": a["not_modelled"], "time_error": a["time_error"],
@@ -142,6 +144,23 @@ def test_the_page_and_its_models_are_built(site):
     for opt in ("sgd", "adam"):
         shipped = json.loads((out / "models" / f"cpu-float32-{opt}.json").read_text())
         assert shipped == json.loads((MODELS / f"cpu-float32-{opt}.json").read_text())
+
+
+def test_the_page_ships_each_entrys_time_band_floor_and_timed_chunks(site):
+    """Issue 43 items 4-6: what choose.js needs to floor, mark and state each setting's time as advise
+    does (tests/test_site_choose.py's browser test compares the answers), and the declared reasons."""
+    import html as html_lib
+
+    out, _ = site
+    page = (out / "choose.html").read_text()
+    app = json.loads(html_lib.unescape(re.search(r'data-app="([^"]*)"', page).group(1)))
+    chunking = {e["label"]: e for e in app["models"]["sgd"]["families"]["chunking"]["entries"]}
+    assert chunking["unchunked"]["time_floor"] is None and chunking["unchunked"]["chunks_timed"] is None
+    vmap = chunking["vmap_chunk"]
+    assert vmap["chunks_timed"] == 16 and 0 < vmap["time_floor"] < 1
+    assert vmap["time_band"]["fraction"] > 0 and vmap["time_band"]["text"].startswith("±")
+    reasons = {x["technique"]: x["reason"] for x in app["models"]["sgd"]["families"]["transformer"]["not_modelled"]}
+    assert "flash" in reasons["sdpa"] and "bfloat16" in reasons["autocast_bf16"]
 
 
 def test_what_a_gpu_measured_for_a_family_is_on_the_page(tmp_path):

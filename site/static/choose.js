@@ -865,7 +865,10 @@ var memlabChoose = (function () {
                   headroom_bytes: c.headroom_bytes, peak_by_category_bytes: c.peak_by_category_bytes,
                   relative_step_time: c.relative_step_time, chunks: c.chunks});
     };
-    var fitRow = function (c) { return Object.assign(row(c), {rank: c.rank, time_ranked: c.time_ranked}); };
+    var fitRow = function (c) {
+      return Object.assign(row(c), {rank: c.rank, time_ranked: c.time_ranked, time_floored: c.time_floored,
+                                    chunks_timed: c.chunks_timed, time_band: c.time_band});
+    };
     return {fits: a.fits.map(fitRow), pareto: a.pareto.map(row), extrapolation: a.extrapolation,
             cannot_fit: a.cannot_fit.map(function (c) {
               return big({label: c.label, smallest_need_bytes: c.smallest_need_bytes, knobs: c.knobs, chunks: c.chunks});
