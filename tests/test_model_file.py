@@ -150,7 +150,7 @@ def test_a_model_file_registers_a_family_with_every_technique():
     workload = load_model(CHAIN)
     assert (workload.name, workload.family, workload.samples_param) == ("model_chain_blocks", "model:chain_blocks", "batch")
     assert list(model_techniques(CHAIN).items()) == [(k, f"chain_blocks__{k}") for k in (
-        "plain", "checkpoint_blocks", "checkpoint_sqrt", "selective_checkpoint", "autocast_bf16", "offload_activations")]
+        "plain", "checkpoint_blocks", "checkpoint_sqrt", "selective_checkpoint", "autocast_bf16", "offload_activations", "lora")]
     plain = memlab.get_technique("chain_blocks__plain")
     assert plain.baseline and memlab.get_technique("chain_blocks__checkpoint_blocks").twin == "chain_blocks__plain"
     assert plain.source_file() == str(CHAIN)  # the measuring child imports the file by this path

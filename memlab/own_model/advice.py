@@ -109,13 +109,13 @@ def _own_fields(own: type[AdvisorModel], file_name: str) -> dict[str, Any]:
 
 
 def _applicable(workload, names: Mapping[str, str]) -> list[str]:
-    """Kinds that run on the CPU and find what they need (blocks) on this model."""
+    """Kinds advised by default that run on the CPU and find what they need (blocks) on this model."""
     from ..registry import get_technique
 
     out = []
     for kind, name in names.items():
         cls = get_technique(name)
-        if "cpu" not in cls.devices or (cls.needs_blocks and workload({}).meta_blocks() is None):
+        if not cls.advised or "cpu" not in cls.devices or (cls.needs_blocks and workload({}).meta_blocks() is None):
             continue
         out.append(kind)
     return out

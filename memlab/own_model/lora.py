@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LoRALinear", "add_adapters", "adapter_parameters"]
+__all__ = ["LoRALinear", "add_adapters", "adapter_parameters", "adapter_targets"]
 
 
 class LoRALinear(nn.Module):
@@ -49,7 +49,7 @@ class LoRALinear(nn.Module):
         return self.base(x) + F.linear(F.linear(x, self.lora_a), self.lora_b)
 
 
-def _targets(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+def adapter_targets(model: nn.Module) -> list[tuple[str, nn.Linear]]:
     """``(dotted name, layer)`` of every ``nn.Linear`` outside an ``nn.MultiheadAttention``, shared
     modules under each of their names (NOTE [ LoRA adapters ])."""
     named = list(model.named_modules(remove_duplicate=False))
@@ -68,7 +68,7 @@ def add_adapters(model: nn.Module, rank: int, seed: int) -> list[str]:
     names = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for name, layer in _targets(model):
+        for name, layer in adapter_targets(model):
             if id(layer) not in adapted:
                 adapted[id(layer)] = LoRALinear(layer, rank)
             parent_name, _, attr = name.rpartition(".")

@@ -40,7 +40,7 @@ from ..core.errors import TechniqueUnavailable
 from ..core.params import Param
 from ..functional.blocks import MATMUL_OPS, checkpoint_each, checkpoint_sqrt, matmul_saving_context, sqrt_segments
 from ..technique import Technique
-from .lora import adapter_parameters, add_adapters
+from .lora import adapter_parameters, adapter_targets, add_adapters
 from .workload import ModelWorkload
 
 __all__ = ["AnyModelTechnique", "techniques_for", "KINDS", "BASELINE_KIND", "dropout_off", "randomness_facts"]
@@ -57,6 +57,9 @@ class AnyModelTechnique(Technique):
     workload = ModelWorkload
     kind: ClassVar[str] = ""
     needs_blocks: ClassVar[bool] = False
+    #: False: left out of the techniques ``advise --model`` models by default (a model file's
+    #: ``AdvisorModel`` may still name it in ``entries``)
+    advised: ClassVar[bool] = True
     reorders_randomness: ClassVar[bool] = False
     reports_activation_peak = True
     path: ClassVar[str] = ""
@@ -182,16 +185,36 @@ class LoRA(AnyModelTechnique):
     against ``plain``, which trains every parameter.  A model without an ``nn.Linear`` is refused."""
 
     kind = "lora"
+    # NOTE [ LoRA is not advised by default ]
+    # LoRA trains other parameters than plain (the adapters, not the model): it answers "what does
+    # fine-tuning this model with adapters need", not "how do I train this model in less memory", so
+    # ``advise --model`` does not rank it beside the techniques that compute plain's step, unless a
+    # model file's AdvisorModel names it.
+    # Evidence: tests/test_lora.py (its gradients and optimizer state are the adapters' only)
+    advised = False
     params = {"rank": Param(8, low=1, high=65536, doc="the adapters' rank r: A [r, in] and B [out, r] per nn.Linear")}
     path = "rank-r adapters x A^T B^T beside each frozen nn.Linear (Hu et al. 2021), every other parameter frozen"
+
+    def check_available(self, device: torch.device) -> None:
+        super().check_available(device)
+        try:
+            with torch.device("meta"):  # no memory; the CPU where the file's build() cannot run on meta
+                model = self.problem_spec.model_file.build()
+        except Exception:  # noqa: BLE001 - a user's file may raise anything; its real error shows in build()
+            model = self.problem_spec.model_file.build()
+        if not adapter_targets(model):
+            raise self._no_linear()
+
+    def _no_linear(self) -> TechniqueUnavailable:
+        return TechniqueUnavailable(
+            f"technique {self.name!r} does not apply to {self.family()}: the model has no nn.Linear layer "
+            f"(outside nn.MultiheadAttention) to put an adapter beside")
 
     def build(self, device, dtype, seed=0):
         problem = super().build(device, dtype, seed)
         layers = add_adapters(problem.model, self.config["rank"], seed)
         if not layers:
-            raise TechniqueUnavailable(
-                f"technique {self.name!r} does not apply to {self.family()}: the model has no nn.Linear layer "
-                f"(outside nn.MultiheadAttention) to put an adapter beside")
+            raise self._no_linear()
         problem.extra["lora_layers"] = layers
         return problem
 
