@@ -273,7 +273,9 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     Returns the fields ``step_times_s`` (wall seconds), ``step_cpu_times_s`` (thread CPU seconds),
     ``step_time_s``, ``step_time_iqr_s``, ``samples_per_s``, ``reference_step_time_s`` (the
     baseline's median wall seconds), ``relative_step_time``, ``relative_step_time_wall``,
-    ``relative_to``, ``timing_threads``, ``steps_checked``, ``load_avg_before``/``after``, and
+    ``relative_to``, ``relative_step_ratios`` (the per-round ratios whose median is
+    ``relative_step_time``: :func:`round_ratios`, in its clock; asv's samples of it), ``timing_threads``,
+    ``steps_checked``, ``load_avg_before``/``after``, and
     ``timed_check`` (a :class:`~memlab.measurement.step_check.StepComparison`; pass it to
     :func:`timed_verdict`), ``timing_heap``, ``timing_cpu`` (the CPU the phase was pinned to, or None:
     NOTE [ one CPU per timed phase ] in :mod:`memlab.measurement.cpu_pin`), ``relative_time_clock``,
@@ -309,6 +311,7 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     return {**step_time_fields(wall, technique.samples_per_step()), "step_cpu_times_s": tuple(cpu),
             "reference_step_time_s": statistics.median(ref_wall),
             "relative_step_time": relative_step_time(cpu, ref_cpu) if cpu_clock else rel_wall,
+            "relative_step_ratios": round_ratios(cpu, ref_cpu) if cpu_clock else round_ratios(wall, ref_wall),
             "relative_step_time_wall": rel_wall,
             "relative_to": baseline.name if baseline is not None else "reference",
             "timing_threads": timing_threads, "steps_checked": check.steps,
@@ -326,6 +329,7 @@ def timed_verdict(measurement, timed: dict[str, Any]):
     check = timed.pop("timed_check")
     reason = check.reason if hasattr(check, "reason") else check.get("reason")
     extra = {**measurement.extra, "relative_time_clock": timed.pop("relative_time_clock"),
+             "relative_step_ratios": list(timed.pop("relative_step_ratios", None) or ()),
              "timed_minor_faults": timed.pop("timed_minor_faults", None),
              "baseline_minor_faults": timed.pop("baseline_minor_faults", None),
              "timed_steps_max_error": check.max_error if hasattr(check, "max_error") else check.get("max_error")}
