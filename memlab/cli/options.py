@@ -77,7 +77,8 @@ def _measuring(meas: argparse.ArgumentParser) -> None:
     meas.add_argument("--iterations", type=int, default=d.iterations,
                       help=f"allocation-measured steps (default {d.iterations})")
     meas.add_argument("--optimizer", default=d.optimizer, metavar="NAME",
-                      help=f"training step's optimizer: {', '.join(OPTIMIZERS)} (default {d.optimizer})")
+                      help=f"training step's optimizer: {', '.join(OPTIMIZERS)} (default {d.optimizer}); "
+                           f"an _in_backward one steps each parameter in backward and frees its gradient at once")
     meas.add_argument("--loss", default=d.loss, metavar="NAME",
                       help=f"{LOSSES[0]} (backward from the workload's preallocated upstream gradient) or "
                            f"{LOSSES[1]} (mse_loss(output, 0): its gradient is allocated inside the step); "
@@ -122,7 +123,7 @@ def shared_options() -> Shared:
     model.add_argument("--model", metavar="FILE.py", help="your own model: a file defining build() -> nn.Module, "
                        "batch(size) -> tensors and optionally loss(output, batch); technique names are then "
                        "plain, checkpoint_blocks, checkpoint_sqrt, selective_checkpoint, autocast_bf16, "
-                       "offload_activations (see README, 'Your own model')")
+                       "offload_activations, lora (see README, 'Your own model')")
     model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
                        "nn.Sequential of repeated blocks (default: guessed)")
     gradients = argparse.ArgumentParser(add_help=False)
