@@ -23,8 +23,9 @@ What it cannot stop: asv itself rewrites ``results/<name>/machine.json`` (and wr
 file holding only failures) before and after the benchmarks run; ``git status`` shows both and
 ``git checkout results/<name>/machine.json`` restores the committed facts.  Where the guard does
 not apply: a machine with no committed ``machine.json`` (a new name, the scratch names of ``make
-asv-continuous``/``asv-quick``), asv commands that file nothing (``check``, ``profile``...), a
-process not started by asv (the tests), and a host without ``/proc`` (no ancestor is found).
+asv-continuous``/``asv-quick``), asv commands that file nothing (``check``, ``profile``, ``run
+--dry-run``...), a process not started by asv (the tests), and a host without ``/proc`` (no
+ancestor is found).
 ``MEMLAB_ASV_FORCE=1`` (``make ... ASV_FORCE=1``: that same host after an upgrade) accepts the
 host's differences but still fails when the facts asv files (the working tree's ``machine.json``)
 are not the committed ones.  A fact this module cannot read on this host is not compared.
@@ -46,8 +47,8 @@ __all__ = ["FORCE_ENV", "FILING_COMMANDS", "AsvRun", "host_facts", "asv_ancestor
 
 #: set to 1 to file under a committed machine whose facts differ from this host's (same host, upgraded)
 FORCE_ENV = "MEMLAB_ASV_FORCE"
-#: asv commands that write results into ``results/<machine>/``
-FILING_COMMANDS = ("run", "continuous", "dev")
+#: asv commands that write results into ``results/<machine>/`` (``run`` unless ``--dry-run``/``-n``)
+FILING_COMMANDS = ("run", "continuous")
 #: ancestors walked up from this process looking for asv (fork server, then asv itself)
 MAX_DEPTH = 16
 
@@ -55,11 +56,13 @@ MAX_DEPTH = 16
 @dataclass(frozen=True)
 class AsvRun:
     """The asv command that started this process: ``command`` (``run``...), ``conf`` (the
-    configuration file asv read, absolute), ``machine`` (the ``--machine`` given, or None)."""
+    configuration file asv read, absolute), ``machine`` (the ``--machine`` given, or None),
+    ``dry_run`` (``--dry-run``/``-n``: asv saves no results)."""
 
     command: str
     conf: Path
     machine: str | None
+    dry_run: bool = False
 
 
 def _read(path: Path) -> str | None:
@@ -152,7 +155,7 @@ def parse_asv_args(args: Sequence[str], cwd: Path) -> AsvRun | None:
     """The command, configuration and ``--machine`` of asv's arguments ``args``; ``cwd`` is asv's
     working directory, which asv moved to the configuration's directory (``asv/main.py``).  None
     when no command is named."""
-    command, config, machine, i = None, None, None, 0
+    command, config, machine, dry_run, i = None, None, None, False, 0
     while i < len(args):
         arg, rest = args[i], args[i + 1:]
         found, value, used = _option(arg, rest, "--config", None)
@@ -165,11 +168,13 @@ def parse_asv_args(args: Sequence[str], cwd: Path) -> AsvRun | None:
             continue
         if command is None and not arg.startswith("-"):
             command = arg
+        elif command and (arg == "-n" or (len(arg) >= 5 and "--dry-run".startswith(arg))):
+            dry_run = True
         i += 1
     if command is None:
         return None
     conf = cwd / (os.path.basename(config) if config else "asv.conf.json")
-    return AsvRun(command=command, conf=conf, machine=machine)
+    return AsvRun(command=command, conf=conf, machine=machine, dry_run=dry_run)
 
 
 def default_machine(machine_file: Path, node: str | None = None) -> str:
@@ -255,7 +260,7 @@ def check(environ: Mapping[str, str] | None = None, ancestor: tuple[list[str], P
     environ = os.environ if environ is None else environ
     found = asv_ancestor() if ancestor is None else ancestor
     run = parse_asv_args(*found) if found else None
-    if run is None or run.command not in FILING_COMMANDS:
+    if run is None or run.command not in FILING_COMMANDS or run.dry_run:
         return None
     results = _results_dir(run.conf)
     if results is None:

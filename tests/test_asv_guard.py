@@ -74,6 +74,15 @@ def test_asv_command_lines_are_read_as_asv_reads_them(argv, expected):
     args = machine_guard._asv_args(argv)
     run = machine_guard.parse_asv_args(args, Path("/work/dir"))
     assert (run.command, run.conf, run.machine) == (expected[0], Path("/work/dir") / expected[1], expected[2])
+    assert not run.dry_run
+
+
+@pytest.mark.parametrize("args", [["run", "--dry-run"], ["run", "-n", "--quick"], ["run", "--dry", "-m", "lab"]])
+def test_a_dry_run_files_nothing_and_is_not_guarded(args, tmp_path):
+    assert machine_guard.parse_asv_args(args, tmp_path).dry_run
+    repo, _ = _repo_with_machine(tmp_path, "lab", {**HOST, "os": "Linux 0.0-another-kernel"})
+    assert machine_guard.check({"HOME": str(tmp_path)}, ancestor=([*args, "-m", "lab"], repo), host=HOST) is None
+    assert machine_guard.check({"HOME": str(tmp_path)}, ancestor=(["run", "-m", "lab"], repo), host=HOST) is not None
 
 
 def test_a_command_line_that_is_not_asvs_is_none():
