@@ -21,7 +21,10 @@ def add_parser(sub, shared) -> None:
 def run(args) -> int:
     from ..reproductions import list_reproductions, run_all
 
-    known = list_reproductions()
+    try:
+        known = list_reproductions()  # every family folder's, the plug-in folders' included
+    except ValueError as exc:  # two reproductions declare one seed
+        raise UsageError(str(exc)) from None
     for s in args.only or []:
         if s not in known:
             raise UsageError(f"unknown seed {s!r}; available: {', '.join(sorted(known))}")
