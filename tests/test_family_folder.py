@@ -231,3 +231,20 @@ def test_its_site_notes_and_bench_harness_points_come_with_it(copied, monkeypatc
     monkeypatch.setenv("MEMLAB_PLUGINS", str(folder))
     notes = footnotes(rows)
     assert [n["technique"] for n in notes] == [noted, f"{noted}_copy"] and notes[0]["text"] == notes[1]["text"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ('HARNESS_LOAD_POINTS = (("slice_loop", {}),)', r"HARNESS_LOAD_POINTS = \(\('slice_loop', \{\}\),\) is not \(\(position: int"),
+    ('LIMIT_POINTS = ((1.5, "x", {}),)', r"LIMIT_POINTS = \(\(1\.5, 'x', \{\}\),\) is not \(\(position: int"),
+    ('SITE_NOTES = {"x": {"text": "t", "when": ("rows.k",)}}', r"SITE_NOTES = .*rows\.k.* is not \{technique: \{'text': str, 'when'"),
+    ('SITE_NOTES = {"x": {"txt": "t"}}', r"SITE_NOTES = \{'x': \{'txt': 't'\}\} is not"),
+])
+def test_a_folder_s_points_and_notes_are_checked_when_read(tmp_path, text, message):
+    """A copied folder's ``meta.py`` is read, never run: a point or note of the wrong shape is refused
+    with the file, the value and the shape expected."""
+    from memlab.registry import read_family_meta
+
+    (tmp_path / "meta.py").write_text(text + "\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(tmp_path / 'meta.py'))}: {message}"):
+        read_family_meta("mine", tmp_path)
+    assert read_family_meta("mine", tmp_path / "none").site_notes == {}  # no meta.py: nothing declared
