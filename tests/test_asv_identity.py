@@ -501,3 +501,29 @@ def test_make_asv_time_history_runs_asv_on_the_missing_commits_only(tmp_path):
     assert "-n 50" not in text and "--first 50" in text
     assert "spread < .asv/time-history-missing.txt > .asv/time-history-commits.txt" in text
     assert "|| exit 0" in text and "HASHFILE:" in text  # nothing missing: no asv run
+
+
+def test_make_asv_time_history_appends_the_commits_after_the_newest_timed_one(tmp_path):
+    """End to end with a stub asv: this repository's main, a results directory where main~3 has a
+    relative time; the commits handed to asv are exactly those after it (main may move meanwhile)."""
+    timed = _git(ROOT, "rev-parse", "main~3")
+    results = tmp_path / "results"
+    (results / "box").mkdir(parents=True)
+    (results / "box" / "machine.json").write_text(json.dumps({"machine": "box", **_host_facts(), "version": 1}))
+    data = {"commit_hash": timed, "env_name": "env", "date": 1_700_000_000_000, "python": "3.11",
+            "params": {"machine": "box"}, "requirements": {}, "env_vars": {}, "durations": {}, "version": 2,
+            "result_columns": ASV_RESULT_COLUMNS, "results": {REL: [[1.0, 1.1], GRID, "2", 1_700_000_000_000, 1.0]}}
+    (results / "box" / f"{timed[:8]}-env.json").write_text(json.dumps(data))
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text(json.dumps({"version": 1, "results_dir": str(results), "repo": str(ROOT)}))
+    stub, calls = _stub_asv(tmp_path)
+    before = set(_git(ROOT, "rev-list", f"{timed}..main").split())
+    out = _make(tmp_path, "asv-time-history", "ASV_MACHINE=box", f"ASV_CONF={conf}", f"ASV={stub}")
+    after = set(_git(ROOT, "rev-list", f"{timed}..main").split())
+    assert out.returncode == 0, out.stdout + out.stderr
+    handed = set((ROOT / ".asv" / "time-history-commits.txt").read_text().split())
+    assert before <= handed <= after and timed not in handed, (before, handed)
+    assert f"time history of box: {len(handed)} main commit(s) without a time figure" in out.stdout
+    (call,) = calls.read_text().splitlines()
+    assert call.startswith("run --config .asv/history.conf.json --machine box --skip-existing-successful")
+    assert call.endswith(f"HASHFILE:{ROOT}/.asv/time-history-commits.txt")
