@@ -372,6 +372,7 @@ def measurement_row(rec: dict, run: str, source: str, line: int) -> dict[str, An
         "params_key": canonical_params(rec["params"]),
         **{k: rec.get(k) for k in _INT_FIELDS + _FLOAT_FIELDS + _ERROR_FIELDS},
         **{k: rec.get(k) or default for k, default in _STEP_FIELDS.items()},
+        "accumulate": rec.get("accumulate") or _FIELDS["accumulate"].default,  # 1 in rows from before it
         **_timing(rec, env),
         **{k: {str(c): int(b) for c, b in sorted(rec[k].items())} if rec.get(k) else None for k in _CATEGORY_FIELDS},
         "matches_reference": rec.get("matches_reference"),

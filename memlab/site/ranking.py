@@ -26,11 +26,16 @@ __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machi
            "speed_measure"]
 
 #: A family's rows are only compared within one setting: device, dtype, mode, the training step's
-#: optimizer and loss (rows from before that choice are ``sgd`` / ``given``), and the machine the row ran
-#: on (NOTE [ the machine a row ran on ] in :mod:`memlab.results`: rows of two machines are never
-#: ranked, drawn or averaged together).
-SETTING = ("device", "dtype", "mode", "optimizer", "loss", "machine")
-_DEFAULT_STEP = {"optimizer": DEFAULTS.optimizer, "loss": DEFAULTS.loss}
+#: optimizer, loss, micro-batches accumulated and gradients between steps (rows from before each choice
+#: are ``sgd`` / ``given`` / 1 / ``none``), and the machine the row ran on, always last (NOTE [ the
+#: machine a row ran on ] in :mod:`memlab.results`: rows of two machines are never ranked, drawn or
+#: averaged together).
+SETTING = ("device", "dtype", "mode", "optimizer", "loss", "accumulate", "grads", "machine")
+#: the step's fields of :data:`SETTING` (after device, dtype and mode), named only when not the default
+_DEFAULT_STEP = {"optimizer": DEFAULTS.optimizer, "loss": DEFAULTS.loss, "accumulate": DEFAULTS.accumulate,
+                 "grads": DEFAULTS.grads}
+_STEP_TEXT = {"optimizer": "{}", "loss": "loss {}", "accumulate": "{} micro-batches accumulated",
+              "grads": "grads {}"}
 
 
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:
@@ -62,18 +67,18 @@ def setting_text(setting: tuple[str, ...], *, machine: bool = False) -> str:
     the machine (``'on node-3 · AMD EPYC'``) only when ``machine`` (where rows of several machines
     share the rest of the setting: :func:`machines_apart`)."""
     parts = list(setting[:3])
-    for name, v in zip(SETTING[3:5], setting[3:5]):
+    for name, v in zip(SETTING[3:-1], setting[3:len(SETTING) - 1]):
         if v != _DEFAULT_STEP[name]:
-            parts.append(f"{name} {v}" if name == "loss" else str(v))
-    if machine and len(setting) > 5:
-        parts.append(f"on {setting[5]}")
+            parts.append(_STEP_TEXT[name].format(v))
+    if machine and len(setting) == len(SETTING):
+        parts.append(f"on {setting[-1]}")
     return " · ".join(parts)
 
 
 def machines_apart(settings: list[tuple[str, ...]]) -> bool:
     """Whether two of ``settings`` differ in their machine alone: then each names its machine
     (a CPU section and a GPU section are told apart by their device already)."""
-    rest = [s[:5] for s in settings]
+    rest = [s[:len(SETTING) - 1] for s in settings]
     return len(set(rest)) < len(rest)
 
 
