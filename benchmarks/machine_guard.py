@@ -29,6 +29,7 @@ ancestor is found).
 ``MEMLAB_ASV_FORCE=1`` (``make ... ASV_FORCE=1``: that same host after an upgrade) accepts the
 host's differences but still fails when the facts asv files (the working tree's ``machine.json``)
 are not the committed ones.  A fact this module cannot read on this host is not compared.
+Evidence: docs/asv.md#the-machine-guard
 """
 from __future__ import annotations
 
