@@ -224,3 +224,19 @@ def test_the_readme_points_at_the_threat_model_and_says_what_it_does_with_a_repl
     model = (ROOT / "docs" / "threat-model.md").read_text()
     assert "NOTE [ a plug-in cannot change what memlab measures against ]" in model
     assert "# NOTE [ a plug-in cannot change what memlab measures against ]" in (ROOT / "memlab" / "registry.py").read_text()
+
+
+def test_the_site_lists_a_leak_unknown_row_apart_from_leaks_and_ranks_it_nowhere(tmp_path):
+    from site_fixtures import chunking_records, make_inputs
+    from memlab.site import build_site
+
+    results, data = make_inputs(tmp_path)
+    records = chunking_records()
+    two = {**records[0], "allocated_after_step_bytes": [0, 0], "peak_allocated_per_iteration_bytes": [1, 1]}
+    _write(data / "sweeps" / "chunking.jsonl", [two, *records[1:]])
+    index = build_site(results, data, tmp_path / "out")
+    page = (index.parent / "family-chunking.html").read_text()
+    rows = re.findall(r'<tr class="status-leak_unknown[^"]*">(.*?)</tr>', page, re.S)
+    assert rows and all("leak unknown" in r and "2 steps measured, 3 needed" in r for r in rows)
+    assert 'class="status-leak unknown' not in page and 'class="status-leak_unknown' not in index.read_text().split(
+        'id="not-ranked"')[0]  # listed under "Not ranked" only
