@@ -173,7 +173,7 @@ def test_measure_check_and_sweep_from_the_command_line(tmp_path, capsys):
 
     assert main(["check", "--model", str(CHAIN)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert sorted(line.split()[0] for line in lines) == ["PASS"] * 5 + ["SKIP"]
+    assert sorted(line.split()[0] for line in lines) == ["PASS"] * 6 + ["SKIP"]  # lora included
     assert any(line.startswith("SKIP  chain_blocks__offload_activations") for line in lines)
 
     out = tmp_path / "rows.jsonl"
