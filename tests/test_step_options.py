@@ -103,7 +103,7 @@ def _logged(name, optimizer, steps=3):
 
 
 @pytest.mark.parametrize("name", ["residual", "reversible"])
-@pytest.mark.parametrize("optimizer", ["sgd_momentum", "adam"])
+@pytest.mark.parametrize("optimizer", ["sgd_momentum", "adam", "adafactor"])
 def test_in_backward_gives_the_plain_step_s_gradients_and_parameters(name, optimizer):
     """Each parameter's update is its optimizer's, on the same gradient, only earlier: three float64
     steps give the plain step's gradients (sampled in the hooks) and parameters."""
