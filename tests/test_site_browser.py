@@ -671,7 +671,10 @@ def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_p
         drawn[key] = {t: _drawn(seen["colors"], t) for t in seen["colors"]}
         if key == "with":
             xs = [c["x"] for c in seen["charts"]]
-            assert "chunk_size" in xs and "split" in xs and "x_requires_grad" not in xs, xs
+            assert "split" in xs and "x_requires_grad" not in xs, xs
+            # the committed chunking rows measured over two steps read leak unknown (issue 46) and are not
+            # drawn; once `make data` measures them over three, chunking is drawn by chunk_size again
+            assert "chunk_size" in xs or not _committed_ok("chunking"), xs
             plug_fig = _evaluate(browser, session, """JSON.stringify([...document.querySelectorAll('div.chart')]
                 .filter(d => ((d.layout.xaxis || {}).title || {}).text === 'split').map(d => d.data
                 .filter(t => (t.meta || {}).technique === 'half_and_half' && !/floor/.test(t.name))
@@ -700,6 +703,14 @@ def test_the_committed_site_with_a_demo_run_and_a_plug_in(browser, served, tmp_p
             _close(browser, session)
     assert problems == [], "\n".join(problems)
     _check_site_text(contexts["with"], seen_pages)
+
+
+def _committed_ok(family: str) -> bool:
+    """Whether a committed sweep row of ``family`` reads ``ok`` (is ranked and drawn)."""
+    from memlab.results import list_input_files, ranking_status, sweep_records
+
+    return any(r["family"] == family and ranking_status(r)[0] == "ok"
+               for p in list_input_files(REPO / "data" / "sweeps", ".jsonl") for _, r in sweep_records(p, print))
 
 
 # The index's configurations marked as the run just made: per family section, the badges' texts.
