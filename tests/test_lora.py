@@ -104,3 +104,25 @@ def test_a_model_without_a_linear_layer_is_refused(tmp_path):
                     "def batch(size):\n    return torch.randn(size, 2, 8)\n")
     with pytest.raises(TechniqueUnavailable, match=r"has no nn.Linear layer"):
         measure_model(path, "lora", batch=2, **QUICK)
+
+
+class Conv1D(nn.Module):
+    """transformers' GPT-2 projection, as memlab knows it (name and shape): ``x @ weight + bias``, weight [nx, nf]."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf, self.nx = nf, nx
+        self.weight = nn.Parameter(torch.randn(nx, nf) * 0.02)
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(*x.shape[:-1], self.nf)
+
+
+def test_gpt2_s_conv1d_projections_are_adapted_as_linear_layers():
+    model = nn.Sequential(Conv1D(12, 8), nn.Tanh(), nn.Linear(12, 5))
+    x = torch.randn(3, 8)
+    before = model(x)
+    assert add_adapters(model, 2, seed=0) == ["0", "2"]
+    assert [tuple(p.shape) for p in adapter_parameters(model)] == [(2, 8), (12, 2), (2, 12), (5, 2)]
+    assert torch.equal(model(x), before)

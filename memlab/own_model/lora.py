@@ -1,7 +1,8 @@
 """Low-rank adapters on a model's ``nn.Linear`` layers, the base frozen (LoRA: Hu et al. 2021,
 "LoRA: Low-Rank Adaptation of Large Language Models", arXiv:2106.09685).
 
-Each ``nn.Linear`` ``y = x W^T + b`` (``W`` [out, in]) becomes ``y = x W^T + b + (x A^T) B^T``
+Each ``nn.Linear`` ``y = x W^T + b`` (``W`` [out, in]; or a ``transformers`` ``Conv1D``, GPT-2's
+``y = x W + b`` with ``W`` [in, out]) becomes ``y = base(x) + (x A^T) B^T``
 with ``A`` [r, in] and ``B`` [out, r] trainable and ``W``, ``b`` and every other parameter of the
 model frozen (``requires_grad=False``).  ``B`` starts at zero, so the adapted model computes what
 the base computes until the first update; ``A`` starts as ``nn.Linear`` initialises a weight
@@ -28,39 +29,56 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["LoRALinear", "add_adapters", "adapter_parameters", "adapter_targets"]
+__all__ = ["LoRALinear", "add_adapters", "adapter_parameters", "adapter_targets", "linear_features"]
 
 
 class LoRALinear(nn.Module):
-    """``base(x) + (x @ lora_a.T) @ lora_b.T``: a frozen ``nn.Linear`` (``base``, [out, in]) and a
-    rank-``rank`` update, ``lora_a`` [rank, in] and ``lora_b`` [out, rank] (zero at the start).
+    """``base(x) + (x @ lora_a.T) @ lora_b.T``: a frozen linear layer (``base``: :func:`linear_features`)
+    and a rank-``rank`` update, ``lora_a`` [rank, in] and ``lora_b`` [out, rank] (zero at the start).
     Shapes: ``x`` [..., in] -> [..., out], in the layer's dtype."""
 
-    def __init__(self, base: nn.Linear, rank: int):
+    def __init__(self, base: nn.Module, rank: int):
         super().__init__()
+        found = linear_features(base)
+        if found is None:
+            raise TypeError(f"a {type(base).__name__} is not a linear layer LoRA adapts (nn.Linear, or "
+                            f"transformers' Conv1D)")
         self.base = base
-        a = torch.empty(rank, base.in_features)
+        a = torch.empty(rank, found[0])
         nn.init.kaiming_uniform_(a, a=math.sqrt(5))
         like = {"dtype": base.weight.dtype, "device": base.weight.device}
         self.lora_a = nn.Parameter(a.to(**like))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, **like))
+        self.lora_b = nn.Parameter(torch.zeros(found[1], rank, **like))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.base(x) + F.linear(F.linear(x, self.lora_a), self.lora_b)
 
 
-def adapter_targets(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """``(dotted name, layer)`` of every ``nn.Linear`` outside an ``nn.MultiheadAttention``, shared
-    modules under each of their names (NOTE [ LoRA adapters ])."""
+def linear_features(layer: nn.Module) -> tuple[int, int] | None:
+    """``(in, out)`` of a linear layer LoRA adapts: an ``nn.Linear`` (weight [out, in]), or a
+    ``transformers`` ``Conv1D`` (GPT-2's projections: weight [in, out], ``nx`` in, ``nf`` out; known by
+    its name and shape, so memlab needs no ``transformers``); None for anything else."""
+    if isinstance(layer, nn.Linear):
+        return layer.in_features, layer.out_features
+    nx, nf, weight = getattr(layer, "nx", None), getattr(layer, "nf", None), getattr(layer, "weight", None)
+    if type(layer).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and tuple(weight.shape) == (nx, nf):
+        return nx, nf
+    return None
+
+
+def adapter_targets(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``(dotted name, layer)`` of every linear layer (:func:`linear_features`) outside an
+    ``nn.MultiheadAttention``, shared modules under each of their names (NOTE [ LoRA adapters ])."""
     named = list(model.named_modules(remove_duplicate=False))
     attention = [name for name, m in named if isinstance(m, nn.MultiheadAttention)]
-    return [(name, m) for name, m in named if isinstance(m, nn.Linear) and name
+    return [(name, m) for name, m in named if name and linear_features(m) is not None
             and not any(name.startswith(a + ".") for a in attention)]
 
 
 def add_adapters(model: nn.Module, rank: int, seed: int) -> list[str]:
     """Freeze every parameter of ``model`` and put a :class:`LoRALinear` of rank ``rank`` in place of
-    each ``nn.Linear`` (NOTE [ LoRA adapters ]), in place; returns the dotted names replaced."""
+    each linear layer (:func:`adapter_targets`, NOTE [ LoRA adapters ]), in place; returns the dotted
+    names replaced."""
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"rank={rank!r} is not valid: expected a whole number >= 1")
     model.requires_grad_(False)
