@@ -1,0 +1,62 @@
+"""``python -m memlab.sharding --strategy ddp|zero1|fsdp [--no-reshard] --world N [--json]``.
+
+Runs the sharded step (:mod:`memlab.sharding`) on ``N`` processes and prints one line per rank
+(:func:`memlab.sharding.report.rank_line`), or with ``--json`` one JSON object per rank (the figures,
+the formula and the named differences).  Exit status 1 when a rank's step does not match the
+single-process reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .formulas import STRATEGIES
+from .launch import MAX_WORLD
+from .model import Sizes
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m memlab.sharding",
+                                description="Each rank's exact peak bytes under DDP, ZeRO-1 and FSDP2.")
+    p.add_argument("--strategy", choices=STRATEGIES, action="append",
+                   help="repeatable; default: all three (fsdp with and without --no-reshard's setting)")
+    p.add_argument("--no-reshard", action="store_true", help="fsdp: reshard_after_forward=False")
+    p.add_argument("--world", type=int, default=2, help=f"ranks, 2..{MAX_WORLD} (default 2)")
+    p.add_argument("--dim", type=int, default=Sizes.dim)
+    p.add_argument("--hidden", type=int, default=Sizes.hidden)
+    p.add_argument("--layers", type=int, default=Sizes.layers)
+    p.add_argument("--batch", type=int, default=Sizes.batch, help="global batch rows (a multiple of --world)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: nccl (untested)")
+    p.add_argument("--json", action="store_true", help="one JSON object per rank")
+    return p.parse_args(argv)
+
+
+def plan_of(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """The ``(strategy, reshard_after_forward)`` runs the options ask for."""
+    if args.strategy:
+        return [(s, not args.no_reshard) for s in dict.fromkeys(args.strategy)]
+    return [(s, True) for s in STRATEGIES] + [("fsdp", False)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .launch import run_sharded
+    from .report import rank_line, with_formula
+
+    args = parse(argv)
+    sizes = Sizes(dim=args.dim, hidden=args.hidden, layers=args.layers, batch=args.batch)
+    try:
+        results = run_sharded(plan_of(args), args.world, sizes, args.device)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    ok = True
+    for rows in results:
+        for row in rows:
+            ok &= row["matches"]
+            print(json.dumps(with_formula(row)) if args.json else rank_line(row))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The per-rank figures beside the ZeRO paper's model-state formula, the differences named.
+
+Measured model state of a rank (bytes, from :func:`memlab.sharding.worker.run_strategy`'s dict):
+parameters and optimizer state live at the measured step's start (they live between steps), gradients
+the most the ``gradients`` category held at any moment of the step (all of a rank's gradients are live
+together after backward).  Against :func:`~memlab.sharding.formulas.zero_model_state` the optimizer
+state differs by two named terms: Adam's 4-byte ``step`` counter per owned tensor, and for ZeRO-1 the
+partition's imbalance (``ZeroRedundancyOptimizer`` gives each rank whole tensors, so it owns
+``8 x owned elements``, not ``8Ψ/N``); whatever is left is printed as ``unexplained``.  The whole
+peak's difference from the formula's total is split by category (inputs, saved activations and
+temporaries are outside the formula; DDP's gradient buckets, FSDP's gathered parameters and
+unsharded gradients are temporaries).
+"""
+from __future__ import annotations
+
+from .formulas import ADAM_FLOAT32_K, ADAM_STEP_BYTES, zero_model_state
+
+__all__ = ["model_state", "formula", "optimizer_terms", "peak_differences", "rank_line", "with_formula"]
+
+_SHORT = {"parameters": "params", "gradients": "grads", "optimizer_state": "opt", "inputs": "inputs",
+          "saved_activations": "saved", "temporaries": "temp"}
+
+
+def _base(row: dict) -> str:
+    return row["strategy"].split("(")[0]
+
+
+def model_state(row: dict) -> dict[str, int]:
+    """Measured per-rank model state: parameters and optimizer state at the step's start, gradients at most."""
+    return {"parameters": row["start"]["parameters"], "gradients": row["max"]["gradients"],
+            "optimizer_state": row["start"]["optimizer_state"]}
+
+
+def formula(row: dict) -> dict[str, float]:
+    """The ZeRO paper's per-rank model state for the row's strategy, Ψ and world (float32, Adam)."""
+    f = zero_model_state(_base(row), row["psi"], row["world"])
+    return {"parameters": f.parameters, "gradients": f.gradients, "optimizer_state": f.optimizer_state}
+
+
+def optimizer_terms(row: dict) -> dict[str, float]:
+    """Measured optimizer state minus the formula's, split: ``step_counters`` (4 B per owned tensor),
+    ``partition`` (owned elements beyond Ψ/N, 8 B each; 0 but for zero1) and ``unexplained``."""
+    owned = row["owned_numels"]
+    steps = ADAM_STEP_BYTES * len(owned)
+    part = ADAM_FLOAT32_K * sum(owned) - formula(row)["optimizer_state"]
+    rest = model_state(row)["optimizer_state"] - formula(row)["optimizer_state"] - steps - part
+    return {"step_counters": steps, "partition": part, "unexplained": rest}
+
+
+def peak_differences(row: dict) -> dict[str, float]:
+    """Bytes at the peak minus the formula, per category (the formula has no inputs or activations)."""
+    f = formula(row)
+    return {c: row["peak"][c] - f.get(c, 0.0) for c in row["peak"]}
+
+
+def with_formula(row: dict) -> dict:
+    """``row`` with ``model_state``, ``formula``, ``optimizer_terms`` and ``peak_minus_formula`` added."""
+    return {**row, "model_state": model_state(row), "formula": formula(row), "optimizer_terms": optimizer_terms(row),
+            "peak_minus_formula": peak_differences(row)}
+
+
+def _b(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def _signed(x: float) -> str:
+    return ("+" if x >= 0 else "-") + _b(abs(x))
+
+
+def rank_line(row: dict) -> str:
+    """One line: the rank's peak, its categories at the peak, the model state against the formula
+    with the differences named, and the reference check."""
+    m, f, o = model_state(row), formula(row), optimizer_terms(row)
+    cats = " ".join(f"{_SHORT[c]} {_b(v)}" for c, v in row["peak"].items())
+    ms = " ".join(f"{_SHORT[c]} {_b(m[c])}/{_b(f[c])}" for c in m)
+    diff = " ".join(f"{_SHORT[c]} {_signed(v)}" for c, v in peak_differences(row).items())
+    check = "ok" if row["matches"] else "MISMATCH"
+    bound = f" (upper bound: {row['dropped_frees']} dropped frees, {_b(row['dropped_free_bytes'])} B)" \
+        if row.get("dropped_frees") else ""
+    return (f"{row['strategy']} rank {row['rank']}/{row['world']}: peak {_b(row['peak_bytes'])} B{bound} "
+            f"[{cats}] | model state measured/ZeRO {ms}; opt diff = step counters {_b(o['step_counters'])}"
+            f" + partition {_signed(o['partition'])} + unexplained {_signed(o['unexplained'])}"
+            f" | peak - ZeRO: {diff}; between steps outside model state: temp {_b(row['start']['temporaries'])}"
+            f" | check {check}: loss rel {row['loss_rel_diff']:.1e}, params max |diff| {row['max_param_diff']:.1e}")

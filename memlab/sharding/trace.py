@@ -1,0 +1,152 @@
+"""One rank's sharded training step, traced exactly with memlab's allocation trace.
+
+# NOTE [ a rank's traced step ]
+Each rank opens an :class:`~memlab.measurement.alloc_trace.AllocationRecorder` before it builds the
+model (so every storage the step can free was allocated inside the session and its free is seen:
+NOTE [ exact CPU allocated bytes ]), wraps it for the strategy, runs one unmarked warm-up step
+(Adam's state and FSDP's lazy init come to exist) and one marked step.  Its bytes are those
+allocated through c10's allocator inside the session, the process group's own setup before it left
+out; the profiler records the gloo worker threads' allocations too (they run under the caller's
+thread-local profiler state).  Categories (NOTE [ memory categories ]): parameters and optimizer state
+by storage address at the step's start, ``DTensor`` shards unwrapped to their local tensor, ZeRO's
+state from the rank's own ``optim``; gradients by a ``memlab::grad:ADDR`` mark on every parameter's
+(local) ``.grad`` after backward; saved activations by the probe's pack hook.  What holds memory
+outside those (DDP's gradient buckets, FSDP's gathered parameters and unsharded gradients,
+reduce-scatter and all-gather buffers) counts as temporaries.
+
+# NOTE [ frees the gloo threads drop ]
+A collective's buffers (FSDP's all-gather output, gloo's reduce-scatter copy) are sometimes released
+last by a gloo worker thread after its work ends, outside the profiler's thread-local state, and that
+free is never reported.  The proof is in the trace: an allocation at an address whose block is still
+open (an allocator never hands out a live address).  :func:`repair_dropped_frees` closes such a block
+at the reuse, its latest possible free, and counts them: without it the stale block stays live
+forever and, when the address is reused by a parameter or optimizer state, is attributed to that
+category (an all-gather buffer counted as FSDP's optimizer state, in the evidence).  The model-state
+categories are then exact; the peak is exact when no free was dropped, else an upper bound by at most
+the dropped blocks' bytes (``dropped_frees``, ``dropped_free_bytes`` in each rank's figures).  A dropped
+free whose address is never reused stays live to the end (seen as ``temporaries``).  Evidence:
+docs/sharding.md#dropped-frees.
+"""
+from __future__ import annotations
+
+import dataclasses
+import gc
+import types
+from dataclasses import dataclass
+
+import torch
+from torch.profiler import record_function
+
+from ..core.record import CATEGORIES
+from ..measurement.alloc_trace import AllocationRecorder, window
+from ..measurement.categories import (IterationCategories, Probe, baseline_categories, block_categories, categorise,
+                                      category_of, pair_blocks)
+from .model import Sizes, batch, build_model
+from .strategies import Wrapped, local, local_optimizer, wrap
+
+__all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees"]
+
+_GRAD_MARK = "memlab::grad:"
+
+
+@dataclass
+class TracedStep:
+    """A rank's traced step: its categories (start, peak, end), each category's most bytes at any
+    moment of the step, the loss of each step run (warm-up first), the wrapped model, and the frees
+    the trace dropped (NOTE [ frees the gloo threads drop ]: count, bytes)."""
+
+    categories: IterationCategories
+    maxima: dict[str, int]
+    losses: list[float]
+    wrapped: Wrapped
+    dropped: tuple[int, int] = (0, 0)
+
+
+def repair_dropped_frees(events: list) -> tuple[list, int, int]:
+    """``(events, count, bytes)``: ``events`` (time order) with a free inserted just before every
+    allocation at an address whose block is still open (NOTE [ frees the gloo threads drop ])."""
+    out, open_at = [], {}
+    count = nbytes = 0
+    for e in events:
+        if e.delta_bytes > 0:
+            old = open_at.get(e.address)
+            if old is not None:
+                out.append(dataclasses.replace(old, time_ns=e.time_ns, delta_bytes=-old.delta_bytes))
+                count, nbytes = count + 1, nbytes + old.delta_bytes
+            open_at[e.address] = e
+        else:
+            open_at.pop(e.address, None)
+        out.append(e)
+    return out, count, nbytes
+
+
+def mark_gradients(params) -> None:
+    """A ``memlab::grad:ADDR`` profiler mark per parameter's (local) ``.grad`` storage."""
+    for p in params:
+        g = local(p.grad) if p.grad is not None else None
+        if g is not None:
+            with record_function(f"{_GRAD_MARK}{g.untyped_storage().data_ptr()}"):
+                pass
+
+
+def _step_fn(w: Wrapped, x: torch.Tensor, target: torch.Tensor, losses: list[float], probe: Probe):
+    params = list(w.module.parameters())
+
+    def step() -> None:
+        with record_function("memlab::forward"), probe.saving():
+            loss = torch.nn.functional.mse_loss(w.module(x), target)
+        with record_function("memlab::backward"), probe.saving():
+            loss.backward()
+            losses.append(loss.item())
+            del loss
+            mark_gradients(params)
+        with record_function("memlab::optimizer"):
+            w.optimizer.step()
+            w.optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def _baseline(w: Wrapped, x: torch.Tensor, target: torch.Tensor) -> dict[int, str]:
+    """Storage address -> category of what lives between steps (shards unwrapped)."""
+    params = {n: local(p) for n, p in w.module.named_parameters()}
+    model = types.SimpleNamespace(state_dict=lambda keep_vars: params)
+    state = {k: {n: local(v) for n, v in s.items()} for k, s in local_optimizer(w).state.items()}
+    return baseline_categories(model, {"x": x, "target": target}, None, types.SimpleNamespace(state=state))
+
+
+def category_maxima(events, windows, baseline) -> dict[str, int]:
+    """Each category's most live bytes at any event of the ``iteration0`` window (its start included)."""
+    it = window(windows, "iteration0")
+    block_of, blocks = pair_blocks(events)
+    category = block_categories(blocks, windows, baseline, it.start_ns)
+    live = dict.fromkeys(CATEGORIES, 0)
+    most = None
+    for k, e in enumerate(events):
+        if e.time_ns > it.end_ns:
+            break
+        if most is None and e.time_ns >= it.start_ns:
+            most = dict(live)
+        live[category_of(category, block_of[k])] += e.delta_bytes
+        if most is not None:
+            most = {c: max(most[c], live[c]) for c in CATEGORIES}
+    return most if most is not None else dict(live)
+
+
+def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int,
+                device: torch.device) -> TracedStep:
+    """Build, wrap, warm up and trace one step on this rank (NOTE [ a rank's traced step ])."""
+    losses: list[float] = []
+    gc.collect()   # a previous strategy's cycles freed now, not inside this recording
+    with AllocationRecorder(device) as rec:
+        w = wrap(build_model(sizes, device), strategy, reshard=reshard)
+        x, target = batch(sizes, device, rank, world)
+        step = _step_fn(w, x, target, losses, Probe([]))
+        step()
+        gc.collect()
+        rec.iterations(step, 1)
+    events, windows = rec.result()
+    events, count, nbytes = repair_dropped_frees(events)
+    base = _baseline(w, x, target)
+    cats = categorise(events, windows, base)[0]
+    return TracedStep(cats, category_maxima(events, windows, base), losses, w, (count, nbytes))

@@ -1,0 +1,85 @@
+"""What each rank process runs: join the process group, then per strategy the traced step, the
+checks against the single-process reference, and its figures written as JSON for the parent.
+
+# NOTE [ sharded step checks ]
+Every rank computes the single-process reference itself (the whole global batch, the same seeds,
+the same number of Adam steps: warm-up and measured) outside the trace.  The sharded run's loss of
+each step is the mean of the ranks' losses (an ``all_reduce`` after the trace); its parameters after
+the last step are gathered whole (``DTensor.full_tensor()`` for FSDP; ZeRO broadcasts each owner's
+update, DDP keeps them whole).  They must match within :data:`PARAM_ATOL` (absolute, per element:
+1% of one Adam update at lr 1e-3, which moves an element by about lr) and :data:`LOSS_RTOL`
+(relative): only the order of the floating-point sums differs (per-rank partial batches, the
+gradients' average over ranks).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..core.atomic import write_text_atomic
+from .formulas import exact_adam_state_bytes
+from .model import Sizes, reference_run
+from .strategies import full_params, local, owned_numels, strategy_label
+from .trace import traced_step
+
+__all__ = ["rank_main", "run_strategy", "PARAM_ATOL", "LOSS_RTOL", "STEPS", "backend_for"]
+
+#: largest absolute difference allowed per parameter element after the last step
+PARAM_ATOL = 1e-5
+#: largest relative difference allowed per step's loss
+LOSS_RTOL = 1e-5
+#: Adam steps per run: one warm-up, one measured
+STEPS = 2
+
+
+def backend_for(device_type: str) -> str:
+    """``gloo`` on CPU, ``nccl`` on CUDA."""
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError(f"device={device_type!r} is not valid; valid devices: cpu, cuda")
+    return "gloo" if device_type == "cpu" else "nccl"
+
+
+def rank_main(rank: int, world: int, store: str, out_dir: str, plan: list[tuple[str, bool]], sizes: Sizes,
+              device_type: str) -> None:
+    """One rank (``torch.multiprocessing.spawn``'s entry): ``plan`` is ``[(strategy, reshard), ...]``;
+    writes ``out_dir/rank{rank}.json``, a list of one figure dict per plan entry."""
+    torch.set_num_threads(1)
+    device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend_for(device_type), init_method=f"file://{store}", rank=rank, world_size=world)
+    try:
+        ref = reference_run(sizes, STEPS, device)
+        rows = []
+        for strategy, reshard in plan:
+            rows.append(run_strategy(sizes, strategy, reshard, rank, world, device, ref))
+            dist.barrier()
+        write_text_atomic(Path(out_dir) / f"rank{rank}.json", json.dumps(rows))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int, device: torch.device,
+                 ref) -> dict:
+    """This rank's figures and checks for one strategy (a JSON-ready dict; bytes as ints)."""
+    t = traced_step(sizes, strategy, reshard, rank, world, device)
+    losses = torch.tensor(t.losses, dtype=torch.float64, device=device)
+    dist.all_reduce(losses)
+    losses = (losses / world).tolist()
+    full = full_params(t.wrapped)
+    diff = max(float((full[n] - p).abs().max()) for n, p in ref.params.items())
+    loss_diff = max(abs(a - b) / abs(b) for a, b in zip(losses, ref.losses))
+    owned = owned_numels(t.wrapped)
+    c = t.categories
+    return {"strategy": strategy_label(strategy, reshard), "rank": rank, "world": world, "psi": sizes.psi,
+            "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
+            "start": c.start, "peak": c.peak, "end": c.end, "max": t.maxima,
+            "local_param_numels": [local(p).numel() for p in t.wrapped.module.parameters()],
+            "owned_numels": owned, "exact_optimizer_state_bytes": exact_adam_state_bytes(owned),
+            "losses": losses, "reference_losses": list(ref.losses), "max_param_diff": diff,
+            "loss_rel_diff": loss_diff, "dropped_frees": t.dropped[0], "dropped_free_bytes": t.dropped[1], "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL,
+            "pid": os.getpid()}
