@@ -238,8 +238,8 @@ def not_modelled(family: str, fam: Mapping[str, Any], measured: Mapping[str, Map
         if not mine:
             why = ([declared[tech]] if tech in declared else [f"the {family} advisor model declares no entry"]) + [
                 "no ok CPU measurement in data/sweeps"] * bool(seen.get("unmeasured")) + ["a peer library's implementation, measured beside memlab's"] * bool(
-                seen["peer"]) + ["its step runs in another dtype than the models' float32"] * changes_dtype(
-                {"technique": tech}, None)
+                seen["peer"]) + ["its step runs in another dtype than the models' float32"] * (
+                changes_dtype({"technique": tech}, None) and tech not in declared)
             out.append({"technique": tech, "params": {}, "reason": "; ".join(why)})
             continue
         keys = sorted({k for e in mine for k in e["fixed"]})

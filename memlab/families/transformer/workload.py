@@ -288,8 +288,8 @@ class TransformerModel(AdvisorModel, family="transformer"):
                       "of the sizes (NOTE [ SDPA on this CPU build ])",
         "sdpa_math": "no entry traced: the math backend keeps the probabilities [B, H, T, T] as the modelled "
                      "eager_attention does (NOTE [ SDPA on this CPU build ])",
-        "autocast_bf16": "its step runs in bfloat16, not the models' float32, and its CPU time (bfloat16 slower "
-                         "than float32 on this CPU) says nothing of a GPU's",
+        "autocast_bf16": "its step runs in another dtype (bfloat16) than the models' float32, and its CPU time "
+                         "(bfloat16 slower than float32 on this CPU) says nothing of a GPU's",
         "offload_activations": "CUDA only (saved tensors pinned in host memory): no CPU trace to model",
     }
     held_out = {"seq": (2, 64), "batch": (1, 6), "vocab": (2, 96)}
