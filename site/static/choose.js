@@ -649,7 +649,7 @@ var memlabChoose = (function () {
       el("strong", {text: "First choice: "}), ].concat(tech(first)).concat([
       " " + knobText(first).replace(/^-$/, "") + ": " + need + " " + fmtMiB(first.need_bytes) + " of "
       + fmtMiB(a.budget_bytes) + " (headroom " + fmtMiB(first.headroom_bytes) + "), about "
-      + fmtRel(first.relative_step_time) + " the plain step's time. " + a.fits.length + " of " + a.candidates
+      + timeCell(first) + " the plain step's time. " + a.fits.length + " of " + a.candidates
       + " settings fit."]) : [el("strong", {text: "Nothing fits: "}),
       "no modelled " + a.family + " technique fits " + fmtMiB(a.budget_bytes) + "; the smallest " + need + " is "
       + fmtMiB(a.smallest.need_bytes) + " (" + labelText(a.smallest) + ")."])]));
