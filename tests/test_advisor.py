@@ -621,3 +621,18 @@ def test_a_not_modelled_reason_declared_beside_the_family_is_shown():
     assert declared_not_modelled("chunking") == {}
     t = {x["technique"]: x["reason"] for x in advise("transformer", "1GiB", [])["not_modelled"]}
     assert t["sdpa"].startswith(declared["sdpa"]) and "declares no entry" not in t["sdpa"]
+
+
+def test_a_plugin_folder_declares_its_reasons_too_and_a_bad_one_is_named(tmp_path, monkeypatch):
+    from memlab.advisor.decision import declared_not_modelled
+
+    folder = tmp_path / "toyfam"
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    body = 'import memlab\n\nclass M(memlab.AdvisorModel, family="toyfam"):\n    not_modelled = NM\n'
+    (folder / "workload.py").write_text(body.replace("NM", '{"fancy": "its scratch is no monomial"}'))
+    monkeypatch.setenv("MEMLAB_PLUGINS", str(folder))
+    assert declared_not_modelled("toyfam") == {"fancy": "its scratch is no monomial"}
+    (folder / "workload.py").write_text(body.replace("NM", '{"fancy": 3}'))
+    with pytest.raises(ValueError, match=r"workload.py: not_modelled=\{'fancy': 3\} must map technique names"):
+        declared_not_modelled("toyfam")

@@ -195,17 +195,18 @@ def _shown(v: Any) -> str:
 
 def declared_not_modelled(family: str) -> dict[str, str]:
     """``{technique: why it is not modelled}`` as the family's advisor declaration says it (a
-    ``not_modelled = {...}`` literal in the ``AdvisorModel`` subclass of its folder's ``workload.py``),
-    read with :mod:`ast` (no import, no torch); empty for a family that declares none.
+    ``not_modelled = {...}`` literal in the ``AdvisorModel`` subclass of its folder's ``workload.py``, a
+    built-in or a plug-in folder), read with :mod:`ast` (no import, no torch); empty for a family that
+    declares none.
 
     Raises:
         ValueError: ``not_modelled`` there is not a literal mapping of technique name to text.
     """
     import ast
 
-    from ..registry import builtin_families
+    from ..registry import builtin_families, plugin_families
 
-    for name, folder in builtin_families():
+    for name, folder in [*builtin_families(), *plugin_families()]:
         path = Path(folder) / "workload.py"
         if name != family or not path.is_file():
             continue
