@@ -208,7 +208,7 @@ class LoRA(AnyModelTechnique):
     def _no_linear(self) -> TechniqueUnavailable:
         return TechniqueUnavailable(
             f"technique {self.name!r} does not apply to {self.family()}: the model has no nn.Linear layer "
-            f"(outside nn.MultiheadAttention) to put an adapter beside")
+            f"(nor a transformers Conv1D) outside nn.MultiheadAttention to put an adapter beside")
 
     def build(self, device, dtype, seed=0):
         problem = super().build(device, dtype, seed)
