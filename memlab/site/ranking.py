@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..core.record import ACTIVATION_CATEGORIES
+from ..core.record import ACTIVATION_CATEGORIES, Status
 from ..core.record import is_number as _num
 from ..core.setting import DEFAULTS
 
@@ -38,14 +38,26 @@ _STEP_TEXT = {"optimizer": "{}", "loss": "loss {}", "accumulate": "{} micro-batc
               "grads": "grads {}"}
 
 
+# NOTE [ leak unknown rows are ranked, never called ok ]
+# A row with fewer than three measured steps reads ``leak unknown`` (issue 46: a leak every other step
+# needs a third step to show).  Its bytes are exact and its outputs and gradients matched the
+# reference; only the verdict on memory kept across steps is missing.  Such rows are ranked and drawn
+# beside ``ok`` rows, their status shown as "leak unknown" (amber) in every table, never as ``ok``; a
+# mismatch, a leak, an error or an unverified row is only listed.  Evidence: the committed CPU sweeps
+# were measured at two steps (data/sweeps/README.md); left out, the site would rank nothing until they
+# are measured again at three.
+RANKED_STATUSES = ("ok", Status.LEAK_UNKNOWN.label)
+
+
 def ranked(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows that may be ranked, called best and drawn: shown status ``ok``."""
-    return rows[rows["status_shown"] == "ok"]
+    """The rows that may be ranked, called best and drawn: shown status ``ok`` or ``leak unknown``
+    (NOTE [ leak unknown rows are ranked, never called ok ])."""
+    return rows[rows["status_shown"].isin(RANKED_STATUSES)]
 
 
 def not_ranked(rows: pd.DataFrame) -> pd.DataFrame:
     """The rows that are only listed, with their status and reason."""
-    return rows[rows["status_shown"] != "ok"]
+    return rows[~rows["status_shown"].isin(RANKED_STATUSES)]
 
 
 def sort_key(value: Any) -> tuple:
