@@ -67,6 +67,17 @@ def test_repair_closes_a_block_whose_free_was_dropped():
     assert sum(e.delta_bytes for e in out) == 0
 
 
+def test_collective_buffers_held_across_the_step_are_named():
+    from memlab.sharding.report import suspect_held_bytes, with_formula
+
+    row = {"held_outside_categories": {"aten::empty": 400, "aten::flatten_dense_tensors > aten::cat": 100,
+                                       "c10d::_reduce_scatter_base_ > aten::clone > aten::empty_strided": 20},
+           "peak_bytes": 1000, "strategy": "ddp", "psi": 25, "world": 2, "owned_numels": [25],
+           "start": {"parameters": 100, "optimizer_state": 204}, "max": {"gradients": 100}, "peak": {}}
+    assert suspect_held_bytes(row) == 120
+    assert with_formula(row)["peak_without_suspect_bytes"] == 880
+
+
 def test_launch_refuses_a_bad_world_before_spawning():
     from memlab.sharding.launch import run_sharded
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from .formulas import ADAM_FLOAT32_K, ADAM_STEP_BYTES, zero_model_state
 
-__all__ = ["model_state", "formula", "optimizer_terms", "peak_differences", "rank_line", "with_formula"]
+__all__ = ["model_state", "formula", "optimizer_terms", "peak_differences", "rank_line", "with_formula",
+           "suspect_held_bytes", "COLLECTIVE_RANGES"]
+
+#: enclosing ranges of a collective's own buffers (gloo's copies, DDP's coalesced broadcast at
+#: construction): such a block held between steps is a free the trace dropped (NOTE [ frees the gloo
+#: threads drop ] in :mod:`memlab.sharding.trace`), not memory the step keeps
+COLLECTIVE_RANGES = ("c10d::", "gloo:", "aten::flatten_dense_tensors")
 
 _SHORT = {"parameters": "params", "gradients": "grads", "optimizer_state": "opt", "inputs": "inputs",
           "saved_activations": "saved", "temporaries": "temp"}
@@ -53,10 +59,21 @@ def peak_differences(row: dict) -> dict[str, float]:
     return {c: row["peak"][c] - f.get(c, 0.0) for c in row["peak"]}
 
 
+def suspect_held_bytes(row: dict) -> int:
+    """Bytes held across the whole step in blocks a collective allocated (:data:`COLLECTIVE_RANGES`):
+    live from before the step to after it, so in its peak too; ``peak_bytes`` minus them is the peak
+    had their frees been seen."""
+    held = row.get("held_outside_categories", {})
+    return sum(v for k, v in held.items() if any(r in k for r in COLLECTIVE_RANGES))
+
+
 def with_formula(row: dict) -> dict:
-    """``row`` with ``model_state``, ``formula``, ``optimizer_terms`` and ``peak_minus_formula`` added."""
+    """``row`` with ``model_state``, ``formula``, ``optimizer_terms``, ``peak_minus_formula``,
+    ``suspect_held_bytes`` and ``peak_without_suspect_bytes`` added."""
+    suspect = suspect_held_bytes(row)
     return {**row, "model_state": model_state(row), "formula": formula(row), "optimizer_terms": optimizer_terms(row),
-            "peak_minus_formula": peak_differences(row)}
+            "peak_minus_formula": peak_differences(row), "suspect_held_bytes": suspect,
+            "peak_without_suspect_bytes": row["peak_bytes"] - suspect}
 
 
 def _b(x: float) -> str:
@@ -77,6 +94,9 @@ def rank_line(row: dict) -> str:
     check = "ok" if row["matches"] else "MISMATCH"
     bound = f" (upper bound: {row['dropped_frees']} dropped frees, {_b(row['dropped_free_bytes'])} B)" \
         if row.get("dropped_frees") else ""
+    suspect = suspect_held_bytes(row)
+    if suspect:
+        bound += f" (collective buffers held across the step {_b(suspect)} B: {_b(row['peak_bytes'] - suspect)} B without)"
     return (f"{row['strategy']} rank {row['rank']}/{row['world']}: peak {_b(row['peak_bytes'])} B{bound} "
             f"[{cats}] | model state measured/ZeRO {ms}; opt diff = step counters {_b(o['step_counters'])}"
             f" + partition {_signed(o['partition'])} + unexplained {_signed(o['unexplained'])}"

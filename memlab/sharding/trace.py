@@ -44,7 +44,8 @@ from ..measurement.categories import (IterationCategories, Probe, baseline_categ
 from .model import Sizes, batch, build_model
 from .strategies import Wrapped, local, local_optimizer, wrap
 
-__all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees"]
+__all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees",
+           "held_outside_categories"]
 
 _GRAD_MARK = "memlab::grad:"
 
@@ -60,6 +61,7 @@ class TracedStep:
     losses: list[float]
     wrapped: Wrapped
     dropped: tuple[int, int] = (0, 0)
+    held: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def repair_dropped_frees(events: list) -> tuple[list, int, int]:
@@ -133,6 +135,21 @@ def category_maxima(events, windows, baseline) -> dict[str, int]:
     return most if most is not None else dict(live)
 
 
+def held_outside_categories(events, windows, baseline) -> dict[str, int]:
+    """Bytes in no named category live through all of ``iteration0`` (held across the step: allocated
+    before it, not freed in it), by the allocating call's enclosing ranges (the last three)."""
+    it = window(windows, "iteration0")
+    _, blocks = pair_blocks(events)
+    category = block_categories(blocks, windows, baseline, it.start_ns)
+    allocs = [e for e in events if e.delta_bytes > 0]
+    out: dict[str, int] = {}
+    for i, (b, e) in enumerate(zip(blocks, allocs)):
+        if b.alloc_ns < it.start_ns and (b.free_ns is None or b.free_ns > it.end_ns) and i not in category:
+            where = " > ".join(e.stack[-3:]) or e.op
+            out[where] = out.get(where, 0) + e.delta_bytes
+    return out
+
+
 def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int,
                 device: torch.device) -> TracedStep:
     """Build, wrap, warm up and trace one step on this rank (NOTE [ a rank's traced step ])."""
@@ -149,4 +166,5 @@ def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: in
     events, count, nbytes = repair_dropped_frees(events)
     base = _baseline(w, x, target)
     cats = categorise(events, windows, base)[0]
-    return TracedStep(cats, category_maxima(events, windows, base), losses, w, (count, nbytes))
+    return TracedStep(cats, category_maxima(events, windows, base), losses, w, (count, nbytes),
+                      held_outside_categories(events, windows, base))

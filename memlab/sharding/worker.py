@@ -81,5 +81,6 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
             "local_param_numels": [local(p).numel() for p in t.wrapped.module.parameters()],
             "owned_numels": owned, "exact_optimizer_state_bytes": exact_adam_state_bytes(owned),
             "losses": losses, "reference_losses": list(ref.losses), "max_param_diff": diff,
-            "loss_rel_diff": loss_diff, "dropped_frees": t.dropped[0], "dropped_free_bytes": t.dropped[1], "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL,
+            "loss_rel_diff": loss_diff, "dropped_frees": t.dropped[0], "dropped_free_bytes": t.dropped[1],
+            "held_outside_categories": t.held, "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL,
             "pid": os.getpid()}
