@@ -171,9 +171,13 @@ class Technique:
     def make_optimizer(self, params: list[torch.nn.Parameter], choice: str) -> torch.optim.Optimizer | None:
         """The optimizer a training step uses over ``params``; None (default) for memlab's ``choice``.
 
-        ``choice`` is the requested name (``sgd``, ``sgd_momentum``, ``adam``, ``adamw``).  A plug-in
+        ``choice`` is the requested name, one of :data:`memlab.core.setting.OPTIMIZERS` (``sgd``,
+        ``sgd_momentum``, ``adam``, ``adamw``, ``adafactor``, or one of them ``_in_backward``).  A plug-in
         with its own optimizer (8-bit states, factored second moments...) returns an instance; its
         state shows as the ``optimizer_state`` category and ``Measurement.optimizer_class`` names it.
+        With an ``_in_backward`` choice the step asks once per parameter (``params`` one long), with the
+        full name, and steps what it returns in that parameter's post-accumulate-grad hook
+        (NOTE [ optimizer in backward ] in :mod:`memlab.core.setting`).
         """
         return None
 

@@ -105,8 +105,10 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
         timeout: seconds before an isolated run is abandoned (status ``error``).
         time_budget: seconds of timing (on the relative time's clock: thread CPU time at one thread) after which
             sampling stops, once ``repeats`` steps are taken (NOTE [ when to stop timing ]).
-        optimizer: the training step's optimizer: ``sgd`` (the default), ``sgd_momentum``, ``adam`` or
-            ``adamw`` (its state is the ``optimizer_state`` category); a technique may supply its own.
+        optimizer: the training step's optimizer, one of :data:`memlab.core.setting.OPTIMIZERS`: ``sgd``
+            (the default), ``sgd_momentum``, ``adam``, ``adamw``, ``adafactor``, or one of them
+            ``_in_backward`` (each parameter stepped in its post-accumulate-grad hook, its gradient freed
+            at once); its state is the ``optimizer_state`` category; a technique may supply its own.
         loss: ``given`` (the default: ``output.backward(grad_output)``, the upstream gradient
             preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
             gradient is allocated inside the step, as in a user's loop).
