@@ -96,11 +96,29 @@ def test_cli_plan_defaults_to_every_strategy():
 
 @pytest.fixture(scope="module")
 def runs():
-    from memlab.sharding.launch import run_sharded
+    """Every strategy at world 2 through the command line (``--json``: one object per rank)."""
+    import contextlib
+    import io
+    import json
 
-    plan = [("ddp", True), ("zero1", True), ("fsdp", True), ("fsdp", False)]
-    results = run_sharded(plan, WORLD)
-    return {rows[0]["strategy"]: rows for rows in results}
+    from memlab.sharding.__main__ import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["--world", str(WORLD), "--json"])
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    by: dict[str, list[dict]] = {}
+    for row in rows:
+        by.setdefault(row["strategy"], []).append(row)
+    return {"status": status, **by}
+
+
+@needs_gloo
+def test_the_command_prints_one_object_per_rank_and_strategy(runs):
+    assert runs["status"] == 0
+    assert {k: [r["rank"] for r in v] for k, v in runs.items() if k != "status"} == \
+        {label: list(range(WORLD)) for label in ("ddp", "zero1", "fsdp", "fsdp(keep)")}
+    assert all("formula" in r and "optimizer_terms" in r for r in runs["fsdp"])
 
 
 @needs_gloo
