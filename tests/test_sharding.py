@@ -14,6 +14,9 @@ from memlab.sharding.formulas import exact_adam_state_bytes, zero_model_state
 from memlab.sharding.model import Sizes
 
 WORLD = 2
+MODELS = ("mlp", "transformer")
+LABELS = ("ddp", "zero1", "fsdp", "fsdp(keep)")
+CASES = [(m, label) for m in MODELS for label in LABELS]
 
 
 def _gloo() -> bool:
@@ -54,6 +57,10 @@ def test_sizes_refuse_a_batch_that_does_not_split():
     with pytest.raises(ValueError, match="batch=6 .* multiple of 4"):
         Sizes(batch=6).check(4)
     assert Sizes(dim=4, hidden=8, layers=2).psi == 2 * (2 * 4 * 8 + 8 + 4) + 4 * 4 + 4
+    with pytest.raises(ValueError, match="dim=6 .* heads=4"):
+        Sizes(model="transformer", dim=6).check(2)
+    with pytest.raises(ValueError, match="model='cnn'"):
+        Sizes(model="cnn").check(2)
 
 
 def test_repair_closes_a_block_whose_free_was_dropped():
@@ -105,67 +112,73 @@ def runs():
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main(["--world", str(WORLD), "--json"])
+        status = main(["--world", str(WORLD), "--json", "--model", "mlp", "--model", "transformer"])
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
-    by: dict[str, list[dict]] = {}
+    by: dict = {}
     for row in rows:
-        by.setdefault(row["strategy"], []).append(row)
+        by.setdefault((row["model"], row["strategy"]), []).append(row)
+        if row["model"] == "mlp":
+            by.setdefault(row["strategy"], []).append(row)
     return {"status": status, **by}
 
 
 @needs_gloo
 def test_the_command_prints_one_object_per_rank_and_strategy(runs):
     assert runs["status"] == 0
-    assert {k: [r["rank"] for r in v] for k, v in runs.items() if k != "status"} == \
-        {label: list(range(WORLD)) for label in ("ddp", "zero1", "fsdp", "fsdp(keep)")}
+    assert {k: [r["rank"] for r in v] for k, v in runs.items() if isinstance(k, tuple)} == \
+        {(m, label): list(range(WORLD)) for m in MODELS for label in LABELS}
+    for m in MODELS:
+        assert runs[(m, "ddp")][0]["psi"] == Sizes(model=m).psi
     assert all("formula" in r and "optimizer_terms" in r for r in runs["fsdp"])
 
 
 @needs_gloo
-@pytest.mark.parametrize("label", ["ddp", "zero1", "fsdp", "fsdp(keep)"])
-def test_each_strategy_matches_the_reference(runs, label):
-    for row in runs[label]:
+@pytest.mark.parametrize("case", CASES)
+def test_each_strategy_matches_the_reference(runs, case):
+    for row in runs[case]:
         assert row["matches"], (row["max_param_diff"], row["loss_rel_diff"])
         assert len(row["losses"]) == 2
 
 
 @needs_gloo
-@pytest.mark.parametrize("label", ["ddp", "zero1", "fsdp", "fsdp(keep)"])
-def test_parameters_and_gradients_equal_the_formula_to_the_byte(runs, label):
+@pytest.mark.parametrize("case", CASES)
+def test_parameters_and_gradients_equal_the_formula_to_the_byte(runs, case):
     from memlab.sharding.report import formula, model_state
 
-    for row in runs[label]:
+    for row in runs[case]:
         m, f = model_state(row), formula(row)
         assert m["parameters"] == f["parameters"]
         assert m["gradients"] == f["gradients"]
 
 
 @needs_gloo
-@pytest.mark.parametrize("label", ["ddp", "zero1", "fsdp", "fsdp(keep)"])
-def test_optimizer_state_is_the_owned_parameters_state(runs, label):
+@pytest.mark.parametrize("case", CASES)
+def test_optimizer_state_is_the_owned_parameters_state(runs, case):
     from memlab.sharding.report import optimizer_terms
 
-    for row in runs[label]:
+    for row in runs[case]:
         assert row["start"]["optimizer_state"] == row["exact_optimizer_state_bytes"]
         assert optimizer_terms(row)["unexplained"] == 0
 
 
 @needs_gloo
-def test_zero1_partitions_the_optimizer_state(runs):
-    rows = runs["zero1"]
+@pytest.mark.parametrize("model", MODELS)
+def test_zero1_partitions_the_optimizer_state(runs, model):
+    rows = runs[(model, "zero1")]
     psi = rows[0]["psi"]
     assert sum(sum(r["owned_numels"]) for r in rows) == psi          # every parameter owned once
     assert all(sum(r["owned_numels"]) < psi for r in rows)
-    ddp_state = runs["ddp"][0]["start"]["optimizer_state"]
+    ddp_state = runs[(model, "ddp")][0]["start"]["optimizer_state"]
     assert sum(r["start"]["optimizer_state"] for r in rows) == ddp_state
 
 
 @needs_gloo
-def test_fsdp_shards_hold_a_world_th_of_every_tensor(runs):
+@pytest.mark.parametrize("model", MODELS)
+def test_fsdp_shards_hold_a_world_th_of_every_tensor(runs, model):
     for label in ("fsdp", "fsdp(keep)"):
-        for row in runs[label]:
+        for row in runs[(model, label)]:
             assert sum(row["local_param_numels"]) * WORLD == row["psi"]
-    for ddp in runs["ddp"]:
+    for ddp in runs[(model, "ddp")]:
         # DDP's gradient buckets (4Ψ) live between steps, beside them at times a buffer whose free the
         # trace dropped (docs/sharding.md#dropped-frees)
         assert ddp["start"]["temporaries"] >= 4 * ddp["psi"]
@@ -177,6 +190,6 @@ def test_rank_line_names_each_difference(runs):
 
     row = runs["zero1"][0]
     line = rank_line(row)
-    assert line.startswith("zero1 rank 0/2: peak ")
+    assert line.startswith("mlp zero1 rank 0/2: peak ")
     assert "partition" in line and "step counters" in line and "check ok" in line
     assert with_formula(row)["peak_minus_formula"]["inputs"] == row["peak"]["inputs"]

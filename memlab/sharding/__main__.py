@@ -1,4 +1,4 @@
-"""``python -m memlab.sharding --strategy ddp|zero1|fsdp [--no-reshard] --world N [--json]``.
+"""``python -m memlab.sharding --strategy ddp|zero1|fsdp [--no-reshard] --world N [--model mlp|transformer] [--json]``.
 
 Runs the sharded step (:mod:`memlab.sharding`) on ``N`` processes and prints one line per rank
 (:func:`memlab.sharding.report.rank_line`), or with ``--json`` one JSON object per rank (the figures,
@@ -13,7 +13,7 @@ import sys
 
 from .formulas import STRATEGIES
 from .launch import MAX_WORLD
-from .model import Sizes
+from .model import MODELS, Sizes
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,10 +23,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="repeatable; default: all three (fsdp with and without --no-reshard's setting)")
     p.add_argument("--no-reshard", action="store_true", help="fsdp: reshard_after_forward=False")
     p.add_argument("--world", type=int, default=2, help=f"ranks, 2..{MAX_WORLD} (default 2)")
-    p.add_argument("--dim", type=int, default=Sizes.dim)
-    p.add_argument("--hidden", type=int, default=Sizes.hidden)
+    p.add_argument("--model", choices=MODELS, action="append", help="repeatable; default: mlp")
+    p.add_argument("--dim", type=int, default=Sizes.dim, help="width D (both models)")
+    p.add_argument("--hidden", type=int, default=Sizes.hidden, help="mlp: hidden width F")
     p.add_argument("--layers", type=int, default=Sizes.layers)
-    p.add_argument("--batch", type=int, default=Sizes.batch, help="global batch rows (a multiple of --world)")
+    p.add_argument("--batch", type=int, default=Sizes.batch, help="global rows or sequences (a multiple of --world)")
+    p.add_argument("--seq", type=int, default=Sizes.seq, help="transformer: tokens per sequence T")
+    p.add_argument("--vocab", type=int, default=Sizes.vocab, help="transformer: vocabulary V")
+    p.add_argument("--heads", type=int, default=Sizes.heads, help="transformer: attention heads")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cpu: gloo; cuda: nccl (untested)")
     p.add_argument("--json", action="store_true", help="one JSON object per rank")
     return p.parse_args(argv)
@@ -44,9 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     from .report import rank_line, with_formula
 
     args = parse(argv)
-    sizes = Sizes(dim=args.dim, hidden=args.hidden, layers=args.layers, batch=args.batch)
+    models = [Sizes(dim=args.dim, hidden=args.hidden, layers=args.layers, batch=args.batch, model=m, seq=args.seq,
+                    vocab=args.vocab, heads=args.heads) for m in dict.fromkeys(args.model or ["mlp"])]
     try:
-        results = run_sharded(plan_of(args), args.world, sizes, args.device)
+        results = run_sharded(plan_of(args), args.world, models, args.device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

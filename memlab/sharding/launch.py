@@ -22,21 +22,24 @@ Plan = list[tuple[str, bool]]
 MAX_WORLD = 16
 
 
-def run_sharded(plan: Plan, world: int, sizes: Sizes = Sizes(), device: str = "cpu") -> list[list[dict]]:
-    """Run every ``plan`` entry on ``world`` ranks (2..:data:`MAX_WORLD`); one list per entry of one
-    figure dict per rank (rank order), as :func:`memlab.sharding.worker.run_strategy` returns them."""
+def run_sharded(plan: Plan, world: int, sizes: Sizes | list[Sizes] = Sizes(), device: str = "cpu") -> list[list[dict]]:
+    """Run every ``plan`` entry for each model of ``sizes`` (one or a list) on ``world`` ranks
+    (2..:data:`MAX_WORLD`), all in one process group; one list per (model, entry), models outer, of
+    one figure dict per rank (rank order), as :func:`memlab.sharding.worker.run_strategy` returns them."""
     if not isinstance(world, int) or not 2 <= world <= MAX_WORLD:
         raise ValueError(f"world={world!r} is not valid; valid: an int in 2..{MAX_WORLD}")
     for strategy, _ in plan:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy={strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
-    sizes.check(world)
+    models = [sizes] if isinstance(sizes, Sizes) else list(sizes)
+    for s in models:
+        s.check(world)
     import torch.multiprocessing as mp
 
     from .worker import rank_main
 
     with tempfile.TemporaryDirectory(prefix="memlab-sharding-") as tmp:
         store = str(Path(tmp) / "store")
-        mp.spawn(rank_main, args=(world, store, tmp, list(plan), sizes, device), nprocs=world, join=True)
+        mp.spawn(rank_main, args=(world, store, tmp, list(plan), models, device), nprocs=world, join=True)
         per_rank = [json.loads((Path(tmp) / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(world)]
-    return [[per_rank[r][i] for r in range(world)] for i in range(len(plan))]
+    return [[per_rank[r][i] for r in range(world)] for i in range(len(plan) * len(models))]

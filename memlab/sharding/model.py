@@ -1,7 +1,7 @@
-"""The sharded step's model: a small residual MLP stack, its seeded batch, and the single-process
-reference run.
+"""The sharded step's models (a small residual MLP stack, or the transformer family's language model
+at tiny sizes), their seeded batches, and the single-process reference run.
 
-Model (float32)::
+``mlp`` (float32)::
 
     x [G, D] -> blocks x L: h = h + W_2 · gelu(W_1 · h + b_1) + b_2    # W_1 [F, D], W_2 [D, F]
              -> head: y = W_h · h + b_h                                # W_h [D, D]
@@ -12,6 +12,12 @@ ranks (rank r takes rows ``r G/N .. (r+1) G/N``); each rank's loss is the mean o
 DDP and FSDP average the gradients over ranks, so the sharded step computes the reference's
 gradient of the global mean.  Every dimension is a multiple of 4 (the default sizes), so FSDP's
 dim-0 shards at N = 2 and 4 need no padding and Ψ/N is exact.
+
+``transformer``: :class:`memlab.families.transformer.workload.TransformerLM` (GPT-2's layout, eager
+attention, no dropout) with width D = ``dim``, ``heads``, ``vocab`` V, ``seq`` T and ``layers`` L,
+PyTorch's default initialisation seeded by ``seed``; ``batch`` sequences of T token ids [G, T]
+(int64) and their targets; loss the mean of the per-token cross-entropy.
+Ψ = 2 V D + T D + L (12 D² + 13 D) + 2 D; the defaults' dim-0 sizes are all multiples of 4 too.
 """
 from __future__ import annotations
 
@@ -20,7 +26,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["Sizes", "Block", "MLPStack", "build_model", "batch", "LEARNING_RATE", "reference_run", "ReferenceRun"]
+from ..families.transformer.workload import TransformerLM
+
+__all__ = ["Sizes", "Block", "MLPStack", "build_model", "batch", "loss_of", "LEARNING_RATE", "reference_run",
+           "ReferenceRun", "MODELS"]
+
+#: the models a sharded step can run (``Sizes.model``)
+MODELS = ("mlp", "transformer")
 
 #: Adam's learning rate in the sharded step and its reference
 LEARNING_RATE = 1e-3
@@ -28,17 +40,26 @@ LEARNING_RATE = 1e-3
 
 @dataclass(frozen=True)
 class Sizes:
-    """Model and batch sizes: ``dim`` D, ``hidden`` F, ``layers`` L, global batch ``batch`` G rows
-    (split over the ranks: a multiple of the world size)."""
+    """Model and batch sizes: ``model`` (one of :data:`MODELS`), ``dim`` D, ``hidden`` F (mlp), ``layers``
+    L, global batch ``batch`` G rows or sequences (split over the ranks: a multiple of the world size);
+    ``heads``, ``vocab`` V and ``seq`` T for the transformer."""
 
     dim: int = 32
     hidden: int = 128
     layers: int = 3
     batch: int = 16
     seed: int = 0
+    model: str = "mlp"
+    heads: int = 4
+    vocab: int = 256
+    seq: int = 16
 
     def check(self, world: int) -> None:
-        for name in ("dim", "hidden", "layers", "batch"):
+        if self.model not in MODELS:
+            raise ValueError(f"model={self.model!r} is not valid; valid models: {', '.join(MODELS)}")
+        if self.model == "transformer" and self.dim % self.heads:
+            raise ValueError(f"dim={self.dim} is not valid with heads={self.heads}; valid: a multiple of heads")
+        for name in ("dim", "hidden", "layers", "batch", "heads", "vocab", "seq"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name}={v!r} is not valid; valid: an int >= 1")
@@ -49,6 +70,8 @@ class Sizes:
     def psi(self) -> int:
         """Parameter elements Ψ."""
         d, f = self.dim, self.hidden
+        if self.model == "transformer":
+            return 2 * self.vocab * d + self.seq * d + self.layers * (12 * d * d + 13 * d) + 2 * d
         return self.layers * (2 * d * f + f + d) + d * d + d
 
 
@@ -78,20 +101,37 @@ class MLPStack(nn.Module):
         return self.head(h)
 
 
-def build_model(sizes: Sizes, device: torch.device) -> MLPStack:
-    """The model with weights seeded by ``sizes.seed`` (the same on every rank and in the reference)."""
-    gen = torch.random.fork_rng(devices=[])
-    with gen:
+def build_model(sizes: Sizes, device: torch.device) -> nn.Module:
+    """The model with weights seeded by ``sizes.seed`` (the same on every rank and in the reference);
+    either has its blocks in ``.blocks``."""
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
-        model = MLPStack(sizes)
+        if sizes.model == "transformer":
+            config = {"vocab": sizes.vocab, "hidden": sizes.dim, "seq": sizes.seq, "layers": sizes.layers,
+                      "heads": sizes.heads, "dropout": 0.0}
+            model = TransformerLM(config)
+        else:
+            model = MLPStack(sizes)
     return model.to(device)
 
 
+def loss_of(sizes: Sizes, model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The scalar loss: mean squared error (mlp) or the mean per-token cross-entropy (transformer)."""
+    if sizes.model == "transformer":
+        return model(x, target).mean()
+    return nn.functional.mse_loss(model(x), target)
+
+
 def batch(sizes: Sizes, device: torch.device, rank: int = 0, world: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank ``rank``'s rows of the seeded global batch: ``(x, target)``, each [G/world, D] float32."""
+    """Rank ``rank``'s rows of the seeded global batch: ``(x, target)``, each [G/world, D] float32
+    (mlp), or token ids and targets [G/world, T] int64 (transformer)."""
     g = torch.Generator().manual_seed(sizes.seed + 1)
-    x = torch.randn(sizes.batch, sizes.dim, generator=g)
-    target = torch.randn(sizes.batch, sizes.dim, generator=g)
+    if sizes.model == "transformer":
+        x = torch.randint(sizes.vocab, (sizes.batch, sizes.seq), generator=g)
+        target = torch.randint(sizes.vocab, (sizes.batch, sizes.seq), generator=g)
+    else:
+        x = torch.randn(sizes.batch, sizes.dim, generator=g)
+        target = torch.randn(sizes.batch, sizes.dim, generator=g)
     rows = sizes.batch // world
     sl = slice(rank * rows, (rank + 1) * rows)
     return x[sl].clone().to(device), target[sl].clone().to(device)
@@ -112,7 +152,7 @@ def reference_run(sizes: Sizes, steps: int, device: torch.device = torch.device(
     opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, foreach=False)
     losses = []
     for _ in range(steps):
-        loss = nn.functional.mse_loss(model(x), target)
+        loss = loss_of(sizes, model, x, target)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)

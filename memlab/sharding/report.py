@@ -97,7 +97,7 @@ def rank_line(row: dict) -> str:
     suspect = suspect_held_bytes(row)
     if suspect:
         bound += f" (collective buffers held across the step {_b(suspect)} B: {_b(row['peak_bytes'] - suspect)} B without)"
-    return (f"{row['strategy']} rank {row['rank']}/{row['world']}: peak {_b(row['peak_bytes'])} B{bound} "
+    return (f"{row.get('model', 'mlp')} {row['strategy']} rank {row['rank']}/{row['world']}: peak {_b(row['peak_bytes'])} B{bound} "
             f"[{cats}] | model state measured/ZeRO {ms}; opt diff = step counters {_b(o['step_counters'])}"
             f" + partition {_signed(o['partition'])} + unexplained {_signed(o['unexplained'])}"
             f" | peak - ZeRO: {diff}; between steps outside model state: temp {_b(row['start']['temporaries'])}"

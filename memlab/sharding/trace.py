@@ -41,7 +41,7 @@ from ..core.record import CATEGORIES
 from ..measurement.alloc_trace import AllocationRecorder, window
 from ..measurement.categories import (IterationCategories, Probe, baseline_categories, block_categories, categorise,
                                       category_of, pair_blocks)
-from .model import Sizes, batch, build_model
+from .model import Sizes, batch, build_model, loss_of
 from .strategies import Wrapped, local, local_optimizer, wrap
 
 __all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees",
@@ -91,12 +91,12 @@ def mark_gradients(params) -> None:
                 pass
 
 
-def _step_fn(w: Wrapped, x: torch.Tensor, target: torch.Tensor, losses: list[float], probe: Probe):
+def _step_fn(sizes: Sizes, w: Wrapped, x: torch.Tensor, target: torch.Tensor, losses: list[float], probe: Probe):
     params = list(w.module.parameters())
 
     def step() -> None:
         with record_function("memlab::forward"), probe.saving():
-            loss = torch.nn.functional.mse_loss(w.module(x), target)
+            loss = loss_of(sizes, w.module, x, target)
         with record_function("memlab::backward"), probe.saving():
             loss.backward()
             losses.append(loss.item())
@@ -158,7 +158,7 @@ def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: in
     with AllocationRecorder(device) as rec:
         w = wrap(build_model(sizes, device), strategy, reshard=reshard)
         x, target = batch(sizes, device, rank, world)
-        step = _step_fn(w, x, target, losses, Probe([]))
+        step = _step_fn(sizes, w, x, target, losses, Probe([]))
         step()
         gc.collect()
         rec.iterations(step, 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -43,21 +44,26 @@ def backend_for(device_type: str) -> str:
     return "gloo" if device_type == "cpu" else "nccl"
 
 
-def rank_main(rank: int, world: int, store: str, out_dir: str, plan: list[tuple[str, bool]], sizes: Sizes,
+def rank_main(rank: int, world: int, store: str, out_dir: str, plan: list[tuple[str, bool]], models: list[Sizes],
               device_type: str) -> None:
-    """One rank (``torch.multiprocessing.spawn``'s entry): ``plan`` is ``[(strategy, reshard), ...]``;
-    writes ``out_dir/rank{rank}.json``, a list of one figure dict per plan entry."""
+    """One rank (``torch.multiprocessing.spawn``'s entry): ``plan`` is ``[(strategy, reshard), ...]``, run
+    for each of ``models``; writes ``out_dir/rank{rank}.json``, one figure dict per model and plan entry
+    (models outer)."""
     torch.set_num_threads(1)
+    # FSDP2 warns that the transformer's per-token loss is a view (an in-place op on it would skip the
+    # all-gather); loss_of only takes its mean, out of place
+    warnings.filterwarnings("ignore", message=".*returned a view tensor")
     device = torch.device(device_type, rank) if device_type == "cuda" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend_for(device_type), init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        ref = reference_run(sizes, STEPS, device)
         rows = []
-        for strategy, reshard in plan:
-            rows.append(run_strategy(sizes, strategy, reshard, rank, world, device, ref))
-            dist.barrier()
+        for sizes in models:
+            ref = reference_run(sizes, STEPS, device)
+            for strategy, reshard in plan:
+                rows.append(run_strategy(sizes, strategy, reshard, rank, world, device, ref))
+                dist.barrier()
         write_text_atomic(Path(out_dir) / f"rank{rank}.json", json.dumps(rows))
     finally:
         dist.destroy_process_group()
@@ -75,7 +81,8 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
     loss_diff = max(abs(a - b) / abs(b) for a, b in zip(losses, ref.losses))
     owned = owned_numels(t.wrapped)
     c = t.categories
-    return {"strategy": strategy_label(strategy, reshard), "rank": rank, "world": world, "psi": sizes.psi,
+    return {"strategy": strategy_label(strategy, reshard), "model": sizes.model, "rank": rank, "world": world,
+            "psi": sum(p.numel() for p in ref.params.values()),
             "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
             "start": c.start, "peak": c.peak, "end": c.end, "max": t.maxima,
             "local_param_numels": [local(p).numel() for p in t.wrapped.module.parameters()],
