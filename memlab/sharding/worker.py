@@ -7,9 +7,12 @@ the same number of Adam steps: warm-up and measured) outside the trace.  The sha
 each step is the mean of the ranks' losses (an ``all_reduce`` after the trace); its parameters after
 the last step are gathered whole (``DTensor.full_tensor()`` for FSDP; ZeRO broadcasts each owner's
 update, DDP keeps them whole).  They must match within :data:`PARAM_ATOL` (absolute, per element:
-1% of one Adam update at lr 1e-3, which moves an element by about lr) and :data:`LOSS_RTOL`
+5% of one Adam update at lr 1e-3, which moves an element by up to about lr) and :data:`LOSS_RTOL`
 (relative): only the order of the floating-point sums differs (per-rank partial batches, the
-gradients' average over ranks).
+gradients' average over ranks), which Adam's second step amplifies where two steps' gradients nearly
+cancel in the first moment.  A wrong shard or a missed update moves an element by about lr, 20 times
+the tolerance.  Adam is blind to a gradient's scale, so a sum over ranks in place of the mean would
+pass: the gathered gradients are not checked yet.  Evidence: docs/sharding.md#checks.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from .trace import traced_step
 __all__ = ["rank_main", "run_strategy", "PARAM_ATOL", "LOSS_RTOL", "STEPS", "backend_for"]
 
 #: largest absolute difference allowed per parameter element after the last step
-PARAM_ATOL = 1e-5
+PARAM_ATOL = 5e-5
 #: largest relative difference allowed per step's loss
 LOSS_RTOL = 1e-5
 #: Adam steps per run: one warm-up, one measured
