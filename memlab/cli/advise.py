@@ -40,7 +40,8 @@ def add_parser(sub, shared) -> None:
                         f"killed then; default {DEFAULTS.timeout:g})")
     s.add_argument("--vary", default="batch", metavar="SIZES",
                    help="with --model: the sizes the models vary, batch first (batch, or batch,seq; default "
-                        "batch); the answer searches the first")
+                        "batch); the answer searches the first; micro_batches (or micro_batches,seq): the fewest "
+                        "micro-batches the batch of --param batch=B fits in (--accumulate K)")
     s.set_defaults(func=run)
 
 

@@ -25,26 +25,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import hashlib
 import json
 import os
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
+from unittest import mock
 
 from ..advisor.advise import (AdviceError, bounded_reading, cuda_need, error_bound, fmt_bytes, format_categories,
                              parse_budget, time_cell, time_fields)
 from ..advisor.decision import order_fits
 from ..core.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
 from ..core.loops import NoLoop
-from ..advisor.model import SCHEMA, load_models, models_path, predict
+from ..advisor.model import SCHEMA, eval_poly, load_models, models_path, predict
 from ..core.setting import DEFAULTS, OPTIMIZERS
 
 __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "MEASURE_PER_TRACE", "TRACE_SPAN",
            "largest_fitting", "advise_model", "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES",
-           "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE"]
+           "TRACE_VALUES", "HELD_OUT", "TIME_BATCHES", "MAX_SIZE", "MICRO_BATCHES", "MICRO_TRACED",
+           "micro_declaration", "predict_micro", "micro_batched"]
 
 #: the values a model file's varied sizes are traced at (small: a real model's step at batch 43 is slow)
 TRACE_VALUES = (2, 3, 4, 5, 7)
@@ -57,6 +61,27 @@ HELD_OUT = (1, 8)
 TIME_BATCHES = (2, 4, 6)
 #: the largest size searched (the workload's own upper bound on ``batch``)
 MAX_SIZE = 1_000_000
+#: ``--vary micro_batches``: the fewest micro-batches a given batch fits in (NOTE [ the micro-batch model ])
+MICRO_BATCHES = "micro_batches"
+#: the micro-batch count the accumulation model is traced and measured at
+MICRO_TRACED = 2
+
+# NOTE [ the micro-batch model ]
+# ``--accumulate K`` runs a batch B as K micro-batches of B/K accumulated into ``.grad``, then one
+# optimizer step (NOTE [ micro-batches of a problem ] in memlab.measurement.micro_batches).  From the
+# second micro-batch on every ``.grad`` exists, so micro-batches 2..K repeat one another allocation for
+# allocation; the first peaks lower or alike (no ``.grad`` yet), the optimizer's step is the same at
+# any K.  What grows with K at a fixed micro-batch size m is only what is built at the whole batch:
+# the inputs (micro-batches are views of them).  So the step at K >= 2 is fitted once, at K = 2 as a
+# function of m (exact traces at ``batch = 2 m``, ``accumulate=2``: the batch model's fit, held-out
+# traces and measurements, with m in the place of the batch), and K micro-batches of m are predicted
+# as that model at m plus the inputs of the whole batch beyond those of two micro-batches: the
+# model's inputs polynomial, in m = B / 2, evaluated at B = K m.  K = 1 is the batch model itself
+# (``--vary batch``'s fit, shared through the cache).  tests/test_advise_micro.py checks that the
+# traces at K = 2, 3 and 4 of one m differ in the inputs alone, and the prediction at K = 4 against
+# ``memlab measure --accumulate 4`` to the byte.  The fit traces with :func:`micro_batched`, which
+# makes the advisor's traces (memlab.advisor.trace.raw_trace) build the step with accumulation; the
+# measurements pass ``accumulate`` to memlab.measure.
 
 
 def _file_declaration(workload) -> type[AdvisorModel] | None:
@@ -135,7 +160,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
         AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, a bad declaration, or
             one that sets ``workload`` or ``family`` (the file is the workload).
     """
-    from . import load_model, model_techniques, technique_name
+    from .run import load_model, model_techniques, technique_name
 
     workload = load_model(model)
     valid = ["batch", *workload.model_file.sizes]
@@ -229,16 +254,16 @@ def _loaded_by_path(module) -> dict[int, Path]:
             and Path(getattr(v, "__file__", None) or "").is_file()}
 
 
-def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = None) -> Path:
+def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = None, accumulate: int = 1) -> Path:
     """Where the fitted models of ``model`` live: ``<root>/<stem>-<key>/``, ``key`` a hash of the file's
-    bytes, the declaration, the optimizer, memlab's fitting sources and the libraries' versions (NOTE
-    [ model fit cache key ]; a change to any refits).  ``root`` defaults to ``$MEMLAB_CACHE``, else
+    bytes, the declaration, the optimizer, memlab's fitting sources, the libraries' versions and, above 1,
+    the micro-batches accumulated (NOTE [ model fit cache key ]; a change to any refits).  ``root`` defaults to ``$MEMLAB_CACHE``, else
     ``$XDG_CACHE_HOME/memlab/advise`` (``~/.cache/memlab/advise``)."""
     import platform
 
     import torch
 
-    from . import load_model
+    from .run import load_model
 
     workload = load_model(model)
     mf = workload.model_file
@@ -248,6 +273,8 @@ def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = 
                 **_library_versions(sys.modules.get(workload.__module__))}
     h = hashlib.sha256(Path(mf.path).read_bytes())
     h.update(json.dumps([decl.to_json(), optimizer, source_key(), versions], sort_keys=True).encode())
+    if accumulate != 1:  # NOTE [ the micro-batch model ]
+        h.update(f"accumulate={accumulate}".encode())
     return _cache_root(root) / f"{mf.stem}-{h.hexdigest()[:16]}"
 
 
@@ -308,7 +335,7 @@ def _distributions(module) -> dict[str, str] | None:
 def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, str]) -> None:
     """Record the fit ``folder`` of ``model`` (loaded) under ``index`` (NOTE [ advise without the model file ])."""
     from ..core.atomic import write_text_atomic
-    from . import load_model
+    from .run import load_model
 
     if index is None:
         return
@@ -339,6 +366,46 @@ def _read_index(index: Path | None) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
+def micro_batched(parts: int):
+    """While open, the advisor's traces (:func:`memlab.advisor.trace.raw_trace`) take ``batch`` as the
+    micro-batch size: each traces ``parts`` micro-batches of it accumulated (``batch = parts * batch``,
+    ``accumulate=parts``); nothing for ``parts`` 1 (NOTE [ the micro-batch model ])."""
+    if parts == 1:
+        yield
+        return
+    from ..advisor import trace  # deferred: torch line
+    from ..measurement import step  # deferred: torch line
+
+    raw = trace.raw_trace
+
+    def traced(technique_name: str, params: Mapping[str, Any], optimizer: str = DEFAULTS.optimizer):
+        return raw(technique_name, {**params, "batch": parts * int(params["batch"])}, optimizer)
+
+    accumulating = functools.partial(step.make_step, accumulate=parts)
+    with contextlib.ExitStack() as patches:
+        for module in (step, trace):  # raw_trace's make_step: the step module's, or its own import of it
+            if getattr(module, "make_step", None) is step.make_step:
+                patches.enter_context(mock.patch.object(module, "make_step", accumulating))
+        patches.enter_context(mock.patch.object(trace, "raw_trace", traced))
+        yield
+
+
+def _micro_measure(measure_fn: Callable | None, parts: int) -> Callable | None:
+    """``measure_fn`` (default :func:`memlab.measure`) taking ``batch`` as the micro-batch size:
+    it measures ``parts`` micro-batches of it accumulated; ``measure_fn`` itself for ``parts`` 1."""
+    if parts == 1:
+        return measure_fn
+
+    def measure(technique: str, **kwargs):
+        import memlab  # deferred: torch line
+
+        kwargs = {**kwargs, "batch": parts * int(kwargs["batch"]), "accumulate": parts}
+        return (measure_fn or memlab.measure)(technique, **kwargs)
+
+    return measure
+
+
+@contextlib.contextmanager
 def _tracing():
     """One intra-op thread and torch's objects frozen out of the collector, as :func:`fit_all` traces."""
     import torch
@@ -355,13 +422,16 @@ def _tracing():
 
 
 def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path | None = None,
-                  say: Callable[[str], None] = print, measure_fn: Callable | None = None) -> tuple[dict, Path, bool]:
-    """``(family part of the model file, its path, read from the cache)``: fitted once per key."""
+                  say: Callable[[str], None] = print, measure_fn: Callable | None = None,
+                  accumulate: int = 1) -> tuple[dict, Path, bool]:
+    """``(family part of the model file, its path, read from the cache)``: fitted once per key; with
+    ``accumulate`` K > 1 the step of K micro-batches, its ``batch`` the micro-batch size (NOTE [ the
+    micro-batch model ])."""
     from ..core.atomic import write_text_atomic
     from ..measurement.environment import git_commit
     from ..advisor.fit import fit_family
 
-    folder = cache_dir_for(model, decl, optimizer, cache_root)
+    folder = cache_dir_for(model, decl, optimizer, cache_root, accumulate)
     path = models_path(optimizer, folder)
     if path.is_file():
         with contextlib.suppress(ValueError, KeyError):
@@ -371,8 +441,8 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
         f"{decl.sizes[0]} in {decl.trace_values}; cached in {folder}")
     from ..advisor.trace import IdentificationError
 
-    progress = FitProgress(decl, optimizer, say, measure_fn)
-    with _tracing(), progress.watching():
+    progress = FitProgress(decl, optimizer, say, _micro_measure(measure_fn, accumulate))
+    with _tracing(), progress.watching(), micro_batched(accumulate):
         progress.plan()
         try:
             fam = fit_family(decl, optimizer, say=say, measure_fn=progress.measure, skip_unidentified=True)
@@ -382,7 +452,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     progress.done()
     doc = {"schema": SCHEMA, "kind": "memlab memory models of a model file (memlab.own_model.advice)",
            "memlab_commit": git_commit(), "device": "cpu", "dtype": "float32", "mode": "train",
-           "optimizer": optimizer, "loss": DEFAULTS.loss,
+           "optimizer": optimizer, "loss": DEFAULTS.loss, "accumulate": accumulate,
            "families": {decl.name: {**fam, "memlab_commit": git_commit()}},
            "model_file": load_model_path(model), "fit_seconds": round(time.perf_counter() - started, 1)}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -529,7 +599,7 @@ def _duration(seconds: float) -> str:
 
 
 def load_model_path(model) -> str:
-    from . import load_model
+    from .run import load_model
 
     return load_model(model).model_file.path
 
@@ -559,7 +629,9 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
                  optimizer: str = DEFAULTS.optimizer, device: str = "cpu", cache_root: Path | None = None,
                  say: Callable[[str], None] = print, measure_fn: Callable | None = None,
                  load_timeout: float | None = None) -> dict[str, Any]:
-    """For each modelled technique of ``model``: the largest ``vary[0]`` fitting ``budget`` bytes.
+    """For each modelled technique of ``model``: the largest ``vary[0]`` fitting ``budget`` bytes, or, with
+    ``vary[0]`` ``micro_batches``, the fewest micro-batches K the batch ``params["batch"]`` fits in
+    (:func:`advise_micro`).
 
     Args:
         params: the other varied sizes' values (``{"seq": 128}``; default: ``batch()``'s defaults).
@@ -585,14 +657,10 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
     if optimizer not in OPTIMIZERS:
         raise AdviceError(f"--optimizer {optimizer!r} is not valid; valid: {', '.join(OPTIMIZERS)}")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    index = _index_path(model, vary, optimizer, cache_root)
-    fit = _indexed_fit(index, optimizer, params)
-    if fit is None:
-        from . import load_model_bounded
-
-        load_model_bounded(model, load_timeout)
-        fit = _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn)
-        _write_index(index, model, Path(fit["path"]).parent, fit["kinds"])
+    fitting = dict(optimizer=optimizer, cache_root=cache_root, say=say, measure_fn=measure_fn, load_timeout=load_timeout)
+    if tuple(vary)[:1] == (MICRO_BATCHES,):
+        return advise_micro(model, budget_bytes, vary=vary, params=params, device=device, started=started, **fitting)
+    fit = _fit_for(model, vary, params, **fitting)
     decl, fam, held = fit["decl"], fit["fam"], fit["held"]
     size = decl.sizes[0]
     answers, cannot = _answers(decl, fam, fit["kinds"], held, budget_bytes, device)
@@ -606,6 +674,22 @@ def advise_model(model, budget: int | str, *, vary: Sequence[str] = ("batch",), 
             "cached": fit["cached"], "declared_by": decl.declared_by, "answers": answers, "fits": answers,
             "cannot_fit": cannot, "not_modelled": fam.get("not_modelled", []),
             "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _fit_for(model, vary: Sequence[str], params: Mapping[str, Any], *, optimizer: str, cache_root: Path | None,
+             say: Callable[[str], None], measure_fn: Callable | None, load_timeout: float | None) -> dict[str, Any]:
+    """:func:`_full_fit`'s answer, from the index when it holds the fit (NOTE [ advise without the model
+    file ]), else fitted or read from the cache and indexed; ``vary`` ``("micro_batches", ...)`` fits
+    the micro-batch model (NOTE [ the micro-batch model ])."""
+    index = _index_path(model, vary, optimizer, cache_root)
+    fit = _indexed_fit(index, optimizer, params)
+    if fit is None:
+        from .run import load_model_bounded
+
+        load_model_bounded(model, load_timeout)
+        fit = _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn)
+        _write_index(index, model, Path(fit["path"]).parent, fit["kinds"])
+    return fit
 
 
 def _held_sizes(decl: Declaration, specs: Mapping[str, Any], params: Mapping[str, int]) -> dict[str, int]:
@@ -628,9 +712,11 @@ def _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn) -> di
     techniques: ``decl``, ``fam``, ``path``, ``cached``, ``held``, ``kinds``, ``model_file``."""
     from ..registry import get_technique
 
-    decl = model_declaration(model, vary)
+    parts = MICRO_TRACED if tuple(vary)[:1] == (MICRO_BATCHES,) else 1
+    decl = micro_declaration(model, vary[1:]) if parts > 1 else model_declaration(model, vary)
     held = _held_sizes(decl, get_technique(decl.entries[0].technique).all_params(), params)
-    fam, path, cached = fitted_family(model, decl, optimizer, cache_root=cache_root, say=say, measure_fn=measure_fn)
+    fam, path, cached = fitted_family(model, decl, optimizer, cache_root=cache_root, say=say, measure_fn=measure_fn,
+                                      accumulate=parts)
     kinds = {e["technique"]: get_technique(e["technique"]).kind for e in fam["entries"]}
     return {"decl": decl, "fam": fam, "path": path, "cached": cached, "held": held, "kinds": kinds,
             "model_file": load_model_path(model)}
@@ -690,11 +776,130 @@ def _answers(decl: Declaration, fam: Mapping[str, Any], kinds: Mapping[str, str]
     return answers, cannot
 
 
+def micro_declaration(model, others: Sequence[str] = ()) -> Declaration:
+    """The declaration of the micro-batch model (NOTE [ the micro-batch model ]): the model file's
+    (:func:`model_declaration` varying ``batch`` and ``others``), its ``batch`` read as the micro-batch
+    size of a step of :data:`MICRO_TRACED` micro-batches.
+
+    Raises:
+        AdviceError: as :func:`model_declaration`, or a declaration with a loop (a knob's chunks).
+    """
+    decl = model_declaration(model, ("batch", *others))
+    if decl.loop.kind != "none":
+        raise AdviceError(f"--vary {MICRO_BATCHES} models a step without a loop; {decl.declared_by} declares "
+                          f"a {decl.loop.kind} loop: give --vary batch")
+    return dataclasses.replace(decl, declared_by=f"{decl.declared_by} (batch: the micro-batch size at "
+                                                 f"accumulate={MICRO_TRACED})")
+
+
+def predict_micro(whole: Mapping[str, Any], micro: Mapping[str, Any], params: Mapping[str, int],
+                  parts: int) -> dict[str, Any]:
+    """The predicted peak (bytes, total and by category) of a step of ``params["batch"]`` as ``parts``
+    micro-batches (NOTE [ the micro-batch model ]).
+
+    Args:
+        whole: ``{"decl", "entry"}`` of the batch model (``parts`` 1), or None where it has no entry.
+        micro: ``{"decl", "entry"}`` of the micro-batch model (``parts`` > 1).
+
+    Raises:
+        ValueError: ``parts`` does not divide the batch (valid: its divisors), or an inputs polynomial
+            that is no whole number of bytes at the whole batch.
+    """
+    batch = int(params["batch"])
+    if parts < 1 or batch % parts:
+        raise ValueError(f"micro_batches={parts} does not split batch={batch}; valid: a divisor of {batch}")
+    if parts == 1:
+        return dict(predict(whole["decl"], whole["entry"], params))
+    at = {**params, "batch": batch // parts}
+    pred = predict(micro["decl"], micro["entry"], at)
+    cls = next(c for c in micro["entry"]["classes"] if c.get("k") == pred["k"])
+    piece = max(cls["pieces"], key=lambda pc: sum(eval_poly(q, at) for q in pc.values()))  # predict's peak
+    inputs = eval_poly(piece.get("inputs", {}), {**at, "batch": Fraction(batch, MICRO_TRACED)})
+    if inputs.denominator != 1:
+        raise ValueError(f"the inputs of batch={batch} come to {inputs} bytes, no whole number: the micro-batch "
+                         f"model's inputs are no polynomial of the batch")
+    grow = int(inputs) - pred["peak_by_category_bytes"]["inputs"]
+    cats = dict(pred["peak_by_category_bytes"], inputs=int(inputs))
+    return {**pred, "total_peak_bytes": pred["total_peak_bytes"] + grow, "peak_by_category_bytes": cats}
+
+
+def advise_micro(model, budget_bytes: int, *, vary: Sequence[str], params: Mapping[str, Any], device: str,
+                 started: float, **fitting) -> dict[str, Any]:
+    """:func:`advise_model` for ``--vary micro_batches``: per technique the fewest micro-batches K (a
+    divisor of ``params["batch"]``) whose predicted need fits ``budget_bytes`` (bytes); the answers as
+    :func:`advise_model`'s, ``size`` K, ``micro_batch`` B/K, ordered by K, then by predicted time.
+
+    Raises:
+        AdviceError: no ``--param batch``, or one outside 1..MAX_SIZE; nothing fits at K = B.
+    """
+    rest = {k: v for k, v in params.items() if k != "batch"}
+    raw = params.get("batch")
+    if raw is None or not str(raw).isdigit() or not 1 <= int(raw) <= MAX_SIZE:
+        raise AdviceError(f"--vary {MICRO_BATCHES} needs --param batch=B, the batch split into micro-batches "
+                          f"(got {raw!r}); valid: a whole number from 1 to {MAX_SIZE}")
+    batch = int(raw)
+    whole = _fit_for(model, ("batch", *vary[1:]), rest, **fitting)
+    micro = _fit_for(model, tuple(vary), rest, **fitting)
+    answers, cannot = _micro_answers(whole, micro, batch, budget_bytes, device)
+    if not answers:
+        raise AdviceError(f"no technique of {Path(micro['model_file']).name} fits {fmt_bytes(budget_bytes)} at "
+                          f"batch={batch} in {batch} micro-batches of 1 ({fitting['optimizer']}, {device}); the "
+                          f"smallest predicted need is {fmt_bytes(min(c['need_at_1_bytes'] for c in cannot))}")
+    answers.sort(key=lambda c: (c["size"], not c["baseline"], c["relative_step_time"] or float("inf")))
+    answers = [dict(c, rank=i + 1) for i, c in enumerate(answers)]
+    return {"model_file": micro["model_file"], "family": micro["decl"].name, "vary": MICRO_BATCHES, "batch": batch,
+            "held": micro["held"], "budget_bytes": budget_bytes, "optimizer": fitting["optimizer"],
+            "device": device, "models": f"{whole['path']}, {micro['path']}",
+            "cached": whole["cached"] and micro["cached"], "declared_by": micro["decl"].declared_by,
+            "answers": answers, "fits": answers, "cannot_fit": cannot,
+            "not_modelled": micro["fam"].get("not_modelled", []), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _micro_answers(whole: Mapping[str, Any], micro: Mapping[str, Any], batch: int, budget_bytes: int,
+                   device: str) -> tuple[list[dict], list[dict]]:
+    """``(answers, cannot_fit)`` of :func:`advise_micro`: per entry of the micro-batch model, the fewest
+    micro-batches of ``batch`` fitting ``budget_bytes`` (bytes), or what ``batch`` micro-batches of 1 need."""
+    held = micro["held"]
+    ones = {e["technique"]: e for e in whole["fam"]["entries"] if e.get("recommendable")}
+    counts = [k for k in range(1, batch + 1) if batch % k == 0]
+    answers, cannot = [], []
+    for entry in micro["fam"]["entries"]:
+        models = {"whole": {"decl": whole["decl"], "entry": ones.get(entry["technique"])},
+                  "micro": {"decl": micro["decl"], "entry": entry}}
+        tried = [k for k in counts if (k == 1 and models["whole"]["entry"]) or (k > 1 and entry.get("recommendable"))]
+
+        def need(k: int) -> tuple[int, dict]:
+            pred = predict_micro(models["whole"], models["micro"], {**held, "batch": batch}, k)
+            return (pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])), pred
+
+        parts = next((k for k in tried if need(k)[0] <= budget_bytes), None)
+        kind = micro["kinds"][entry["technique"]]
+        if parts is None:
+            cannot.append({"technique": entry["technique"], "kind": kind, "label": entry["label"],
+                           "recommendable": bool(tried), "need_at_1_bytes": need(batch)[0]})
+            continue
+        n, pred = need(parts)
+        timed = models["whole" if parts == 1 else "micro"]
+        p = {**held, "batch": batch // parts}
+        answers.append({"technique": entry["technique"], "kind": kind, "label": entry["label"], "size": parts,
+                        "micro_batch": batch // parts, "params": {**held, "batch": batch, "accumulate": parts},
+                        "knobs": {}, "chunks": 1, "total_peak_bytes": pred["total_peak_bytes"],
+                        "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": n,
+                        "headroom_bytes": budget_bytes - n, "fits": True, "baseline": entry.get("baseline") is True,
+                        **time_fields(timed["decl"], {**timed["entry"], "technique": kind}, p if parts > 1 else
+                                      {**held, "batch": batch}, device, 1, micro["fam"].get("dtype", "float32")),
+                        "error_bound": error_bound(timed["entry"]), "bounded": bounded_reading(timed["entry"]),
+                        "validated_max": 0})
+    return answers, cannot
+
+
 def format_model_advice(a: Mapping[str, Any]) -> str:
     """The answers as text: one row per technique, its categories below it."""
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     held = "".join(f", {k}={v}" for k, v in a["held"].items())
-    lines = [f"memlab advise: {Path(a['model_file']).name} ({a['family']}), largest {a['vary']} in "
+    micro = a["vary"] == MICRO_BATCHES
+    asked = f"fewest {MICRO_BATCHES} of batch={a['batch']}" if micro else f"largest {a['vary']}"
+    lines = [f"memlab advise: {Path(a['model_file']).name} ({a['family']}), {asked} in "
              f"{fmt_bytes(a['budget_bytes'])}{held}, optimizer {a['optimizer']}, device {a['device']}",
              f"models: {a['models']} ({'cached' if a['cached'] else 'fitted now'}; exact CPU bytes from traces; "
              f"{a['seconds']} s)"]
@@ -705,6 +910,7 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
              "time error", "bytes error")]
     for c in a["answers"]:
         size = f">= {c['size']}" if c["size"] >= MAX_SIZE else str(c["size"])  # the search stops at MAX_SIZE
+        size = f"{c['size']} x {c['micro_batch']}" if micro else size
         rows.append((str(c.get("rank") or "-"), c["kind"], size, fmt_bytes(c["need_bytes"]), time_cell(c),
                      (c.get("time_band") or {}).get("text", "-"), c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
@@ -717,10 +923,15 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
                 lines.append(" " * (widths[0] + 2) + "bounds: " + a["answers"][j - 1]["bounded"]["text"])
     for c in a["cannot_fit"]:
         why = "" if c["recommendable"] else " (not recommended: a held-out measurement was not ok)"
-        lines.append(f"  {c['kind']}: does not fit at {a['vary']}=1 (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")
+        at = f"{a['batch']} micro-batches of 1" if micro else f"{a['vary']}=1"
+        lines.append(f"  {c['kind']}: does not fit at {at} (needs {fmt_bytes(c['need_at_1_bytes'])}){why}")
     for c in a.get("not_modelled", []):
         lines.append(f"  {c['label']}: not modelled: {c['reason']}")
-    if any(c["size"] >= MAX_SIZE for c in a["answers"]):
+    if micro:
+        lines += ["", f"{MICRO_BATCHES}: K micro-batches x B/K each, accumulated into .grad (--accumulate K); "
+                      f"K >= 2 from the model of {MICRO_TRACED} micro-batches at B/K plus the whole batch's inputs, "
+                      "K = 1 the batch model; time relative to plain at the same K (NOTE [ the micro-batch model ])"]
+    if any(c["size"] >= MAX_SIZE for c in a["answers"]) and not micro:
         lines += ["", f">= {MAX_SIZE}: the budget holds more than the largest {a['vary']} searched"]
     beyond = [c for c in a["answers"] if c["validated_max"] and c["size"] > c["validated_max"]]
     if beyond:
@@ -728,7 +939,7 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
                       f"exact model of the traced allocations; --verify measures #1"]
     timed = sorted({p for c in a["answers"] for p in [(c.get("time_band") or {}).get("points")] if p})
     lines.append("time: relative step time (technique / plain, thread CPU time at one thread), fitted as r + c / "
-                 f"{a['vary']} by least squares through {'/'.join(map(str, timed)) or 'no'} measured point(s) per "
+                 f"{'batch' if micro else a['vary']} by least squares through {'/'.join(map(str, timed)) or 'no'} measured point(s) per "
                  "technique; its error is the fit's largest residual, unknown where two points fix both coefficients; "
                  "floored at the smallest measured ratio below 1; ordered plain first, then by predicted time"
                  + ("" if a["device"] == "cpu" else "; measured on CPU: a technique that changes the dtype is not "
