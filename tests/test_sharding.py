@@ -136,7 +136,8 @@ def test_the_command_prints_one_object_per_rank_and_strategy(runs):
 @pytest.mark.parametrize("case", CASES)
 def test_each_strategy_matches_the_reference(runs, case):
     for row in runs[case]:
-        assert row["matches"], (row["max_param_diff"], row["loss_rel_diff"])
+        assert row["matches"], (row["max_param_diff"], row["loss_rel_diff"], row["grad_rel_diff"])
+        assert row["grad_rel_diff"] <= 1e-5
         assert len(row["losses"]) == 2
 
 

@@ -139,10 +139,12 @@ def batch(sizes: Sizes, device: torch.device, rank: int = 0, world: int = 1) -> 
 
 @dataclass(frozen=True)
 class ReferenceRun:
-    """The single-process run: the loss of each step and every parameter after the last (by name)."""
+    """The single-process run: the loss of each step, every parameter after the last and every
+    gradient of the first (by name)."""
 
     losses: tuple[float, ...]
     params: dict[str, torch.Tensor]
+    grads: dict[str, torch.Tensor]
 
 
 def reference_run(sizes: Sizes, steps: int, device: torch.device = torch.device("cpu")) -> ReferenceRun:
@@ -150,11 +152,12 @@ def reference_run(sizes: Sizes, steps: int, device: torch.device = torch.device(
     model = build_model(sizes, device)
     x, target = batch(sizes, device)
     opt = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE, foreach=False)
-    losses = []
+    losses, grads = [], {}
     for _ in range(steps):
         loss = loss_of(sizes, model, x, target)
         loss.backward()
+        grads = grads or {n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()}
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-    return ReferenceRun(tuple(losses), {n: p.detach().cpu().clone() for n, p in model.named_parameters()})
+    return ReferenceRun(tuple(losses), {n: p.detach().cpu().clone() for n, p in model.named_parameters()}, grads)

@@ -101,4 +101,5 @@ def rank_line(row: dict) -> str:
             f"[{cats}] | model state measured/ZeRO {ms}; opt diff = step counters {_b(o['step_counters'])}"
             f" + partition {_signed(o['partition'])} + unexplained {_signed(o['unexplained'])}"
             f" | peak - ZeRO: {diff}; between steps outside model state: temp {_b(row['start']['temporaries'])}"
-            f" | check {check}: loss rel {row['loss_rel_diff']:.1e}, params max |diff| {row['max_param_diff']:.1e}")
+            f" | check {check}: loss rel {row['loss_rel_diff']:.1e}, params max |diff| {row['max_param_diff']:.1e},"
+            f" grads rel {row.get('grad_rel_diff', float('nan')):.1e}")

@@ -82,12 +82,14 @@ def owned_numels(w: Wrapped) -> list[int]:
     return [local(p).numel() for g in local_optimizer(w).param_groups for p in g["params"]]
 
 
-def full_params(w: Wrapped) -> dict[str, torch.Tensor]:
-    """Every parameter, whole (an FSDP shard gathered: a collective every rank must call), on CPU, by
-    the unwrapped model's names."""
+def full_params(w: Wrapped, *, grads: bool = False) -> dict[str, torch.Tensor]:
+    """Every parameter (with ``grads``: its ``.grad``, where set), whole (an FSDP shard gathered: a
+    collective every rank must call), on CPU, by the unwrapped model's names."""
     module = w.module.module if hasattr(w.module, "module") and w.strategy != "fsdp" else w.module
     out = {}
     for name, p in module.named_parameters():
-        full = p.full_tensor() if hasattr(p, "full_tensor") else p
-        out[name] = full.detach().cpu().clone()
+        t = p.grad if grads else p
+        if t is not None:
+            full = t.full_tensor() if hasattr(t, "full_tensor") else t
+            out[name] = full.detach().cpu().clone()
     return out

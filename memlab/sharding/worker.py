@@ -11,8 +11,10 @@ update, DDP keeps them whole).  They must match within :data:`PARAM_ATOL` (absol
 (relative): only the order of the floating-point sums differs (per-rank partial batches, the
 gradients' average over ranks), which Adam's second step amplifies where two steps' gradients nearly
 cancel in the first moment.  A wrong shard or a missed update moves an element by about lr, 20 times
-the tolerance.  Adam is blind to a gradient's scale, so a sum over ranks in place of the mean would
-pass: the gathered gradients are not checked yet.  Evidence: docs/sharding.md#checks.
+the tolerance.  Adam is blind to a gradient's scale (a sum over ranks in place of the mean would pass
+those), so the first step's gradients are checked too, on a fresh wrapped model outside the trace,
+gathered whole: within :data:`GRAD_RTOL` of the largest reference entry.  Evidence:
+docs/sharding.md#checks.
 """
 from __future__ import annotations
 
@@ -26,16 +28,20 @@ import torch.distributed as dist
 
 from ..core.atomic import write_text_atomic
 from .formulas import exact_adam_state_bytes
-from .model import Sizes, reference_run
-from .strategies import full_params, local, owned_numels, strategy_label
+from .model import Sizes, batch, build_model, loss_of, reference_run
+from .strategies import full_params, local, owned_numels, strategy_label, wrap
 from .trace import traced_step
 
-__all__ = ["rank_main", "run_strategy", "PARAM_ATOL", "LOSS_RTOL", "STEPS", "backend_for"]
+__all__ = ["rank_main", "run_strategy", "gradient_diff", "PARAM_ATOL", "LOSS_RTOL", "GRAD_RTOL", "STEPS",
+           "backend_for"]
 
 #: largest absolute difference allowed per parameter element after the last step
 PARAM_ATOL = 5e-5
 #: largest relative difference allowed per step's loss
 LOSS_RTOL = 1e-5
+#: largest difference allowed between a gathered gradient and the reference's, over the largest
+#: reference gradient entry
+GRAD_RTOL = 1e-5
 #: Adam steps per run: one warm-up, one measured
 STEPS = 2
 
@@ -84,6 +90,7 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
     loss_diff = max(abs(a - b) / abs(b) for a, b in zip(losses, ref.losses))
     owned = owned_numels(t.wrapped)
     c = t.categories
+    grad_diff = gradient_diff(sizes, strategy, reshard, rank, world, device, ref)
     return {"strategy": strategy_label(strategy, reshard), "model": sizes.model, "rank": rank, "world": world,
             "psi": sum(p.numel() for p in ref.params.values()),
             "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
@@ -91,6 +98,20 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
             "local_param_numels": [local(p).numel() for p in t.wrapped.module.parameters()],
             "owned_numels": owned, "exact_optimizer_state_bytes": exact_adam_state_bytes(owned),
             "losses": losses, "reference_losses": list(ref.losses), "max_param_diff": diff,
+            "grad_rel_diff": grad_diff,
             "loss_rel_diff": loss_diff, "dropped_frees": t.dropped[0], "dropped_free_bytes": t.dropped[1],
-            "held_outside_categories": t.held, "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL,
+            "held_outside_categories": t.held, "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL and grad_diff <= GRAD_RTOL,
             "pid": os.getpid()}
+
+
+def gradient_diff(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int, device: torch.device,
+                  ref) -> float:
+    """The first step's gradients of a fresh wrapped model (untraced; averaged over the ranks by the
+    strategy, gathered whole) against the reference's: the largest absolute difference over the largest
+    reference entry (NOTE [ sharded step checks ])."""
+    w = wrap(build_model(sizes, device), strategy, reshard=reshard)
+    x, target = batch(sizes, device, rank, world)
+    loss_of(sizes, w.module, x, target).backward()
+    grads = full_params(w, grads=True)
+    scale = max(float(g.abs().max()) for g in ref.grads.values())
+    return max(float((grads[n] - g).abs().max()) for n, g in ref.grads.items()) / scale
