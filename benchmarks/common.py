@@ -143,6 +143,17 @@ does it without touching CUDA.  Then ``gc.freeze()`` moves everything imported s
 garbage collector's reach: ``memlab.measure`` calls ``gc.collect()`` around its steps, which in a
 forked child would otherwise walk torch's whole object graph each time (0.8 s per call measured at
 load 10 on 2 cores; memlab's own fork server freezes the same way).  No figure depends on it.
+
+NOTE [ step options ]
+A grid may sweep the training step's options ``accumulate`` (micro-batches accumulated into ``.grad``
+before one optimizer step) and ``grads`` (``none`` or ``zero`` between steps): :data:`STEP_OPTIONS`.
+They are the setting's, not the technique's: they go to ``memlab.measure`` as setting keywords (a
+technique never sees them), they are part of the cache key (two values are two measurements), and
+``time_step`` skips any value but the default (``n/a``): its step is built by ``make_step``, which
+takes no setting, so it could only time the plain step under another name; ``track_relative_step_time``
+times the option, against the family baseline stepped the same way.  A memlab version whose
+``measure`` does not know an option (before issue 44) skips its non-default values and measures the
+default as it always did (nothing is passed: the call is the one older commits saw).
 """
 from __future__ import annotations
 
@@ -193,7 +204,8 @@ except Exception as exc:  # pragma: no cover - a fault of the guard itself fails
 __all__ = [
     "DEVICES", "DEVICES_ENV", "DTYPE", "MODE", "BenchmarkFailure", "devices_from_env", "plugin_techniques",
     "plugin_workloads",
-    "technique_list", "class_params", "MemlabBenchmark", "ComplexityBenchmark",
+    "technique_list", "class_params", "MemlabBenchmark", "ComplexityBenchmark", "STEP_OPTIONS",
+    "step_kwargs",
 ]
 
 DEVICES_ENV = "MEMLAB_ASV_DEVICES"
@@ -267,6 +279,9 @@ def devices_from_env(environ: Mapping[str, str] | None = None, *, gpu: bool | No
 DEVICES = devices_from_env()
 DTYPE = "float32"
 MODE = "train"
+#: the training step's options a grid may sweep, with the value every older measurement had
+#: (NOTE [ step options ]): micro-batches accumulated into ``.grad``, gradients between steps
+STEP_OPTIONS = {"accumulate": 1, "grads": "none"}
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
@@ -380,13 +395,37 @@ def _cuda_only(cache_dir, *values) -> None:
             "see memlab's sweeps and site")
 
 
-def _has_time_budget() -> bool:
-    """Whether the memlab under test takes ``time_budget`` (from 36df35b on, with the interleaved
-    reference steps behind ``relative_step_time``): a keyword of ``measure``, or, once measure's
-    keywords build a ``memlab.Setting``, a field of it."""
+def _measure_takes(name: str) -> bool:
+    """Whether the memlab under test's ``measure`` takes the keyword ``name``: a parameter of its
+    own, or, once measure's keywords build a ``memlab.Setting``, a field of it."""
     setting = getattr(memlab, "Setting", None)
     fields = {f.name for f in dataclasses.fields(setting)} if dataclasses.is_dataclass(setting) else set()
-    return "time_budget" in inspect.signature(memlab.measure).parameters or "time_budget" in fields
+    return name in inspect.signature(memlab.measure).parameters or name in fields
+
+
+def _has_time_budget() -> bool:
+    """Whether the memlab under test takes ``time_budget`` (from 36df35b on, with the interleaved
+    reference steps behind ``relative_step_time``)."""
+    return _measure_takes("time_budget")
+
+
+def step_kwargs(step: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``memlab.measure`` keywords of a combination's swept step options ``step`` (NOTE [ step
+    options ]): the values other than :data:`STEP_OPTIONS`' defaults, which are never passed.
+
+    Raises:
+        NotImplementedError: (asv: skipped) the memlab under test has no such option and the value
+            is not its default.
+    """
+    out = {}
+    for name, value in step.items():
+        if value == STEP_OPTIONS[name]:
+            continue
+        if not _measure_takes(name):
+            raise NotImplementedError(f"{name}={value!r}: this memlab version has no {name!r} option "
+                                      f"(measured at {name}={STEP_OPTIONS[name]!r} only)")
+        out[name] = value
+    return out
 
 
 def _cpu_only(cache_dir, *values) -> None:
@@ -405,6 +444,9 @@ def _timing_setup(cache_dir, *values) -> None:
     step; see NOTE [ only time_step builds a step in setup ]."""
     if _CURRENT is None:  # pragma: no cover - asv always runs the class setup first
         raise BenchmarkFailure("time_step's setup ran before the class setup")
+    if _CURRENT.step_options:  # NOTE [ step options ]: make_step builds the plain step only
+        raise NotImplementedError(f"time_step times the default step only, not {_CURRENT.step_options}; "
+                                  "track_relative_step_time times it")
     _CURRENT._threads_before = torch.get_num_threads()  # restored by teardown (a caller that is not asv)
     torch.set_num_threads(1)  # NOTE [ timing ]: one intra-op thread, as track_relative_step_time
     _CURRENT._heap_lifted = _glibc_default_heap(True)
@@ -445,7 +487,9 @@ class MemlabBenchmark(abc.ABC):
     Subclasses set:
         workload: the registered workload name (``chained_matmul``...).
         params, param_names: first ``technique``, last ``device``; in between, workload or
-            technique parameters (build both with :func:`class_params` so they stay aligned).
+            technique parameters, or the step options of :data:`STEP_OPTIONS` (``accumulate``,
+            ``grads``: setting keywords of ``memlab.measure``, NOTE [ step options ]) (build both
+            with :func:`class_params` so they stay aligned).
         workload_params: the names (swept or fixed) that are workload parameters.  One missing
             from the memlab version under test skips the combination: measuring the default
             instead would mislabel it.
@@ -484,6 +528,8 @@ class MemlabBenchmark(abc.ABC):
     ignored_by: Mapping[str, set] = {}
     params: list = []
     param_names: list = []
+    #: the step options of this combination other than their defaults (NOTE [ step options ])
+    step_options: Mapping[str, Any] = {}
 
     # asv timing, see NOTE [ timing ]
     number = 1
@@ -509,9 +555,11 @@ class MemlabBenchmark(abc.ABC):
         config = dict(zip(self.param_names, values))
         self.technique_name = config.pop("technique")
         self.device = config.pop("device")
+        step = {k: config.pop(k) for k in STEP_OPTIONS if k in config}
         _require_imports()
         self._require_device()
         self.config = self._resolve_config(config)
+        self.step_options = step_kwargs(step)  # NOTE [ step options ]
         self._validate()
         global _CURRENT
         _CURRENT = self  # NOTE [ only time_step builds a step in setup ]
@@ -587,7 +635,9 @@ class MemlabBenchmark(abc.ABC):
 
     # -- metrics ------------------------------------------------------------------------------
     def _cache_file(self) -> Path:
-        key = "-".join(f"{k}={v}" for k, v in sorted(self.config.items()))
+        # a step option is keyed by name apart from the technique's parameters (NOTE [ step options ])
+        key = "-".join([f"{k}={v}" for k, v in sorted(self.config.items())]
+                       + [f"step.{k}={v}" for k, v in sorted(self.step_options.items())])
         safe = re.sub(r"[^A-Za-z0-9_.=-]", "_", f"{self.workload}-{self.technique_name}-{self.device}-{key}")
         return Path(self.cache_dir) / f"memlab-{safe}.json"
 
@@ -596,9 +646,10 @@ class MemlabBenchmark(abc.ABC):
         traced step, no reference check; a status other than ``ok`` fails the benchmark."""
         self._step = None  # free the timing problem first (refcounted): the measurement builds its own
         m = memlab.measure(self.technique_cls, device=self.device, dtype=DTYPE, mode=MODE, isolate=False,
-                           iterations=1, check=False, **options, **self.config)
+                           iterations=1, check=False, **options, **self.step_options, **self.config)
         if m.status != "ok":
-            raise BenchmarkFailure(f"{self.technique_name} {self.config} on {self.device}: {m.status}: {m.error}")
+            raise BenchmarkFailure(f"{self.technique_name} {self.config} {dict(self.step_options)} on {self.device}: "
+                                   f"{m.status}: {m.error}")
         return m
 
     def _measure(self) -> dict[str, Any]:
@@ -653,7 +704,7 @@ class MemlabBenchmark(abc.ABC):
         else:
             self._step = None
             m = memlab.measure(baseline, device=self.device, dtype=DTYPE, mode=MODE, isolate=False, iterations=1,
-                               repeats=1, time_budget=0.0, check=False, **self._workload_config())
+                               repeats=1, time_budget=0.0, check=False, **self.step_options, **self._workload_config())
             if m.status != "ok" or not m.flops:
                 raise BenchmarkFailure(f"baseline {baseline} of {self.technique_name} {self.config}: {m.status}: "
                                        f"{m.error or 'no FLOPs'}")

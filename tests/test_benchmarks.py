@@ -127,7 +127,10 @@ def test_swept_and_fixed_parameters_exist_in_this_tree(cls):
     for tech in cls.params[0]:
         known |= set(memlab.get_technique(tech).all_params())
         assert memlab.get_technique(tech).workload is workload
-    assert set(cls.param_names[1:-1]) <= known
+    # the step options are the setting's, not a technique's (NOTE [ step options ] in benchmarks/common.py)
+    from benchmarks.common import STEP_OPTIONS
+
+    assert set(cls.param_names[1:-1]) <= known | set(STEP_OPTIONS)
     assert set(cls.fixed) <= known
     assert set(cls.ignored_by) <= set(cls.param_names)
 
