@@ -83,6 +83,8 @@ def test_collective_buffers_held_across_the_step_are_named():
            "start": {"parameters": 100, "optimizer_state": 204}, "max": {"gradients": 100}, "peak": {}}
     assert suspect_held_bytes(row) == 120
     assert with_formula(row)["peak_without_suspect_bytes"] == 880
+    row["unfreed_in_step"] = {"aten::mm": 7, "gloo:all_gather > aten::empty": 9, "FSDP::all_gather > aten::empty": 2}
+    assert with_formula(row)["suspect_unfreed_bytes"] == 11
 
 
 def test_launch_refuses_a_bad_world_before_spawning():

@@ -16,12 +16,13 @@ from __future__ import annotations
 from .formulas import ADAM_FLOAT32_K, ADAM_STEP_BYTES, zero_model_state
 
 __all__ = ["model_state", "formula", "optimizer_terms", "peak_differences", "rank_line", "with_formula",
-           "suspect_held_bytes", "COLLECTIVE_RANGES"]
+           "suspect_held_bytes", "suspect_unfreed_bytes", "COLLECTIVE_RANGES"]
 
-#: enclosing ranges of a collective's own buffers (gloo's copies, DDP's coalesced broadcast at
-#: construction): such a block held between steps is a free the trace dropped (NOTE [ frees the gloo
-#: threads drop ] in :mod:`memlab.sharding.trace`), not memory the step keeps
-COLLECTIVE_RANGES = ("c10d::", "gloo:", "aten::flatten_dense_tensors")
+#: enclosing ranges of a collective's own buffers (gloo's copies, FSDP's all-gather outputs and
+#: reduce-scatter inputs, DDP's coalesced broadcast at construction): such a block held across the
+#: step, or never freed, is a free the trace dropped (NOTE [ frees the gloo threads drop ] in
+#: :mod:`memlab.sharding.trace`), not memory the step keeps
+COLLECTIVE_RANGES = ("c10d::", "gloo:", "aten::flatten_dense_tensors", "FSDP::all_gather", "FSDP::post_backward_reduce")
 
 _SHORT = {"parameters": "params", "gradients": "grads", "optimizer_state": "opt", "inputs": "inputs",
           "saved_activations": "saved", "temporaries": "temp"}
@@ -67,13 +68,20 @@ def suspect_held_bytes(row: dict) -> int:
     return sum(v for k, v in held.items() if any(r in k for r in COLLECTIVE_RANGES))
 
 
+def suspect_unfreed_bytes(row: dict) -> int:
+    """Bytes a collective allocated inside the step and the trace never saw freed: the peak may count
+    them after their real free, so it is over by at most this much."""
+    unfreed = row.get("unfreed_in_step", {})
+    return sum(v for k, v in unfreed.items() if any(r in k for r in COLLECTIVE_RANGES))
+
+
 def with_formula(row: dict) -> dict:
     """``row`` with ``model_state``, ``formula``, ``optimizer_terms``, ``peak_minus_formula``,
-    ``suspect_held_bytes`` and ``peak_without_suspect_bytes`` added."""
+    ``suspect_held_bytes``, ``peak_without_suspect_bytes`` and ``suspect_unfreed_bytes`` added."""
     suspect = suspect_held_bytes(row)
     return {**row, "model_state": model_state(row), "formula": formula(row), "optimizer_terms": optimizer_terms(row),
             "peak_minus_formula": peak_differences(row), "suspect_held_bytes": suspect,
-            "peak_without_suspect_bytes": row["peak_bytes"] - suspect}
+            "peak_without_suspect_bytes": row["peak_bytes"] - suspect, "suspect_unfreed_bytes": suspect_unfreed_bytes(row)}
 
 
 def _b(x: float) -> str:
@@ -97,6 +105,8 @@ def rank_line(row: dict) -> str:
     suspect = suspect_held_bytes(row)
     if suspect:
         bound += f" (collective buffers held across the step {_b(suspect)} B: {_b(row['peak_bytes'] - suspect)} B without)"
+    if suspect_unfreed_bytes(row):
+        bound += f" (collective buffers never seen freed: over by at most {_b(suspect_unfreed_bytes(row))} B)"
     return (f"{row.get('model', 'mlp')} {row['strategy']} rank {row['rank']}/{row['world']}: peak {_b(row['peak_bytes'])} B{bound} "
             f"[{cats}] | model state measured/ZeRO {ms}; opt diff = step counters {_b(o['step_counters'])}"
             f" + partition {_signed(o['partition'])} + unexplained {_signed(o['unexplained'])}"

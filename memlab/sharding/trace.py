@@ -22,10 +22,11 @@ open (an allocator never hands out a live address).  :func:`repair_dropped_frees
 at the reuse, its latest possible free, and counts them: without it the stale block stays live
 forever and, when the address is reused by a parameter or optimizer state, is attributed to that
 category (an all-gather buffer counted as FSDP's optimizer state, in the evidence).  The model-state
-categories are then exact; the peak is exact when no free was dropped, else an upper bound by at most
-the dropped blocks' bytes (``dropped_frees``, ``dropped_free_bytes`` in each rank's figures).  A dropped
-free whose address is never reused stays live to the end (seen as ``temporaries``).  Evidence:
-docs/sharding.md#dropped-frees.
+categories are then exact.  The peak is an upper bound: a repaired block counts until the reuse
+(``dropped_frees``, ``dropped_free_bytes`` in each rank's figures), and a dropped free whose address is
+never reused stays live to the end, as ``temporaries`` (:func:`held_outside_categories` and
+:func:`unfreed_in_step` list such blocks; :mod:`memlab.sharding.report` flags those a collective
+allocated).  Evidence: docs/sharding.md#dropped-frees.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from .model import Sizes, batch, build_model, loss_of
 from .strategies import Wrapped, local, local_optimizer, wrap
 
 __all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees",
-           "held_outside_categories"]
+           "held_outside_categories", "unfreed_in_step"]
 
 _GRAD_MARK = "memlab::grad:"
 
@@ -62,6 +63,7 @@ class TracedStep:
     wrapped: Wrapped
     dropped: tuple[int, int] = (0, 0)
     held: dict[str, int] = dataclasses.field(default_factory=dict)
+    unfreed: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def repair_dropped_frees(events: list) -> tuple[list, int, int]:
@@ -138,13 +140,27 @@ def category_maxima(events, windows, baseline) -> dict[str, int]:
 def held_outside_categories(events, windows, baseline) -> dict[str, int]:
     """Bytes in no named category live through all of ``iteration0`` (held across the step: allocated
     before it, not freed in it), by the allocating call's enclosing ranges (the last three)."""
+    return _uncategorised(events, windows, baseline, across=True)
+
+
+def unfreed_in_step(events, windows, baseline) -> dict[str, int]:
+    """Bytes in no named category allocated inside ``iteration0`` and never freed in the trace, by the
+    allocating call's enclosing ranges (the last three)."""
+    return _uncategorised(events, windows, baseline, across=False)
+
+
+def _uncategorised(events, windows, baseline, *, across: bool) -> dict[str, int]:
     it = window(windows, "iteration0")
     _, blocks = pair_blocks(events)
     category = block_categories(blocks, windows, baseline, it.start_ns)
     allocs = [e for e in events if e.delta_bytes > 0]
     out: dict[str, int] = {}
     for i, (b, e) in enumerate(zip(blocks, allocs)):
-        if b.alloc_ns < it.start_ns and (b.free_ns is None or b.free_ns > it.end_ns) and i not in category:
+        if across:
+            keep = b.alloc_ns < it.start_ns and (b.free_ns is None or b.free_ns > it.end_ns)
+        else:
+            keep = it.start_ns <= b.alloc_ns <= it.end_ns and b.free_ns is None
+        if keep and i not in category:
             where = " > ".join(e.stack[-3:]) or e.op
             out[where] = out.get(where, 0) + e.delta_bytes
     return out
@@ -167,4 +183,4 @@ def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: in
     base = _baseline(w, x, target)
     cats = categorise(events, windows, base)[0]
     return TracedStep(cats, category_maxima(events, windows, base), losses, w, (count, nbytes),
-                      held_outside_categories(events, windows, base))
+                      held_outside_categories(events, windows, base), unfreed_in_step(events, windows, base))

@@ -100,7 +100,7 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
             "losses": losses, "reference_losses": list(ref.losses), "max_param_diff": diff,
             "grad_rel_diff": grad_diff,
             "loss_rel_diff": loss_diff, "dropped_frees": t.dropped[0], "dropped_free_bytes": t.dropped[1],
-            "held_outside_categories": t.held, "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL and grad_diff <= GRAD_RTOL,
+            "held_outside_categories": t.held, "unfreed_in_step": t.unfreed, "matches": diff <= PARAM_ATOL and loss_diff <= LOSS_RTOL and grad_diff <= GRAD_RTOL,
             "pid": os.getpid()}
 
 
