@@ -54,8 +54,9 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
-## full sweeps (SGD over every family's grid, the resnet depth scan's two middle depths, Adam at each technique's
-## defaults), timelines and reproductions committed under data/; an interrupted sweep continues with the same
+## full sweeps (SGD over every family's grid, the resnet depth scan's two middle depths, Adam, Adafactor, Adam
+## stepped in backward and two accumulated micro-batches at each technique's defaults: issue 44), timelines and
+## reproductions committed under data/; an interrupted sweep continues with the same
 ## command plus --resume.  Typically on 2 idle cores: the SGD grid well over half an hour (a third of it in the
 ## float64 reference checks at the measured size: python -m memlab.sweep.breakdown data/sweeps/cpu.jsonl), the
 ## resnet depths under a minute, Adam about 4 min (docs/evidence/makefile-runs.md).  Two jobs of one intra-op
@@ -66,6 +67,9 @@ data: install
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --out data/sweeps/cpu.jsonl || test $$? -eq 1
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --family resnet --grid depth=74,290 --grid batch=4 --grid width=4 --out data/sweeps/cpu-resnet.jsonl || test $$? -eq 1
 	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --optimizer adam --out data/sweeps/cpu-adam.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --optimizer adafactor --out data/sweeps/cpu-adafactor.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --optimizer adam_in_backward --out data/sweeps/cpu-adam-in-backward.jsonl || test $$? -eq 1
+	$(BIN)/memlab sweep $(SWEEP_FLAGS) --defaults --accumulate 2 --out data/sweeps/cpu-accumulate2.jsonl || test $$? -eq 1
 	$(BIN)/memlab timelines --out-dir data/timelines
 	OMP_NUM_THREADS=1 $(BIN)/memlab reproduce --out data/reproductions
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..core.record import ACTIVATION_CATEGORIES, Status
 from ..core.record import is_number as _num
-from ..core.setting import DEFAULTS
+from ..core.setting import DEFAULTS, in_backward
 
 __all__ = ["SETTING", "ranked", "not_ranked", "settings", "setting_text", "machines_apart",
            "in_setting", "swept_param", "config_groups", "sweep_sections", "split_by", "line_labels", "line_variants",
@@ -75,13 +75,16 @@ def settings(rows: pd.DataFrame) -> list[tuple[str, ...]]:
 
 
 def setting_text(setting: tuple[str, ...], *, machine: bool = False) -> str:
-    """``'cpu · float32 · train'``; the optimizer and loss only when not memlab's defaults (sgd, given);
-    the machine (``'on node-3 · AMD EPYC'``) only when ``machine`` (where rows of several machines
-    share the rest of the setting: :func:`machines_apart`)."""
+    """``'cpu · float32 · train'``; the step's fields only when not memlab's defaults (sgd, given, one
+    micro-batch, gradients set to None): ``'adam'``, ``'adam stepped in backward'`` (for
+    ``adam_in_backward``: NOTE [ optimizer in backward ] in :mod:`memlab.core.setting`), ``'loss mse'``,
+    ``'2 micro-batches accumulated'``, ``'grads zero'``; the machine (``'on node-3 · AMD EPYC'``) only
+    when ``machine`` (where rows of several machines share the rest of the setting: :func:`machines_apart`)."""
     parts = list(setting[:3])
     for name, v in zip(SETTING[3:-1], setting[3:len(SETTING) - 1]):
         if v != _DEFAULT_STEP[name]:
-            parts.append(_STEP_TEXT[name].format(v))
+            built, stepped_in_backward = in_backward(v) if name == "optimizer" else (v, False)
+            parts.append(f"{built} stepped in backward" if stepped_in_backward else _STEP_TEXT[name].format(v))
     if machine and len(setting) == len(SETTING):
         parts.append(f"on {setting[-1]}")
     return " · ".join(parts)
