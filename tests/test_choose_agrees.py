@@ -32,8 +32,11 @@ MODELS = REPO / "data" / "models"
 
 
 def _rows() -> list[dict[str, Any]]:
+    """The ranked CPU rows of the step the models are fitted to: one micro-batch, gradients set to None
+    (issue 44's ``cpu-accumulate2.jsonl`` is SGD too, at two micro-batches: another setting)."""
     return [r for p in list_input_files(SWEEPS, ".jsonl") for _, r in sweep_records(p, lambda _: None)
-            if r["device"] == "cpu" and ranking_status(r)[0] in MEASURED_STATUSES]
+            if r["device"] == "cpu" and ranking_status(r)[0] in MEASURED_STATUSES
+            and r.get("accumulate", 1) == 1 and r.get("grads", "none") == "none"]
 
 
 def _entry(fam: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
