@@ -28,6 +28,7 @@ report's loop slices) and this split form beside it.
 from __future__ import annotations
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from .chained_matmul import chained_matmul
 from memlab.core.params import Param
@@ -67,8 +68,6 @@ class CheckpointSplitChunk(Technique, name="checkpoint_split_chunk"):
     check_params = {"chunk_size": 5}
 
     def forward(self, problem):
-        from torch.utils.checkpoint import checkpoint
-
         m = problem.model
         chunks = torch.split(problem.inputs["x"], self.config["chunk_size"])
         return torch.cat([checkpoint(chained_matmul, xc, m.w1, m.w2, use_reentrant=False) for xc in chunks])

@@ -26,6 +26,7 @@ leaves, so ``grad:x`` of ``memcnn`` fails the check (factor 2); parameter gradie
 """
 from __future__ import annotations
 
+import warnings
 from importlib import import_module
 
 import torch
@@ -33,13 +34,13 @@ import torch
 from memlab.technique import Technique, TechniqueUnavailable
 from .workload import ResidualStack
 from memlab.families.peer_versions import require_version
+from .techniques import stack_facts
 
 __all__ = ["MemCNN", "RevLib"]
 
 
 def _require(module: str, dist: str, version: str):
     require_version(dist, version)
-    import warnings
 
     with warnings.catch_warnings():  # MemCNN 1.5.2 uses the deprecated torch.cuda.amp decorators
         warnings.simplefilter("ignore", FutureWarning)
@@ -70,8 +71,6 @@ class _Peer(Technique):
         return problem.extra[key]
 
     def describe(self, problem, mode="train"):
-        from .techniques import stack_facts
-
         return {**stack_facts(self, problem, self._path), "peer_version": f"{self._dist[1]}=={self._dist[2]}"}
 
 
@@ -99,8 +98,6 @@ class MemCNN(_Peer, name="memcnn"):
 
     @staticmethod
     def _wrap(memcnn, f, g):
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             return [memcnn.InvertibleModuleWrapper(memcnn.AdditiveCoupling(Fm=fi, Gm=gi), keep_input=False,
@@ -113,7 +110,6 @@ class MemCNN(_Peer, name="memcnn"):
                 "and only restores it in backward, so under no_grad (mode='infer') it destroys x; "
                 "memlab measures memcnn in mode='train' only"
             )
-        import warnings
 
         x = problem.inputs["x"]
         with warnings.catch_warnings():  # MemCNN 1.5.2 calls the deprecated Tensor.storage()

@@ -29,7 +29,7 @@ INSTALL_HINT = "install the optional comparators with: pip install 'memlab[peers
 
 def _tltorch():
     try:
-        import tltorch
+        import tltorch  # deferred: optional dependency
     except ImportError as exc:
         raise TechniqueUnavailable(f"tensorly-torch is not importable ({exc}); {INSTALL_HINT}") from None
     return tltorch
@@ -69,7 +69,7 @@ class _TltorchBlockTT(Technique):
         return F.linear(problem.inputs["x"], einsum_reconstruct(cores).t())
 
     def describe(self, problem, mode="train") -> dict[str, Any]:
-        import tltorch
+        import tltorch  # deferred: optional dependency
 
         e = problem.inputs["x"].element_size()
         return {"path": f"tltorch BlockTT implementation={self.implementation}",

@@ -36,6 +36,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from memlab.functional.huge_pages import advise_huge_pages
+from memlab.functional.slice_accumulate import check_chunk_size, slice_accumulate
 
 __all__ = [
     "TTShape", "TTPlan", "TTStep", "BLOCKS_LAST_FIRST", "BLOCKS_FIRST_FIRST", "SEQUENTIAL", "tt_contract",
@@ -919,8 +920,6 @@ def tt_contract_chunked(x: torch.Tensor, cores: Sequence[torch.Tensor], chunk_si
     Returns:
         [B, out_features].
     """
-    from memlab.functional.slice_accumulate import check_chunk_size, slice_accumulate
-
     shape = tt_shape_of(cores)
     _check_input(x, shape)
     check_chunk_size(chunk_size)

@@ -24,6 +24,7 @@ from .tt import TTShape
 from memlab.core.params import Param
 from memlab.workload import Problem, Workload
 from memlab.families.seeding import seeded_randn
+from .layer import TensorTrainLinear
 
 __all__ = ["TTLinear", "TTLinearModel", "einsum_reconstruct"]
 
@@ -73,8 +74,6 @@ class TTLinear(Workload, name="tt_linear", family="tensor_train"):
         self.tt_shape = TTShape.create(self.config["in_modes"], self.config["out_modes"], self.config["rank"])
 
     def build(self, device, dtype, seed):
-        from .layer import TensorTrainLinear
-
         c = self.config
         shape = self.tt_shape
         g = torch.Generator().manual_seed(seed)

@@ -23,6 +23,7 @@ from enum import Enum
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from memlab.functional.slice_accumulate import chunk_bounds
 
@@ -40,8 +41,6 @@ class SdpaBackend(Enum):
 
     def torch_backend(self):
         """The ``torch.nn.attention.SDPBackend`` member (None for ``AUTO``)."""
-        from torch.nn.attention import SDPBackend
-
         return None if self is SdpaBackend.AUTO else {
             SdpaBackend.MATH: SDPBackend.MATH, SdpaBackend.FLASH: SDPBackend.FLASH_ATTENTION,
             SdpaBackend.EFFICIENT: SDPBackend.EFFICIENT_ATTENTION, SdpaBackend.CUDNN: SDPBackend.CUDNN_ATTENTION,
@@ -179,8 +178,6 @@ def chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, bloc
 def sdpa_backend(q: torch.Tensor, dropout_p: float = 0.0) -> str:
     """The backend ``F.scaled_dot_product_attention`` picks for causal attention on tensors like ``q``
     (``flash``, ``efficient``, ``math``, ``cudnn``), read from PyTorch's own choice function."""
-    from torch.nn.attention import SDPBackend
-
     choice = SDPBackend(torch._fused_sdp_choice(q, q, q, None, dropout_p, True))
     return {SDPBackend.FLASH_ATTENTION: "flash", SDPBackend.EFFICIENT_ATTENTION: "efficient",
             SDPBackend.MATH: "math", SDPBackend.CUDNN_ATTENTION: "cudnn"}.get(choice, choice.name.lower())
@@ -197,7 +194,6 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p:
     forced = backend.torch_backend()
     if forced is None:
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    from torch.nn.attention import sdpa_kernel
 
     with sdpa_kernel(forced):
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)

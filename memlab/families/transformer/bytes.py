@@ -43,6 +43,8 @@ from typing import Mapping
 
 import torch
 
+from memlab.measurement.alloc_trace import trace_allocations
+
 __all__ = ["ATTENTION_KINDS", "LOSS_KINDS", "layer_terms", "head_terms", "loss_peak_bytes", "measured_loss_peak",
            "rng_state_bytes"]
 
@@ -129,8 +131,6 @@ def measured_loss_peak(fn, h: torch.Tensor, w: torch.Tensor, targets: torch.Tens
     bytes above the start, forward and backward, with the storages of the final gradients of ``h`` and
     ``w`` left out (NOTE [ loss peak ]).  Both gradients are cleared after.
     """
-    from memlab.measurement.alloc_trace import trace_allocations
-
     def step():
         out = fn(h, w, targets)
         out.backward(grad_out)

@@ -74,7 +74,7 @@ def cut_cross_entropy_function():
     """``cut_cross_entropy.linear_cross_entropy``; TechniqueUnavailable naming why it cannot load."""
     require_version(*CUT_CROSS_ENTROPY)
     try:
-        from cut_cross_entropy import linear_cross_entropy
+        from cut_cross_entropy import linear_cross_entropy  # deferred: optional dependency
     except ImportError as exc:
         raise TechniqueUnavailable(
             f"cut-cross-entropy {CUT_CROSS_ENTROPY[1]} does not import here ({exc}): its CCE kernel is Triton "
@@ -171,7 +171,7 @@ class GPT2HF(_TransformerPeer, name="gpt2_hf"):
     hf_checkpointing = False
 
     def build(self, device, dtype, seed=0):
-        from transformers import GPT2Config, GPT2LMHeadModel
+        from transformers import GPT2Config, GPT2LMHeadModel  # deferred: optional dependency
 
         c = self.config
         gen = torch.Generator().manual_seed(seed)

@@ -108,9 +108,9 @@ def slice_backward_lifetimes(name: str = "slice_loop", *, seed: int = 0, **param
     replay of NOTE [ exact CPU allocated bytes ]); a free is paired with the latest allocation at
     its address.
     """
-    from memlab.measurement import prepare
-    from memlab.measurement.alloc_trace import phase_of, trace_allocations, window
-    from memlab.measurement.step import make_step
+    from memlab.measurement import prepare  # deferred: torch line
+    from memlab.measurement.alloc_trace import phase_of, trace_allocations, window  # deferred: torch line
+    from memlab.measurement.step import make_step  # deferred: torch line
 
     technique, dev, dt = prepare(name, params, "cpu", "float32", "train")
     problem = technique.build(dev, dt, seed)

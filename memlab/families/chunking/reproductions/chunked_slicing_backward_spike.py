@@ -21,7 +21,11 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import memlab
 from memlab.core.units import MiB
+from ._slice_backward import MARKER_OP, slice_backward_allocations, slice_backward_lifetimes
+from memlab.cuda_replay.prediction import iteration_window, predict_cuda
+from memlab.registry import get_technique
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "cuda_variants", "slice_backward_reserved_answer",
            "CUDA_ANSWER_TECHNIQUE"]
@@ -74,10 +78,6 @@ def _cuda_sentence(rows, techniques, chunk) -> str:
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure (subprocess-isolated, CPU, float32, train) and analyse; see the module docstring."""
-    import memlab
-
-    from ._slice_backward import slice_backward_allocations, slice_backward_lifetimes
-
     size, chunks, techniques = _plan(quick)
     n = size["n"]
     kw = {"iterations": 2, "repeats": 3}
@@ -191,10 +191,7 @@ def slice_backward_reserved_answer(quick: bool = False, confs: tuple[str, ...] =
         ``max_memory_reserved``) and ``predicted_reserved_above_baseline_bytes``, ``fragmentation_bytes``
         (reserved − allocated when allocated peaks), ``segments_peak``.
     """
-    from memlab.cuda_replay.prediction import iteration_window, predict_cuda
-    from memlab.measurement.alloc_trace import trace_step
-    from memlab.registry import get_technique
-    from ._slice_backward import MARKER_OP
+    from memlab.measurement.alloc_trace import trace_step  # deferred: torch line
 
     size, chunks, _ = _plan(quick)
     cls = get_technique(CUDA_ANSWER_TECHNIQUE)

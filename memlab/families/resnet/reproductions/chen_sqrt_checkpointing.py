@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import memlab
 from memlab.reproductions.papers import activation, badges, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report"]
@@ -43,8 +44,6 @@ def _configs(quick: bool) -> tuple[dict[str, Any], tuple[int, ...], dict[str, An
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure plain, per-block and sqrt(n) checkpointing over the depths, then :func:`report`."""
-    import memlab
-
     cfg, depths, deep = _configs(quick)
     opts = {"iterations": 2, "repeats": 3, "time_budget": 1.0}
     measurements = [memlab.measure(name, depth=depth, **cfg, **opts) for depth in depths for name in TECHNIQUES]

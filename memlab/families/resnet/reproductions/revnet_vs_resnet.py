@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import memlab
 from memlab.reproductions.papers import BATCH_NOTE, activation, mib, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report"]
@@ -46,8 +47,6 @@ def _configs(quick: bool):
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure ResNet and RevNet at 110 and 164 layers, then :func:`report`."""
-    import memlab
-
     cfg, nets = _configs(quick)
     opts = {"iterations": 2, "repeats": 3, "time_budget": 1.0}
     return report([memlab.measure(name, depth=depth, block=block, **cfg, **opts)

@@ -30,8 +30,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import torch
+
+import memlab
 from memlab.families.resnet.techniques import PlainResNet, RevNet
 from memlab.reproductions.papers import mib, ratio, table
+from ._leaky_ctx import LeakyCtxOutput
+from memlab.cuda_replay.model import round_size
+from memlab.families.resnet.workload import ResNet
 
 __all__ = ["SEED", "TITLE", "CLAIM", "REPORT", "reproduce", "memcnn_models"]
 
@@ -80,18 +86,12 @@ LEAK_ITERATIONS = 10
 def _rounded(tensors) -> int:
     """Bytes the CUDA caching allocator hands out for these tensors, one block each (an empty
     tensor allocates nothing)."""
-    from memlab.cuda_replay.model import round_size
-
     return sum(round_size(t.nbytes) for t in tensors if t.nbytes)
 
 
 def memlab_model_bytes(name: str, cfg: dict[str, Any]) -> int:
     """memlab's network's parameters and buffers, each rounded up to 512 bytes (float32): what
     ``torch.cuda.memory_allocated()`` would show after building it on a GPU (MemCNN's "Model memory")."""
-    import torch
-
-    from memlab.families.resnet.workload import ResNet
-
     w = ResNet({**cfg, "depth": REPORT[name]["depth"]})
     p = (w.build if name == RESNET else w.build_revnet)(torch.device("cpu"), torch.float32, 0)
     return _rounded([*p.model.parameters(), *p.model.buffers()])
@@ -108,8 +108,7 @@ def memcnn_models(classes: int = 100, batch: int | None = MEMCNN_BATCH) -> dict[
     gradients and momentum it also counts from the second iteration on.
     """
     try:
-        import torch
-        from memcnn.models.resnet import BasicBlock, ResNet, RevBasicBlock
+        from memcnn.models.resnet import BasicBlock, ResNet, RevBasicBlock  # deferred: optional dependency
     except Exception:  # noqa: BLE001 - not installed, or its import failed: the page says so
         return None
     layouts = {"resnet32": (BasicBlock, [5, 5, 5], [16, 16, 32, 64]),
@@ -142,9 +141,6 @@ def memcnn_models(classes: int = 100, batch: int | None = MEMCNN_BATCH) -> dict[
 
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
-    import memlab
-    from ._leaky_ctx import LeakyCtxOutput
-
     c = _configs(quick)
     nets = {name: memlab.measure(name, depth=REPORT[name]["depth"], optimizer="sgd_momentum",
                                  iterations=c["net_iterations"], repeats=1, time_budget=1.0, timeout=3600, **c["nets"])

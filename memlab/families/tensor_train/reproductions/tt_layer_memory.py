@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import memlab
 from ..tt import TTShape, plan_contraction
 from memlab.core.units import MiB
 
@@ -32,8 +33,6 @@ TECHNIQUES = ("dense", "tt_report_einsum", "tt_factorized", "tt_reconstructed", 
 
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
-    import memlab
-
     # full mode: chunk 256 (16 chunks); chunk 16 at B=4096 (256 chunks of per-row GEMMs) ran past the
     # 900 s measurement timeout on a loaded 2-core machine
     batch, rank, chunk = (1024, 8, 16) if quick else (4096, 8, 256)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import memlab
 from memlab.core.complexity import badge, fit_exponent
 from memlab.reproductions.papers import activation, mib, paper_report, ratio, table
 
@@ -67,8 +68,6 @@ def flash_buffer_bytes(seq: int, threads: int = THREADS, element: int = 4) -> in
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure the three kernels over seq, then :func:`report`."""
-    import memlab
-
     c, seqs = configs(quick)
     opts = {"iterations": 1, "repeats": 1, "time_budget": 0.0, "threads": THREADS}
     ms = []

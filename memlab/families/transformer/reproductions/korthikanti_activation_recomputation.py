@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import memlab
 from memlab.reproductions.papers import mib, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "paper_terms", "differences", "configs",
@@ -120,10 +121,10 @@ def saved_tensors(c: dict[str, Any], seed: int = 0) -> list[dict[str, Any]]:
     tensor is one entry per storage (parameters left out), named by every ``Node.attribute`` that
     holds it, with its shape, dtype and bytes (the storage's).
     """
-    import torch
+    import torch  # deferred: torch line
 
-    from ..attention import eager_attention
-    from ..workload import Block
+    from ..attention import eager_attention  # deferred: torch line
+    from ..workload import Block  # deferred: torch line
 
     gen = torch.Generator().manual_seed(seed)
     block = Block(c["hidden"], c["heads"], c["dropout"], dtype=torch.bfloat16)
@@ -204,7 +205,7 @@ def _numel(shape) -> int:
 
 def _weight_of(node, names: dict[int, str]) -> str | None:
     """The Linear a GEMM node belongs to (by its saved weight), e.g. ``fc1``."""
-    import torch
+    import torch  # deferred: torch line
 
     for attr in ("_saved_mat2", "_saved_other"):
         try:
@@ -219,10 +220,9 @@ def _weight_of(node, names: dict[int, str]) -> str | None:
 def kept_per_layer(name: str, c: dict[str, Any], seed: int = 0) -> int:
     """Bytes a technique's forward keeps per layer (bfloat16): the exact allocation trace of one forward
     with two layers minus with one (what is alive at the end of forward, the output included)."""
-    import torch
+    import torch  # deferred: torch line
 
-    import memlab
-    from memlab.measurement.alloc_trace import trace_allocations
+    from memlab.measurement.alloc_trace import trace_allocations  # deferred: torch line
 
     kept = []
     for layers in (1, 2):
@@ -256,8 +256,6 @@ def per_layer_category(rows: dict[tuple[str, int], Any], category: str) -> int |
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure eager, selective and full recomputation at one and two layers, then :func:`report`."""
-    import memlab
-
     c = configs(quick)
     # checked: NOTE [ bfloat16 rows checked ]
     opts = {"iterations": 1, "repeats": 2, "time_budget": 0.5, "dtype": "bfloat16"}

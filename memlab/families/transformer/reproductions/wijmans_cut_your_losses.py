@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import memlab
 from memlab.reproductions.papers import activation, mib, paper_report, ratio, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "reproduce", "report", "loss_head_peak", "configs", "paper_scale"]
@@ -61,10 +62,10 @@ def chunked_bytes(n: int, v: int, d: int, chunk: int, e: int = 4) -> int:
 def loss_head_peak(kind: str, n: int, v: int, d: int, chunk: int = CHUNK, seed: int = 0) -> int:
     """The loss head's activation peak, measured: h [N, D] -> per-token loss [N], forward and backward,
     float32, live bytes above the start with the final gradients' storages left out (exact trace)."""
-    import torch
+    import torch  # deferred: torch line
 
-    from ..lm_loss import chunked_lm_loss, plain_lm_loss
-    from ..bytes import measured_loss_peak
+    from ..lm_loss import chunked_lm_loss, plain_lm_loss  # deferred: torch line
+    from ..bytes import measured_loss_peak  # deferred: torch line
 
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(n, d, generator=g).requires_grad_()
@@ -83,8 +84,6 @@ def paper_scale(chunk: int, e: int = 4) -> dict[str, int]:
 
 def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure the loss head alone (in process) and the whole step (isolated), then :func:`report`."""
-    import memlab
-
     base, points = configs(quick)
     opts = {"iterations": 1, "repeats": 2, "time_budget": 0.5}
     ms, heads = [], {}
