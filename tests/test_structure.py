@@ -176,14 +176,6 @@ DEFERRED_WHY = re.compile(r"# .*deferred: (optional dependency|torch line|import
 #: files whose function-level imports are not yet hoisted or explained: hoist them or say why, then
 #: delete their line here (the set only shrinks; a file with every reason given fails until it is gone)
 DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
-    "memlab/advisor/__init__.py",
-    "memlab/advisor/advise.py",
-    "memlab/advisor/decision.py",
-    "memlab/advisor/fit.py",
-    "memlab/advisor/migrate.py",
-    "memlab/advisor/model.py",
-    "memlab/advisor/time_check.py",
-    "memlab/advisor/trace.py",
     "memlab/cli/__init__.py",
     "memlab/cli/advise.py",
     "memlab/cli/bench_harness.py",

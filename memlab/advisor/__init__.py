@@ -9,6 +9,7 @@ from __future__ import annotations
 from .advise import AdviceError, advise, format_advice, format_verify, parse_budget, verify
 from ..core.declaration import AdvisorModel, Chunks, ChunksOf, Count, Declaration, Entry, NoLoop, ProductChunks, Repeated
 from .model import load_models, predict, predict_time
+from .fit import fit_all as impl
 
 __all__ = ["AdvisorModel", "Entry", "NoLoop", "Chunks", "ChunksOf", "ProductChunks", "Repeated", "Count", "Declaration", "AdviceError", "advise", "format_advice", "format_verify", "parse_budget", "verify", "load_models",
            "predict", "predict_time", "fit_all"]
@@ -16,6 +17,4 @@ __all__ = ["AdvisorModel", "Entry", "NoLoop", "Chunks", "ChunksOf", "ProductChun
 
 def fit_all(*args, **kwargs):
     """Fit and write the models (see :func:`memlab.advisor.fit.fit_all`; imports torch)."""
-    from .fit import fit_all as impl
-
     return impl(*args, **kwargs)

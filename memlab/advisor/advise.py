@@ -5,9 +5,13 @@ Answers from the committed models (:mod:`memlab.advisor.model`) without measurin
 """
 from __future__ import annotations
 
+import difflib
+import os
 import re
+import sys
 from typing import Any, Mapping, Sequence
 
+import memlab
 from ..core.host import describe, kernel_host
 from ..core.params import Param, split_params
 from ..core.record import Category
@@ -18,6 +22,7 @@ from ..core.declaration import as_declaration
 from .gpu_evidence import format_gpu_evidence, gpu_evidence
 from .model import (CATEGORIES, chunks_timed, clamp_time, load_models, models_path, predict, predict_time,
                     time_band)
+from ..registry import builtin_families, get_technique, list_advisors, list_families
 
 __all__ = ["AdviceError", "parse_budget", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
            "fmt_bytes", "format_categories", "error_bound", "bounded_reading", "CUDA_MARGIN", "MAX_BUDGET_BYTES",
@@ -129,12 +134,6 @@ def _not_modelled(family: str, fitted: list[str], optimizer: str) -> str:
     alone; otherwise this error path reads the registry (and so imports the families' modules, torch
     with them).
     """
-    import difflib
-    import os
-    import sys
-
-    from ..registry import builtin_families, list_advisors, list_families
-
     where = f"modelled families ({optimizer}): {', '.join(fitted) or 'none'}"
     plugins_possible = bool(os.environ.get("MEMLAB_PLUGINS")) or "torch" in sys.modules
     known = {name for name, _folder in builtin_families()} if not plugins_possible else set(list_families())
@@ -569,10 +568,7 @@ def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
         return {"measured": False, "reason": f"needs about {fmt_bytes(want)} and this machine has "
                 f"{fmt_bytes(avail)} available", "setting": first}
     if measure_fn is None:
-        import memlab
-
         measure_fn = memlab.measure
-    from ..registry import get_technique
 
     cls = get_technique(first["technique"])
     fixed = {k: v for k, v in first["params"].items() if k in cls.all_params()}

@@ -27,12 +27,15 @@ to bfloat16, whose CPU slowdown is a GPU's speed-up) is listed unranked by time.
 """
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..core.record import is_number
 from .model import MODELS_DIR
+from ..registry import builtin_families, plugin_families, read_family_meta
+from ..results import list_input_files, ranking_status, sweep_records
 
 __all__ = ["SWEEPS_DIR", "MEASURED_STATUSES", "time_error", "changes_dtype", "order_fits", "plain_verdict", "measured_params",
            "registered_techniques", "not_modelled", "fixed_selection", "declared_not_modelled"]
@@ -168,8 +171,6 @@ def measured_params(sweeps_dir: Path | None = None, warn: Callable[[str], None] 
     """Every technique of every family measured ``ok`` on CPU in the sweeps the site's Overview ranks
     (``data/sweeps/*.jsonl``): ``{family: {technique: {"peer": bool, "params": [each row's]}}}``; read
     as hostile input (:mod:`memlab.results`, each bad line one ``warn``)."""
-    from ..results import list_input_files, ranking_status, sweep_records
-
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for path in list_input_files(Path(sweeps_dir) if sweeps_dir is not None else SWEEPS_DIR, ".jsonl"):
         for _, rec in sweep_records(path, warn):
@@ -183,8 +184,6 @@ def measured_params(sweeps_dir: Path | None = None, warn: Callable[[str], None] 
 def registered_techniques(family: str) -> list[str]:
     """The built-in techniques of ``family``, from its folder's ``meta.py`` (every technique there has a
     colour), read without torch (:func:`memlab.registry.read_family_meta`)."""
-    from ..registry import builtin_families, read_family_meta
-
     return sorted(t for name, folder in builtin_families() if name == family
                   for t in read_family_meta(name, folder).colors)
 
@@ -202,10 +201,6 @@ def declared_not_modelled(family: str) -> dict[str, str]:
     Raises:
         ValueError: ``not_modelled`` there is not a literal mapping of technique name to text.
     """
-    import ast
-
-    from ..registry import builtin_families, plugin_families
-
     for name, folder in [*builtin_families(), *plugin_families()]:
         path = Path(folder) / "workload.py"
         if name != family or not path.is_file():

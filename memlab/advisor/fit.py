@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import itertools
 import json
 import statistics
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import memlab
 from ..core.declaration import BASE_K, Declaration, Entry, fitted_range
 from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bodies, encode_poly, mmapped_bytes,
                     models_path, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
+from ..core.atomic import write_text_atomic
+from ..core.host import kernel_host
+from ..registry import get_advisor, get_technique, list_advisors
+from . import trace as traces  # trace.raw_trace is looked up when called: the tests and own_model patch it
+from .trace import IdentificationError, check_distinct, monomial_library, symbolic_trace
 
 __all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "small_held_out_points", "time_model", "fault_term",
            "baseline_cost", "pooled_baseline_cost", "NS_PER_S", "events_peak"]
@@ -47,8 +54,6 @@ def declaration_of(family: str) -> Declaration:
     Raises:
         ValueError: the family declares no advisor model (one line naming the declared ones).
     """
-    from ..registry import get_advisor
-
     return get_advisor(family).declaration()
 
 
@@ -127,8 +132,6 @@ def _class(key: dict, baseline: dict, items: list, outer: str | None = None) -> 
 
 def _classes(fam: Declaration, entry: Entry, optimizer: str) -> tuple[list[dict], list[dict]]:
     """The model classes of one entry and every traced point (for the fitted range)."""
-    from .trace import check_distinct, monomial_library, symbolic_trace
-
     chunked = bool(entry.knobs)
     outer = fam.loop.outer_size()
     traced: list[dict] = []
@@ -184,14 +187,12 @@ def events_peak(events, categories=CATEGORIES) -> tuple[int, dict[str, int]]:
 
 def _traced_check(fam: Declaration, entry: Entry, optimizer: str, model: dict, seed: int) -> dict:
     """Predicted vs exactly replayed peaks (total and categories) at random held-out configurations."""
-    from .trace import raw_trace
-
     chunked = bool(entry.knobs)
     worst, worst_at, cats_ok = -1, None, True
     pts = fam.random_points(chunked, TRACED_HELD_OUT, seed)
     for p in pts:
         params = {**fam.workload_fixed, **entry.fixed, **p}
-        best = events_peak(raw_trace(entry.technique, params, optimizer))
+        best = events_peak(traces.raw_trace(entry.technique, params, optimizer))
         pred = predict(fam, model, p)
         err = abs(pred["total_peak_bytes"] - best[0])
         cats_ok &= all(pred["peak_by_category_bytes"][c] == best[1].get(c, 0) for c in CATEGORIES)
@@ -239,8 +240,6 @@ def _time_point(fam: Declaration, entry: Entry, p: dict, m) -> dict:
 def _changes_dtype(technique: str) -> bool:
     """:attr:`memlab.Technique.changes_dtype` of ``technique`` (False for a name no class registers: a
     fit driven by a stand-in measurement)."""
-    from ..registry import get_technique
-
     try:
         return bool(get_technique(technique).changes_dtype)
     except ValueError:
@@ -250,8 +249,6 @@ def _changes_dtype(technique: str) -> bool:
 def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Callable | None = None,
               say: Callable[[str], None] = lambda s: None, seed: int = 0) -> dict:
     """One entry's model: classes, fitted range, held-out checks (traced and measured), time model."""
-    import memlab
-
     started = time.perf_counter()
     fam = fam.for_entry(entry)
     classes, traced = _classes(fam, entry, optimizer)
@@ -433,7 +430,7 @@ def time_model(fam: Declaration, entry: Entry, points: list[dict], per_byte: flo
 def _lstsq_scaled(a, b):
     """Least squares of ``a x = b`` with ``a``'s columns scaled to unit norm first (the components'
     work spans orders of magnitude: tokens against tokens * vocab)."""
-    import numpy as np
+    import numpy as np  # deferred: torch line
 
     norms = np.linalg.norm(a, axis=0)
     norms[norms == 0] = 1.0
@@ -446,9 +443,7 @@ def baseline_cost(fam: Declaration, points: list[dict]) -> dict[str, float] | No
     coefficient >= 0, the sum of squared relative errors least (an exact non-negative least squares
     over the subsets of coefficients).  None with fewer usable points of distinct sizes than
     coefficients plus one."""
-    import itertools
-
-    import numpy as np
+    import numpy as np  # deferred: torch line
 
     names = sorted(fam.work)
     pts = [p for p in points if p.get("baseline_step_cpu_s")]
@@ -487,7 +482,7 @@ def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: f
                     cost: Mapping[str, float] | None, out: dict) -> tuple[dict, float]:
     """:func:`_time_fit` for a family of work components (NOTE [ work components ], NOTE [ per-chunk
     costs ])."""
-    import numpy as np
+    import numpy as np  # deferred: torch line
 
     names = sorted(fam.work)
     cost = cost or baseline_cost(fam, pts)
@@ -522,7 +517,7 @@ def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: f
 def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: float,
               cost: Mapping[str, float] | None = None) -> tuple[dict, float]:
     """:func:`time_model` and the sum of its squared relative residuals (0 unless ``work``)."""
-    import numpy as np
+    import numpy as np  # deferred: torch line
 
     note = ("relative_step_time (thread CPU time of the step over the family baseline's, one thread, median of "
             ">= 5 interleaved steps, up to 2 s of timing) at the points listed, fitted as r + (c + (k - 1) * o) / W"
@@ -580,7 +575,7 @@ def fault_term(fam: Declaration, entries: list[dict], *, say: Callable[[str], No
     the family's ``f`` and a ``fault`` record (the baseline's allocations ride along, so a model entry
     predicts alone).  Returns ``f`` (0 when the family has no modelled baseline or no time point
     allocates a block glibc maps afresh)."""
-    import numpy as np
+    import numpy as np  # deferred: torch line
 
     base = next((e for e in entries if e.get("baseline")), None)
     if base is None:
@@ -643,10 +638,7 @@ def fit_all(out_dir: Path, optimizers=OPTIMIZERS_FITTED, families=None, *, say: 
     Raises:
         ValueError: a family that declares no advisor model (before anything is traced).
     """
-    from ..registry import list_advisors
-    from .trace import raw_trace
-
-    import torch
+    import torch  # deferred: torch line
 
     declarations = [declaration_of(name) for name in (families or list_advisors())]
     # Traces run in this process on one intra-op thread: on a loaded machine every small op of a
@@ -656,7 +648,7 @@ def fit_all(out_dir: Path, optimizers=OPTIMIZERS_FITTED, families=None, *, say: 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     first = declarations[0]
-    raw_trace(first.entries[0].technique, first_trace_params(first))
+    traces.raw_trace(first.entries[0].technique, first_trace_params(first))
     gc.collect()  # import and initialise everything once, then keep torch's objects out of the collector
     gc.freeze()
     try:
@@ -681,9 +673,6 @@ def fit_family(fam: Declaration, optimizer: str, *, say: Callable[[str], None] =
             ``skip_unidentified`` only when every entry has one (the others are listed in
             ``not_modelled``: ``[{technique, label, reason}]``, and left out of the declaration).
     """
-    from ..registry import get_technique
-    from .trace import IdentificationError
-
     for e in fam.entries:
         if get_technique(e.technique).family() != fam.name:
             raise ValueError(f"advisor model of family {fam.name!r}: entry {e.label!r} is technique "
@@ -735,13 +724,11 @@ def kernels_of(fam: Declaration, optimizer: str) -> dict[str, Any]:
     """``{"host_dependent", "kernel_host"}`` of a family's model: whether any entry's step runs oneDNN
     kernels (a trace at the family's first trace point: NOTE [ host-dependent bytes ] in
     :mod:`memlab.core.host`), and the kernels this process picks, which such a model holds for."""
-    from ..core.host import kernel_host
-    from ..measurement.host_tags import ONEDNN_OPS
-    from .trace import raw_trace
+    from ..measurement.host_tags import ONEDNN_OPS  # deferred: torch line
 
     params = first_trace_params(fam)
     dependent = any(op in ONEDNN_OPS for e in fam.entries
-                    for _d, _c, _p, op in raw_trace(e.technique, {**params, **e.fixed}, optimizer))
+                    for _d, _c, _p, op in traces.raw_trace(e.technique, {**params, **e.fixed}, optimizer))
     return {"host_dependent": dependent, "kernel_host": kernel_host()}
 
 
@@ -759,8 +746,7 @@ def _kept_families(path: Path) -> dict[str, Any]:
 
 
 def _fit_all(out_dir, optimizers, declarations: list[Declaration], say, measure_fn) -> list[Path]:
-    from ..core.atomic import write_text_atomic
-    from ..measurement.environment import git_commit
+    from ..measurement.environment import git_commit  # deferred: torch line
 
     paths = []
     started = time.perf_counter()

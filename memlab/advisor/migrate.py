@@ -26,6 +26,8 @@ from ..core.atomic import write_text_atomic
 from ..core.declaration import Declaration
 from .model import MODELS_DIR
 from ..core.setting import DEFAULTS
+from .fit import declaration_of as fitted_declaration_of
+from .fit import kernels_of
 
 __all__ = ["migrate_file", "migrate_dir", "mismatch"]
 
@@ -80,9 +82,7 @@ def migrate_dir(directory: Path = MODELS_DIR, declaration_of: Callable[[str], De
                 ) -> dict[str, list[str]]:
     """:func:`migrate_file` on every ``cpu-float32-*.json`` under ``directory``: ``{file name: families added}``."""
     if declaration_of is None:
-        from .fit import declaration_of
-    from .fit import kernels_of
-
+        declaration_of = fitted_declaration_of
     return {p.name: migrate_file(p, declaration_of, kernels_of)
             for p in sorted(Path(directory).glob("cpu-float32-*.json"))}
 

@@ -79,6 +79,7 @@ from typing import Any, Mapping
 
 from ..core.record import CATEGORIES
 from ..core.declaration import Declaration, as_declaration
+from ..core.host import host_key, same_kernels
 
 __all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
            "MODELS_DIR", "host_variant_dir", "SCHEMA", "CATEGORIES", "predict_time", "chunk_bodies", "mmapped_bytes",
@@ -359,8 +360,6 @@ def models_path(optimizer: str, directory: Path | None = None) -> Path:
 def host_variant_dir(directory: Path | None, host: Mapping[str, Any]) -> Path:
     """Where the models fitted on ``host``'s kernels live beside ``directory``'s: ``hosts/<key>/``
     (NOTE [ host-dependent bytes ] in :mod:`memlab.core.host`)."""
-    from ..core.host import host_key
-
     return (directory or MODELS_DIR) / "hosts" / host_key(host)
 
 
@@ -401,8 +400,6 @@ def load_models(optimizer: str, directory: Path | None = None, host: Mapping[str
 
 def _hold_for(data: dict[str, Any], optimizer: str, directory: Path | None, host: Mapping[str, Any]) -> None:
     """:func:`load_models`' ``host`` step, in place."""
-    from ..core.host import same_kernels
-
     variant_dir = host_variant_dir(directory, host)
     variants = (load_models(optimizer, variant_dir)["families"] if models_path(optimizer, variant_dir).is_file()
                 else {})

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import memlab
 from ..core.atomic import write_text_atomic
 from ..registry import family_meta
 from .model import MODELS_DIR, load_models, predict_time
@@ -65,8 +66,6 @@ def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | N
     Raises:
         ValueError: ``runs`` < 1.
     """
-    import memlab
-
     if runs < 1:
         raise ValueError(f"runs={runs!r} is out of range: expected 1 or more")
     measure_fn = measure_fn or memlab.measure

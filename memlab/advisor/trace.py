@@ -14,6 +14,7 @@ import gc
 import itertools
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from ..core.setting import DEFAULTS
@@ -86,14 +87,13 @@ def raw_trace(technique_name: str, params: Mapping[str, Any],
     Events before the traced step have phase ``pre``; their categories are those of the blocks
     (baseline tensors: parameters, inputs, optimizer state).
     """
-    import torch
+    import torch  # deferred: torch line
 
-    from ..measurement import prepare
-    from ..measurement import alloc_trace
+    from ..measurement import alloc_trace, prepare  # deferred: torch line
     # the category replay's pairing and attribution, the same as the measurement's
-    from ..measurement.categories import (Probe, baseline_categories, block_categories, category_of,
+    from ..measurement.categories import (Probe, baseline_categories, block_categories, category_of,  # deferred: torch line
                                           pair_blocks)
-    from ..measurement.step import make_step
+    from ..measurement.step import make_step  # deferred: torch line
 
     technique, dev, dt = prepare(technique_name, dict(params), "cpu", "float32", "train")
     gc.collect()
@@ -228,8 +228,6 @@ def _solve_poly(sizes: Sequence[int], points: Sequence[Mapping[str, int]], lib,
                 max_quantum: int) -> list[tuple[tuple[str, ...], int]] | None:
     """Integer coefficients ``[(monomial, c)]`` (non-zero) of ``lib`` reproducing ``sizes`` at every
     point, with one point or more beyond the unknowns as a check; None when there is none."""
-    from fractions import Fraction
-
     rows = [[Fraction(mono_value(m, p)) for m in lib] + [Fraction(s)] for p, s in zip(points, sizes)]
     n = len(lib)
     if len(rows) < n + 1:
