@@ -6,7 +6,6 @@ ValueError naming the value), then run in a fresh subprocess unless ``isolate=Fa
 from __future__ import annotations
 
 import os
-
 from typing import Any
 
 from ..registry import get_technique, load_plugin
@@ -16,7 +15,7 @@ from .inprocess import measure_in_process, memory_method, skeleton, timeline_in_
 from ..core.record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
 from ..core.setting import DEFAULTS, Point, Setting
 from .micro_batches import check_accumulate
-from .runner import WorkerFailed, run_in_subprocess
+from .runner import ISOLATION_MODES, WorkerFailed, run_in_subprocess
 
 __all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare", "as_point", "Point",
            "Setting"]
@@ -46,8 +45,6 @@ def _isolation(isolate: bool | str) -> str:
 
 
 def _check_isolation(isolate: bool | str) -> None:
-    from .runner import ISOLATION_MODES
-
     if not (isinstance(isolate, bool) or isolate in ISOLATION_MODES):
         raise ValueError(f"isolate={isolate!r} is not valid; valid: True, False, "
                          f"{', '.join(repr(m) for m in ISOLATION_MODES)}")
@@ -105,10 +102,9 @@ def measure(target: str | type[Technique] | Point, *, setting: Setting | None = 
         timeout: seconds before an isolated run is abandoned (status ``error``).
         time_budget: seconds of timing (on the relative time's clock: thread CPU time at one thread) after which
             sampling stops, once ``repeats`` steps are taken (NOTE [ when to stop timing ]).
-        optimizer: the training step's optimizer, one of :data:`memlab.core.setting.OPTIMIZERS`: ``sgd``
-            (the default), ``sgd_momentum``, ``adam``, ``adamw``, ``adafactor``, or one of them
-            ``_in_backward`` (each parameter stepped in its post-accumulate-grad hook, its gradient freed
-            at once); its state is the ``optimizer_state`` category; a technique may supply its own.
+        optimizer: one of :data:`memlab.core.setting.OPTIMIZERS`: ``sgd`` (the default), ``sgd_momentum``, ``adam``,
+            ``adamw``, ``adafactor``, or one of them ``_in_backward`` (each parameter stepped in its post-accumulate-grad
+            hook, its gradient freed at once); its state is the ``optimizer_state`` category; a technique may supply its own.
         loss: ``given`` (the default: ``output.backward(grad_output)``, the upstream gradient
             preallocated in the baseline) or ``mse`` (``mse_loss(output.float(), zeros)``: the upstream
             gradient is allocated inside the step, as in a user's loop).

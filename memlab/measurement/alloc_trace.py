@@ -43,6 +43,7 @@ from ..core.setting import DEFAULTS
 from . import host_tags
 from .conv_marks import CONV_MARK, marked_convolutions
 from .host_marks import marked_offloading
+from .step import make_step
 
 # NOTE [ the profiler's native log ]
 # Kineto, behind torch.profiler, writes "USDT: ... profiler_start" and "... profiler_stop" to stderr
@@ -272,10 +273,6 @@ def trace_step(technique, *, mode: str = DEFAULTS.mode, dtype: str = DEFAULTS.dt
     Returns:
         ``(events, windows)`` for :func:`memlab.cuda_replay.prediction.predict_cuda`.
     """
-    import torch
-
-    from .step import make_step
-
     dev = torch.device("cpu")
     dt = getattr(torch, dtype)
     technique.check_available(dev)

@@ -26,7 +26,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+import memlab
 from ..core.setting import DEFAULTS
+from ..core.errors import TechniqueUnavailable
+from ..registry import family_meta
 
 __all__ = ["limit_points", "LimitRow", "measure_limits", "limits_table", "baseline_flops"]
 
@@ -34,8 +37,6 @@ def limit_points(environ: Mapping[str, str] | None = None) -> list[tuple[str, di
     """``(technique, params)`` of the limits table (issue 32's measurements): the points every family
     folder's ``meta.py`` names in ``LIMIT_POINTS`` (built-in and plug-in folders of ``environ``'s
     ``MEMLAB_PLUGINS``, :func:`memlab.registry.family_meta`), in their positions' order."""
-    from ..registry import family_meta
-
     points = [p for meta in family_meta(environ).values() for p in meta.limit_points]
     return [(name, params) for _, name, params in sorted(points, key=lambda p: p[0])]
 
@@ -75,8 +76,6 @@ class LimitRow:
 
 
 def _workload_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    import memlab
-
     return {k: v for k, v in params.items() if k in memlab.get_technique(name).workload.params}
 
 
@@ -84,8 +83,6 @@ def baseline_flops(name: str, params: dict[str, Any], baseline: str, *,
                    timeout: float = DEFAULTS.timeout) -> int | None:
     """FLOPs of one step of ``baseline`` at ``name``'s workload configuration (a forked
     measurement: one traced step, no reference check, one timed step)."""
-    import memlab
-
     m = memlab.measure(baseline, isolate="fork", iterations=1, repeats=1, time_budget=0, check=False,
                        timeout=timeout, **_workload_params(name, params))
     return m.flops if m.status in ("ok", "mismatch") else None
@@ -96,10 +93,6 @@ def measure_limits(points: Sequence[tuple[str, dict[str, Any]]] | None = None, *
     """Measure every point (forked, one traced iteration, ``repeats`` interleaved timed steps, no
     time budget) and its baseline's FLOPs; a point that fails or is unavailable gives a row with
     its status and no figures; ``points`` default: :func:`limit_points`."""
-    import memlab
-
-    from ..core.errors import TechniqueUnavailable
-
     points = limit_points() if points is None else points
     cache: dict[tuple, int | None] = {}
     rows = []

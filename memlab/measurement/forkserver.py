@@ -32,6 +32,7 @@ Protocol: JSON lines.  Server -> caller ``{"ready": pid}`` once; caller -> serve
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -40,7 +41,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from typing import Any
+
+import torch
+import torch.utils.flop_counter  # noqa: F401 - imported by every measurement
+from torch.profiler import profile  # noqa: F401
+
+from .. import registry
+from . import environment, inprocess, worker  # noqa: F401 - imported before any fork
 
 __all__ = ["ForkServer", "ServerFailed", "ParentKilled", "serve", "fork_available", "kill_group", "die_with_parent",
            "PARENT_ENV"]
@@ -65,14 +74,7 @@ def fork_available() -> bool:
 # -- server side ----------------------------------------------------------------------------------
 
 def _warm() -> None:
-    """Import what every measurement imports, and what its first step imports lazily."""
-    import torch
-    import torch.utils.flop_counter  # noqa: F401 - imported by every measurement
-    from torch.profiler import profile  # noqa: F401
-
-    from .. import registry
-    from . import environment, inprocess, worker  # noqa: F401
-
+    """Run what every measurement's first step imports lazily (its modules are imported above)."""
     p = torch.nn.Parameter(torch.zeros(1))
     p.grad = torch.zeros(1)
     torch.optim.SGD([p], lr=0.1, foreach=False).step()  # imports torch._dynamo (NOTE above)
@@ -85,7 +87,6 @@ def _warm() -> None:
     # Everything imported so far lives as long as the server: moved out of the collector's sight,
     # a child's gc.collect() (five per measurement) scans only the measurement's own objects
     # (0.18 s -> ms each) and never writes to the inherited pages (no copy-on-write growth).
-    import gc
 
     gc.collect()
     gc.freeze()
@@ -108,14 +109,10 @@ def _child(job: dict[str, str], server: int) -> None:
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", closefd=False)
         sys.stderr = open(2, "w", closefd=False)
-        from . import worker
-
         code = worker.main([job["request"], job["result"]])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - report like a crashed worker: traceback in the log, exit 1
-        import traceback
-
         traceback.print_exc()
         code = 1
     finally:

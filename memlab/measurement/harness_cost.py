@@ -25,7 +25,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+import memlab
 from ..core.record import WHOLE_STATUSES
+from ..registry import family_meta
+from memlab.measurement.runner import shutdown_server
 
 __all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "load_points", "quick_points",
            "quick_techniques", "report"]
@@ -40,8 +43,6 @@ def quick_techniques() -> tuple[str, ...]:
     Raises:
         ValueError: a family with more than one baseline technique (the message names them).
     """
-    import memlab
-
     out = []
     for family in memlab.list_families():
         baselines = [n for n in memlab.list_techniques(family) if memlab.get_technique(n).baseline]
@@ -57,8 +58,6 @@ def quick_techniques() -> tuple[str, ...]:
 def quick_points(names=None) -> list[tuple[str, dict[str, Any]]]:
     """``(technique, params)`` at the first quick-grid configuration of each technique's family
     (default: :func:`quick_techniques`, one per family)."""
-    import memlab
-
     names = quick_techniques() if names is None else names
     out = []
     for name in names:
@@ -114,8 +113,6 @@ def load_points(environ: Mapping[str, str] | None = None) -> list[tuple[str, dic
     points every family folder's ``meta.py`` names in ``HARNESS_LOAD_POINTS`` (built-in and plug-in
     folders of ``environ``'s ``MEMLAB_PLUGINS``, :func:`memlab.registry.family_meta`), in their
     positions' order (issue 15's three: a chunking, a tensor-train and a reversible technique)."""
-    from ..registry import family_meta
-
     points = [p for meta in family_meta(environ).values() for p in meta.harness_load_points]
     return [(name, params) for _, name, params in sorted(points, key=lambda p: p[0])]
 
@@ -132,9 +129,6 @@ def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_bud
              progress: Callable[[str], None] | None = None) -> list[OverheadRow]:
     """Measure every point in every mode (the fork server is started first, by one untimed measurement of
     the first point, and not counted)."""
-    import memlab
-    from memlab.measurement.runner import shutdown_server
-
     points = quick_points() if points is None else points
     if "fork" in modes and points:
         first, params = points[0]
@@ -191,8 +185,6 @@ def load_robustness(points=None, *, load_processes: int | None = None, runs: int
     (``threads=None``: the timed phase at one thread, relative time in thread CPU time; ``repeats``
     and ``time_budget`` as ``memlab measure``'s defaults: NOTE [ when to stop timing ]); ``points``
     default: :func:`load_points`."""
-    import memlab
-
     points = load_points() if points is None else points
     load_processes = 3 * (os.cpu_count() or 1) if load_processes is None else load_processes
     rows: list[LoadRow] = []

@@ -28,6 +28,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
+import torch
+
 __all__ = ["PLACES", "TagRule", "RULES", "ONEDNN_OPS", "HOST_MARK", "rng_state_bytes", "place_of", "tag_events"]
 
 #: every place an allocation can have (see NOTE [ device tags ])
@@ -50,8 +52,6 @@ def rng_state_bytes() -> int:
     """Bytes of ``torch.get_rng_state()`` in this build (5,056 with torch 2.13: the mt19937 state).
 
     Called after recording (the tensor it makes must not enter a trace)."""
-    import torch
-
     return int(torch.get_rng_state().numel())
 
 

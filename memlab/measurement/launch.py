@@ -10,7 +10,10 @@ docs/evidence/code-notes.md#launch-die-with-parent).  This file imports nothing 
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import runpy
 import signal
 import sys
 
@@ -34,8 +37,6 @@ def die_with_parent(parent: int | None = None) -> None:
     """
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-    import ctypes.util
 
     if parent is None:
         parent = int(os.environ.get(PARENT_ENV) or os.getppid())
@@ -94,7 +95,6 @@ def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:  # Python 3.10: no -P, the script's folder
         del sys.path[0]
-    import runpy
 
     module = sys.argv[1]
     sys.argv = [module, *sys.argv[2:]]

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 from ..registry import loaded_plugins
 from ..technique import Technique
-from .forkserver import kill_group
+from .forkserver import ForkServer, ParentKilled, ServerFailed, fork_available, kill_group
 from .launch import PARENT_ENV
 from .launch import command as launch_command
 
@@ -284,8 +284,6 @@ def _same_setting(a: dict[str, str], b: dict[str, str]) -> bool:
 
 def _server_for(env: dict[str, str]):
     """This thread's running fork server for ``env`` (plug-ins, paths, malloc setting), started if needed."""
-    from .forkserver import ForkServer
-
     key = threading.get_ident()
     with _servers_lock:
         server = _servers.get(key)
@@ -329,8 +327,6 @@ atexit.register(shutdown_server)
 
 
 def _resolve_mode(isolate: str, request: dict[str, Any]) -> str:
-    from .forkserver import fork_available
-
     if isolate not in ISOLATION_MODES:
         raise ValueError(f"isolate={isolate!r} is not valid; valid: True, False, {', '.join(map(repr, ISOLATION_MODES))}")
     if isolate == "spawn":
@@ -370,8 +366,6 @@ def run_in_subprocess(technique: type[Technique], request: dict[str, Any], timeo
             json.dump(request, f)
         outcome = None
         if mode == "fork":
-            from .forkserver import ParentKilled, ServerFailed
-
             try:
                 outcome = _server_for(env).run({"tmp": tmp, "request": req_path, "result": res_path,
                                                 "output": out_path}, timeout)

@@ -71,9 +71,8 @@ buffers, state shared between instances) then shows as a parameter mismatch nami
 """
 from __future__ import annotations
 
-import math
-
 import ctypes
+import math
 import time
 from dataclasses import dataclass
 
@@ -81,6 +80,7 @@ import numpy as np
 import torch
 
 from ..core.setting import DEFAULTS
+from .step import make_step
 
 __all__ = ["SAMPLES", "DRIFT_FACTOR", "FLOOR_ULPS", "StepLog", "StepComparison", "StepChecker", "checker_for",
            "compare_logs", "Shadow", "ReferenceAsTechnique", "Float64Arbiter",
@@ -497,8 +497,6 @@ class Shadow:
 
     def __init__(self, technique, device, dtype, mode: str, seed: int, optimizer: str, loss: str,
                  accumulate: int = DEFAULTS.accumulate, grads: str = DEFAULTS.grads):
-        from .step import make_step
-
         self.problem = build_problem(technique, device, dtype, seed, loss)
         params = [p for p in self.problem.model.parameters() if p.requires_grad]
         own = technique.make_optimizer(params, optimizer) if mode == "train" and params else None

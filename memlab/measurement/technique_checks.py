@@ -18,6 +18,7 @@ from typing import Any, Iterator
 from .reference_check import CheckOutcome, check_outcome, check_technique, config_text, first_line
 from ..registry import get_technique, list_techniques
 from ..core.setting import DEFAULTS, MAX_TIMEOUT_S
+from .runner import WorkerFailed, run_in_subprocess
 
 __all__ = ["check_technique", "check_outcome", "iter_checks", "check_all", "check_timeout", "CheckOutcome",
            "DEFAULT_TIMEOUT_S", "MAX_TIMEOUT_S"]
@@ -43,8 +44,6 @@ def check_timeout(value: Any, name: str = "timeout") -> float:
 
 def _check_isolated(name: str, mode: str, timeout: float, as_swept: bool = False) -> CheckOutcome:
     """Check one technique in a child process (:func:`~memlab.measurement.runner.run_in_subprocess`)."""
-    from .runner import WorkerFailed, run_in_subprocess
-
     request = {"kind": "check", "technique": name, "mode": mode, "device": "cpu", "as_swept": as_swept}
     config = config_text(name, as_swept)
     try:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..core.record import MIN_LEAK_STEPS
+from ..core.record import MIN_LEAK_STEPS, fmt_mib
 
 __all__ = ["leak_per_step", "decide", "leak_reason", "LEAK_THRESHOLD_BYTES", "MIN_LEAK_STEPS"]
 
@@ -74,8 +74,6 @@ def leak_per_step(after: Sequence[int]) -> float | None:
 
 
 def leak_reason(per_step: float, after: Sequence[int]) -> str:
-    from ..core.record import fmt_mib
-
     return (f"live memory grows by {fmt_mib(per_step)} ({per_step:.0f} B) per step "
             f"(after each step: {', '.join(fmt_mib(a) for a in after)})")
 

@@ -10,24 +10,25 @@ temporary folder, so nothing is imported from the caller's directory (NOTE [ wor
 """
 from __future__ import annotations
 
+import gc
 import json
 import sys
 
 from ..core.atomic import write_text_atomic
+from ..core.record import Measurement
+from ..core.setting import Setting
+from ..registry import get_technique
+from .resident import fix_mmap_threshold
+from .devices import parse_device, parse_dtype
+from .inprocess import measure_in_process, time_measured, timeline_in_process
+from .reference_check import check_outcome
 
 
 def main(argv: list[str]) -> int:
     request_path, result_path = argv
     with open(request_path) as f:
         req = json.load(f)
-    from ..registry import get_technique
-    from .devices import parse_device, parse_dtype
-    from ..core.record import Measurement
-    from ..core.setting import Setting
-    from .inprocess import measure_in_process, time_measured, timeline_in_process
-    from .resident import fix_mmap_threshold
 
-    import gc
 
     gc.collect()
     gc.freeze()  # imports stay for the process's life: keep them out of every gc.collect() (forkserver NOTE)
@@ -59,8 +60,6 @@ def run_check(req: dict) -> dict:
     reference check as a :class:`~memlab.measurement.reference_check.CheckOutcome` dict.  An exception of the technique is
     its ``ERROR`` outcome; ``sys.exit`` or ``os._exit`` in it ends this process without a result, which
     the runner reports (``exited with code 0 before writing a result``)."""
-    from .reference_check import check_outcome
-
     return check_outcome(req["technique"], mode=req.get("mode", "train"), as_swept=req.get("as_swept", False)).to_dict()
 
 
