@@ -211,15 +211,6 @@ DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
     "memlab/site/context.py",
     "memlab/site/figures.py",
     "memlab/site/overview.py",
-    "memlab/sweep/demo.py",
-    "memlab/sweep/merge.py",
-    "memlab/sweep/output.py",
-    "memlab/sweep/plan.py",
-    "memlab/sweep/progress.py",
-    "memlab/sweep/ray_executor.py",
-    "memlab/sweep/resume.py",
-    "memlab/sweep/run.py",
-    "memlab/sweep/shard.py",
     "memlab/technique.py",
 })
 

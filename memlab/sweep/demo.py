@@ -17,8 +17,13 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+import torch
+
 from .plan import SweepPoint, parse_grid, plan_sweep
 from .summary import NotOk, classify_not_ok, demo_summary
+from ..registry import get_technique
+from ..technique import TechniqueUnavailable
+from .output import read_jsonl
 
 __all__ = ["plan_of", "plan_line", "skipped_points", "known_mismatch_of", "summary_lines", "site_lines", "main"]
 
@@ -46,8 +51,6 @@ def plan_of(options: list[str]) -> tuple[list[SweepPoint], argparse.Namespace]:
 def _unsupported(points: list[SweepPoint], device: str) -> list[SweepPoint]:
     """The points whose technique does not run on ``device`` (its ``devices``) or is known to refuse it
     (its ``known_unavailable``)."""
-    from ..registry import get_technique
-
     kind = device.split(":")[0]
     out = []
     for p in points:
@@ -77,8 +80,6 @@ def skipped_points(points: list[SweepPoint], rows: list, device: str) -> list[No
     """The planned points with no row, each with why: expected when its technique does not run on
     ``device`` (its ``devices``, or its ``known_unavailable`` ``{device type: why}``); otherwise the
     technique's own refusal (a missing package...) or "no row written", unexpected."""
-    from ..registry import get_technique
-
     out = []
     kind = device.split(":")[0]
     for p in points:
@@ -97,10 +98,6 @@ def skipped_points(points: list[SweepPoint], rows: list, device: str) -> list[No
 
 def _refusal(cls, point: SweepPoint, device: str) -> str:
     """Why the technique refuses ``point`` on ``device`` (its first line), or that it left no row."""
-    import torch
-
-    from ..technique import TechniqueUnavailable
-
     try:
         cls(**point.params).check_available(torch.device(device))
     except TechniqueUnavailable as exc:
@@ -110,8 +107,6 @@ def _refusal(cls, point: SweepPoint, device: str) -> str:
 
 def known_mismatch_of(technique: str) -> Mapping[str, str]:
     """A technique's ``known_mismatch`` (``{tensor: why}``; empty when it declares none or is not registered)."""
-    from ..registry import get_technique
-
     try:
         return dict(getattr(get_technique(technique), "known_mismatch", None) or {})
     except (KeyError, ValueError):
@@ -120,8 +115,6 @@ def known_mismatch_of(technique: str) -> Mapping[str, str]:
 
 def summary_lines(path: str, options: list[str]) -> tuple[list[str], int]:
     """The summary of the sweep file ``path`` made with ``options``, and the number of unexpected items."""
-    from .output import read_jsonl
-
     points, args = plan_of(options)
     rows = read_jsonl(path, warn=lambda line: print(line, file=sys.stderr))
     not_ok = classify_not_ok(rows, known_mismatch_of, skipped_points(points, rows, args.device))

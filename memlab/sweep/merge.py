@@ -23,6 +23,7 @@ from ..core.atomic import write_text_atomic
 from ..core.record import row_status
 from ..core.setting import Point, Setting
 from .compare import EXACT_FIELDS, point_key, sweep_lines
+from ..registry import get_technique
 
 __all__ = ["MergeConflict", "MergeReport", "merge_shards"]
 
@@ -184,8 +185,6 @@ def _check_plan(merged: dict, report: MergeReport, replan) -> None:
 def _runs_on(technique: str, device: str) -> bool:
     """Whether ``technique`` can run on a ``device`` type (``cpu``, ``cuda``): a sweep skips, with no row,
     the points of a technique that cannot (``offload_activations`` on the CPU)."""
-    from ..registry import get_technique
-
     try:
         return device in get_technique(technique).devices
     except (KeyError, ValueError):

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from ..core.atomic import FileLocked, append_line_durable, lock_exclusive
 from ..core.record import Measurement
+from ..results import sweep_records
 
 __all__ = ["SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "read_jsonl", "torn_tail",
            "say"]
@@ -169,7 +170,6 @@ def _refuse_to_replace(fd: int, path: str, replace: bool) -> None:
     ``replace`` was not asked for (NOTE [ sweep output ])."""
     if replace or not os.fstat(fd).st_size:
         return
-    from ..results import sweep_records
 
     rows = sum(1 for _ in sweep_records(path, lambda _msg: None))
     if rows:
@@ -179,8 +179,6 @@ def _refuse_to_replace(fd: int, path: str, replace: bool) -> None:
 
 def _is_sweep_file(path: str) -> bool:
     """True for an empty file or one whose first non-blank line is a row the site reads."""
-    from ..results import sweep_records
-
     problems: list[str] = []
     next(sweep_records(path, problems.append), None)  # a bad first line is reported before any row
     return not problems

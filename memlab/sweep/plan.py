@@ -2,6 +2,7 @@
 product or each technique's defaults."""
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ..registry import get_technique, list_families, list_techniques
@@ -34,8 +35,6 @@ def parse_grid(specs: list[str]) -> dict[str, list[str]]:
 
 def _grid_points(cls, grid: dict[str, list[str]]) -> list[dict[str, Any]]:
     """The cross product of ``grid`` for one technique, each value parsed by the technique's Param."""
-    import itertools
-
     specs = cls.all_params()
     unknown = [k for k in grid if k not in specs]
     if unknown:

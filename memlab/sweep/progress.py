@@ -4,18 +4,20 @@ The command line parses and calls; what a running sweep shows and how it stops c
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 
 from .eta import Eta, size_of
+from ..core.record import fmt_mib
+from ..registry import get_technique
 
 __all__ = ["Progress", "Terminated", "sigterm_as_interrupt", "sweep_eta"]
 
 
 def sweep_eta(points, jobs: int) -> Eta:
     """An :class:`~memlab.sweep.eta.Eta` over the planned ``points`` (each sized by its workload's parameters)."""
-    from ..registry import get_technique
-
     def describe(point):
         cls = get_technique(point.technique)
         return cls.workload.name, size_of(cls(**point.params).config, cls.workload.params)
@@ -42,8 +44,6 @@ class Progress:
         self.broken = False
 
     def __call__(self, done, total, point, m, seconds) -> None:
-        from ..core.record import fmt_mib
-
         if self.started is None:
             self.started = time.perf_counter()
         params = " ".join(f"{k}={v}" for k, v in sorted(point.params.items()))
@@ -83,9 +83,6 @@ def sigterm_as_interrupt():
     """Make SIGTERM raise :class:`Terminated` in this (main) thread; returns the function that
     restores the previous handler.  A sweep's children lead their own sessions, so a ``kill`` of the
     sweep reaches none of them: without this the measurements went on, orphaned, after the sweep died."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 

@@ -21,6 +21,14 @@ import dataclasses
 import time
 from typing import Any, Iterator
 
+from ..core.record import Measurement
+from ..measurement.devices import parse_device
+from ..measurement.inprocess import skeleton
+from ..registry import get_technique, loaded_plugins
+from memlab.core.setting import Point, Setting
+from memlab.measurement import measure
+from memlab.registry import load_plugin, loaded_plugins
+
 __all__ = ["RAY_RETRIES", "ray_available", "run_on_ray"]
 
 #: how many times Ray re-runs a point whose worker died, before memlab records it as an error
@@ -30,7 +38,7 @@ RAY_RETRIES = 1
 def ray_available() -> str | None:
     """None when ``ray`` imports, else why not (one line, for the CLI and the tests' skip reason)."""
     try:
-        import ray  # noqa: F401
+        import ray  # noqa: F401; deferred: optional dependency
     except ImportError as exc:
         return f"the Ray executor needs ray (pip install 'memlab[cluster]'): {exc}"
     return None
@@ -40,10 +48,6 @@ def _measure_task(technique: str, params: dict[str, Any], setting: str, run_kw: 
                   plugins: list[str]) -> str:
     """Runs on a Ray worker: the isolated measurement of one point (its setting as
     :meth:`~memlab.core.setting.Setting.to_json`), as a Measurement JSON line."""
-    from memlab.measurement import measure
-    from memlab.registry import load_plugin, loaded_plugins
-    from memlab.core.setting import Point, Setting
-
     for path in plugins:
         if path not in loaded_plugins():
             load_plugin(path)
@@ -52,10 +56,6 @@ def _measure_task(technique: str, params: dict[str, Any], setting: str, run_kw: 
 
 def _error_row(point, exc: BaseException):
     """The ``error`` row of a point whose task failed twice (worker deaths)."""
-    from ..measurement.devices import parse_device
-    from ..measurement.inprocess import skeleton
-    from ..registry import get_technique
-
     technique = get_technique(point.technique)(**point.params)
     row = skeleton(technique, str(parse_device(point.setting.device)), point.setting)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -74,10 +74,8 @@ def run_on_ray(points: list, run_kw: dict[str, Any], *,
     Connects to ``address`` (a running cluster: ``auto`` or ``ray://host:port``), or uses the Ray
     instance this process already started, or starts a local one.
     """
-    import ray
+    import ray  # deferred: optional dependency
 
-    from ..core.record import Measurement
-    from ..registry import loaded_plugins
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, include_dashboard=False)

@@ -7,6 +7,7 @@ from typing import Callable
 from ..core.record import FINISHED_STATUSES, MIN_LEAK_STEPS, Status, row_status
 from ..registry import get_technique
 from ..core.setting import DEFAULTS, Point, Setting
+from ..results import sweep_records
 
 # FINISHED_STATUSES (memlab.core.record.Status.finished): a resumed sweep does not repeat them (a verdict
 # is deterministic); ``oom`` and ``error`` rows may be transient and are measured again.  A row that
@@ -45,8 +46,6 @@ def finished_keys(path: str | os.PathLike, warn: Callable[[str], None] | None = 
     its tolerance), is passed to ``warn`` as ``memlab: warning: FILE:LINE: ...`` and does not count, so
     its point is measured again.
     """
-    from ..results import sweep_records
-
     if not os.path.exists(path):
         return set()
 

@@ -10,11 +10,16 @@ import threading
 import time
 from typing import Any, Callable, Iterator, TextIO
 
+import torch
+
 from ..core.atomic import append_line_durable
 from ..measurement import measure
 from ..core.record import Measurement
 from ..core.setting import DEFAULTS, Point, Setting
 from .output import SweepOutput, say
+from .ray_executor import run_on_ray
+from ..measurement.runner import close_thread_server, kill_children_of, pin_gpu
+from ..technique import TechniqueUnavailable
 
 __all__ = ["EXECUTORS", "run_sweep", "check_jobs", "visible_gpus"]
 
@@ -81,14 +86,10 @@ def _threads(setting: Setting, jobs: int) -> Setting:
 
 
 def _measured(points, out, progress, warn, jobs, run_kw, row_extra, gpu_pins, executor) -> Iterator[Measurement]:
-    from ..technique import TechniqueUnavailable
-
     def measure_one(point: Point) -> Measurement:  # the keyword form: every field of the point's setting
         return measure(point.technique, **point.setting.to_dict(), **run_kw, **point.params)
 
     if executor[0] == "ray":
-        from .ray_executor import run_on_ray
-
         finished = run_on_ray(points, run_kw, address=executor[1])
     elif jobs == 1 and gpu_pins is None:
         finished = _one_at_a_time(points, measure_one, progress)
@@ -135,7 +136,6 @@ def visible_gpus() -> list[str]:
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     if env is not None:
         return [e.strip() for e in env.split(",") if e.strip()]
-    import torch
 
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
 
@@ -190,8 +190,6 @@ def _one_at_a_time(points, measure_one, progress):
 def _in_parallel(points, measure_one, jobs: int, gpu_pins: list[str] | None = None):
     """Yield :func:`_attempt` of each point as ``jobs`` threads finish them (thread k's children
     pinned to ``gpu_pins[k]`` when given)."""
-    from ..measurement.runner import close_thread_server, kill_children_of, pin_gpu
-
     todo: queue.Queue = queue.Queue()
     for point in points:
         todo.put(point)

@@ -14,6 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from ..registry import get_technique
+from .eta import size_of
+
 __all__ = ["MAX_SHARDS", "parse_shard", "shard_indices", "select_shard", "plan_digest", "shard_record",
            "point_cost", "ShardSummary", "summarise"]
 
@@ -41,9 +44,6 @@ def _canonical(point: Any) -> str:
 def point_cost(point: Any) -> tuple[str, float | None]:
     """``(workload name, size)`` of a sweep point: the product of its workload's numeric parameters
     (memlab.sweep.eta.size_of), the quantity the sweep's ETA scales each point's seconds by."""
-    from ..registry import get_technique
-    from .eta import size_of
-
     cls = get_technique(point.technique)
     return cls.workload.name, size_of(cls(**point.params).config, cls.workload.params)
 
