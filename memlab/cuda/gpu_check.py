@@ -44,7 +44,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable
 
+import memlab
 from ..core.setting import DEFAULTS, Point, Setting
+from ..core.atomic import write_text_atomic
+from ..registry import get_technique, list_techniques
 
 __all__ = ["configurations", "config_key", "predict", "measure_on_device", "row_for", "load_predictions", "check_all",
            "main"]
@@ -59,8 +62,6 @@ _COMMON = Setting(iterations=2, repeats=1, time_budget=0.0, check=False)
 def configurations(reproductions: Path, quick: bool = False) -> list[dict[str, Any]]:
     """``{"technique", "params", "mode", "optimizer"}``: each built-in technique at its defaults (its
     check configuration with ``quick``), then each CPU configuration of the seed reproductions."""
-    from ..registry import get_technique, list_techniques
-
     out: dict[str, dict[str, Any]] = {}
     known = set(list_techniques())
     for name in list_techniques():
@@ -93,8 +94,6 @@ def config_key(cfg: dict[str, Any]) -> str:
 
 
 def _measure(cfg: dict[str, Any], device: str):
-    import memlab
-
     point = point_of(cfg)
     return memlab.measure(point.with_setting(point.setting.replace(device=device)))
 
@@ -169,7 +168,7 @@ def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[
     """``half(cfg)`` for every configuration, ``jobs`` at a time; rows in the configurations' order.
     A configuration that raises is a row with status ``error`` (``unavailable`` when its technique
     cannot run here: a peer library missing); ``on_row(done, row)`` after each."""
-    from ..technique import TechniqueUnavailable
+    from ..technique import TechniqueUnavailable  # deferred: torch line
 
     rows: list[dict[str, Any] | None] = [None] * len(cfgs)
     lock = threading.Lock()
@@ -196,8 +195,6 @@ def check_all(cfgs: list[dict[str, Any]], half: Callable[[dict[str, Any]], dict[
 
 
 def _write(target: Path, data: dict[str, Any]) -> None:
-    from ..core.atomic import write_text_atomic
-
     write_text_atomic(target, json.dumps(data, sort_keys=True, indent=1) + "\n")
 
 
@@ -210,9 +207,9 @@ def _progress(total: int) -> Callable[[int, dict[str, Any]], None]:
 
 
 def _predict_only(cfgs: list[dict[str, Any]], target: Path, jobs: int) -> int:
-    import torch
+    import torch  # deferred: torch line
 
-    from ..measurement.environment import git_commit
+    from ..measurement.environment import git_commit  # deferred: torch line
 
     data: dict[str, Any] = {"torch": torch.__version__, "memlab_commit": git_commit(), "rows": {}}
     show = _progress(len(cfgs))
@@ -245,13 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.predictions is None:
             ap.error("--predict-only needs --predictions FILE (where the CPU half is written)")
         return _predict_only(cfgs, args.predictions, args.jobs)
-    import torch
+    import torch  # deferred: torch line
 
     if not torch.cuda.is_available():
         print("memlab gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); run it on a machine with one",
               file=sys.stderr)
         return 2
-    from ..measurement.environment import git_commit
+    from ..measurement.environment import git_commit  # deferred: torch line
 
     try:
         pred = load_predictions(args.predictions) if args.predictions else {"rows": {}}

@@ -25,6 +25,8 @@ from typing import Any
 
 from ..core.record import WHOLE_STATUSES
 from ..core.setting import Setting
+from ..cuda_replay.prediction import predict_cuda
+from ..registry import get_technique
 
 __all__ = ["CONFS", "seed_variants", "main"]
 
@@ -49,10 +51,8 @@ def _configs(seed: dict[str, Any]) -> list[dict[str, Any]]:
 
 def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=print) -> dict[str, Any]:
     """The predicted rows of one reproduction (a dict as in ``data/reproductions``); imports torch."""
-    from ..measurement.alloc_trace import trace_step
-    from ..measurement.environment import git_commit
-    from ..registry import get_technique
-    from ..cuda_replay.prediction import predict_cuda
+    from ..measurement.alloc_trace import trace_step  # deferred: torch line
+    from ..measurement.environment import git_commit  # deferred: torch line
 
     rows = []
     for cfg in _configs(seed):
@@ -69,7 +69,7 @@ def seed_variants(seed: dict[str, Any], confs: tuple[str, ...] = CONFS, say=prin
             rows.append({**cfg, "conf": conf, **{k: p.get(k) for k in _FIGURES}, "would_oom": p["would_oom"]})
         del events, windows
         gc.collect()
-    import torch
+    import torch  # deferred: torch line
 
     out = {"seed": seed["seed"], "confs": list(confs), "rows": rows, "predicted": True,
            "method": "one CPU float32 training step per configuration traced as memlab measures it, replayed through "

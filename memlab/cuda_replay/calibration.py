@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..registry import get_technique
+
 __all__ = ["TABLE_FORMAT", "CONV_OPS", "SIGNATURE_FIELDS", "BACKWARD_FIELDS", "ENVIRONMENT_FIELDS", "CALIBRATION_DIR",
            "GPU_CHECK_FILE", "DEFAULT_TABLE", "CalibrationTable", "conv_call_signatures", "signature_key",
            "table_from_dict", "load_table", "default_table", "conv_error_range", "environment_here",
@@ -138,7 +140,7 @@ def conv_call_signatures(input: Any, weight: Any, bias: Any, stride: Any, paddin
 
 
 def _grad_enabled() -> bool:
-    import torch
+    import torch  # deferred: torch line
 
     return torch.is_grad_enabled()
 
@@ -256,8 +258,6 @@ def default_table() -> CalibrationTable | None:
 # The family's measured error
 
 def _is_convolutional(technique: str, params: Mapping[str, Any]) -> bool:
-    from ..registry import get_technique
-
     try:
         cls = get_technique(technique)
     except (KeyError, ValueError):
@@ -294,7 +294,7 @@ def conv_error_range(path: str = str(GPU_CHECK_FILE)) -> dict[str, Any] | None:
 
 def environment_here(device: str = "cuda") -> dict[str, Any]:
     """The ``environment`` of a table measured on this process's GPU."""
-    import torch
+    import torch  # deferred: torch line
 
     return {"gpu": torch.cuda.get_device_name(torch.device(device)), "torch": torch.__version__,
             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
@@ -310,7 +310,7 @@ def measure_signature_on_cuda(sig: Mapping[str, Any], device: str = "cuda", repe
     Returns:
         The table entry: the signature's fields and ``workspace_bytes``.
     """
-    import torch
+    import torch  # deferred: torch line
 
     dev = torch.device(device)
     dtype = getattr(torch, sig["dtype"])

@@ -81,7 +81,9 @@ between equal-size free blocks).  A request of 0 bytes allocates nothing, as in 
 from __future__ import annotations
 
 import bisect
+import random
 import re
+import time
 from dataclasses import asdict, dataclass
 from typing import Any, Hashable, Iterable
 
@@ -939,9 +941,6 @@ def simulate(events: Iterable[tuple[str, Hashable, int | None]], *, capacity_byt
 
 def _speed(n_events: int = 200_000, seed: int = 0) -> float:
     """Replay rate of :func:`simulate` on a random trace (events per second)."""
-    import random
-    import time
-
     rng = random.Random(seed)
     events, live, nid = [], [], 0
     while len(events) < n_events:
