@@ -77,6 +77,11 @@ class SliceLoop(_ChainedMatmulTechnique, name="slice_loop"):
 
     params = {"chunk_size": CHUNK_SIZE}
     check_params = CHECK_CHUNK
+    accumulation_note = (
+        "its chunks' weight gradients are summed as backward goes, so two copies of them are live at its "
+        "peak with or without micro-batches; plain autograd holds two copies only once .grad exists, and "
+        "then the slice-backward spike (a zero-filled gradient of the whole micro-batch input per slice) "
+        "outweighs the saved activations the loop avoids (docs/evidence/accumulation.md)")
 
     def _compute(self, x, w1, w2):
         c = self.config["chunk_size"]

@@ -81,12 +81,21 @@ class _TltorchBlockTT(Technique):
 class TltorchBlockTTFactorized(_TltorchBlockTT, name="tltorch_blocktt_factorized"):
     """tensorly-torch FactorizedLinear(BlockTT, implementation='factorized'): one einsum over x and the factors."""
 
+    accumulation_note = (
+        "above the dense layer with or without micro-batches: tensorly-torch's one einsum over x and the "
+        "factors keeps its contraction intermediates for backward (docs/evidence/accumulation.md)")
+
     workload = TTLinear
     implementation = "factorized"
 
 
 class TltorchBlockTTReconstructed(_TltorchBlockTT, name="tltorch_blocktt_reconstructed"):
     """tensorly-torch FactorizedLinear(BlockTT, implementation='reconstructed'): to_matrix() then F.linear."""
+
+    accumulation_note = (
+        "above the dense layer with or without micro-batches: to_matrix() builds a full weight-sized "
+        "tensor on top of the cores and their gradients, so its step holds what the dense layer holds "
+        "and more (docs/evidence/accumulation.md)")
 
     workload = TTLinear
     implementation = "reconstructed"

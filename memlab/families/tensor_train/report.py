@@ -110,6 +110,11 @@ class TTReportEinsum(Technique, name="tt_report_einsum"):
     the transposed upstream gradient more (NOTE [ TT report einsum backward ]).
     """
 
+    accumulation_note = (
+        "above the dense layer with or without micro-batches: the report's einsum keeps the same "
+        "B d^3 (2r + 1) intermediates as tt_factorized and a transposed copy more in backward "
+        "(docs/evidence/accumulation.md)")
+
     workload = TTLinear
     twin = "tt_factorized"
 

@@ -196,6 +196,12 @@ class TTFactorized(_TTTechnique, name="tt_factorized"):
     """Contract x with the cores by the planned blocks (NOTE [ TT contraction plans ]); keeps the
     plan's intermediates, at most the one-core-at-a-time contraction's B d^3 (2r+1) elements."""
 
+    accumulation_note = (
+        "above the dense layer with or without micro-batches: it keeps the contraction's B d^3 (2r + 1) "
+        "intermediates for backward (NOTE [ TT contraction plans ]), more than the dense layer's input and "
+        "weight gradient at the batches measured; micro-batches halve them but do not close the gap "
+        "(docs/evidence/accumulation.md)")
+
     workload = TTLinear
     path = TTPath.FACTORIZED
 
