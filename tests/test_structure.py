@@ -194,7 +194,6 @@ DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
     "memlab/families/chunking/techniques.py",
     "memlab/own_model/advice.py",
     "memlab/own_model/checks.py",
-    "memlab/own_model/run.py",
     "memlab/registry.py",
     "memlab/reproductions/__init__.py",
     "memlab/results/asv.py",

@@ -19,12 +19,18 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from ..core.setting import DEFAULTS
-from .workload import ModelFileError
+from .workload import ModelFileError, ModelWorkload, check_model_file, read_model_module, stem_of, workload_for
+from ..core.errors import TechniqueUnavailable
+from ..registry import get_technique, get_workload, list_techniques, list_workloads, load_plugin
+from .techniques import KINDS, techniques_for
 
 __all__ = ["load_model", "load_model_bounded", "CHILD_LOAD_SECONDS", "measure_model", "technique_name", "model_techniques", "register_model_module",
            "ModelFileError", "apply_model_args"]
@@ -34,10 +40,6 @@ def register_model_module(module, path: str) -> None:
     """Register the workload and techniques of an imported model file (called by
     :func:`memlab.registry.load_plugin` for a file that defines ``build``/``batch`` and registers no
     technique).  Checks only what needs no call: :func:`load_model` checks the rest."""
-    from ..registry import list_workloads, get_workload
-    from .techniques import techniques_for
-    from .workload import ModelWorkload, read_model_module, workload_for
-
     mf = read_model_module(module, path)
     for name in list_workloads():
         other = get_workload(name)
@@ -48,9 +50,6 @@ def register_model_module(module, path: str) -> None:
 
 
 def _workload_of(path: str):
-    from ..registry import get_workload, list_workloads
-    from .workload import ModelWorkload
-
     for name in list_workloads():
         cls = get_workload(name)
         if issubclass(cls, ModelWorkload) and cls is not ModelWorkload and cls.model_file.path == path:
@@ -69,8 +68,6 @@ def load_model(model: str | os.PathLike | Callable):
         ModelFileError: the file raises on import, lacks ``build``/``batch``, or fails
             :func:`~memlab.own_model.workload.check_model_file`; one line naming the file.
     """
-    from .workload import check_model_file
-
     workload = _imported(model)
     if not workload.__dict__.get("_checked"):
         check_model_file(workload.model_file)
@@ -91,8 +88,6 @@ def _file_path(model) -> Path:
 
 def _imported(model):
     """The workload of the model file, imported (once) and registered; not checked."""
-    from ..registry import load_plugin
-
     path = _file_path(model)
     resolved = str(path.resolve())
     if _workload_of(resolved) is None:
@@ -146,10 +141,6 @@ _CHILD = ("import sys\nfrom memlab.own_model import load_model\ntry:\n    load_m
 
 
 def _check_in_child(path: Path, timeout: float) -> None:
-    import signal
-    import subprocess
-    import sys
-
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).resolve().parents[1]), *filter(None, [os.environ.get("PYTHONPATH")])])}
     began = time.perf_counter()
@@ -186,9 +177,6 @@ def _path_of(model) -> Path:
 
 def model_techniques(model) -> dict[str, str]:
     """``{kind: registered technique name}`` of a model file (``{"plain": "my_model__plain", ...}``)."""
-    from ..registry import list_techniques, get_technique
-    from .techniques import KINDS
-
     workload = load_model(model)
     found = {get_technique(n).kind: n for n in list_techniques(workload.family)}
     return {kind: found[kind] for kind in KINDS if kind in found}
@@ -218,7 +206,7 @@ def measure_model(model, technique: str = "plain", **kwargs: Any):
         >>> m = memlab.measure_model("examples/tiny_gpt.py", "checkpoint_blocks", batch=4)  # doctest: +SKIP
         >>> m.extra["block_count"], m.peak_allocated_bytes                                 # blocks, bytes
     """
-    from ..measurement import measure
+    from ..measurement import measure  # deferred: torch line
 
     _loss_is_the_files(kwargs.get("loss", (kwargs.get("setting") or DEFAULTS).loss))
     return measure(technique_name(model, technique), **kwargs)
@@ -263,10 +251,6 @@ def apply_model_args(args, command: str) -> None:
 def _refuse_device(model, kind: str, device: str | None) -> None:
     """A kind that cannot run on ``device`` (``offload_activations`` on the CPU): refused before the
     file is loaded, in the words of :meth:`memlab.Technique.check_available`."""
-    from ..core.errors import TechniqueUnavailable
-    from .techniques import KINDS
-    from .workload import stem_of
-
     template = KINDS.get(kind)
     device_type = (device or "cpu").split(":")[0]
     if template is not None and device_type not in template.devices:
