@@ -195,7 +195,6 @@ DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
     "memlab/own_model/advice.py",
     "memlab/own_model/checks.py",
     "memlab/registry.py",
-    "memlab/reproductions/__init__.py",
     "memlab/results/asv.py",
     "memlab/results/runs.py",
     "memlab/results/seeds.py",

@@ -44,6 +44,7 @@ from types import ModuleType
 from typing import Callable
 
 from ..core.atomic import write_text_atomic
+from .. import registry  # its functions are looked up when called (the tests patch them)
 
 __all__ = ["list_reproductions", "find_reproduction", "run_all", "run_one"]
 
@@ -56,11 +57,9 @@ def list_reproductions() -> dict[str, ModuleType]:
     Raises:
         ValueError: two modules declare the same ``SEED``; the message names both.
     """
-    from ..registry import discover, reproduction_modules
-
-    discover()
+    registry.discover()
     mods: dict[str, ModuleType] = {}
-    for name, _ in sorted(reproduction_modules(), key=lambda m: (m[0].rsplit(".", 1)[-1], m[0])):
+    for name, _ in sorted(registry.reproduction_modules(), key=lambda m: (m[0].rsplit(".", 1)[-1], m[0])):
         mod = importlib.import_module(name)
         if not (hasattr(mod, "SEED") and hasattr(mod, "reproduce")):
             continue
@@ -77,9 +76,9 @@ def find_reproduction(seed: str) -> ModuleType | None:
 
 
 def run_one(mod: ModuleType, out_dir: Path, quick: bool = False) -> Path:
-    import torch
+    import torch  # deferred: torch line
 
-    from ..measurement.environment import environment
+    from ..measurement.environment import environment  # deferred: torch line
 
     data = dict(mod.reproduce(quick=quick))
     data.update(seed=mod.SEED, title=mod.TITLE, claim=mod.CLAIM, quick=quick,
