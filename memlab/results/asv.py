@@ -192,7 +192,7 @@ def load_asv_results(results_dir: Path | str) -> pd.DataFrame:
     Warns:
         ResultsWarning: naming each unreadable or malformed file or benchmark entry.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: torch line
 
     root = Path(results_dir)
     if not os.path.isdir(root):

@@ -440,7 +440,7 @@ def load_runs(paths: Iterable[Path | str]) -> pd.DataFrame:
         problem), and once per file with unknown fields; at most :data:`PROBLEMS_PER_FILE` per file
         and then one count.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: torch line
 
     rows = []
     for path in map(Path, paths):

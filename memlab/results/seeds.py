@@ -72,7 +72,7 @@ def load_reproductions(paths: Iterable[Path | str]) -> list[dict[str, Any]]:
     Warns:
         ResultsWarning: naming each unreadable or malformed file, and each invalid measurement.
     """
-    import pandas as pd
+    import pandas as pd  # deferred: torch line
 
     out, seen = [], set()
     for path, data in load_json_objects(paths, not_object="a reproduction must be a JSON object; skipped"):
