@@ -199,9 +199,6 @@ DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
     "memlab/sharding/__main__.py",
     "memlab/sharding/launch.py",
     "memlab/sharding/strategies.py",
-    "memlab/site/context.py",
-    "memlab/site/figures.py",
-    "memlab/site/overview.py",
     "memlab/technique.py",
 })
 

@@ -37,6 +37,7 @@ from .gpu_seed import add_gpu_measured_to_seed_pages
 from .seed_meta import page_titles
 from .models_page import add_model_pages, model_check_files
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
+from .history_page import history_page
 
 __all__ = ["STEPS", "build_context", "load_inputs", "input_files"]
 
@@ -358,8 +359,6 @@ def add_history_page(ctx: Context) -> Context:
     """The asv history: per machine its measured commits and a chart per benchmark (failures marked,
     version bumps and unmeasured commits shown), and the regressions view (every step change of an
     exact memory value, every failure onset); see :mod:`memlab.site.history_page`."""
-    from .history_page import history_page
-
     page = history_page(ctx, lambda what, build: _guarded(ctx, what, build))
     return {**ctx, "pages": ctx["pages"] + [page]}
 

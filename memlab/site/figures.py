@@ -31,9 +31,10 @@ import pandas as pd
 
 from ..core.record import UNDER_LOAD_FACTOR
 from ..core.units import MiB
-from .colors import BASELINE_COLOR, PALETTE, technique_color
+from .colors import BASELINE_COLOR, PALETTE, technique_color, technique_colors as by_name
 from .ranking import pareto_front, ranked, sort_key
 from .text import relative_against
+from . import history as H
 
 __all__ = ["esc", "value", "mib", "to_json", "draws_data", "fit_legend", "technique_colors", "color_of", "BASELINE_COLOR", "UNDER_LOAD_COLOR",
            "PALETTE", "NEUTRAL_COLOR", "SERIES_PATTERNS", "hatch", "series_technique", "pattern_legend",
@@ -125,8 +126,6 @@ def to_json(fig: dict) -> str:
 # -- colours and styles ----------------------------------------------------------------------------
 def technique_colors(names: Iterable[str]) -> dict[str, str]:
     """One colour per technique, a function of its name (:func:`memlab.site.colors.technique_color`)."""
-    from .colors import technique_colors as by_name
-
     return by_name(names)
 
 
@@ -577,8 +576,6 @@ def history(frame: pd.DataFrame, colors: dict[str, str], order: Sequence[Any] = 
     bytes are shown in MiB (hover adds the exact bytes), seconds in ms.  A combination's marker
     symbol and dash are the same in every panel and its legend entry toggles it in all of them.
     """
-    from . import history as H
-
     order = list(order) or H.commit_order(frame)
     unit = frame["unit"].iloc[0]
     scale, shown_unit = UNITS.get(unit, (1.0, unit or "value"))

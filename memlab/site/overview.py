@@ -15,7 +15,7 @@ import pandas as pd
 
 from . import ranking as A
 from . import figures as F
-from .notes import footnotes, why
+from .notes import CATEGORY_NAMES, footnotes, why
 from .page import Page
 from .rows import machine_column, machine_facts
 from .tables import column, sort_value
@@ -169,8 +169,6 @@ def _chart(page: Page, family: str, label: str, c: dict, facts: dict, baseline: 
     cats = [e["row"]["peak_by_category_bytes"] for e in entries]
     where = f"{family}, {label}"
     if all(isinstance(x, dict) and x for x in cats):
-        from .notes import CATEGORY_NAMES
-
         items = [(e["row"]["technique"], bool(e["row"]["peer"]), x) for e, x in zip(entries, cats)]
         return page.chart(F.peak_by_category(items, list(CATEGORY_NAMES)),
                           f"Peak by memory category, each technique's lowest-memory configuration ({where})",
