@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import os
 import pkgutil
 import sys
@@ -82,8 +83,6 @@ class FamilyMeta:
 
 def _same_definition(a: type, b: type) -> bool:
     """True when ``b`` re-defines ``a`` from the same source (a module re-import)."""
-    import inspect
-
     try:
         return a.__qualname__ == b.__qualname__ and inspect.getfile(a) == inspect.getfile(b)
     except (TypeError, OSError):

@@ -17,6 +17,7 @@ expectations and which code path ran, stored in ``Measurement.extra``) and :meth
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar, Mapping
 
 import torch
@@ -114,8 +115,6 @@ class Technique:
 
     @classmethod
     def source_file(cls) -> str | None:
-        import inspect
-
         try:
             return inspect.getfile(cls)
         except (TypeError, OSError):
@@ -207,8 +206,6 @@ class Technique:
 def described(technique: Technique, problem: Problem, mode: str) -> dict[str, Any]:
     """``technique.describe(problem, mode)``; ``describe(problem)`` for an override that takes no
     ``mode`` (a plug-in written before the mode was passed)."""
-    import inspect
-
     try:
         inspect.signature(technique.describe).bind(problem, mode)
     except TypeError:

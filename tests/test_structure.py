@@ -194,12 +194,10 @@ DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
     "memlab/families/chunking/techniques.py",
     "memlab/own_model/advice.py",
     "memlab/own_model/checks.py",
-    "memlab/registry.py",
     "memlab/sharding/__init__.py",
     "memlab/sharding/__main__.py",
     "memlab/sharding/launch.py",
     "memlab/sharding/strategies.py",
-    "memlab/technique.py",
 })
 
 
