@@ -176,21 +176,7 @@ DEFERRED_WHY = re.compile(r"# .*deferred: (optional dependency|torch line|import
 #: files whose function-level imports are not yet hoisted or explained: hoist them or say why, then
 #: delete their line here (the set only shrinks; a file with every reason given fails until it is gone)
 DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
-    "memlab/cli/__init__.py",
     "memlab/cli/advise.py",
-    "memlab/cli/bench_harness.py",
-    "memlab/cli/check.py",
-    "memlab/cli/common.py",
-    "memlab/cli/compare.py",
-    "memlab/cli/listing.py",
-    "memlab/cli/measure.py",
-    "memlab/cli/merge.py",
-    "memlab/cli/names.py",
-    "memlab/cli/refusals.py",
-    "memlab/cli/reproduce.py",
-    "memlab/cli/site.py",
-    "memlab/cli/sweep.py",
-    "memlab/cli/timeline.py",
     "memlab/families/chunking/techniques.py",
     "memlab/own_model/advice.py",
     "memlab/own_model/checks.py",

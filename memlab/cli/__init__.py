@@ -17,6 +17,8 @@ from typing import Sequence
 
 from .common import UsageError, check_files, load_plugins
 from .parser import build_parser
+from ..core.env_settings import environment_problem
+from ..core.errors import TechniqueUnavailable
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -28,8 +30,6 @@ def _parser():
 
 def _check_environment() -> None:
     """Every ``MEMLAB_*`` setting, before torch (NOTE [ environment settings up front ])."""
-    from ..core.env_settings import environment_problem
-
     problem = environment_problem()
     if problem:
         raise UsageError(problem)
@@ -37,7 +37,6 @@ def _check_environment() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from ..core.errors import TechniqueUnavailable
 
     try:
         _check_environment()

@@ -23,11 +23,11 @@ def add_parser(sub, shared) -> None:
 def run(args) -> int:
     if args.load_processes is not None and not 1 <= args.load_processes <= 64:
         raise UsageError(f"--load-processes {args.load_processes} is not valid: expected 1 to 64")
-    from ..measurement.harness_cost import load_robustness, overhead, report
+    from ..measurement.harness_cost import load_robustness, overhead, report  # deferred: torch line
 
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if args.limits:  # relative time beside the FLOP ratio per technique (memlab/measurement/flop_limits.py), nothing else
-        from ..measurement.flop_limits import limits_table, measure_limits
+        from ..measurement.flop_limits import limits_table, measure_limits  # deferred: torch line
 
         print(limits_table(measure_limits(progress=say)))
         return 0

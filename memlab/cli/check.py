@@ -6,6 +6,7 @@ import sys
 from . import names
 from .common import model_file
 from .options import timeout_seconds
+from ..registry import get_technique
 
 __all__ = ["add_parser", "precheck", "run"]
 
@@ -28,8 +29,7 @@ def precheck(args) -> None:
 
 
 def run(args) -> int:
-    from ..measurement.technique_checks import iter_checks
-    from ..registry import get_technique
+    from ..measurement.technique_checks import iter_checks  # deferred: torch line
 
     model_file(args, "check")
     for n in args.name or []:

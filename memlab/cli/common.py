@@ -9,6 +9,8 @@ from typing import Any, Sequence
 
 from ..core.setting import DEFAULTS, Setting
 from . import names
+from ..core.params import split_params
+from ..registry import load_plugin
 
 __all__ = ["UsageError", "say", "print_or_drop", "check_file", "check_files", "check_measured_name",
            "parse_params", "load_plugins", "model_file", "setting_of", "measure_kwargs"]
@@ -71,8 +73,6 @@ def check_files(args) -> None:
 def check_measured_name(args) -> None:
     """``measure``/``timeline``: the technique and each ``--param`` name, from the source when every
     technique is built in; a malformed ``--param`` whatever the technique."""
-    from ..core.params import split_params
-
     pairs = split_params(args.param or [])  # malformed or repeated: ValueError with the NAME=VALUE form
     if args.name is not None and names.applies(args.plugin, getattr(args, "model", None)):
         names.check_technique(args.name)
@@ -81,8 +81,6 @@ def check_measured_name(args) -> None:
 
 # -- the registry and the measurement -------------------------------------------------------------
 def parse_params(cls, pairs: Sequence[str]) -> dict[str, Any]:
-    from ..core.params import split_params
-
     specs = cls.all_params()
     out: dict[str, Any] = {}
     for key, text in split_params(pairs).items():  # a malformed or repeated --param: ValueError, exit 2
@@ -95,7 +93,6 @@ def parse_params(cls, pairs: Sequence[str]) -> dict[str, Any]:
 def load_plugins(args) -> None:
     if not getattr(args, "plugin", None):  # the registry imports torch: commands that need no technique stay fast
         return
-    from ..registry import load_plugin
 
     for p in args.plugin:
         load_plugin(p)
@@ -104,7 +101,7 @@ def load_plugins(args) -> None:
 def model_file(args, command: str) -> None:
     """``--model FILE.py``: point ``args`` at the model file's family (:mod:`memlab.own_model`)."""
     if getattr(args, "model", None):
-        from ..own_model import apply_model_args
+        from ..own_model import apply_model_args  # deferred: torch line
 
         apply_model_args(args, command)
 

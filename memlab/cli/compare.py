@@ -31,7 +31,7 @@ def _limit(text: str) -> int:
 
 
 def run(args) -> int:
-    from ..sweep.compare import NotASweepFile, compare_sweeps
+    from ..sweep.compare import NotASweepFile, compare_sweeps  # deferred: torch line
 
     for path in (args.old, args.new):
         if not Path(path).is_file():

@@ -5,6 +5,7 @@ import json
 
 from . import names
 from .common import UsageError
+from ..registry import get_technique, list_families, list_techniques
 
 __all__ = ["add_parser", "precheck", "run"]
 
@@ -26,8 +27,6 @@ def precheck(args) -> None:
 
 
 def run(args) -> int:
-    from ..registry import get_technique, list_families, list_techniques
-
     if args.family is not None and args.family not in list_families():  # a plug-in's family, say
         raise UsageError(f"unknown family {args.family!r}; available: {', '.join(list_families())}")
     found = list_techniques(args.family)

@@ -5,6 +5,9 @@ import functools
 import sys
 
 from .common import UsageError, check_measured_name, measure_kwargs, model_file, parse_params, setting_of
+from ..core.record import CATEGORIES, fmt_mib
+from ..core.setting import DEFAULTS
+from ..registry import get_technique
 
 __all__ = ["add_parser", "precheck", "run", "measure_exit"]
 
@@ -27,8 +30,7 @@ def precheck(args) -> None:
 
 
 def run(args) -> int:
-    from ..measurement import measure
-    from ..registry import get_technique
+    from ..measurement import measure  # deferred: torch line
 
     model_file(args, "measure")
     cls = get_technique(args.name)
@@ -44,8 +46,6 @@ def run(args) -> int:
 
 
 def _print_table(m) -> None:
-    from ..core.record import fmt_mib
-
     label = "resident" if m.device == "cpu" else "reserved"
     rows = [*_memory_rows(m, label), *_time_rows(m), *_verdict_rows(m)]
     for k, v in sorted(m.extra.items()):
@@ -60,14 +60,10 @@ def _print_table(m) -> None:
 
 def _gradient_options(m) -> str:
     """``", accumulate 2, grads zero"``: the gradient options a row was measured with, where not the defaults."""
-    from ..core.setting import DEFAULTS
-
     return "".join(f", {k} {getattr(m, k)}" for k in ("accumulate", "grads") if getattr(m, k) != getattr(DEFAULTS, k))
 
 
 def _memory_rows(m, label: str) -> list[tuple[str, str, str]]:
-    from ..core.record import CATEGORIES, fmt_mib
-
     return [
         ("peak allocated", fmt_mib(m.peak_allocated_bytes), "above baseline " + fmt_mib(m.allocated_baseline_bytes)),
         ("total peak", fmt_mib(m.total_peak_bytes), f"baseline included; optimizer {m.optimizer}, loss {m.loss}"
@@ -104,7 +100,7 @@ def _not_shown_extra() -> frozenset[str]:
     them): the harness's own phase seconds (:data:`memlab.sweep.breakdown.PHASES`) and bookkeeping.
     Read when a measurement is printed, not when the CLI is imported: ``memlab.sweep`` imports torch,
     which ``memlab advise`` does not need."""
-    from ..sweep.breakdown import PHASES
+    from ..sweep.breakdown import PHASES  # deferred: torch line
 
     return frozenset(k for k, _ in PHASES) | {"predict_cuda_s", "baseline", "twin"}
 

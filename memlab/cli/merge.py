@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import UsageError, say
+from ..registry import get_technique, load_plugin
 
 __all__ = ["add_parser", "run"]
 
@@ -22,8 +23,7 @@ def add_parser(sub, shared) -> None:
 
 def _replan(plan_args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The ``(technique, resolved params)`` of the plan a shard records (for naming missing points)."""
-    from ..registry import get_technique, load_plugin
-    from ..sweep import parse_grid, plan_sweep
+    from ..sweep import parse_grid, plan_sweep  # deferred: torch line
 
     for path in plan_args.get("plugins") or []:
         load_plugin(path)
@@ -35,7 +35,7 @@ def _replan(plan_args: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def run(args) -> int:
-    from ..sweep.merge import MergeConflict, merge_shards
+    from ..sweep.merge import MergeConflict, merge_shards  # deferred: torch line
 
     if Path(args.out).exists() and not args.force:
         raise UsageError(f"{args.out} exists; give a new file, or --force to replace it")

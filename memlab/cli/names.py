@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..registry import builtin_modules, loaded_plugins, registered
+
 __all__ = ["TechniqueInfo", "builtin_index", "applies", "unknown_technique", "unknown_family", "unknown_param",
            "check_technique", "check_family", "check_params", "families"]
 
@@ -126,8 +128,6 @@ def _is(source: _Source, cls: _Class, root: str) -> bool:
 @functools.lru_cache(maxsize=1)
 def builtin_index() -> dict[str, TechniqueInfo]:
     """Every built-in technique by name, read from the source of the built-in modules."""
-    from ..registry import builtin_modules
-
     source = _Source(builtin_modules())
     out = {}
     for module, classes in source.classes.items():
@@ -149,8 +149,6 @@ def applies(plugins, model=None) -> bool:
     """True when every technique comes from the built-ins: no ``--plugin``, no ``MEMLAB_PLUGINS``, no
     ``--model`` (their names are known only once their code has run), and none registered in this
     process beyond the built-ins (a caller of :func:`memlab.cli.main` that loaded a plug-in itself)."""
-    from ..registry import loaded_plugins, registered
-
     if plugins or model or os.environ.get("MEMLAB_PLUGINS", "").strip() or loaded_plugins():
         return False
     return set(registered()) <= set(builtin_index())

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+from .names import builtin_index
+
 __all__ = ["refusals", "time_refusals"]
 
 
@@ -25,8 +27,6 @@ def refusals() -> tuple[tuple[str, ...], ...]:
     Raises:
         ValueError: no built-in technique has such a parameter (the message names the families).
     """
-    from .names import builtin_index
-
     index = builtin_index()
     found = sorted((info.family, name, sorted(p for p in info.params or () if "_" in p)) for name, info in index.items())
     try:

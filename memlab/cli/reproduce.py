@@ -19,7 +19,7 @@ def add_parser(sub, shared) -> None:
 
 
 def run(args) -> int:
-    from ..reproductions import list_reproductions, run_all
+    from ..reproductions import list_reproductions, run_all  # deferred: heavy, CLI startup
 
     try:
         known = list_reproductions()  # every family folder's, the plug-in folders' included

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+import warnings
 from pathlib import Path
 
 from .common import UsageError
@@ -30,10 +31,8 @@ def precheck(args) -> None:
 def run(args) -> int:
     """Build the site; each input problem is one ``memlab: warning:`` line on stderr (and on the
     methodology page).  A refused ``--out`` is the ValueError's one line, exit 2 (see ``main``)."""
-    import warnings
-
-    from ..results import ResultsWarning
-    from ..site import build_site
+    from ..results import ResultsWarning  # deferred: heavy, CLI startup
+    from ..site import build_site  # deferred: heavy, CLI startup
 
     caught: list = []
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import names
 from .common import UsageError, measure_kwargs, model_file, print_or_drop, say, setting_of
+from ..core.setting import DEFAULTS
 
 __all__ = ["add_parser", "precheck", "run", "plan_args"]
 
@@ -73,8 +74,8 @@ def precheck(args) -> None:
 
 
 def run(args) -> int:
-    from ..measurement import prepare
-    from ..sweep import check_jobs
+    from ..measurement import prepare  # deferred: torch line
+    from ..sweep import check_jobs  # deferred: torch line
 
     model_file(args, "sweep")
     kw = measure_kwargs(args)
@@ -92,7 +93,7 @@ def run(args) -> int:
 
 
 def _plan(args, setting) -> list:
-    from ..sweep import parse_grid, plan_sweep
+    from ..sweep import parse_grid, plan_sweep  # deferred: torch line
 
     try:
         points = plan_sweep(args.family, quick=args.quick, techniques=args.technique,
@@ -106,8 +107,8 @@ def _plan(args, setting) -> list:
 
 def _measure_points(args, points, kw: dict[str, Any]) -> int:
     """Run ``points`` into ``--out`` (opened here, closed on every path) and report them."""
-    from ..sweep import SweepOutputBusy, SweepWriteFailed, open_sweep_output, run_sweep
-    from ..sweep.progress import Progress, Terminated, sigterm_as_interrupt
+    from ..sweep import SweepOutputBusy, SweepWriteFailed, open_sweep_output, run_sweep  # deferred: torch line
+    from ..sweep.progress import Progress, Terminated, sigterm_as_interrupt  # deferred: torch line
 
     try:
         out = open_sweep_output(args.out, append=args.append or args.resume, replace=args.force,
@@ -144,10 +145,10 @@ def _report(args, points, rows, elapsed: float) -> int:
         say(f"memlab: nothing left to measure: every planned point already has an ok row in {args.out}"
             if args.resume else "memlab: nothing measured")
         return 0
-    from ..sweep import format_table, not_ok_lines, status_summary
+    from ..sweep import format_table, not_ok_lines, status_summary  # deferred: torch line
 
     if rows:
-        from ..sweep.breakdown import time_breakdown
+        from ..sweep.breakdown import time_breakdown  # deferred: torch line
 
         print_or_drop(format_table(rows))
         if rows[0].device == "cpu":
@@ -166,7 +167,7 @@ def _report(args, points, rows, elapsed: float) -> int:
 def _unmeasured(points, out, args) -> list:
     """``--resume``: the points ``out`` holds no finished row for, by :meth:`memlab.core.setting.Point.key`
     (its unreadable lines are warned about)."""
-    from ..sweep import finished_keys, is_done
+    from ..sweep import finished_keys, is_done  # deferred: torch line
 
     done = finished_keys(out.path, warn=say, iterations=args.iterations)  # leak unknown: memlab.sweep.resume
     left = [p for p in points if not is_done(p, done)]
@@ -177,7 +178,7 @@ def _unmeasured(points, out, args) -> list:
 def _check_executor(args) -> None:
     """``--executor ray`` needs ray installed and ``--jobs 1``; ``--address`` needs ``--executor ray``."""
     if args.executor == "ray":
-        from ..sweep.ray_executor import ray_available
+        from ..sweep.ray_executor import ray_available  # deferred: torch line
 
         why = ray_available()
         if why:
@@ -197,8 +198,7 @@ def plan_args(args) -> dict[str, Any]:
 
 def _shard_of(points, args, setting):
     """``--shard i/n``: this shard's points and the record each of its rows carries."""
-    from ..core.setting import DEFAULTS
-    from ..sweep.shard import parse_shard, select_shard, shard_record, summarise
+    from ..sweep.shard import parse_shard, select_shard, shard_record, summarise  # deferred: torch line
 
     try:
         index, count = parse_shard(args.shard)

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from . import names
 from .common import UsageError, check_measured_name, parse_params
+from ..core.atomic import write_text_atomic
+from ..core.record import fmt_mib
+from ..registry import get_technique, list_families, list_techniques
 
 __all__ = ["add_parsers", "run_timeline", "run_timelines", "precheck_timelines"]
 
@@ -31,10 +34,7 @@ def add_parsers(sub, shared) -> None:
 
 
 def run_timeline(args) -> int:
-    from ..core.atomic import write_text_atomic
-    from ..measurement import timeline
-    from ..core.record import fmt_mib
-    from ..registry import get_technique
+    from ..measurement import timeline  # deferred: torch line
 
     cls = get_technique(args.name)
     params = parse_params(cls, args.param or [])
@@ -60,10 +60,7 @@ def precheck_timelines(args) -> None:
 
 
 def run_timelines(args) -> int:
-    from ..core.atomic import write_text_atomic
-    from ..measurement import timeline
-    from ..core.record import fmt_mib
-    from ..registry import get_technique, list_families, list_techniques
+    from ..measurement import timeline  # deferred: torch line
 
     if args.family is not None and args.family not in list_families():
         raise UsageError(f"unknown family {args.family!r}; available: {', '.join(list_families())}")
