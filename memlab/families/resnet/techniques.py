@@ -146,6 +146,10 @@ class RevNetNoSave(_RevNetBase, name="revnet_nosave"):
 class RevNetAutograd(_RevNetBase, name="revnet_autograd"):
     """The RevNet with plain autograd: the RevNet techniques' reference, measured as a technique."""
 
+    accumulation_note = (
+        "not a memory-saving technique: the RevNet of the same depth run with plain autograd, the reference "
+        "revnet and revnet_nosave are checked and timed against; it keeps every coupling unit's activations, "
+        "so it is compared with those two, not with the ResNet baseline (docs/evidence/accumulation.md)")
     path = "memlab.functional.residual_stack per stage (plain autograd)"
 
     def forward(self, problem):

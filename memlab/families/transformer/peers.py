@@ -103,6 +103,12 @@ class _TransformerPeer(Technique):
 class TorchtuneChunkedLoss(_TransformerPeer, name="torchtune_chunked_loss"):
     """torchtune's ``CEWithChunkedOutputLoss`` (``num_output_chunks=chunks``) on memlab's model: the mean loss."""
 
+    accumulation_note = (
+        "its saving is the full logits it does not keep, and it keeps each chunk's float32 logits and their "
+        "gradient as temporaries instead; once .grad exists the plain step's peak moves to where those "
+        "temporaries are live, and at a small vocabulary they outweigh the saving "
+        "(docs/evidence/accumulation.md)")
+
     params = {"chunks": Param(8, low=1, high=1 << 20, doc="torchtune's num_output_chunks (token slices per sequence)")}
     check_params = {"chunks": 5}  # does not divide the check's seq 12
     #: torchtune computes each chunk's cross-entropy in float32 (``logits.float()``) whatever the model's
@@ -165,6 +171,10 @@ class CutCrossEntropy(_TransformerPeer, name="cut_cross_entropy"):
 
 class GPT2HF(_TransformerPeer, name="gpt2_hf"):
     """Hugging Face ``GPT2LMHeadModel`` from a config of the workload's sizes (eager attention, untied head)."""
+
+    accumulation_note = (
+        "a peer, above memlab's eager block with or without micro-batches: Hugging Face's GPT-2 block saves "
+        "more for backward than memlab's eager attention block of the same sizes (docs/evidence/accumulation.md)")
 
     _dist = TRANSFORMERS
     #: whether :meth:`build` turns on Hugging Face's own activation checkpointing

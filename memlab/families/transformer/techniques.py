@@ -149,6 +149,10 @@ class Sdpa(_Sdpa, name="sdpa"):
 class SdpaMath(_Sdpa, name="sdpa_math"):
     """SDPA forced to the ``math`` backend (``sdpa_kernel(SDPBackend.MATH)``): the eager graph, O(T²)."""
 
+    accumulation_note = (
+        "above eager attention with or without micro-batches: the math backend is the eager graph and saves "
+        "a little more for backward (docs/evidence/accumulation.md)")
+
     backend = SdpaBackend.MATH
 
 
