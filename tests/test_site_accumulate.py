@@ -56,3 +56,22 @@ def test_the_machine_stays_the_last_field_of_a_setting(tmp_path):
     assert A.SETTING[-1] == "machine"
     assert A.setting_text(setting, machine=True).endswith(f"on {setting[-1]}")
     assert not A.machines_apart(A.settings(rows))  # accumulate 1 and 2 differ in more than the machine
+
+
+def test_a_row_above_its_baseline_under_accumulation_shows_its_reason(tmp_path):
+    """Issue 44 item 2: the technique's ``accumulation_note``, recorded on an accumulate-2 row, is on
+    its family page beside the row; the plain row of the same technique has none."""
+    from site_fixtures import chunking_records, make_inputs
+    from memlab.site import build_site
+
+    results, data = make_inputs(tmp_path)
+    records = chunking_records()
+    why = "its chunk gradients are summed as backward goes"
+    two = [{**r, "accumulate": 2, "extra": {**(r.get("extra") or {}), "accumulation_note": why}} for r in records]
+    (data / "sweeps" / "chunking.jsonl").write_text(
+        "".join(json.dumps(r, sort_keys=True) + "\n" for r in [*records, *two]))
+    index = build_site(results, data, tmp_path / "out")
+    page = (index.parent / "family-chunking.html").read_text()
+    plain, _, accumulated = page.partition("2 micro-batches accumulated")
+    assert accumulated and why in accumulated
+    assert why not in plain

@@ -159,7 +159,7 @@ def _measurement_cell(r: Any, note: dict | None, skip: dict | None, baseline: st
     in ms, each with its ``__sort`` number."""
     return {"technique": r.technique, "peer": bool(r.peer), "is_baseline": r.technique == baseline,
             "note": note, "mode": r.mode, "params": A.param_text(r.params, skip),
-            "status": r.status_shown, "error": _text(r.reason), "per_step": _per_step(r),
+            "status": r.status_shown, "error": _text(r.reason) or _accumulation_text(r), "per_step": _per_step(r),
             "peak_allocated": fmt_mib(r.peak_allocated_bytes), "peak_allocated__sort": _n(r.peak_allocated_bytes),
             "total_peak": fmt_mib(r.total_peak_bytes), "total_peak__sort": _n(r.total_peak_bytes),
             "peak_reserved": fmt_mib(r.peak_reserved_bytes), "peak_reserved__sort": _n(r.peak_reserved_bytes),
@@ -174,6 +174,14 @@ def _measurement_cell(r: Any, note: dict | None, skip: dict | None, baseline: st
             "relative": fmt_relative(r.relative_step_time), "relative__sort": _n(r.relative_step_time),
             "throughput": fmt_rate(r.samples_per_s), "throughput__sort": _n(r.samples_per_s),
             "machine": r.machine, "run": _run_text(r), "matches": fmt_check(r.check)}
+
+
+def _accumulation_text(r: Any) -> str:
+    """Why the technique's peak exceeds its family baseline's when ``.grad`` exists before backward
+    (its ``accumulation_note``, recorded only for rows with micro-batches accumulated or gradients
+    zeroed: issue 44), or ``""``."""
+    note = (r.extra or {}).get("accumulation_note") if isinstance(r.extra, dict) else None
+    return f"above the baseline with gradients kept: {note}" if isinstance(note, str) and note else ""
 
 
 def not_ranked_table(page: Page, name: str, rows: pd.DataFrame, with_family: bool = False) -> dict[str, Any]:
