@@ -173,18 +173,6 @@ def test_no_private_name_used_from_another_module():
 #: optional, one that would carry torch (numpy, pandas) across the torch line, a cycle at import time,
 #: or a heavy module the CLI leaves out of its start-up
 DEFERRED_WHY = re.compile(r"# .*deferred: (optional dependency|torch line|import cycle \([\w.]+\)|heavy, CLI startup)")
-#: files whose function-level imports are not yet hoisted or explained: hoist them or say why, then
-#: delete their line here (the set only shrinks; a file with every reason given fails until it is gone)
-DEFERRED_UNEXPLAINED: frozenset[str] = frozenset({
-    "memlab/cli/advise.py",
-    "memlab/families/chunking/techniques.py",
-    "memlab/own_model/advice.py",
-    "memlab/own_model/checks.py",
-    "memlab/sharding/__init__.py",
-    "memlab/sharding/__main__.py",
-    "memlab/sharding/launch.py",
-    "memlab/sharding/strategies.py",
-})
 
 
 def deferred_imports() -> list[tuple[str, int, str | None]]:
@@ -214,11 +202,9 @@ def test_every_deferred_import_says_why():
     top of its module."""
     found = deferred_imports()
     counts = Counter(reason or "unexplained" for _, _, reason in found)
-    bad = [f"{path}:{line}" for path, line, reason in found if reason is None and path not in DEFERRED_UNEXPLAINED]
+    bad = [f"{path}:{line}" for path, line, reason in found if reason is None]
     assert not bad, (f"imports inside functions without a reason (hoist them or add '# deferred: ...'); "
                      f"counts {dict(sorted(counts.items()))}:\n" + "\n".join(bad))
-    done = sorted(DEFERRED_UNEXPLAINED - {path for path, _, reason in found if reason is None})
-    assert not done, "every deferred import says why now: delete them from DEFERRED_UNEXPLAINED:\n" + "\n".join(done)
 
 
 # -- short functions -----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .common import UsageError, print_or_drop, say
 from .options import timeout_seconds
+from ..core.params import split_params
 from ..core.setting import DEFAULTS
 
 __all__ = ["add_parser", "run"]
@@ -49,7 +50,7 @@ def run(args) -> int:
     """Rank the modelled techniques and knob settings that fit ``--budget`` (from data/models, no
     measurement, no torch); ``--verify`` measures the first; ``--fit`` rebuilds the models.  Bad input
     and a budget nothing meets are one line each, exit 2 (see ``main``)."""
-    from ..advisor import AdviceError, advise, verify
+    from ..advisor import AdviceError, advise, verify  # deferred: heavy, CLI startup
 
     models_dir = Path(args.models) if args.models else None
     if args.model:
@@ -67,7 +68,7 @@ def run(args) -> int:
         say(f"memlab: warning: {x['param']}={x['value']} is {x['factor']}x beyond the validated range "
             f"({x['param']} <= {x['validated_max']}); predicted by extrapolating the exact model")
     checked = verify(a) if args.verify else None
-    from ..advisor import format_advice
+    from ..advisor import format_advice  # deferred: heavy, CLI startup
 
     return _answer(args, a, checked, lambda: format_advice(a, limit=None if args.all else 15))
 
@@ -75,7 +76,7 @@ def run(args) -> int:
 def _answer(args, a, checked, text) -> int:
     """Print advice ``a`` (JSON, or ``text()``) with its verification; 1 when the verified answer
     overflowed the budget."""
-    from ..advisor import format_verify
+    from ..advisor import format_verify  # deferred: heavy, CLI startup
 
     if args.json:
         print(json.dumps({**a, "verify": checked}, indent=1, sort_keys=True))
@@ -88,9 +89,9 @@ def _answer(args, a, checked, text) -> int:
 
 def _fit(args, models_dir) -> int:
     """``--fit``: rebuild the models of ``--family`` (or of every family) for the optimizers fitted."""
-    from ..advisor import fit_all
-    from ..advisor.fit import OPTIMIZERS_FITTED, declaration_of
-    from ..advisor.model import MODELS_DIR
+    from ..advisor import fit_all  # deferred: heavy, CLI startup
+    from ..advisor.fit import OPTIMIZERS_FITTED, declaration_of  # deferred: heavy, CLI startup
+    from ..advisor.model import MODELS_DIR  # deferred: heavy, CLI startup
 
     if args.family:
         try:
@@ -105,9 +106,8 @@ def _fit(args, models_dir) -> int:
 
 def _advise_model(args, cache_root) -> int:
     """``memlab advise --model FILE``: the largest ``--vary`` size per technique (memlab.own_model.advice)."""
-    from ..advisor import verify
-    from ..own_model.advice import advise_model, format_model_advice
-    from ..core.params import split_params
+    from ..advisor import verify  # deferred: heavy, CLI startup
+    from ..own_model.advice import advise_model, format_model_advice  # deferred: heavy, CLI startup
 
     if args.fit or args.family:
         raise UsageError("--model fits its own models (cached); leave out --fit and --family")
@@ -118,7 +118,7 @@ def _advise_model(args, cache_root) -> int:
                      device=args.device, cache_root=cache_root, say=say,
                      load_timeout=args.timeout)
     if args.verify:  # the answer may come from the index, without the model file: register its techniques
-        from ..own_model import load_model
+        from ..own_model import load_model  # deferred: torch line
 
         load_model(args.model)
     checked = verify(a) if args.verify else None

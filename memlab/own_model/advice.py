@@ -28,22 +28,33 @@ import dataclasses
 import functools
 import gc
 import hashlib
+import importlib.metadata as md
 import json
 import os
+import platform
 import sys
 import time
+import types
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 from unittest import mock
 
+import memlab
+from ..advisor import trace  # trace.raw_trace is looked up when called: micro_batched and the tests patch it
 from ..advisor.advise import (AdviceError, bounded_reading, cuda_need, error_bound, fmt_bytes, format_categories,
                              parse_budget, time_cell, time_fields)
 from ..advisor.decision import order_fits
-from ..core.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry
+from ..advisor.fit import TRACED_HELD_OUT, fit_family, small_held_out_points
+from ..advisor.trace import IdentificationError
+from ..core.atomic import write_text_atomic
+from ..core.declaration import MAX_QUANTUM_LIMIT, AdvisorModel, Declaration, Entry, as_declaration
+from ..core.host import kernel_host
 from ..core.loops import NoLoop
+from ..core.params import Param
 from ..advisor.model import SCHEMA, eval_poly, load_models, models_path, predict
 from ..core.setting import DEFAULTS, OPTIMIZERS
+from ..registry import get_technique, get_workload
 
 __all__ = ["model_declaration", "cache_dir_for", "fitted_family", "FitProgress", "MEASURE_PER_TRACE", "TRACE_SPAN",
            "largest_fitting", "advise_model", "format_model_advice", "source_key", "keyed_files", "KEYED_SOURCES",
@@ -135,8 +146,6 @@ def _own_fields(own: type[AdvisorModel], file_name: str) -> dict[str, Any]:
 
 def _applicable(workload, names: Mapping[str, str]) -> list[str]:
     """Kinds advised by default that run on the CPU and find what they need (blocks) on this model."""
-    from ..registry import get_technique
-
     out = []
     for kind, name in names.items():
         cls = get_technique(name)
@@ -160,7 +169,7 @@ def model_declaration(model, vary: Sequence[str] = ("batch",)) -> Declaration:
         AdviceError: a size that is not ``batch`` or a sized keyword of ``batch()``, a bad declaration, or
             one that sets ``workload`` or ``family`` (the file is the workload).
     """
-    from .run import load_model, model_techniques, technique_name
+    from .run import load_model, model_techniques, technique_name  # deferred: torch line
 
     workload = load_model(model)
     valid = ["batch", *workload.model_file.sizes]
@@ -229,8 +238,6 @@ def _library_versions(module) -> dict[str, str]:
     """``{top-level package: version}`` of the libraries the model file's globals come from (not memlab,
     not the standard library's unversioned modules), and ``{path: sha256}`` of a module it loaded by
     path (a sibling model file: not in ``sys.modules``)."""
-    import types
-
     by_path = _loaded_by_path(module)
     out = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in by_path.values()}
     for value in vars(module).values() if module else ():
@@ -247,8 +254,6 @@ def _library_versions(module) -> dict[str, str]:
 def _loaded_by_path(module) -> dict[int, Path]:
     """``{id(module): its file}`` of the modules in ``module``'s globals that were loaded by path (a
     sibling model file: a module object that is not the one ``sys.modules`` holds under its name)."""
-    import types
-
     return {id(v): Path(v.__file__) for v in (vars(module).values() if module else ())
             if isinstance(v, types.ModuleType) and sys.modules.get(v.__name__) is not v
             and Path(getattr(v, "__file__", None) or "").is_file()}
@@ -259,16 +264,12 @@ def cache_dir_for(model, decl: Declaration, optimizer: str, root: Path | None = 
     bytes, the declaration, the optimizer, memlab's fitting sources, the libraries' versions and, above 1,
     the micro-batches accumulated (NOTE [ model fit cache key ]; a change to any refits).  ``root`` defaults to ``$MEMLAB_CACHE``, else
     ``$XDG_CACHE_HOME/memlab/advise`` (``~/.cache/memlab/advise``)."""
-    import platform
+    import torch  # deferred: torch line
 
-    import torch
-
-    from .run import load_model
+    from .run import load_model  # deferred: torch line
 
     workload = load_model(model)
     mf = workload.model_file
-    from ..core.host import kernel_host
-
     versions = {"python": platform.python_version(), "torch": torch.__version__, "kernels": kernel_host(),
                 **_library_versions(sys.modules.get(workload.__module__))}
     h = hashlib.sha256(Path(mf.path).read_bytes())
@@ -305,8 +306,6 @@ def _cache_root(root: Path | None) -> Path:
 def _index_path(model, vary: Sequence[str], optimizer: str, root: Path | None) -> Path | None:
     """The index entry of a model file's path (NOTE [ advise without the model file ]); None for a
     ``build`` function or a path that is no file."""
-    import platform
-
     if not isinstance(model, (str, os.PathLike)) or not Path(model).is_file():
         return None
     path = Path(model).resolve()
@@ -319,8 +318,6 @@ def _index_path(model, vary: Sequence[str], optimizer: str, root: Path | None) -
 def _distributions(module) -> dict[str, str] | None:
     """``{distribution: version}`` of torch and of the libraries :func:`_library_versions` keys on (None
     when one of them comes from no installed distribution: it cannot be checked without importing)."""
-    import importlib.metadata as md
-
     tops = {"torch"} | {k for k in _library_versions(module) if not k.endswith(".py")}
     owners = md.packages_distributions()
     out = {}
@@ -334,8 +331,7 @@ def _distributions(module) -> dict[str, str] | None:
 
 def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, str]) -> None:
     """Record the fit ``folder`` of ``model`` (loaded) under ``index`` (NOTE [ advise without the model file ])."""
-    from ..core.atomic import write_text_atomic
-    from .run import load_model
+    from .run import load_model  # deferred: torch line
 
     if index is None:
         return
@@ -352,8 +348,6 @@ def _write_index(index: Path | None, model, folder: Path, kinds: Mapping[str, st
 
 def _read_index(index: Path | None) -> dict[str, Any] | None:
     """The index entry at ``index`` when its distributions and files are as recorded, else None."""
-    import importlib.metadata as md
-
     try:
         entry = json.loads(index.read_text())
         if any(md.version(d) != v for d, v in entry["distributions"].items()):
@@ -373,7 +367,6 @@ def micro_batched(parts: int):
     if parts == 1:
         yield
         return
-    from ..advisor import trace  # deferred: torch line
     from ..measurement import step  # deferred: torch line
 
     raw = trace.raw_trace
@@ -397,8 +390,6 @@ def _micro_measure(measure_fn: Callable | None, parts: int) -> Callable | None:
         return measure_fn
 
     def measure(technique: str, **kwargs):
-        import memlab  # deferred: torch line
-
         kwargs = {**kwargs, "batch": parts * int(kwargs["batch"]), "accumulate": parts}
         return (measure_fn or memlab.measure)(technique, **kwargs)
 
@@ -408,7 +399,7 @@ def _micro_measure(measure_fn: Callable | None, parts: int) -> Callable | None:
 @contextlib.contextmanager
 def _tracing():
     """One intra-op thread and torch's objects frozen out of the collector, as :func:`fit_all` traces."""
-    import torch
+    import torch  # deferred: torch line
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -427,9 +418,7 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     """``(family part of the model file, its path, read from the cache)``: fitted once per key; with
     ``accumulate`` K > 1 the step of K micro-batches, its ``batch`` the micro-batch size (NOTE [ the
     micro-batch model ])."""
-    from ..core.atomic import write_text_atomic
-    from ..measurement.environment import git_commit
-    from ..advisor.fit import fit_family
+    from ..measurement.environment import git_commit  # deferred: torch line
 
     folder = cache_dir_for(model, decl, optimizer, cache_root, accumulate)
     path = models_path(optimizer, folder)
@@ -439,8 +428,6 @@ def fitted_family(model, decl: Declaration, optimizer: str, *, cache_root: Path 
     started = time.perf_counter()
     say(f"memlab: fitting {decl.name} ({optimizer}): {len(decl.entries)} techniques, traced at "
         f"{decl.sizes[0]} in {decl.trace_values}; cached in {folder}")
-    from ..advisor.trace import IdentificationError
-
     progress = FitProgress(decl, optimizer, say, _micro_measure(measure_fn, accumulate))
     with _tracing(), progress.watching(), micro_batched(accumulate):
         progress.plan()
@@ -484,8 +471,6 @@ class FitProgress:
     process); :meth:`measure` is the fit's ``measure_fn``."""
 
     def __init__(self, decl: Declaration, optimizer: str, say: Callable[[str], None], measure_fn: Callable | None):
-        from ..advisor.fit import TRACED_HELD_OUT, small_held_out_points
-
         self.decl, self.optimizer, self.say, self.inner = decl, optimizer, say, measure_fn
         self.traces_each = len(decl.trace_values) + 1 + TRACED_HELD_OUT  # counted on the first technique
         self.measures_each = small_held_out_points(optimizer) + len(decl.time_sizes) + len(decl.time_only_sizes)
@@ -507,8 +492,6 @@ class FitProgress:
 
     def plan(self) -> None:
         """The plan line; a warm-up trace and a timed one; the estimate line."""
-        from ..advisor.trace import raw_trace
-
         traces, measures = self.totals
         kinds = ", ".join(e.technique.split("__", 1)[-1] for e in self.decl.entries)
         size, values = self.decl.sizes[0], self.decl.trace_values
@@ -517,9 +500,9 @@ class FitProgress:
                  f"({self.measures_each} each)")
         first = self.decl.entries[0]
         fixed = {**(self.decl.time_sizes[0] if self.decl.time_sizes else {}), **self.decl.workload_fixed, **first.fixed}
-        raw_trace(first.technique, {**fixed, size: min(values)}, self.optimizer)  # warm-up
+        trace.raw_trace(first.technique, {**fixed, size: min(values)}, self.optimizer)  # warm-up
         began = time.perf_counter()
-        raw_trace(first.technique, {**fixed, size: max(values)}, self.optimizer)
+        trace.raw_trace(first.technique, {**fixed, size: max(values)}, self.optimizer)
         self.first_trace = TRACE_SPAN * (time.perf_counter() - began)
         self.first_measure = self._child_start() + MEASURE_PER_TRACE * self.first_trace / TRACE_SPAN
         self.estimate = traces * self.first_trace + measures * self.first_measure
@@ -529,8 +512,7 @@ class FitProgress:
         self.fitting = True
 
     def _child_start(self) -> float:
-        from . import CHILD_LOAD_SECONDS
-        from ..registry import get_workload
+        from . import CHILD_LOAD_SECONDS  # deferred: torch line
 
         return CHILD_LOAD_SECONDS.get(str(Path(get_workload(self.decl.workload).model_file.path).resolve()), 0.0)
 
@@ -542,7 +524,7 @@ class FitProgress:
 
     @contextlib.contextmanager
     def watching(self):
-        from .workload import BUILD_OBSERVERS
+        from .workload import BUILD_OBSERVERS  # deferred: torch line
 
         pid = os.getpid()
 
@@ -568,8 +550,6 @@ class FitProgress:
 
     def measure(self, technique: str, **kwargs):
         """The fit's measurement (``measure_fn``, default :func:`memlab.measure`), timed and counted."""
-        import memlab
-
         if self.traced_now:  # the first measurement of a technique ends its traces
             if not self.refined:
                 self.traces_each, self.refined = self.traced_now, True
@@ -599,7 +579,7 @@ def _duration(seconds: float) -> str:
 
 
 def load_model_path(model) -> str:
-    from .run import load_model
+    from .run import load_model  # deferred: torch line
 
     return load_model(model).model_file.path
 
@@ -684,7 +664,7 @@ def _fit_for(model, vary: Sequence[str], params: Mapping[str, Any], *, optimizer
     index = _index_path(model, vary, optimizer, cache_root)
     fit = _indexed_fit(index, optimizer, params)
     if fit is None:
-        from .run import load_model_bounded
+        from .run import load_model_bounded  # deferred: torch line
 
         load_model_bounded(model, load_timeout)
         fit = _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn)
@@ -710,8 +690,6 @@ def _held_sizes(decl: Declaration, specs: Mapping[str, Any], params: Mapping[str
 def _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn) -> dict[str, Any]:
     """The model file imported, its declaration, its fit (cached or fitted now) and the kinds of its
     techniques: ``decl``, ``fam``, ``path``, ``cached``, ``held``, ``kinds``, ``model_file``."""
-    from ..registry import get_technique
-
     parts = MICRO_TRACED if tuple(vary)[:1] == (MICRO_BATCHES,) else 1
     decl = micro_declaration(model, vary[1:]) if parts > 1 else model_declaration(model, vary)
     held = _held_sizes(decl, get_technique(decl.entries[0].technique).all_params(), params)
@@ -725,9 +703,6 @@ def _full_fit(model, vary, optimizer, params, cache_root, say, measure_fn) -> di
 def _indexed_fit(index: Path | None, optimizer: str, params: Mapping[str, int]) -> dict[str, Any] | None:
     """:func:`_full_fit`'s answer from the index entry at ``index`` without importing the model file
     (NOTE [ advise without the model file ]); None when there is no valid entry or fit."""
-    from ..core.declaration import as_declaration
-    from ..core.params import Param
-
     entry = _read_index(index) if index is not None else None
     if entry is None:
         return None

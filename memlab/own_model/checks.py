@@ -28,8 +28,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import memlab
 from .advice import HELD_OUT, TIME_BATCHES, TRACE_VALUES, fitted_family, load_model_path, model_declaration
+from ..advisor.model import CATEGORIES, clamp_time, predict, predict_time, time_band
+from ..core.atomic import write_text_atomic
 from ..core.setting import DEFAULTS, OPTIMIZERS
+from ..registry import get_technique
 
 __all__ = ["MEASURED_MAX", "check_beyond", "write_checks", "main"]
 
@@ -52,10 +56,6 @@ def check_beyond(model, *, vary: Sequence[str] = ("batch",), factors: Sequence[i
         the cached fit document (``families``, ``model_file``...) with ``beyond`` (rows, module doc),
         ``measured_max``, ``factors``, ``cached`` and ``fit_path``.
     """
-    import memlab
-    from ..advisor.model import CATEGORIES, clamp_time, predict, predict_time, time_band
-    from ..registry import get_technique
-
     decl = model_declaration(model, vary)
     fam, path, cached = fitted_family(model, decl, optimizer, cache_root=cache_root, say=say)
     doc = json.loads(Path(path).read_text())
@@ -102,8 +102,7 @@ def write_checks(doc: dict[str, Any], out_dir: Path, repo_root: Path | None = No
     """Write ``doc`` to ``<out_dir>/<stem>-<optimizer><suffix>.json`` (sorted keys; the model file's path made
     relative to ``repo_root`` when inside it, so the file reads the same on every checkout), keeping the
     ``notes`` of the file it replaces (``{"<technique> <size>=<n>": why a check is not exact}``)."""
-    from ..core.atomic import write_text_atomic
-    from .workload import stem_of
+    from .workload import stem_of  # deferred: torch line
 
     doc = dict(doc)
     doc.pop("fit_path", None)

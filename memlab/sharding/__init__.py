@@ -16,6 +16,6 @@ __all__ = ["STRATEGIES", "ModelState", "exact_adam_state_bytes", "zero_model_sta
 
 def run_sharded(*args, **kwargs):
     """:func:`memlab.sharding.launch.run_sharded` (imported on first use: torch stays unloaded until then)."""
-    from .launch import run_sharded as run
+    from .launch import run_sharded as run  # deferred: torch line
 
     return run(*args, **kwargs)

@@ -12,8 +12,9 @@ import json
 import sys
 
 from .formulas import STRATEGIES
-from .launch import MAX_WORLD
+from .launch import MAX_WORLD, run_sharded
 from .model import MODELS, Sizes
+from .report import rank_line, with_formula
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,9 +45,6 @@ def plan_of(args: argparse.Namespace) -> list[tuple[str, bool]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .launch import run_sharded
-    from .report import rank_line, with_formula
-
     args = parse(argv)
     models = [Sizes(dim=args.dim, hidden=args.hidden, layers=args.layers, batch=args.batch, model=m, seq=args.seq,
                     vocab=args.vocab, heads=args.heads) for m in dict.fromkeys(args.model or ["mlp"])]

@@ -34,9 +34,9 @@ def run_sharded(plan: Plan, world: int, sizes: Sizes | list[Sizes] = Sizes(), de
     models = [sizes] if isinstance(sizes, Sizes) else list(sizes)
     for s in models:
         s.check(world)
-    import torch.multiprocessing as mp
+    import torch.multiprocessing as mp  # deferred: torch line
 
-    from .worker import rank_main
+    from .worker import rank_main  # deferred: torch line
 
     with tempfile.TemporaryDirectory(prefix="memlab-sharding-") as tmp:
         store = str(Path(tmp) / "store")

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel
 
 from .formulas import STRATEGIES
 from .model import LEARNING_RATE
@@ -43,20 +46,14 @@ def wrap(model: nn.Module, strategy: str, *, reshard: bool = True) -> Wrapped:
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
         for block in model.blocks:
             fully_shard(block, reshard_after_forward=reshard)
         fully_shard(model, reshard_after_forward=reshard)
         return Wrapped(model, _adam(model.parameters()), strategy, reshard)
-    from torch.nn.parallel import DistributedDataParallel
-
     dev = next(model.parameters()).device
     ddp = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     if strategy == "ddp":
         return Wrapped(ddp, _adam(ddp.parameters()), strategy, reshard)
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-
     opt = ZeroRedundancyOptimizer(list(ddp.parameters()), optimizer_class=torch.optim.Adam, lr=LEARNING_RATE,
                                   foreach=False)
     return Wrapped(ddp, opt, strategy, reshard)

@@ -13,6 +13,7 @@ import functools
 from typing import Any, Literal
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from .chained_matmul import (chained_matmul, chained_matmul_chunk_vjp, chained_matmul_in_tiles,
                                         chained_matmul_into, chained_matmul_scratch, hidden_tiles)
@@ -153,7 +154,7 @@ class EinsumChunk(_ChainedMatmulTechnique, name="einsum_chunk"):
             einsum_equation=EINSUM_EQUATION,
         )
         if used:
-            import opt_einsum
+            import opt_einsum  # deferred: optional dependency
 
             c = min(self.config["chunk_size"], cfg["n"])
             path, _ = opt_einsum.contract_path(
@@ -179,8 +180,6 @@ class CheckpointChunk(_ChainedMatmulTechnique, name="checkpoint_chunk"):
     check_params = CHECK_CHUNK
 
     def _compute(self, x, w1, w2):
-        from torch.utils.checkpoint import checkpoint
-
         c = self.config["chunk_size"]
         outs = [checkpoint(chained_matmul, x[st:ed], w1, w2, use_reentrant=False)
                 for st, ed in _bounds(x.shape[0], c)]
