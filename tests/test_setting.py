@@ -128,7 +128,7 @@ def test_rows_on_disk_read_with_the_keys_resume_used(path):
         old = _old_resume_pairs(rows, setting.device, setting.dtype, setting.mode, setting.optimizer, setting.loss)
         assert {k[:2] for k in finished_keys(path) if k[2:] == setting.key()} == old
         assert already_measured(path, setting.device, setting.dtype, setting.mode, optimizer=setting.optimizer,
-                                loss=setting.loss) == old
+                                loss=setting.loss, accumulate=setting.accumulate, grads=setting.grads) == old
 
 
 def test_a_planned_point_has_its_rows_key(tmp_path):

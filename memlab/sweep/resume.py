@@ -69,9 +69,11 @@ def is_done(point: Point, done: set[tuple]) -> bool:
 
 def already_measured(path: str | os.PathLike, device: str, dtype: str, mode: str,
                      warn: Callable[[str], None] | None = None, *, optimizer: str = DEFAULTS.optimizer,
-                     loss: str = DEFAULTS.loss) -> set[tuple[str, str]]:
+                     loss: str = DEFAULTS.loss, accumulate: int = DEFAULTS.accumulate,
+                     grads: str = DEFAULTS.grads) -> set[tuple[str, str]]:
     """``(technique, canonical params)`` of the finished rows in ``path`` measured in the setting of
-    ``device`` (its type), ``dtype``, ``mode``, ``optimizer`` and ``loss``: :func:`finished_keys`
-    for one setting."""
-    want = Setting(device=device, dtype=dtype, mode=mode, optimizer=optimizer, loss=loss).key()
+    ``device`` (its type), ``dtype``, ``mode``, ``optimizer``, ``loss``, ``accumulate`` and ``grads``:
+    :func:`finished_keys` for one setting."""
+    want = Setting(device=device, dtype=dtype, mode=mode, optimizer=optimizer, loss=loss, accumulate=accumulate,
+                   grads=grads).key()
     return {key[:2] for key in finished_keys(path, warn) if key[2:] == want}
