@@ -10,6 +10,8 @@ in :mod:`memlab.advisor.model`.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import gc
 import itertools
 import math
@@ -80,13 +82,32 @@ class SymEvent:
         return out
 
 
+#: micro-batches each trace accumulates, set by :func:`micro_batches` (1: a plain step)
+_PARTS: contextvars.ContextVar[int] = contextvars.ContextVar("memlab_trace_parts", default=1)
+
+
+@contextlib.contextmanager
+def micro_batches(parts: int):
+    """While open, :func:`raw_trace` takes ``batch`` as the micro-batch size and traces ``parts``
+    micro-batches of it accumulated into ``.grad`` (``batch = parts * batch``, ``accumulate=parts``)."""
+    token = _PARTS.set(parts)
+    try:
+        yield
+    finally:
+        _PARTS.reset(token)
+
+
 def raw_trace(technique_name: str, params: Mapping[str, Any],
               optimizer: str = DEFAULTS.optimizer) -> list[tuple[int, str, str, str]]:
-    """``[(delta_bytes, category, phase, op)]`` of build + warm-up + one traced training step (CPU, float32).
+    """``[(delta_bytes, category, phase, op)]`` of build + warm-up + one traced training step (CPU, float32);
+    inside :func:`micro_batches`, of ``parts`` micro-batches of ``params["batch"]`` accumulated.
 
     Events before the traced step have phase ``pre``; their categories are those of the blocks
     (baseline tensors: parameters, inputs, optimizer state).
     """
+    parts = _PARTS.get()
+    if parts > 1:
+        params = {**params, "batch": parts * int(params["batch"])}
     import torch  # deferred: torch line
 
     from ..measurement import alloc_trace, prepare  # deferred: torch line
@@ -99,7 +120,7 @@ def raw_trace(technique_name: str, params: Mapping[str, Any],
     gc.collect()
     with alloc_trace.AllocationRecorder(dev) as rec:
         problem = technique.build(dev, dt, 0)
-        step, opt = make_step(technique, problem, "train", optimizer=optimizer)
+        step, opt = make_step(technique, problem, "train", optimizer=optimizer, accumulate=parts)
         step()
         gc.collect()
         known = baseline_categories(problem.model, problem.inputs, problem.grad_output, opt)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
 import hashlib
 import importlib.metadata as md
@@ -38,10 +37,9 @@ import types
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
-from unittest import mock
 
 import memlab
-from ..advisor import trace  # trace.raw_trace is looked up when called: micro_batched and the tests patch it
+from ..advisor import trace  # trace.raw_trace is looked up when called: the tests patch it
 from ..advisor.advise import (AdviceError, bounded_reading, cuda_need, error_bound, fmt_bytes, format_categories,
                              parse_budget, time_cell, time_fields)
 from ..advisor.decision import order_fits
@@ -359,28 +357,11 @@ def _read_index(index: Path | None) -> dict[str, Any] | None:
     return entry
 
 
-@contextlib.contextmanager
 def micro_batched(parts: int):
     """While open, the advisor's traces (:func:`memlab.advisor.trace.raw_trace`) take ``batch`` as the
     micro-batch size: each traces ``parts`` micro-batches of it accumulated (``batch = parts * batch``,
     ``accumulate=parts``); nothing for ``parts`` 1 (NOTE [ the micro-batch model ])."""
-    if parts == 1:
-        yield
-        return
-    from ..measurement import step  # deferred: torch line
-
-    raw = trace.raw_trace
-
-    def traced(technique_name: str, params: Mapping[str, Any], optimizer: str = DEFAULTS.optimizer):
-        return raw(technique_name, {**params, "batch": parts * int(params["batch"])}, optimizer)
-
-    accumulating = functools.partial(step.make_step, accumulate=parts)
-    with contextlib.ExitStack() as patches:
-        for module in (step, trace):  # raw_trace's make_step: the step module's, or its own import of it
-            if getattr(module, "make_step", None) is step.make_step:
-                patches.enter_context(mock.patch.object(module, "make_step", accumulating))
-        patches.enter_context(mock.patch.object(trace, "raw_trace", traced))
-        yield
+    return trace.micro_batches(parts)
 
 
 def _micro_measure(measure_fn: Callable | None, parts: int) -> Callable | None:
