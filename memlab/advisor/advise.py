@@ -15,6 +15,7 @@ import memlab
 from ..core.host import describe, kernel_host
 from ..core.params import Param, split_params
 from ..core.record import Category
+from ..core.setting import DEFAULTS
 from ..core.units import MiB
 from .decision import (changes_dtype, declared_not_modelled, fixed_selection, measured_params, not_modelled,
                        order_fits, plain_verdict, registered_techniques, time_error)
@@ -226,7 +227,7 @@ def _extrapolation(fam: Mapping[str, Any], sizes: Mapping[str, int]) -> list[dic
     return out
 
 
-def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimizer: str = "sgd",
+def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimizer: str = DEFAULTS.optimizer,
            device: str = "cpu", models_dir=None, gpu_check_dir=None, sweeps_dir=None,
            host: Mapping[str, Any] | None | str = "here") -> dict[str, Any]:
     """Every modelled technique and knob setting predicted to fit ``budget`` bytes, ranked.

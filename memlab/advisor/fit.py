@@ -24,6 +24,7 @@ from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseli
                         poly_substitute, prune, split_baseline)
 from ..core.atomic import write_text_atomic
 from ..core.host import kernel_host
+from ..core.setting import DEFAULTS
 from ..registry import get_advisor, get_technique, list_advisors
 from . import trace as traces  # trace.raw_trace is looked up when called: the tests and own_model patch it
 from .trace import IdentificationError, check_distinct, monomial_library, symbolic_trace
@@ -31,7 +32,8 @@ from .trace import IdentificationError, check_distinct, monomial_library, symbol
 __all__ = ["fit_all", "fit_entry", "fit_family", "declaration_of", "OPTIMIZERS_FITTED", "small_held_out_points", "time_model", "fault_term",
            "baseline_cost", "pooled_baseline_cost", "NS_PER_S", "events_peak"]
 
-OPTIMIZERS_FITTED = ("sgd", "adam")
+#: the optimizers ``memlab advise --fit`` fits, the default measurement's first (most answers use it)
+OPTIMIZERS_FITTED = (DEFAULTS.optimizer, "adam")
 
 
 def small_held_out_points(optimizer: str) -> int:
@@ -204,15 +206,15 @@ def _traced_check(fam: Declaration, entry: Entry, optimizer: str, model: dict, s
 
 def _measured_points(fam: Declaration, entry: Entry, optimizer: str, seed: int) -> list[tuple[dict, str]]:
     """Held-out configurations measured with memlab.measure: small random ones, and the time points
-    (each of the family's time sizes, at each chunk count for a chunked entry; SGD: all chunk counts,
-    other optimizers the first and last), then the time-only ones (``time_only_sizes``, beyond the
+    (each of the family's time sizes, at each chunk count for a chunked entry; the first of
+    :data:`OPTIMIZERS_FITTED`: all chunk counts, other optimizers the first and last), then the time-only ones (``time_only_sizes``, beyond the
     memory model's exact range) the same way; ``[(params, "small" | "time" | "time_only")]``."""
     chunked = bool(entry.knobs)
     out = [(p, "small") for p in fam.random_points(chunked, small_held_out_points(optimizer), seed + 7)]
     for kind, sizes in (("time", fam.time_sizes), ("time_only", fam.time_only_sizes)):
         for size in sizes:
             if chunked:
-                chunks = fam.time_chunks if optimizer == "sgd" else (fam.time_chunks[0], fam.time_chunks[-1])
+                chunks = fam.time_chunks if optimizer == OPTIMIZERS_FITTED[0] else (fam.time_chunks[0], fam.time_chunks[-1])
                 out += [({**size, fam.loop.knob: fam.loop.knob_for_count(size, k)}, kind) for k in chunks]
             else:
                 out.append((dict(size), kind))

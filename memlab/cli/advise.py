@@ -23,7 +23,7 @@ def add_parser(sub, shared) -> None:
     s.add_argument("--budget", help="memory budget: 2GiB, 1.5GB, 512MiB or bytes")
     s.add_argument("--param", action="append", metavar="NAME=VALUE",
                    help="workload size or knob (repeatable); a knob given is held, else its settings are searched")
-    s.add_argument("--optimizer", default=None, metavar="NAME", help="sgd (default) or adam")
+    s.add_argument("--optimizer", default=None, metavar="NAME", help=f"{DEFAULTS.optimizer} (default) or adam")
     s.add_argument("--device", default="cpu", help="cpu (exact peak, the default) or cuda (peak plus a stated "
                                                    "allocator margin)")
     s.add_argument("--json", action="store_true", help="print the advice as JSON (bytes)")

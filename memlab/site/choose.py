@@ -43,6 +43,7 @@ from ..core.declaration import as_declaration
 from ..advisor.gpu_evidence import format_gpu_evidence, gpu_evidence
 from ..advisor.model import CATEGORIES, SCHEMA, chunks_timed, time_band, time_floor
 from ..core.record import is_number as _num
+from ..core.setting import DEFAULTS
 from .figures import CATEGORY_COLORS, color_of
 from .notes import CATEGORY_NAMES
 from .page import Page
@@ -338,7 +339,7 @@ def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
                   "pareto-table", "cannot-table", "choose-extrapolation", "choose-plain", "not-modelled"):
         page.anchor(fixed)  # ids the template and the script write
     techniques = sorted({e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]})
-    app = {"models": models, "default_optimizer": "sgd" if "sgd" in models else next(iter(models)),
+    app = {"models": models, "default_optimizer": DEFAULTS.optimizer if DEFAULTS.optimizer in models else next(iter(models)),
            "units": {k: v for k, v in UNITS.items()}, "cuda_margin": CUDA_MARGIN,
            "categories": list(CATEGORIES), "category_names": CATEGORY_NAMES,
            "category_colors": {c: CATEGORY_COLORS.get(c, "#444444") for c in CATEGORIES},
