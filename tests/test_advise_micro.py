@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 
 import memlab
-from memlab.advisor import AdviceError
+from memlab.advisor import AdviceError, format_verify, verify
 from memlab.advisor.fit import events_peak
 from memlab.advisor.model import CATEGORIES
 from memlab.own_model import advice
+from memlab.own_model.checks import MEASURED_MAX, check_micro
 from memlab.own_model.advice import (MICRO_BATCHES, MICRO_TRACED, advise_model, fitted_family, format_model_advice,
                                      micro_batched, micro_declaration, model_declaration, predict_micro)
 
@@ -105,3 +106,38 @@ def test_a_batch_that_fits_in_no_count_and_a_missing_batch_are_one_error_each(fi
         advise_model(fit["path"], 100, vary=(MICRO_BATCHES,), params={"batch": 64}, cache_root=fit["cache"])
     with pytest.raises(ValueError, match="micro_batches=3 does not split batch=64; valid: a divisor of 64"):
         predict_micro(fit["whole"], fit["micro"], {"batch": 64}, 3)
+
+
+def test_verify_measures_the_micro_batched_first_answer_as_k_micro_batches(fit):
+    """``advise --model --vary micro_batches --verify``: the first answer, K micro-batches of B/K, is
+    measured with ``accumulate=K`` at the whole batch, and its prediction is the measurement to the byte."""
+    need = predict_micro(fit["whole"], fit["micro"], {"batch": 64}, 4)["total_peak_bytes"]
+    a = advise_model(fit["path"], need, vary=(MICRO_BATCHES,), params={"batch": 64}, cache_root=fit["cache"])
+    asked: dict = {}
+
+    def spy(technique, **kwargs):
+        asked.update(kwargs)
+        return memlab.measure(technique, **kwargs)
+
+    v = verify(a, measure_fn=spy)
+    assert asked["accumulate"] == 4 and asked["batch"] == 64
+    assert v["measured"] and v["status"] == "ok", v.get("error")
+    assert v["accumulate"] == 4 and v["predicted_total_peak_bytes"] == need
+    assert v["measured_total_peak_bytes"] == need
+    assert v["measured_by_category_bytes"] == v["predicted_by_category_bytes"]
+    assert "4 x 16 (--accumulate 4)" in format_verify(v) and "error +0 B" in format_verify(v)
+
+
+def test_the_micro_batches_check_finds_0_bytes_of_error_at_4x_by_category(fit):
+    """``python -m memlab.own_model.checks FILE --vary micro_batches``: K = 2 and 4 micro-batches of 4x
+    the largest fitted batch, every category to the byte."""
+    said: list[str] = []
+    doc = check_micro(fit["path"], factors=(4,), parts=(2, 4), cache_root=fit["cache"], say=said.append)
+    assert doc["cached"] and doc["vary"] == [MICRO_BATCHES] and doc["parts"] == [2, 4]
+    assert [r["accumulate"] for r in doc["beyond"]] == [2, 4] and len(said) == 2
+    for row in doc["beyond"]:
+        assert row["status"] == "ok", row.get("error")
+        assert row["micro_batch"] == 4 * MEASURED_MAX and row["params"]["batch"] == row["accumulate"] * row["micro_batch"]
+        assert row["error_bytes"] == 0 and row["categories_exact"], row
+        assert row["predicted_peak_by_category_bytes"] == {c: row["measured_peak_by_category_bytes"].get(c, 0)
+                                                           for c in CATEGORIES}

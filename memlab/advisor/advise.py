@@ -15,7 +15,7 @@ import memlab
 from ..core.host import describe, kernel_host
 from ..core.params import Param, split_params
 from ..core.record import Category
-from ..core.setting import DEFAULTS
+from ..core.setting import DEFAULTS, Setting
 from ..core.units import MiB
 from .decision import (changes_dtype, declared_not_modelled, fixed_selection, measured_params, not_modelled,
                        order_fits, plain_verdict, registered_techniques, time_error)
@@ -559,8 +559,11 @@ def _available_bytes() -> int | None:
 def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
     """Measure the first recommendation (CPU, isolated) when it fits in this machine's available memory.
 
-    Returns ``{"measured": bool, ...}`` with predicted and measured total peak, categories and
-    relative step time, or the reason it was not measured.
+    A micro-batched answer (``--vary micro_batches``: ``accumulate`` among its ``params``, ``batch`` the
+    whole batch) is measured as that many micro-batches accumulated (``memlab measure --accumulate K``).
+
+    Returns ``{"measured": bool, ...}`` with predicted and measured total peak, categories (bytes) and
+    relative step time and the micro-batches measured (``accumulate``), or the reason it was not measured.
     """
     first = a["fits"][0]
     avail = _available_bytes()
@@ -572,10 +575,13 @@ def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
         measure_fn = memlab.measure
 
     cls = get_technique(first["technique"])
-    fixed = {k: v for k, v in first["params"].items() if k in cls.all_params()}
+    # a micro-batched answer carries accumulate=K among its params: measured as K micro-batches
+    step, given = Setting.split(first["params"])
+    fixed = {k: v for k, v in given.items() if k in cls.all_params()}
     m = measure_fn(first["technique"], iterations=2, repeats=3, time_budget=0, check=False,
-                   optimizer=a["optimizer"], **fixed)
+                   optimizer=a["optimizer"], **step, **fixed)
     out = {"measured": True, "setting": first, "status": m.status, "error": m.error,
+           "accumulate": step.get("accumulate", DEFAULTS.accumulate),
            "predicted_total_peak_bytes": first["total_peak_bytes"], "measured_total_peak_bytes": m.total_peak_bytes,
            "predicted_by_category_bytes": first["peak_by_category_bytes"],
            "measured_by_category_bytes": dict(m.peak_by_category_bytes),
@@ -589,7 +595,8 @@ def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
 
 def format_verify(v: Mapping[str, Any]) -> str:
     c = v["setting"]
-    head = f"verify #1 {c['label']} {_knobs(c)}".rstrip()
+    micro = f" {c['size']} x {c['micro_batch']} (--accumulate {c['size']})" if "micro_batch" in c else ""
+    head = f"verify #1 {c['label']} {_knobs(c)}".rstrip() + micro
     if not v["measured"]:
         return f"{head}: not measured: {v['reason']}"
     if v["status"] != "ok":
