@@ -25,7 +25,7 @@ from .model import (CATEGORIES, chunks_timed, clamp_time, load_models, models_pa
                     time_band)
 from ..registry import builtin_families, get_technique, list_advisors, list_families
 
-__all__ = ["AdviceError", "parse_budget", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
+__all__ = ["AdviceError", "parse_budget", "parse_params", "knob_settings", "models_for", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
            "fmt_bytes", "format_categories", "error_bound", "bounded_reading", "CUDA_MARGIN", "MAX_BUDGET_BYTES",
            "UNITS", "time_note", "time_fields", "time_cell"]
 
@@ -88,7 +88,7 @@ def cuda_need(total: int) -> int:
     return int(total * (1 + CUDA_MARGIN["fraction"])) + CUDA_MARGIN["fixed_bytes"] + CUDA_MARGIN["workspace_bytes"]
 
 
-def _parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> tuple[dict, list[str], list[dict]]:
+def parse_params(fam: Mapping[str, Any], family: str, pairs: Sequence[str]) -> tuple[dict, list[str], list[dict]]:
     """``(sizes and knobs given or defaulted, notes, the entries selected)``: a parameter an entry's label
     fixes (``slice_accumulate[backward=manual]``: ``--param backward=manual``) selects the entries that fix
     it so and those that do not fix it."""
@@ -250,10 +250,10 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     if device not in ("cpu", "cuda"):
         raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
     budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    models = _models_for(family, optimizer, models_dir, host)
+    models = models_for(family, optimizer, models_dir, host)
     fam = models["families"][family]
     decl = as_declaration(fam)
-    chosen, notes, entries = _parse_params(fam, family, params)
+    chosen, notes, entries = parse_params(fam, family, params)
     sizes = {s: chosen[s] for s in fam["sizes"]}
     try:
         decl.loop.check(sizes)
@@ -284,7 +284,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     }
 
 
-def _models_for(family: str, optimizer: str, models_dir, host) -> dict[str, Any]:
+def models_for(family: str, optimizer: str, models_dir, host) -> dict[str, Any]:
     """The models of ``optimizer`` held for ``host`` (:func:`advise`), which must model ``family``."""
     try:
         models = load_models(optimizer, models_dir, host=kernel_host() if host == "here" else host)
@@ -340,7 +340,7 @@ def _candidates(decl, fam: dict[str, Any], chosen: dict[str, int], sizes: dict[s
     """Every entry at every knob setting searched (a knob given is held), with its predicted need and time."""
     candidates = []
     for entry in fam["entries"]:
-        for knobs in _settings(decl, fam, entry, chosen, sizes):
+        for knobs in knob_settings(decl, fam, entry, chosen, sizes):
             p = {**sizes, **knobs}
             pred = predict(decl, entry, p)
             need = pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])
@@ -370,7 +370,7 @@ def time_fields(decl, entry: Mapping[str, Any], params: Mapping[str, int], devic
             "time_ranked": device == "cpu" or not changes_dtype(entry, dtype)}
 
 
-def _settings(decl, fam: Mapping[str, Any], entry: Mapping[str, Any], chosen: Mapping[str, int],
+def knob_settings(decl, fam: Mapping[str, Any], entry: Mapping[str, Any], chosen: Mapping[str, int],
               sizes: Mapping[str, int]) -> list[dict[str, int]]:
     """The knob settings of ``entry`` searched at ``sizes`` (a knob given is held)."""
     settings: list[dict[str, int]] = [{}]
@@ -418,7 +418,7 @@ def larger_size(decl, fam: Mapping[str, Any], chosen: Mapping[str, int], sizes: 
     def needs(entries, v):
         at = {**sizes, name: v}
         for e in entries:
-            for knobs in _settings(decl, fam, e, chosen, at):
+            for knobs in knob_settings(decl, fam, e, chosen, at):
                 pred = predict(decl, e, {**at, **knobs})
                 total = pred["total_peak_bytes"]
                 yield (total if device == "cpu" else cuda_need(total)), e, knobs, pred["k"]

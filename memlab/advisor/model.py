@@ -81,7 +81,7 @@ from ..core.record import CATEGORIES
 from ..core.declaration import Declaration, as_declaration
 from ..core.host import host_key, same_kernels
 
-__all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "load_models", "models_path",
+__all__ = ["encode_poly", "decode_poly", "eval_poly", "Prediction", "predict", "pieces_at", "load_models", "models_path",
            "MODELS_DIR", "host_variant_dir", "SCHEMA", "CATEGORIES", "predict_time", "chunk_bodies", "mmapped_bytes",
            "MMAP_CEILING_BYTES", "work_of", "base_work", "time_band", "time_floor", "clamp_time", "chunks_timed"]
 
@@ -145,18 +145,27 @@ def predict(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any], p
         family: the family's :class:`~memlab.core.declaration.Declaration`, or its part of a model
             file (``models["families"][name]``, which carries the declaration).
     """
-    k, values = as_declaration(family).loop_of(params, chunked=bool(entry.get("knobs")))
-    cls, extra = _class_for(entry["classes"], k, values)
-    values = {**values, **extra}
+    k, cls, pieces = pieces_at(family, entry, params)
     best = None
-    for piece in cls["pieces"]:
-        cats = {c: eval_poly(p, values) for c, p in piece.items()}
+    for cats in pieces:
         total = sum(cats.values())
         if best is None or total > best[0]:
             best = (total, cats)
     total, cats = best
     return Prediction(total_peak_bytes=total, peak_by_category_bytes={c: cats.get(c, 0) for c in CATEGORIES},
                       k=k, model_class=cls.get("k", f">={cls.get('k_min')}"))
+
+
+def pieces_at(family: Declaration | Mapping[str, Any], entry: Mapping[str, Any],
+              params: Mapping[str, int]) -> tuple[int, dict[str, Any], list[dict[str, int]]]:
+    """``(k, the class, its pieces)`` of ``entry`` at ``params``: the loop count, the class of the model
+    that holds at it, and each piece (a moment of the step at which the live bytes can peak) with its
+    categories evaluated (bytes; a category the piece lacks is absent).  :func:`predict` takes the
+    largest piece (the first on a tie)."""
+    k, values = as_declaration(family).loop_of(params, chunked=bool(entry.get("knobs")))
+    cls, extra = _class_for(entry["classes"], k, values)
+    values = {**values, **extra}
+    return k, cls, [{c: eval_poly(p, values) for c, p in piece.items()} for piece in cls["pieces"]]
 
 
 def work_of(work: str | Mapping[str, str], params: Mapping[str, int]) -> int | dict[str, int]:

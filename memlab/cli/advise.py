@@ -42,7 +42,8 @@ def add_parser(sub, shared) -> None:
     s.add_argument("--vary", default="batch", metavar="SIZES",
                    help="with --model: the sizes the models vary, batch first (batch, or batch,seq; default "
                         "batch); the answer searches the first; micro_batches (or micro_batches,seq): the fewest "
-                        "micro-batches the batch of --param batch=B fits in (--accumulate K)")
+                        "micro-batches the batch of --param batch=B fits in (--accumulate K); with --family: "
+                        "batch (the default) or micro_batches, for a family with a batch size")
     s.set_defaults(func=run)
 
 
@@ -59,6 +60,8 @@ def run(args) -> int:
         return _fit(args, models_dir)
     if not args.family or not args.budget:
         raise UsageError("memlab advise needs --family and --budget (or --fit)")
+    if args.vary.split(",")[0].strip() != "batch":
+        return _advise_micro(args, models_dir)
     try:
         a = advise(args.family, args.budget, args.param or [], optimizer=args.optimizer or DEFAULTS.optimizer,
                    device=args.device, models_dir=models_dir)
@@ -123,3 +126,21 @@ def _advise_model(args, cache_root) -> int:
         load_model(args.model)
     checked = verify(a) if args.verify else None
     return _answer(args, a, checked, lambda: format_model_advice(a))
+
+
+def _advise_micro(args, models_dir) -> int:
+    """``memlab advise --family F --vary micro_batches``: the fewest micro-batches of ``--param batch``
+    each technique fits in (memlab.advisor.micro); ``--verify`` measures the first ranked answer."""
+    from ..advisor import AdviceError, verify  # deferred: heavy, CLI startup
+    from ..advisor.micro import MICRO_BATCHES, advise_micro, format_micro_advice  # deferred: heavy, CLI startup
+
+    if [v.strip() for v in args.vary.split(",")] != [MICRO_BATCHES]:
+        raise UsageError(f"--vary {args.vary!r} is not valid with --family; valid: batch (the default) or "
+                         f"{MICRO_BATCHES}")
+    try:
+        a = advise_micro(args.family, args.budget, args.param or [], optimizer=args.optimizer or DEFAULTS.optimizer,
+                         device=args.device, models_dir=models_dir)
+    except AdviceError as exc:
+        raise UsageError(str(exc)) from None
+    checked = verify(a) if args.verify and a["fits"] else None
+    return _answer(args, a, checked, lambda: format_micro_advice(a))
