@@ -22,7 +22,10 @@ What ``choose.js`` repeats of the Python advisor, rule for rule (change both tog
   band (:func:`memlab.advisor.model.time_band`, shipped as text);
 * the CUDA need (:func:`memlab.advisor.advise.cuda_need`) from the shipped :data:`CUDA_MARGIN`;
 * the budget's units (:func:`memlab.advisor.advise.parse_budget`), the ranking (time, then need), the
-  Pareto front, what cannot fit, and the extrapolation flags.
+  Pareto front, what cannot fit, and the extrapolation flags;
+* for a family with a ``batch`` size, the micro-batch answer (:func:`memlab.advisor.micro.advise_micro`,
+  NOTE [ micro-batches from a whole-step model ]): the low and high bounds from the pieces at B/K, the
+  divisors tried, the fastest setting at the fewest K, the ranking of the exact answers and the reasons.
 A family without a valid declaration (or of a loop kind the script does not know), or a model entry of
 an unexpected shape, is left out of the page with a problem line (methodology page), never evaluated
 wrongly.
@@ -336,7 +339,8 @@ def add_choose_page(ctx: dict[str, Any]) -> dict[str, Any]:
         return ctx
     page = Page("choose.html")
     for fixed in ("inputs", "answer", "fits", "categories", "pareto", "cannot-fit", "models", "fits-table",
-                  "pareto-table", "cannot-table", "choose-extrapolation", "choose-plain", "not-modelled"):
+                  "pareto-table", "cannot-table", "choose-extrapolation", "choose-plain", "not-modelled",
+                  "micro-batches", "micro-table"):
         page.anchor(fixed)  # ids the template and the script write
     techniques = sorted({e["technique"] for m in models.values() for f in m["families"].values() for e in f["entries"]})
     app = {"models": models, "default_optimizer": DEFAULTS.optimizer if DEFAULTS.optimizer in models else next(iter(models)),

@@ -512,6 +512,174 @@ var memlabChoose = (function () {
             extrapolation: extrapolation(fam, sizes), model: model, candidates: candidates.length};
   }
 
+  // -- micro-batches: memlab.advisor.micro (NOTE [ micro-batches from a whole-step model ]) ----------
+  var MAX_ACCUMULATE = 1024;                  // memlab.core.setting.MAX_ACCUMULATE
+  var BATCH_VARIABLES = ["batch", "chunk", "last"];
+
+  function piecesAt(fam, entry, params) {     // memlab.advisor.model.pieces_at (absent categories as 0)
+    var lk = loopOf(fam.loop, params, entry.knobs.length > 0);
+    var found = classFor(entry.classes, lk.k, lk.values);
+    var values = Object.assign({}, lk.values, found.extra);
+    return {k: lk.k, pieces: found.cls.pieces.map(function (piece) {
+      var cats = {};
+      APP.categories.forEach(function (c) { cats[c] = piece[c] === undefined ? 0n : evalPoly(piece[c], values); });
+      return cats;
+    })};
+  }
+
+  function sumOf(cats) { return APP.categories.reduce(function (t, c) { return t + cats[c]; }, 0n); }
+
+  function firstMax(items, key) {             // Python's max(range(n), key=(value, -i)): the first largest
+    var best = 0;
+    items.forEach(function (x, i) { if (key(x) > key(items[best])) { best = i; } });
+    return best;
+  }
+
+  function inputGradients(entry) {            // micro._input_gradients
+    return entry.classes.some(function (cls) {
+      return cls.pieces.some(function (p) {
+        return Object.keys(p.gradients || {}).some(function (mono) {
+          return mono.split("*").some(function (v) { return BATCH_VARIABLES.indexOf(v) >= 0; });
+        });
+      });
+    });
+  }
+
+  function accumulated(fam, entry, params, parts) {   // micro.accumulated: the low and high bounds (BigInt)
+    var batch = params.batch;
+    if (parts < 1 || batch % parts !== 0) {
+      throw new Error("micro_batches=" + parts + " does not split batch=" + batch + "; valid: a divisor of " + batch);
+    }
+    var pa = piecesAt(fam, entry, Object.assign({}, params, {batch: batch / parts}));
+    var cats = pa.pieces[firstMax(pa.pieces, sumOf)];
+    var total = sumOf(cats);
+    if (parts === 1) { return {low: total, high: total, exact: true, categories: cats, k: pa.k, terms: null}; }
+    var whole = predict(fam, entry, params).categories.inputs;
+    var gMax = pa.pieces.reduce(function (g, p) { return p.gradients > g ? p.gradients : g; }, 0n);
+    var gradsIn = inputGradients(entry);
+    var lowCats = pa.pieces[firstMax(pa.pieces, function (p) { return sumOf(p) - p.gradients; })];
+    var low = sumOf(lowCats) - lowCats.gradients + gMax + whole - lowCats.inputs;
+    var high = total + whole - cats.inputs + cats.parameters + (gradsIn ? 2n * whole : 0n);
+    return {low: low, high: high, exact: low === high, k: pa.k,
+            categories: Object.assign({}, lowCats, {inputs: whole, gradients: gMax}),
+            terms: {peak: total, gradients_at_peak: cats.gradients, gradients_largest: gMax,
+                    without_gradients: sumOf(lowCats) - lowCats.gradients, parameters: cats.parameters,
+                    inputs_whole: whole, input_gradients: gradsIn}};
+  }
+
+  function microWhy(t) {                      // micro._why
+    var out = [];
+    if (t.without_gradients < t.peak) {
+      out.push("every fitted moment of the whole step holds gradients (" + fmtBytes(t.gradients_at_peak) + " at its peak): "
+               + "with all of them present from the second micro-batch on, which moment peaks is no term of the fit");
+    }
+    if (t.parameters !== t.gradients_largest) {
+      out.push("parameters and buffers (" + fmtBytes(t.parameters) + ") are not the largest gradients of any fitted "
+               + "moment (" + fmtBytes(t.gradients_largest) + ")");
+    }
+    if (t.input_gradients) {
+      out.push("an input takes a gradient: the whole batch's and its slice's backward, at most 2 x " + fmtBytes(t.inputs_whole));
+    }
+    return out.length ? out.join("; ") : "the bounds differ";
+  }
+
+  function microCounts(batch) {               // micro.micro_counts
+    var out = [];
+    for (var k = 1; k <= Math.min(batch, MAX_ACCUMULATE); k++) { if (batch % k === 0) { out.push(k); } }
+    return out;
+  }
+
+  function timeOf(fam, entry, p, device, k) { // advise.time_fields (the time floored, to 3 decimals)
+    var raw = predictTime(fam, entry, p, device);
+    var floored = raw !== null && entry.time_floor !== null && entry.time_floor !== undefined && raw < entry.time_floor;
+    var t = floored ? entry.time_floor : raw;
+    return {relative_step_time: t === null ? null : pyRound(t, 3), time_floored: floored,
+            time_ranked: device === "cpu" || !entry.changes_dtype, time_band: entry.time_band,
+            chunks_timed: entry.chunks_timed !== null && entry.chunks_timed !== undefined && k > entry.chunks_timed
+              ? entry.chunks_timed : null};
+  }
+
+  function fastest(settings, need) {          // micro._fastest
+    var key = function (s) { var t = s.time.relative_step_time; return [t === null ? 1 : 0, t || 0.0]; };
+    return settings.reduce(function (a, s) {
+      var ka = key(a), ks = key(s);
+      if (ks[0] !== ka[0]) { return ks[0] < ka[0] ? s : a; }
+      if (ks[1] !== ka[1]) { return ks[1] < ka[1] ? s : a; }
+      return s[need] < a[need] ? s : a;
+    });
+  }
+
+  function fewest(fam, entry, chosen, sizes, budget, device) {   // micro._fewest
+    var fits = null, may = null, last = [];
+    var counts = microCounts(sizes.batch);
+    for (var i = 0; i < counts.length; i++) {
+      var parts = counts[i];
+      var at = Object.assign({}, sizes, {batch: sizes.batch / parts});
+      var found = settingsOf(fam, entry, chosen, at).map(function (knobs) {
+        var acc = accumulated(fam, entry, Object.assign({}, sizes, knobs), parts);
+        var need = device === "cpu" ? function (b) { return b; } : cudaNeed;
+        return Object.assign(acc, {knobs: knobs, parts: parts, need_low: need(acc.low), need_high: need(acc.high),
+                                   chunks: acc.k, time: timeOf(fam, entry, Object.assign({}, at, knobs), device, acc.k)});
+      });
+      if (found.length) { last = found; }
+      var low = found.filter(function (s) { return s.need_low <= budget; });
+      if (may === null && low.length) { may = fastest(low, "need_low"); }
+      var ok = found.filter(function (s) { return s.need_high <= budget; });
+      if (ok.length) { fits = fastest(ok, "need_high"); break; }
+    }
+    var smallest = last.length && may === null
+      ? last.reduce(function (a, s) { return s.need_low < a.need_low ? s : a; }) : null;
+    return {fits: fits, may_fit: may, smallest: smallest};
+  }
+
+  function adviseMicro(query) {               // micro.advise_micro: null for a family without a batch
+    var model = APP.models[query.optimizer];
+    var fam = model && model.families[query.family];
+    if (!fam || fam.sizes.batch === undefined) { return null; }
+    var budget = typeof query.budget === "bigint" ? query.budget : parseBudget(query.budget);
+    var device = query.device === "cuda" ? "cuda" : "cpu";
+    var sizes = {}, chosen = {};
+    Object.keys(fam.sizes).forEach(function (s) {
+      var given = query.sizes && query.sizes[s] !== undefined && query.sizes[s] !== "";
+      sizes[s] = given ? parseSize(s, query.sizes[s], fam.sizes[s]) : fam.sizes[s]["default"];
+    });
+    Object.keys(fam.knobs).forEach(function (k) {
+      if (query.knobs && query.knobs[k] !== undefined && query.knobs[k] !== "") {
+        chosen[k] = parseSize(k, query.knobs[k], fam.knobs[k]);
+      }
+    });
+    var answers = [], unranked = [], cannot = [];
+    fam.entries.forEach(function (entry) {
+      var found = fewest(fam, entry, chosen, sizes, budget, device);
+      var best = found.fits || found.may_fit;
+      if (best === null || !entry.recommendable) {
+        var pool = [found.smallest, found.may_fit, found.fits].filter(function (s) { return s; });
+        var least = pool.length ? pool.reduce(function (a, s) { return s.need_low < a.need_low ? s : a; }) : null;
+        cannot.push({technique: entry.technique, label: entry.label, peer: entry.peer, recommendable: entry.recommendable,
+                     smallest_need_bytes: least ? least.need_low : null,
+                     at: least ? Object.assign({micro_batches: least.parts}, least.knobs) : null});
+        return;
+      }
+      var row = Object.assign({technique: entry.technique, label: entry.label, peer: entry.peer, knobs: best.knobs,
+        chunks: best.chunks, size: best.parts, micro_batch: sizes.batch / best.parts, exact: best.exact,
+        low_bytes: best.low, high_bytes: best.high, need_bytes: best.need_high, need_low_bytes: best.need_low,
+        fits: best.need_high <= budget, peak_by_category_bytes: best.categories, baseline: entry.baseline,
+        why: best.exact ? null : microWhy(best.terms), may_fit_from: found.may_fit ? found.may_fit.parts : null},
+        best.time);
+      if (found.fits && best.exact) { answers.push(row); } else {
+        row.size = found.fits ? found.fits.parts : null;
+        unranked.push(row);
+      }
+    });
+    answers.sort(function (a, b) {
+      var ta = a.relative_step_time || Infinity, tb = b.relative_step_time || Infinity;
+      return a.size - b.size || (a.baseline === b.baseline ? 0 : (a.baseline ? -1 : 1)) || (ta < tb ? -1 : (ta > tb ? 1 : 0));
+    });
+    answers.forEach(function (c, i) { c.rank = i + 1; });
+    return {family: query.family, batch: sizes.batch, sizes: sizes, budget_bytes: budget, device: device,
+            answers: answers, unranked: unranked, cannot_fit: cannot};
+  }
+
   // -- the page ------------------------------------------------------------------------------------
   function esc(text) {        // for plotly's pseudo-HTML and for innerHTML
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
@@ -740,6 +908,43 @@ var memlabChoose = (function () {
     }
   }
 
+  function renderMicro(m, family) {           // the micro-batches section (NOTE [ micro-batches from a whole-step model ])
+    var box = document.getElementById("choose-answer");
+    box.appendChild(el("h3", {id: "micro-batches", text: "Micro-batches: the batch as K micro-batches (--accumulate K)"}));
+    if (m === null) {
+      box.appendChild(el("p", {"class": "note", text: family + " has no batch size: it is not split into micro-batches here."}));
+      return;
+    }
+    var need = m.device === "cuda" ? "CUDA need" : "peak";
+    box.appendChild(el("p", {"class": "note", text: "Per technique, the fewest micro-batches K of batch=" + m.batch
+      + " predicted to fit " + fmtMiB(m.budget_bytes) + ": the whole-step model at batch B/K plus the whole batch's "
+      + "inputs and every gradient (the models were fitted without accumulation). Where the model holds every term the "
+      + "prediction is exact and ranked (fewest K, plain first, then predicted time against plain at B/K); elsewhere "
+      + "it is a low and a high bound, unranked, with the term the fit lacks, and fits by its high bound. "
+      + "memlab advise --family " + m.family + " --vary micro_batches gives the same answer."}));
+    var rows = m.answers.concat(m.unranked).map(function (c) {
+      return {cells: {rank: c.rank ? String(c.rank) : "-", technique: tech(c), setting: knobText(c),
+                      k: c.size ? c.size + " x " + c.micro_batch : "from " + c.may_fit_from + "?",
+                      need: c.exact ? fmtMiB(c.need_bytes) : fmtMiB(c.need_low_bytes) + " .. " + fmtMiB(c.need_bytes),
+                      time: timeCell(c), bytes: c.exact ? "exact" : "bounds, unranked: " + c.why},
+              sort: {rank: c.rank || undefined, need: c.need_bytes.toString(), time: c.relative_step_time === null ? undefined : c.relative_step_time}};
+    });
+    if (rows.length) {
+      box.appendChild(table("micro-table", [{key: "rank", label: "#", num: true}, {key: "technique", label: "technique"},
+        {key: "setting", label: "setting"}, {key: "k", label: "micro-batches", title: "K x B/K"},
+        {key: "need", label: need, num: true, title: "exact, or the low .. high bound"},
+        {key: "time", label: "relative step at B/K (predicted)", num: true},
+        {key: "bytes", label: "bytes"}], rows, "fewest micro-batches first"));
+    }
+    if (m.cannot_fit.length) {
+      box.appendChild(el("ul", {"class": "not-modelled"}, m.cannot_fit.map(function (c) {
+        return el("li", {}, [el("code", {text: c.label}), ": does not fit in " + m.batch + " micro-batches of 1"
+          + (c.smallest_need_bytes === null ? "" : "; smallest " + need + " " + fmtMiB(c.smallest_need_bytes))
+          + (c.recommendable ? "" : " (not recommended: a held-out measurement was not ok)")]);
+      })));
+    }
+  }
+
   // -- the form and the URL ------------------------------------------------------------------------
   var form, fields = {};
 
@@ -806,6 +1011,7 @@ var memlabChoose = (function () {
       var a = advise(q);
       err.hidden = true;
       render(a);
+      renderMicro(adviseMicro(q), q.family);
       return a;
     } catch (e) {
       err.hidden = false;
@@ -885,5 +1091,26 @@ var memlabChoose = (function () {
             categories: JSON.parse(JSON.stringify(p.categories, function (k, v) { return typeof v === "bigint" ? v.toString() : v; }))};
   }
 
-  return {evaluate: evaluate, predict: predictOne, pyFixed: pyFixed, knobCandidates: knobCandidates};
+  // for tests: the micro-batch answer (bytes as strings), null for a family without a batch
+  function evaluateMicro(query) {
+    var m = adviseMicro(query);
+    if (m === null) { return null; }
+    var big = function (o) {
+      return JSON.parse(JSON.stringify(o, function (k, v) { return typeof v === "bigint" ? v.toString() : v; }));
+    };
+    var row = function (c) {
+      return big({label: c.label, knobs: c.knobs, size: c.size, micro_batch: c.micro_batch, exact: c.exact,
+                  low_bytes: c.low_bytes, high_bytes: c.high_bytes, need_bytes: c.need_bytes,
+                  need_low_bytes: c.need_low_bytes, peak_by_category_bytes: c.peak_by_category_bytes,
+                  relative_step_time: c.relative_step_time, why: c.why, may_fit_from: c.may_fit_from,
+                  rank: c.rank === undefined ? null : c.rank});
+    };
+    return {answers: m.answers.map(row), unranked: m.unranked.map(row), batch: m.batch,
+            cannot_fit: big(m.cannot_fit.map(function (c) {
+              return {label: c.label, smallest_need_bytes: c.smallest_need_bytes, at: c.at};
+            }))};
+  }
+
+  return {evaluate: evaluate, evaluateMicro: evaluateMicro, predict: predictOne, pyFixed: pyFixed,
+          knobCandidates: knobCandidates};
 })();
