@@ -25,7 +25,7 @@ from .model import (CATEGORIES, chunks_timed, clamp_time, load_models, models_pa
                     time_band)
 from ..registry import builtin_families, get_technique, list_advisors, list_families
 
-__all__ = ["AdviceError", "parse_budget", "parse_params", "knob_settings", "models_for", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
+__all__ = ["AdviceError", "parse_budget", "parse_params", "knob_settings", "models_for", "read_query", "advise", "larger_size", "format_advice", "format_verify", "verify", "cuda_need",
            "fmt_bytes", "format_categories", "error_bound", "bounded_reading", "CUDA_MARGIN", "MAX_BUDGET_BYTES",
            "UNITS", "time_note", "time_fields", "time_cell"]
 
@@ -247,18 +247,9 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     Raises:
         AdviceError: unknown family, parameter, device or optimizer; unparsable budget; nothing fits.
     """
-    if device not in ("cpu", "cuda"):
-        raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
-    budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    models = models_for(family, optimizer, models_dir, host)
-    fam = models["families"][family]
-    decl = as_declaration(fam)
-    chosen, notes, entries = parse_params(fam, family, params)
-    sizes = {s: chosen[s] for s in fam["sizes"]}
-    try:
-        decl.loop.check(sizes)
-    except ValueError as exc:
-        raise AdviceError(f"--param {exc}") from None
+    q = read_query(family, budget, params, optimizer, device, models_dir, host)
+    models, fam, decl, budget_bytes = q["models"], q["fam"], q["decl"], q["budget_bytes"]
+    chosen, notes, entries, sizes = q["chosen"], q["notes"], q["entries"], q["sizes"]
     selected = {**fam, "entries": entries}
     candidates = _candidates(decl, selected, chosen, sizes, budget_bytes, device, models.get("dtype"))
     usable = [c for c in candidates if c["recommendable"]]
@@ -282,6 +273,31 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "gpu_evidence": gpu_evidence([e.technique for e in decl.entries], decl.workload_fixed, gpu_check_dir) if device == "cuda" else None,
         "time_note": time_note(terr["text"], device, any(c["chunks_timed"] for c in candidates)),
     }
+
+
+def read_query(family: str, budget: int | str, params: Sequence[str], optimizer: str, device: str, models_dir,
+               host) -> dict[str, Any]:
+    """A question to the family models, checked: ``models`` (of ``optimizer``, held for ``host``), ``fam``
+    (the family's part), ``decl``, ``budget_bytes``, ``chosen`` (sizes and knobs given or defaulted),
+    ``notes``, ``entries`` (those ``params`` select) and ``sizes``.
+
+    Raises:
+        AdviceError: a bad device, budget, family or parameter (one line naming it and the valid ones).
+    """
+    if device not in ("cpu", "cuda"):
+        raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
+    budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
+    models = models_for(family, optimizer, models_dir, host)
+    fam = models["families"][family]
+    decl = as_declaration(fam)
+    chosen, notes, entries = parse_params(fam, family, params)
+    sizes = {s: chosen[s] for s in fam["sizes"]}
+    try:
+        decl.loop.check(sizes)
+    except ValueError as exc:
+        raise AdviceError(f"--param {exc}") from None
+    return {"models": models, "fam": fam, "decl": decl, "budget_bytes": budget_bytes, "chosen": chosen,
+            "notes": notes, "entries": entries, "sizes": sizes}
 
 
 def models_for(family: str, optimizer: str, models_dir, host) -> dict[str, Any]:

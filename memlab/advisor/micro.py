@@ -33,10 +33,9 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-from ..core.declaration import as_declaration
 from ..core.setting import DEFAULTS, MAX_ACCUMULATE
-from .advise import (AdviceError, cuda_need, error_bound, fmt_bytes, format_categories, knob_settings, models_for,
-                     parse_budget, parse_params, time_cell, time_fields)
+from .advise import (AdviceError, cuda_need, error_bound, fmt_bytes, format_categories, knob_settings, read_query,
+                     time_cell, time_fields)
 from .model import CATEGORIES, pieces_at, predict
 
 __all__ = ["MICRO_BATCHES", "BATCH", "accumulated", "micro_counts", "advise_micro", "format_micro_advice"]
@@ -188,28 +187,18 @@ def advise_micro(family: str, budget: int | str, params: Sequence[str] = (), *, 
         AdviceError: the family has no batch, a bad parameter, device or budget.
     """
     started = time.perf_counter()
-    if device not in ("cpu", "cuda"):
-        raise AdviceError(f"--device {device!r} is not valid; valid: cpu, cuda")
-    budget_bytes = parse_budget(budget) if isinstance(budget, str) else int(budget)
-    models = models_for(family, optimizer, models_dir, host)
-    fam = models["families"][family]
+    q = read_query(family, budget, params, optimizer, device, models_dir, host)
+    fam, sizes, budget_bytes = q["fam"], q["sizes"], q["budget_bytes"]
     if BATCH not in fam["sizes"]:
         raise AdviceError(f"--vary {MICRO_BATCHES} splits a batch, and family {family!r} has none (sizes: "
                           f"{', '.join(fam['sizes'])}); valid: a family with a {BATCH} size, or --vary batch")
-    decl = as_declaration(fam)
-    chosen, notes, entries = parse_params(fam, family, params)
-    sizes = {s: chosen[s] for s in fam["sizes"]}
-    try:
-        decl.loop.check(sizes)
-    except ValueError as exc:
-        raise AdviceError(f"--param {exc}") from None
-    answers, unranked, cannot = _rows(decl, {**fam, "entries": entries}, chosen, sizes, budget_bytes, device,
-                                      models.get("dtype"))
+    answers, unranked, cannot = _rows(q["decl"], {**fam, "entries": q["entries"]}, q["chosen"], sizes, budget_bytes,
+                                      device, q["models"].get("dtype"))
     answers.sort(key=lambda c: (c["size"], not c["baseline"], c["relative_step_time"] or float("inf")))
     answers = [dict(c, rank=i + 1) for i, c in enumerate(answers)]
-    return {"family": family, "vary": MICRO_BATCHES, "batch": sizes[BATCH], "sizes": sizes, "notes": notes,
+    return {"family": family, "vary": MICRO_BATCHES, "batch": sizes[BATCH], "sizes": sizes, "notes": q["notes"],
             "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
-            "models": models.get("memlab_commit"), "dtype": models.get("dtype"),
+            "models": q["models"].get("memlab_commit"), "dtype": q["models"].get("dtype"),
             "answers": answers, "fits": answers,
             "unranked": unranked, "cannot_fit": cannot, "seconds": round(time.perf_counter() - started, 2)}
 
