@@ -1,5 +1,6 @@
 """``python -m memlab.advisor.time_check``: held-out relative times, one family at a time."""
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -27,7 +28,7 @@ def test_a_family_run_keeps_the_other_families_rows(tmp_path, monkeypatch):
     out.write_text(json.dumps({"rows": [{"family": "chunking", "label": "old", "error": 0.02},
                                         {"family": "transformer", "label": "stale", "error": 0.5}]}))
     new = [{"family": "transformer", "label": "checkpoint_layer", "error": -0.03}]
-    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None, runs=1: new)
+    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None, runs=1, settings=None: new)
     assert time_check.main(["--family", "transformer", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert [r["label"] for r in data["rows"]] == ["old", "checkpoint_layer"]
@@ -37,7 +38,7 @@ def test_a_family_run_keeps_the_other_families_rows(tmp_path, monkeypatch):
 def test_a_file_that_is_not_a_check_is_named_and_kept(tmp_path, monkeypatch):
     out = tmp_path / "time-check-sgd.json"
     out.write_text("{not json")
-    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None, runs=1: [])
+    monkeypatch.setattr(time_check, "check_times", lambda optimizer, families=None, runs=1, settings=None: [])
     with pytest.raises(SystemExit, match="time-check-sgd.json: not a time-check file"):
         time_check.main(["--family", "transformer", "--out", str(out)])
     assert out.read_text() == "{not json"
@@ -96,3 +97,55 @@ def test_runs_below_one_are_refused(runs, capsys):
     with pytest.raises(SystemExit) as exc:
         time_check.main(["--family", "resnet", "--runs", str(runs)])
     assert exc.value.code == 2 and f"--runs {runs} is out of range" in capsys.readouterr().err
+
+
+UNSEEN = Path(__file__).resolve().parents[1] / "data" / "models" / "unseen-settings.json"
+
+
+def test_the_unseen_settings_are_five_per_family_and_none_was_fitted_or_held_out():
+    """The settings chosen before they were measured (issue 43): five per built-in family, each a
+    modelled entry, none a time point its model was fitted on nor a held-out setting."""
+    from memlab.advisor.model import load_models
+
+    chosen = time_check.read_settings(UNSEEN)
+    models = load_models("sgd")
+    assert {f for f, _, _ in chosen} == {name for name, _ in builtin_families()}
+    for family in {f for f, _, _ in chosen}:
+        assert sum(f == family for f, _, _ in chosen) == 5, family
+    for family, label, params in chosen:
+        entry = next(e for e in models["families"][family]["entries"] if e["label"] == label)
+        assert params not in [p["params"] for p in entry["time"]["points"]], (family, label, params)
+        assert (family, label, params) not in time_check.HELD_OUT
+
+
+def test_the_committed_unseen_check_is_within_the_goal_and_no_family_errs_one_way():
+    """data/models/time-check-unseen-settings-sgd.json measured exactly the chosen settings; the
+    prediction the advisor states (floored) is within GOAL of the median of three runs at each, and
+    every family has errors of both signs."""
+    doc = json.loads((UNSEEN.parent / "time-check-unseen-settings-sgd.json").read_text())
+    chosen = time_check.read_settings(UNSEEN)
+    assert [(r["family"], r["label"], r["params"]) for r in doc["rows"]] == list(chosen)
+    signs: dict[str, set[bool]] = {}
+    for r in doc["rows"]:
+        assert len(r["measured_runs"]) == 3 and r["status"] == "ok", r
+        error = (r["predicted_floored"] - r["measured"]) / r["measured"]
+        assert abs(error) <= time_check.GOAL, (r["family"], r["label"], error)
+        signs.setdefault(r["family"], set()).add(error > 0)
+    assert all(s == {True, False} for s in signs.values()), signs
+
+
+def test_a_settings_file_with_a_bad_row_is_named(tmp_path):
+    bad = tmp_path / "s.json"
+    bad.write_text(json.dumps({"settings": [["chunking", "slice_loop", {"n": 1}], ["chunking", 3]]}))
+    with pytest.raises(SystemExit, match=r"row 1 is \['chunking', 3\]"):
+        time_check.read_settings(bad)
+    with pytest.raises(SystemExit, match="not a settings file"):
+        time_check.read_settings(tmp_path / "missing.json")
+
+
+def test_settings_replace_the_held_out_ones():
+    chosen = (("tensor_train", "tt_chunked", {"batch": 2048, "chunk_size": 512}),)
+    rows = time_check.check_times("sgd", measure_fn=_fake_measure, settings=chosen, say=lambda s: None)
+    assert [(r["family"], r["label"], r["params"]) for r in rows] == list(chosen)
+    assert rows[0]["predicted_floored"] >= rows[0]["predicted"]
+    assert rows[0]["band"] is not None

@@ -26,10 +26,10 @@ from typing import Any, Callable
 import memlab
 from ..core.atomic import write_text_atomic
 from ..registry import family_meta
-from .model import MODELS_DIR, load_models, predict_time
+from .model import MODELS_DIR, clamp_time, load_models, predict_time, time_band
 from ..core.setting import DEFAULTS
 
-__all__ = ["HELD_OUT", "GOAL", "held_out", "check_times", "main"]
+__all__ = ["HELD_OUT", "GOAL", "held_out", "read_settings", "check_times", "main"]
 
 #: the relative error the check aims for
 GOAL = 0.10
@@ -47,6 +47,28 @@ def held_out(environ=None) -> tuple[tuple[str, str, dict[str, int]], ...]:
 HELD_OUT: tuple[tuple[str, str, dict[str, int]], ...] = held_out()
 
 
+def read_settings(path: Path) -> tuple[tuple[str, str, dict[str, int]], ...]:
+    """``(family, entry label, parameters)`` rows of a settings file (``{"settings": [[family, label,
+    {param: value}], ...]}``, e.g. ``data/models/unseen-settings.json``: settings chosen before they
+    were measured).
+
+    Raises:
+        SystemExit: the file is missing or is not such a list, naming the file and the bad row.
+    """
+    try:
+        rows = json.loads(Path(path).read_text())["settings"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SystemExit(f"--settings {path}: not a settings file ({exc!r}); expected "
+                         '{"settings": [[family, label, {param: value}], ...]}') from None
+    out = []
+    for i, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == 3 and isinstance(row[0], str) and isinstance(row[1], str)
+                and isinstance(row[2], dict)):
+            raise SystemExit(f"--settings {path}: row {i} is {row!r}; expected [family, label, {{param: value}}]")
+        out.append((row[0], row[1], dict(row[2])))
+    return tuple(out)
+
+
 def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, Any], dict[str, Any]]:
     fam = models["families"][family]
     for entry in fam["entries"]:
@@ -57,9 +79,11 @@ def _entry(models: dict[str, Any], family: str, label: str) -> tuple[dict[str, A
 
 def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | None = None, models_dir=None,
                 say: Callable[[str], None] = print, families: tuple[str, ...] | None = None,
-                runs: int = 1) -> list[dict[str, Any]]:
-    """Predicted against measured relative step time at every :func:`held_out` setting (one row each)
-    of ``families`` (default: every family listed).  With ``runs`` > 1 every setting is measured that
+                runs: int = 1, settings=None) -> list[dict[str, Any]]:
+    """Predicted against measured relative step time at every :func:`held_out` setting (or every
+    ``(family, label, params)`` of ``settings``; one row each) of ``families`` (default: every family
+    listed).  Each row carries the floored prediction the advisor states (``predicted_floored``, NOTE
+    [ no faster than plain unless measured so ]) and the entry's own band (``band``, NOTE [ the time band ]).  With ``runs`` > 1 every setting is measured that
     many times, one pass over the settings after another (so a stretch of heavier load falls on
     different settings), and compared with the median; each run's figure is kept (``measured_runs``).
 
@@ -70,7 +94,8 @@ def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | N
         raise ValueError(f"runs={runs!r} is out of range: expected 1 or more")
     measure_fn = measure_fn or memlab.measure
     models = load_models(optimizer, models_dir)
-    settings = [(family, label, params, *_entry(models, family, label)) for family, label, params in held_out()
+    settings = [(family, label, params, *_entry(models, family, label))
+                for family, label, params in (held_out() if settings is None else settings)
                 if families is None or family in families]
     measured: list[list] = [[] for _ in settings]
     for run in range(runs):
@@ -80,7 +105,9 @@ def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | N
             measured[i].append(m)
             say(f"{family:10} {label:34} {json.dumps(params):70} run {run + 1}/{runs}: measured "
                 f"{'-' if m.relative_step_time is None else f'{m.relative_step_time:.3f}'} ({m.status})")
-    rows = [_row(family, label, params, predict_time(fam, entry, params), ms)
+    rows = [{**_row(family, label, params, predict_time(fam, entry, params), ms),
+             "predicted_floored": clamp_time(entry, predict_time(fam, entry, params))[0],
+             "band": time_band(entry)["fraction"]}
             for (family, label, params, fam, entry), ms in zip(settings, measured)]
     for r in rows:
         predicted, median, error = r["predicted"], r["measured"], r["error"]
@@ -129,15 +156,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1,
                         help="measure every setting this many times (a pass over the settings each) and compare the "
                              "median (default 1)")
+    parser.add_argument("--settings", type=Path, default=None,
+                        help="measure the settings of this file instead of the families' held-out ones "
+                             "(e.g. data/models/unseen-settings.json; default out: time-check-<stem>-<optimizer>.json)")
     args = parser.parse_args(argv)
-    known = sorted({f for f, _, _ in held_out()})
+    chosen = None if args.settings is None else read_settings(args.settings)
+    known = sorted({f for f, _, _ in (held_out() if chosen is None else chosen)})
     for fam in args.family or ():
         if fam not in known:
             parser.error(f"--family {fam!r} has no held-out time settings; valid: {', '.join(known)}")
-    out = args.out or MODELS_DIR / f"time-check-{args.optimizer}.json"
+    stem = "" if args.settings is None else f"{args.settings.stem}-"
+    out = args.out or MODELS_DIR / f"time-check-{stem}{args.optimizer}.json"
     if args.runs < 1:
         parser.error(f"--runs {args.runs} is out of range: expected 1 or more")
-    rows = check_times(args.optimizer, families=None if args.family is None else tuple(args.family), runs=args.runs)
+    rows = check_times(args.optimizer, families=None if args.family is None else tuple(args.family), runs=args.runs,
+                       settings=chosen)
     if args.family is not None:
         rows = [r for r in _earlier_rows(out) if r.get("family") not in args.family] + rows
     errors = [abs(r["error"]) for r in rows if r["error"] is not None]
