@@ -480,16 +480,16 @@ def test_a_cold_fit_says_its_plan_and_estimate_first_then_each_trace_and_measure
     a = advise_model(path, 10**6, cache_root=tmp_path / "cache", say=said.append)
     assert not a["cached"] and [x["kind"] for x in a["answers"]] == ["plain"]
     ours = [line for line in said if line.startswith("memlab: ")]
-    # 5 measurements: two small held-out ones and one at each of the three TIME_BATCHES
+    # 6 measurements: two small held-out ones, one at each of the three TIME_BATCHES and the time-only batch 16
     assert ours[1].startswith("memlab: plan: 1 techniques (plain); about 19 traces (18 each, at batch 2..7 and "
-                              "held out) and 5 measurements (5 each)")
+                              "held out) and 6 measurements (6 each)")
     assert ours[2].startswith("memlab: estimated ") and "19 traces of about" in ours[2]
     traces = [line for line in ours if line.startswith("memlab: trace ")]
     measured = [line for line in ours if line.startswith("memlab: measured ")]
-    assert traces[0].startswith("memlab: trace 1/~19 (batch=") and len(measured) == 5
+    assert traces[0].startswith("memlab: trace 1/~19 (batch=") and len(measured) == 6
     assert all(" so far, about " in line and line.endswith(" left") for line in traces + measured)
-    assert measured[-1].startswith("memlab: measured 5/5: adv_progress__plain (batch=")
-    assert ours[-1].startswith("memlab: fitted in ") and f"{len(traces)} traces and 5 measurements" in ours[-1]
+    assert measured[-1].startswith("memlab: measured 6/6: adv_progress__plain (batch=16)")
+    assert ours[-1].startswith("memlab: fitted in ") and f"{len(traces)} traces and 6 measurements" in ours[-1]
 
 
 def test_model_answers_are_ordered_by_time_plain_first_and_cuda_leaves_autocast_unranked(model_file, tmp_path,
