@@ -261,6 +261,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
     larger = larger_size(decl, selected, chosen, sizes, budget_bytes, device) if fits[0].get("baseline") else None
     return {
         "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
+        "workload_fixed": fam["workload_fixed"],
         "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
         "dtype": models.get("dtype"),
         "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes, larger),
@@ -576,7 +577,8 @@ def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
     """Measure the first recommendation (CPU, isolated) when it fits in this machine's available memory.
 
     A micro-batched answer (``--vary micro_batches``: ``accumulate`` among its ``params``, ``batch`` the
-    whole batch) is measured as that many micro-batches accumulated (``memlab measure --accumulate K``).
+    whole batch) is measured as that many micro-batches accumulated (``memlab measure --accumulate K``);
+    a family's answer at the models' fixed workload settings (``a["workload_fixed"]``).
 
     Returns ``{"measured": bool, ...}`` with predicted and measured total peak, categories (bytes) and
     relative step time and the micro-batches measured (``accumulate``), or the reason it was not measured.
@@ -591,9 +593,10 @@ def verify(a: Mapping[str, Any], measure_fn=None) -> dict[str, Any]:
         measure_fn = memlab.measure
 
     cls = get_technique(first["technique"])
-    # a micro-batched answer carries accumulate=K among its params: measured as K micro-batches
+    # a micro-batched answer carries accumulate=K among its params: measured as K micro-batches; the family's
+    # fixed workload settings are the models', not always the technique's defaults (resnet's image 8, not 32)
     step, given = Setting.split(first["params"])
-    fixed = {k: v for k, v in given.items() if k in cls.all_params()}
+    fixed = {k: v for k, v in {**a.get("workload_fixed", {}), **given}.items() if k in cls.all_params()}
     m = measure_fn(first["technique"], iterations=2, repeats=3, time_budget=0, check=False,
                    optimizer=a["optimizer"], **step, **fixed)
     out = {"measured": True, "setting": first, "status": m.status, "error": m.error,

@@ -197,6 +197,7 @@ def advise_micro(family: str, budget: int | str, params: Sequence[str] = (), *, 
     answers.sort(key=lambda c: (c["size"], not c["baseline"], c["relative_step_time"] or float("inf")))
     answers = [dict(c, rank=i + 1) for i, c in enumerate(answers)]
     return {"family": family, "vary": MICRO_BATCHES, "batch": sizes[BATCH], "sizes": sizes, "notes": q["notes"],
+            "workload_fixed": fam["workload_fixed"],
             "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
             "models": q["models"].get("memlab_commit"), "dtype": q["models"].get("dtype"),
             "answers": answers, "fits": answers,
