@@ -103,8 +103,8 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
 def _report(verdict: str, rows: list[list[Any]], measurements: list[Any], layers: int, width: int) -> dict[str, Any]:
     """The report dict (:func:`~memlab.reproductions.papers.paper_report`) of ``rows`` (``STEP_COLUMNS``)."""
     what = f"{layers} nn.Linear({width}, {width}) layers with biases, batch 1, float32, CPU, exact allocation bytes"
-    summary = [f"Model: {what}."] + [f"{r[1]}: {r[0].split(',')[0].split(':')[0]} gives {r[3]:,} B, memlab {r[4]:,} B "
-                                     f"(gap {r[5]:,} B: {r[6]})." for r in rows]
+    summary = " ".join([f"Model: {what}."] + [f"{r[1]}: {r[0].split(',')[0].split(':')[0]} gives {r[3]:,} B, memlab "
+                                              f"{r[4]:,} B (gap {r[5]:,} B: {r[6]})." for r in rows])
     figure = {"type": "bar", "title": "The sources' figures and memlab's bytes", "x_label": "claim",
               "y_label": "bytes", "x": [r[1].split(":")[0] + f" ({i + 1})" for i, r in enumerate(rows)],
               "series": {"source's figure": [r[3] for r in rows], "memlab": [r[4] for r in rows]},
