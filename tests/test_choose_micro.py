@@ -59,8 +59,8 @@ def test_the_page_s_micro_batch_answer_is_advise_s_to_the_byte(browser, served, 
             py = _python(q, models_dir)
             for key in ("answers", "unranked", "cannot_fit", "batch"):
                 assert js[key] == py[key], (q, key)
-            kinds |= {"exact"} * bool(py["answers"]) | {"bounds"} * bool(py["unranked"]) \
-                | {"cannot"} * bool(py["cannot_fit"])
+            kinds |= {kind for kind, rows in (("exact", py["answers"]), ("bounds", py["unranked"]),
+                                              ("cannot", py["cannot_fit"])) if rows}
         assert kinds == {"exact", "bounds", "cannot"}
         assert _evaluate(browser, session, "JSON.stringify(memlabChoose.evaluateMicro({family: 'chunking', "
                                            "optimizer: 'sgd', budget: '1GiB', sizes: {}, knobs: {}}))") is None
