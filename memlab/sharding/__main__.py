@@ -1,4 +1,5 @@
-"""``python -m memlab.sharding --strategy ddp|zero1|fsdp [--no-reshard] --world N [--model mlp|transformer] [--json]``.
+"""``python -m memlab.sharding --strategy ddp|zero1|fsdp [--no-reshard] --world N [--model mlp|transformer] [--json]``,
+and ``python -m memlab.sharding predict ...`` (:mod:`memlab.sharding.predict_cli`).
 
 Runs the sharded step (:mod:`memlab.sharding`) on ``N`` processes and prints one line per rank
 (:func:`memlab.sharding.report.rank_line`), or with ``--json`` one JSON object per rank (the figures,
@@ -14,7 +15,14 @@ import sys
 from .formulas import STRATEGIES
 from .launch import MAX_WORLD, run_sharded
 from .model import MODELS, Sizes
+from .predict_cli import main as predict_main
 from .report import rank_line, with_formula
+
+
+def _model(value: str) -> str:
+    if value in MODELS or value.endswith(".py"):
+        return value
+    raise argparse.ArgumentTypeError(f"model={value!r} is not valid; valid: {', '.join(MODELS)} or a model file (*.py)")
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,8 +31,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--strategy", choices=STRATEGIES, action="append",
                    help="repeatable; default: all three (fsdp with and without --no-reshard's setting)")
     p.add_argument("--no-reshard", action="store_true", help="fsdp: reshard_after_forward=False")
-    p.add_argument("--world", type=int, default=2, help=f"ranks, 2..{MAX_WORLD} (default 2)")
-    p.add_argument("--model", choices=MODELS, action="append", help="repeatable; default: mlp")
+    p.add_argument("--world", type=int, default=2, help=f"ranks, 1..{MAX_WORLD} (default 2)")
+    p.add_argument("--model", type=_model, action="append",
+                   help="mlp, transformer or a model file (*.py, e.g. examples/gpt2.py); repeatable; default: mlp")
     p.add_argument("--dim", type=int, default=Sizes.dim, help="width D (both models)")
     p.add_argument("--hidden", type=int, default=Sizes.hidden, help="mlp: hidden width F")
     p.add_argument("--layers", type=int, default=Sizes.layers)
@@ -45,12 +54,15 @@ def plan_of(args: argparse.Namespace) -> list[tuple[str, bool]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["predict"]:
+        return predict_main(argv[1:])
     args = parse(argv)
     models = [Sizes(dim=args.dim, hidden=args.hidden, layers=args.layers, batch=args.batch, model=m, seq=args.seq,
                     vocab=args.vocab, heads=args.heads) for m in dict.fromkeys(args.model or ["mlp"])]
     try:
         results = run_sharded(plan_of(args), args.world, models, args.device)
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     ok = True

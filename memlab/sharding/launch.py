@@ -24,10 +24,10 @@ MAX_WORLD = 16
 
 def run_sharded(plan: Plan, world: int, sizes: Sizes | list[Sizes] = Sizes(), device: str = "cpu") -> list[list[dict]]:
     """Run every ``plan`` entry for each model of ``sizes`` (one or a list) on ``world`` ranks
-    (2..:data:`MAX_WORLD`), all in one process group; one list per (model, entry), models outer, of
+    (1..:data:`MAX_WORLD`; 1 runs the strategy's code on a group of one), all in one process group; one list per (model, entry), models outer, of
     one figure dict per rank (rank order), as :func:`memlab.sharding.worker.run_strategy` returns them."""
-    if not isinstance(world, int) or not 2 <= world <= MAX_WORLD:
-        raise ValueError(f"world={world!r} is not valid; valid: an int in 2..{MAX_WORLD}")
+    if not isinstance(world, int) or not 1 <= world <= MAX_WORLD:
+        raise ValueError(f"world={world!r} is not valid; valid: an int in 1..{MAX_WORLD}")
     for strategy, _ in plan:
         if strategy not in STRATEGIES:
             raise ValueError(f"strategy={strategy!r} is not valid; valid strategies: {', '.join(STRATEGIES)}")

@@ -27,11 +27,12 @@ import torch
 from torch import nn
 
 from ..families.transformer.workload import TransformerLM
+from .model_file import build as build_file, file_blocks, file_loss, global_batch, is_model_file, load
 
-__all__ = ["Sizes", "Block", "MLPStack", "build_model", "batch", "loss_of", "LEARNING_RATE", "reference_run",
+__all__ = ["blocks_of", "param_units", "Sizes", "Block", "MLPStack", "build_model", "batch", "loss_of", "LEARNING_RATE", "reference_run",
            "ReferenceRun", "MODELS"]
 
-#: the models a sharded step can run (``Sizes.model``)
+#: the built-in models a sharded step can run (``Sizes.model``; or a model file's path, ``*.py``)
 MODELS = ("mlp", "transformer")
 
 #: Adam's learning rate in the sharded step and its reference
@@ -42,7 +43,9 @@ LEARNING_RATE = 1e-3
 class Sizes:
     """Model and batch sizes: ``model`` (one of :data:`MODELS`), ``dim`` D, ``hidden`` F (mlp), ``layers``
     L, global batch ``batch`` G rows or sequences (split over the ranks: a multiple of the world size);
-    ``heads``, ``vocab`` V and ``seq`` T for the transformer."""
+    ``heads``, ``vocab`` V and ``seq`` T for the transformer.  ``model`` may instead be a model file's
+    path (``*.py``: :mod:`memlab.sharding.model_file`): then ``batch`` and ``seq`` (where the file's
+    ``batch()`` takes one) are what count."""
 
     dim: int = 32
     hidden: int = 128
@@ -55,7 +58,9 @@ class Sizes:
     seq: int = 16
 
     def check(self, world: int) -> None:
-        if self.model not in MODELS:
+        if is_model_file(self.model):
+            load(self.model)
+        elif self.model not in MODELS:
             raise ValueError(f"model={self.model!r} is not valid; valid models: {', '.join(MODELS)}")
         if self.model == "transformer" and self.dim % self.heads:
             raise ValueError(f"dim={self.dim} is not valid with heads={self.heads}; valid: a multiple of heads")
@@ -101,9 +106,23 @@ class MLPStack(nn.Module):
         return self.head(h)
 
 
+def blocks_of(model: nn.Module) -> list[nn.Module]:
+    """The model's repeated blocks (FSDP's per-block units): its ``blocks``, or a model file's found blocks."""
+    return list(model.blocks) if isinstance(getattr(model, "blocks", None), nn.ModuleList) else file_blocks(model)
+
+
+def param_units(model: nn.Module) -> list[int]:
+    """For each parameter (``named_parameters`` order) the index of the block holding it, -1 for the
+    root (the rest of the model: FSDP's root unit)."""
+    where = {id(p): i for i, block in enumerate(blocks_of(model)) for p in block.parameters()}
+    return [where.get(id(p), -1) for p in model.parameters()]
+
+
 def build_model(sizes: Sizes, device: torch.device) -> nn.Module:
     """The model with weights seeded by ``sizes.seed`` (the same on every rank and in the reference);
     either has its blocks in ``.blocks``."""
+    if is_model_file(sizes.model):
+        return build_file(sizes.model, sizes.seed).to(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sizes.seed)
         if sizes.model == "transformer":
@@ -116,7 +135,10 @@ def build_model(sizes: Sizes, device: torch.device) -> nn.Module:
 
 
 def loss_of(sizes: Sizes, model: nn.Module, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """The scalar loss: mean squared error (mlp) or the mean per-token cross-entropy (transformer)."""
+    """The scalar loss: mean squared error (mlp), the mean per-token cross-entropy (transformer), or
+    a model file's loss on its batch ``x`` (``target`` None)."""
+    if is_model_file(sizes.model):
+        return file_loss(sizes.model, model, x)
     if sizes.model == "transformer":
         return model(x, target).mean()
     return nn.functional.mse_loss(model(x), target)
@@ -124,7 +146,10 @@ def loss_of(sizes: Sizes, model: nn.Module, x: torch.Tensor, target: torch.Tenso
 
 def batch(sizes: Sizes, device: torch.device, rank: int = 0, world: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank ``rank``'s rows of the seeded global batch: ``(x, target)``, each [G/world, D] float32
-    (mlp), or token ids and targets [G/world, T] int64 (transformer)."""
+    (mlp), or token ids and targets [G/world, T] int64 (transformer); for a model file its batch's
+    dict of tensors [G/world, ...] and None."""
+    if is_model_file(sizes.model):
+        return global_batch(sizes.model, sizes.batch, sizes.seq, sizes.seed, rank, world, device), None
     g = torch.Generator().manual_seed(sizes.seed + 1)
     if sizes.model == "transformer":
         x = torch.randint(sizes.vocab, (sizes.batch, sizes.seq), generator=g)

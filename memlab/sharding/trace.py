@@ -46,9 +46,11 @@ from .model import Sizes, batch, build_model, loss_of
 from .strategies import Wrapped, local, local_optimizer, wrap
 
 __all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees",
-           "held_outside_categories", "unfreed_in_step"]
+           "held_outside_categories", "unfreed_in_step", "peak_detail"]
 
 _GRAD_MARK = "memlab::grad:"
+#: live blocks kept per category in :func:`peak_detail` (the largest by bytes)
+PEAK_BLOCKS_KEPT = 25
 
 
 @dataclass
@@ -64,6 +66,7 @@ class TracedStep:
     dropped: tuple[int, int] = (0, 0)
     held: dict[str, int] = dataclasses.field(default_factory=dict)
     unfreed: dict[str, int] = dataclasses.field(default_factory=dict)
+    at_peak: dict = dataclasses.field(default_factory=dict)
 
 
 def repair_dropped_frees(events: list) -> tuple[list, int, int]:
@@ -93,7 +96,7 @@ def mark_gradients(params) -> None:
                 pass
 
 
-def _step_fn(sizes: Sizes, w: Wrapped, x: torch.Tensor, target: torch.Tensor, losses: list[float], probe: Probe):
+def _step_fn(sizes: Sizes, w: Wrapped, x, target, losses: list[float], probe: Probe):
     params = list(w.module.parameters())
 
     def step() -> None:
@@ -111,12 +114,13 @@ def _step_fn(sizes: Sizes, w: Wrapped, x: torch.Tensor, target: torch.Tensor, lo
     return step
 
 
-def _baseline(w: Wrapped, x: torch.Tensor, target: torch.Tensor) -> dict[int, str]:
+def _baseline(w: Wrapped, x, target) -> dict[int, str]:
     """Storage address -> category of what lives between steps (shards unwrapped)."""
     params = {n: local(p) for n, p in w.module.named_parameters()}
     model = types.SimpleNamespace(state_dict=lambda keep_vars: params)
     state = {k: {n: local(v) for n, v in s.items()} for k, s in local_optimizer(w).state.items()}
-    return baseline_categories(model, {"x": x, "target": target}, None, types.SimpleNamespace(state=state))
+    inputs = dict(x) if isinstance(x, dict) else {"x": x, "target": target}
+    return baseline_categories(model, inputs, None, types.SimpleNamespace(state=state))
 
 
 def category_maxima(events, windows, baseline) -> dict[str, int]:
@@ -135,6 +139,39 @@ def category_maxima(events, windows, baseline) -> dict[str, int]:
         if most is not None:
             most = {c: max(most[c], live[c]) for c in CATEGORIES}
     return most if most is not None else dict(live)
+
+
+def peak_detail(events, windows, baseline) -> dict:
+    """Where ``iteration0``'s first highest point falls and what is live there: ``phase`` (the memlab
+    marks around the event that reached it), ``op`` (its allocating call), ``bytes`` (the peak), and
+    ``blocks``: per category, the number of live blocks by allocating call (its last three ranges)
+    and size, ``{category: {"call | bytes": count}}``."""
+    it = window(windows, "iteration0")
+    block_of, blocks = pair_blocks(events)
+    category = block_categories(blocks, windows, baseline, it.start_ns)
+    live: set[int] = set()
+    total, best, at, best_live = 0, None, None, set()
+    for k, e in enumerate(events):
+        if e.time_ns > it.end_ns:
+            break
+        total += e.delta_bytes
+        if block_of[k] is not None:
+            (live.add if e.delta_bytes > 0 else live.discard)(block_of[k])
+        if e.time_ns >= it.start_ns and (best is None or total > best):
+            best, at, best_live = total, k, set(live)
+    if at is None:
+        return {}
+    first = {b: k for k, b in enumerate(block_of) if b is not None and events[k].delta_bytes > 0}
+    out: dict[str, dict[str, int]] = {}
+    for b in sorted(best_live):
+        e = events[first[b]]
+        where = f"{' > '.join(e.stack[-3:]) or e.op} | {e.delta_bytes}"
+        cat = out.setdefault(category_of(category, b), {})
+        cat[where] = cat.get(where, 0) + 1
+    top = {c: dict(sorted(v.items(), key=lambda kv: -kv[1] * int(kv[0].rsplit("| ", 1)[1]))[:PEAK_BLOCKS_KEPT])
+           for c, v in out.items()}
+    return {"phase": "/".join(m for m in events[at].marks if m != "iteration0"), "op": events[at].op,
+            "bytes": best, "blocks": top}
 
 
 def held_outside_categories(events, windows, baseline) -> dict[str, int]:
@@ -167,15 +204,17 @@ def _uncategorised(events, windows, baseline, *, across: bool) -> dict[str, int]
 
 
 def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int,
-                device: torch.device) -> TracedStep:
-    """Build, wrap, warm up and trace one step on this rank (NOTE [ a rank's traced step ])."""
+                device: torch.device, warmup: int = 2) -> TracedStep:
+    """Build, wrap, warm up (``warmup`` steps) and trace one step on this rank (NOTE [ a rank's traced
+    step ])."""
     losses: list[float] = []
     gc.collect()   # a previous strategy's cycles freed now, not inside this recording
     with AllocationRecorder(device) as rec:
         w = wrap(build_model(sizes, device), strategy, reshard=reshard)
         x, target = batch(sizes, device, rank, world)
         step = _step_fn(sizes, w, x, target, losses, Probe([]))
-        step()
+        for _ in range(warmup):
+            step()
         gc.collect()
         rec.iterations(step, 1)
     events, windows = rec.result()
@@ -183,4 +222,5 @@ def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: in
     base = _baseline(w, x, target)
     cats = categorise(events, windows, base)[0]
     return TracedStep(cats, category_maxima(events, windows, base), losses, w, (count, nbytes),
-                      held_outside_categories(events, windows, base), unfreed_in_step(events, windows, base))
+                      held_outside_categories(events, windows, base), unfreed_in_step(events, windows, base),
+                      peak_detail(events, windows, base))

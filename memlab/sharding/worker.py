@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from ..core.atomic import write_text_atomic
 from .formulas import exact_adam_state_bytes
-from .model import Sizes, batch, build_model, loss_of, reference_run
+from .model import Sizes, batch, build_model, loss_of, param_units, reference_run
 from .strategies import full_params, local, owned_numels, strategy_label, wrap
 from .trace import traced_step
 
@@ -42,8 +42,9 @@ LOSS_RTOL = 1e-5
 #: largest difference allowed between a gathered gradient and the reference's, over the largest
 #: reference gradient entry
 GRAD_RTOL = 1e-5
-#: Adam steps per run: one warm-up, one measured
-STEPS = 2
+#: Adam steps per run: two warm-up (the second rebuilds DDP's buckets: NOTE [ collectives freed on
+#: the caller's thread ]), one measured
+STEPS = 3
 
 
 def backend_for(device_type: str) -> str:
@@ -81,7 +82,7 @@ def rank_main(rank: int, world: int, store: str, out_dir: str, plan: list[tuple[
 def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int, device: torch.device,
                  ref) -> dict:
     """This rank's figures and checks for one strategy (a JSON-ready dict; bytes as ints)."""
-    t = traced_step(sizes, strategy, reshard, rank, world, device)
+    t = traced_step(sizes, strategy, reshard, rank, world, device, warmup=STEPS - 1)
     losses = torch.tensor(t.losses, dtype=torch.float64, device=device)
     dist.all_reduce(losses)
     losses = (losses / world).tolist()
@@ -96,6 +97,9 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
             "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
             "start": c.start, "peak": c.peak, "end": c.end, "max": t.maxima,
             "local_param_numels": [local(p).numel() for p in t.wrapped.module.parameters()],
+            "param_shapes": [list(p.shape) for p in ref.params.values()], "at_peak": t.at_peak,
+            "param_units": param_units(build_model(sizes, torch.device("meta"))),
+            "batch_per_rank": sizes.batch // world,
             "owned_numels": owned, "exact_optimizer_state_bytes": exact_adam_state_bytes(owned),
             "losses": losses, "reference_losses": list(ref.losses), "max_param_diff": diff,
             "grad_rel_diff": grad_diff,

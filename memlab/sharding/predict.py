@@ -1,0 +1,249 @@
+"""Each rank's peak bytes, by category, as functions of the world size N: fitted from runs at some N,
+predicting the others (issue 48's "prediction for other N"); torch-free.
+
+# NOTE [ the per-rank peak as a function of N ]
+A rank's peak is the sum of its categories at the step's highest point (bytes):
+
+* ``parameters`` and ``optimizer_state``: from the parameter shapes alone, no fit
+  (:func:`memlab.sharding.layout.model_state_bytes`: FSDP's padded dim-0 shards, ZeRO-1's ownership);
+* ``inputs``, ``gradients``, ``saved_activations``, ``temporaries``: each ``c0 + c1·b + Σ k_j·f_j(N, r)``,
+  ``b`` the per-rank batch G/N (activations and their gradients are per sample), ``f_j`` bytes
+  computed from the shapes: for FSDP a block's and the root's gathered (padded, unsharded) bytes
+  and their shards (a gathered unit, an all-gather output, a reduce-scatter input or output), for
+  every strategy the largest tensor whose Adam state the rank holds (the optimizer's per-tensor
+  temporaries).  The ``k_j`` are counts of live buffers, so small integers: :func:`fit_category`
+  tries every combination in range, solves ``c0, c1`` exactly (rational least squares) and keeps
+  the combinations that reproduce every fit point to the byte; among several it takes the fewest
+  buffers and says whether the others predict differently (``ambiguous``).  A category no
+  combination fits exactly is kept with its best combination and flagged ``exact=False`` with its
+  residuals (those of no buffer counted): nothing is rounded away.  FSDP on one rank gathers
+nothing (its shards are whole), a different program: FSDP's fit takes the runs at N >= 2 only.
+
+# NOTE [ DDP's rebuild leftovers ]
+DDP rebuilds its buckets at the second step's forward (the warm-up's) and broadcasts the new bucket
+indices from rank 0: two small int tensors (4 bytes per bucket, 4 bytes per parameter tensor plus
+one) that the reducer's C++ frees after the broadcast, racing the gloo worker thread that holds the
+same work; when the worker lets go last the free is on its thread and the profiler never sees it
+(NOTE [ collectives freed on the caller's thread ] in :mod:`memlab.sharding.strategies`; no Python
+hook reaches that call).  The block then looks held across the measured step.  For ddp and zero1
+the only legitimate bytes held between steps outside the model state are the gradient buckets,
+4Ψ bytes, so :func:`leftover_bytes` is what a rank holds there beyond 4Ψ: measured in the
+transformer runs, 4 bytes (one bucket's size) on one rank of N = 2 and 8 and 168 bytes (42 indices)
+on one rank of N = 4, 0 on every other rank.  The fit and the check take the peak less those bytes
+and print them: the peak the step holds when the free is seen.
+
+What it assumes: the peak falls at the same point of the step at every N (each run's
+``at_peak["phase"]`` says where it fell); the per-rank batch's bytes are affine in b; every block
+unit has the same shapes.  What it leaves out: the CUDA caching allocator's reserved memory (the
+runs are CPU, where c10 allocates exactly what is asked).  Evidence: docs/sharding.md#prediction.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from fractions import Fraction
+from math import prod
+
+from .layout import F32, gathered_numels, model_state_bytes, owned_numels
+
+__all__ = ["leftover_bytes", "Fit", "CategoryFit", "features", "fit", "fit_category", "predict_rank", "check", "FITTED",
+           "ANALYTIC", "base_strategy"]
+
+#: categories fitted from the runs
+FITTED = ("inputs", "gradients", "saved_activations", "temporaries")
+#: categories computed from the shapes
+ANALYTIC = ("parameters", "optimizer_state")
+
+
+def base_strategy(label: str) -> str:
+    """``fsdp(keep)`` -> ``fsdp``; the others unchanged."""
+    return label.split("(")[0]
+
+
+def _units(shapes: list[tuple[int, ...]], units: list[int]) -> tuple[list, list]:
+    """(block 0's shapes, the root's shapes) from each tensor's unit (-1: the root; i: block i)."""
+    block = [s for s, u in zip(shapes, units) if u == 0]
+    root = [s for s, u in zip(shapes, units) if u < 0]
+    return block, root
+
+
+def features(label: str, shapes: list[tuple[int, ...]], units: list[int], world: int, rank: int) -> dict[str, int]:
+    """The integer-count features ``f_j(N, r)`` in bytes (NOTE [ the per-rank peak as a function of N ]):
+    ``largest_owned`` and ``world`` (4·N: a float32 per rank) for every strategy; for fsdp also ``block_gathered``, ``root_gathered``,
+    ``block_shard``, ``root_shard``."""
+    owned = owned_numels(base_strategy(label), shapes, world, rank)
+    out = {"largest_owned": F32 * max(owned, default=0), "world": F32 * world}
+    if base_strategy(label) == "fsdp":
+        block, root = _units(shapes, units)
+        gb, gr = F32 * gathered_numels(block, world), F32 * gathered_numels(root, world)
+        out.update(block_gathered=gb, root_gathered=gr, block_shard=gb // world, root_shard=gr // world)
+    return out
+
+
+def _ranges(label: str, layers: int) -> dict[str, range]:
+    """The counts tried for each feature: up to every block plus one for block buffers, up to 2 for
+    the root's, 0..2 for the optimizer's per-tensor temporaries, 0..8 for blocks of N float32 (FSDP's
+    per-rank index tensors)."""
+    out = {"largest_owned": range(3), "world": range(9)}
+    if base_strategy(label) == "fsdp":
+        out.update(block_gathered=range(layers + 2), root_gathered=range(3), block_shard=range(layers + 2),
+                   root_shard=range(3))
+    return out
+
+
+@dataclass(frozen=True)
+class Point:
+    """One rank of one run: its per-rank batch ``b``, its features and the category's bytes."""
+
+    b: int
+    feats: dict[str, int]
+    y: int
+
+
+@dataclass
+class CategoryFit:
+    """``c0 + c1·b + Σ counts[j]·f_j`` (bytes); ``exact``: every fit point reproduced to the byte;
+    ``residuals``: measured minus fitted at each fit point; ``alternatives``: other exact count sets."""
+
+    c0: Fraction
+    c1: Fraction
+    counts: dict[str, int]
+    exact: bool
+    residuals: list[Fraction] = field(default_factory=list)
+    alternatives: list[dict[str, int]] = field(default_factory=list)
+
+    def value(self, b: int | Fraction, feats: dict[str, int]) -> Fraction:
+        return self.c0 + self.c1 * b + sum(k * feats[j] for j, k in self.counts.items())
+
+
+def _affine(points: list[Point], counts: dict[str, int]) -> tuple[Fraction, Fraction, list[Fraction]]:
+    """Exact least squares of ``y - Σ counts·f`` on ``c0 + c1·b``: (c0, c1, residuals); c1 = 0 when
+    every point has the same b."""
+    ys = [Fraction(p.y - sum(k * p.feats[j] for j, k in counts.items())) for p in points]
+    bs = [Fraction(p.b) for p in points]
+    n = len(points)
+    mb, my = sum(bs) / n, sum(ys) / n
+    sbb = sum((b - mb) ** 2 for b in bs)
+    c1 = sum((b - mb) * (y - my) for b, y in zip(bs, ys)) / sbb if sbb else Fraction(0)
+    c0 = my - c1 * mb
+    return c0, c1, [y - c0 - c1 * b for b, y in zip(bs, ys)]
+
+
+def _screen(points: list[Point], counts: dict[str, int]) -> bool:
+    """A float pre-check of :func:`_affine`: could this count set reproduce every point exactly?"""
+    ys = [p.y - sum(k * p.feats[j] for j, k in counts.items()) for p in points]
+    bs = [float(p.b) for p in points]
+    n = len(points)
+    mb, my = sum(bs) / n, sum(ys) / n
+    sbb = sum((b - mb) ** 2 for b in bs)
+    c1 = sum((b - mb) * (y - my) for b, y in zip(bs, ys)) / sbb if sbb else 0.0
+    return max(abs(y - (my - c1 * mb) - c1 * b) for b, y in zip(bs, ys)) < 0.5
+
+
+def fit_category(points: list[Point], ranges: dict[str, range]) -> CategoryFit:
+    """The fewest-buffer count set whose affine rest reproduces every point exactly (NOTE [ the
+    per-rank peak as a function of N ]); the least-residual one, ``exact=False``, when none does."""
+    if not points:
+        raise ValueError("points=[] is not valid; valid: at least one measured rank")
+    names = sorted(ranges)
+    exact = []
+    for combo in itertools.product(*(ranges[n] for n in names)):
+        counts = {n: k for n, k in zip(names, combo) if k}
+        if _screen(points, counts):
+            c0, c1, res = _affine(points, counts)
+            if not any(res):
+                exact.append((sum(combo), combo, CategoryFit(c0, c1, counts, True, res)))
+    if not exact:
+        c0, c1, res = _affine(points, {})
+        return CategoryFit(c0, c1, {}, False, res)
+    exact.sort(key=lambda t: (t[0], t[1]))
+    chosen = exact[0][2]
+    chosen.alternatives = [f.counts for _, _, f in exact[1:]]
+    return chosen
+
+
+@dataclass
+class Fit:
+    """Per strategy label and fitted category, its :class:`CategoryFit`; the shapes and units it
+    was fitted on; the fit worlds."""
+
+    shapes: list[tuple[int, ...]]
+    units: list[int]
+    layers: int
+    worlds: list[int]
+    categories: dict[str, dict[str, CategoryFit]]
+
+
+def _shapes(row: dict) -> list[tuple[int, ...]]:
+    return [tuple(s) for s in row["param_shapes"]]
+
+
+def leftover_bytes(row: dict) -> int:
+    """Bytes a ddp or zero1 rank holds between steps outside the model state beyond its 4Ψ gradient
+    buckets (NOTE [ DDP's rebuild leftovers ]); 0 for fsdp."""
+    if base_strategy(row["strategy"]) == "fsdp":
+        return 0
+    return max(0, row["start"]["temporaries"] - F32 * total_numel(_shapes(row)))
+
+
+def _measured(row: dict, category: str) -> int:
+    return row["peak"][category] - (leftover_bytes(row) if category == "temporaries" else 0)
+
+
+def fit(rows: list[dict]) -> Fit:
+    """Fit every strategy label and fitted category from ``rows`` (per-rank dicts of
+    :func:`memlab.sharding.worker.run_strategy`, one model, any worlds)."""
+    if not rows:
+        raise ValueError("rows=[] is not valid; valid: the per-rank rows of at least one run")
+    models = {(r["model"], tuple(map(tuple, r["param_shapes"]))) for r in rows}
+    if len(models) != 1:
+        raise ValueError(f"rows of {len(models)} models are not valid; valid: rows of one model (by name and shapes)")
+    shapes, units = _shapes(rows[0]), rows[0]["param_units"]
+    layers = max(units) + 1
+    cats: dict[str, dict[str, CategoryFit]] = {}
+    for label in dict.fromkeys(r["strategy"] for r in rows):
+        mine = [r for r in rows if r["strategy"] == label and (r["world"] > 1 or base_strategy(label) != "fsdp")]
+        if not mine:
+            raise ValueError(f"{label} rows only at world 1 are not valid; valid: runs at N >= 2 for fsdp")
+        pts = {c: [Point(r["batch_per_rank"], features(label, shapes, units, r["world"], r["rank"]), _measured(r, c))
+                   for r in mine] for c in FITTED}
+        cats[label] = {c: fit_category(pts[c], _ranges(label, layers)) for c in FITTED}
+    return Fit(shapes, units, layers, sorted({r["world"] for r in rows}), cats)
+
+
+def predict_rank(f: Fit, label: str, world: int, rank: int, b: int | Fraction) -> dict[str, Fraction]:
+    """Rank ``rank``'s predicted bytes at the peak by category, and ``peak``, at ``world`` ranks with
+    per-rank batch ``b``."""
+    if label not in f.categories:
+        raise ValueError(f"strategy={label!r} is not valid for this fit; valid: {', '.join(f.categories)}")
+    state = model_state_bytes(base_strategy(label), f.shapes, world, rank)
+    feats = features(label, f.shapes, f.units, world, rank)
+    out: dict[str, Fraction] = {c: Fraction(state[c]) for c in ANALYTIC}
+    out.update({c: cf.value(b, feats) for c, cf in f.categories[label].items()})
+    out["peak"] = sum(out.values())
+    return out
+
+
+def check(f: Fit, rows: list[dict]) -> list[dict]:
+    """Each measured rank of ``rows`` beside its prediction: ``{strategy, world, rank, measured (the
+    peak), leftover (:func:`leftover_bytes`), predicted, diff (bytes: measured less leftover, minus
+    predicted), categories: {c: [measured, predicted]}}``."""
+    out = []
+    for r in rows:
+        p = predict_rank(f, r["strategy"], r["world"], r["rank"], r["batch_per_rank"])
+        cats = {c: [_measured(r, c), _int(p[c])] for c in (*ANALYTIC, *FITTED)}
+        left = leftover_bytes(r)
+        out.append({"strategy": r["strategy"], "world": r["world"], "rank": r["rank"], "measured": r["peak_bytes"],
+                    "leftover": left, "predicted": _int(p["peak"]), "diff": r["peak_bytes"] - left - p["peak"],
+                    "categories": cats,
+                    "phase": r.get("at_peak", {}).get("phase")})
+    return out
+
+
+def _int(x: Fraction) -> int | float:
+    return int(x) if x.denominator == 1 else float(x)
+
+
+def total_numel(shapes: list[tuple[int, ...]]) -> int:
+    """Ψ: elements over ``shapes``."""
+    return sum(prod(s) for s in shapes)
