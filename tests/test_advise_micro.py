@@ -96,12 +96,29 @@ def test_the_answer_is_the_fewest_micro_batches_whose_peak_fits(fit):
         assert a["cached"] and answer["size"] == parts and answer["micro_batch"] == 64 // parts
         assert answer["params"] == {"batch": 64, "accumulate": parts} and answer["total_peak_bytes"] == need[parts]
     text = format_model_advice(a)
-    assert "fewest micro_batches of batch=64" in text and "4 x 16" in text
+    assert "fewest micro_batches of batch=64" in text and "4 x 16 = 64" in text
 
 
-def test_a_batch_that_fits_in_no_count_and_a_missing_batch_are_one_error_each(fit):
-    with pytest.raises(AdviceError, match=r"--param batch=B, .*\(got None\).*from 1 to 1000000"):
-        advise_model(fit["path"], 10**6, vary=(MICRO_BATCHES,), cache_root=fit["cache"])
+def test_without_a_batch_the_answer_is_the_largest_batch_for_each_micro_batch_count(fit):
+    """No ``--param batch``: per K in MICRO_COUNTS the largest B = K m that fits; one more sample per
+    micro-batch does not (the search's answer is the boundary)."""
+    from memlab.own_model.advice import MICRO_COUNTS
+
+    budget = predict_micro(fit["whole"], fit["micro"], {"batch": 96}, 2)["total_peak_bytes"]
+    a = advise_model(fit["path"], budget, vary=(MICRO_BATCHES,), cache_root=fit["cache"])
+    assert a["batch"] is None and [c["size"] for c in a["answers"]] == list(MICRO_COUNTS)
+    for c in a["answers"]:
+        k, m = c["size"], c["micro_batch"]
+        assert c["params"] == {"batch": k * m, "accumulate": k} and c["need_bytes"] <= budget
+        assert c["total_peak_bytes"] == predict_micro(fit["whole"], fit["micro"], {"batch": k * m}, k)["total_peak_bytes"]
+        assert predict_micro(fit["whole"], fit["micro"], {"batch": k * (m + 1)}, k)["total_peak_bytes"] > budget
+    assert next(c for c in a["answers"] if c["size"] == 2)["micro_batch"] >= 48
+    assert "largest batch as K micro_batches" in format_model_advice(a)
+
+
+def test_a_batch_that_fits_in_no_count_and_a_bad_batch_are_one_error_each(fit):
+    with pytest.raises(AdviceError, match=r"--param batch=B, .*\(got '0'\).*from 1 to 1000000"):
+        advise_model(fit["path"], 10**6, vary=(MICRO_BATCHES,), params={"batch": "0"}, cache_root=fit["cache"])
     with pytest.raises(AdviceError, match="no technique .* fits .* in 64 micro-batches of 1"):
         advise_model(fit["path"], 100, vary=(MICRO_BATCHES,), params={"batch": 64}, cache_root=fit["cache"])
     with pytest.raises(ValueError, match="micro_batches=3 does not split batch=64; valid: a divisor of 64"):

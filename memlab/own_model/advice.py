@@ -798,12 +798,17 @@ def advise_micro(model, budget_bytes: int, *, vary: Sequence[str], params: Mappi
     divisor of ``params["batch"]``) whose predicted need fits ``budget_bytes`` (bytes); the answers as
     :func:`advise_model`'s, ``size`` K, ``micro_batch`` B/K, ordered by K, then by predicted time.
 
+    Without ``--param batch`` the question is the other one: :func:`advise_micro_largest`.
+
     Raises:
-        AdviceError: no ``--param batch``, or one outside 1..MAX_SIZE; nothing fits at K = B.
+        AdviceError: a ``--param batch`` outside 1..MAX_SIZE; nothing fits at K = B.
     """
     rest = {k: v for k, v in params.items() if k != "batch"}
     raw = params.get("batch")
-    if raw is None or not str(raw).isdigit() or not 1 <= int(raw) <= MAX_SIZE:
+    if raw is None:
+        return advise_micro_largest(model, budget_bytes, vary=vary, rest=rest, device=device, started=started,
+                                    **fitting)
+    if not str(raw).isdigit() or not 1 <= int(raw) <= MAX_SIZE:
         raise AdviceError(f"--vary {MICRO_BATCHES} needs --param batch=B, the batch split into micro-batches "
                           f"(got {raw!r}); valid: a whole number from 1 to {MAX_SIZE}")
     batch = int(raw)
@@ -821,6 +826,82 @@ def advise_micro(model, budget_bytes: int, *, vary: Sequence[str], params: Mappi
             "device": device, "models": f"{whole['path']}, {micro['path']}",
             "cached": whole["cached"] and micro["cached"], "declared_by": micro["decl"].declared_by,
             "answers": answers, "fits": answers, "cannot_fit": cannot,
+            "not_modelled": micro["fam"].get("not_modelled", []), "seconds": round(time.perf_counter() - started, 1)}
+
+
+#: ``--vary micro_batches`` without ``--param batch``: the micro-batch counts the largest batch is given for
+MICRO_COUNTS = (1, 2, 4, 8)
+
+
+def _largest_fitting(need: Callable[[int], int], budget_bytes: int, top: int) -> int:
+    """The largest m in 1..``top`` with ``need(m)`` <= ``budget_bytes`` (``need`` rising in m), 0 if none."""
+    if need(1) > budget_bytes:
+        return 0
+    low, high = 1, 2
+    while high <= top and need(high) <= budget_bytes:
+        low, high = high, 2 * high
+    high = min(high, top + 1)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if need(mid) <= budget_bytes else (low, mid)
+    return low
+
+
+def advise_micro_largest(model, budget_bytes: int, *, vary: Sequence[str], rest: Mapping[str, Any], device: str,
+                         started: float, **fitting) -> dict[str, Any]:
+    """``--vary micro_batches`` without a batch: per technique and K in :data:`MICRO_COUNTS`, the largest
+    batch B = K m (m the micro-batch size) whose predicted need fits ``budget_bytes`` (bytes), from the same
+    two models as :func:`advise_micro` (NOTE [ the micro-batch model ]); ordered by K, then by B
+    (largest first), then by predicted time.  ``batch`` None in the answer; each answer's ``size`` is K.
+
+    Raises:
+        AdviceError: nothing fits at K = 8 and a micro-batch of 1.
+    """
+    whole = _fit_for(model, ("batch", *vary[1:]), rest, **fitting)
+    micro = _fit_for(model, tuple(vary), rest, **fitting)
+    held, dtype = micro["held"], micro["fam"].get("dtype", "float32")
+    ones = {e["technique"]: e for e in whole["fam"]["entries"] if e.get("recommendable")}
+    answers = []
+    for entry in micro["fam"]["entries"]:
+        models = {"whole": {"decl": whole["decl"], "entry": ones.get(entry["technique"])},
+                  "micro": {"decl": micro["decl"], "entry": entry}}
+        for parts in MICRO_COUNTS:
+            if not (models["whole"]["entry"] if parts == 1 else entry.get("recommendable")):
+                continue
+
+            def need(m: int, parts: int = parts) -> int:
+                total = predict_micro(models["whole"], models["micro"], {**held, "batch": parts * m}, parts)
+                return total["total_peak_bytes"] if device == "cpu" else cuda_need(total["total_peak_bytes"])
+
+            m = _largest_fitting(need, budget_bytes, MAX_SIZE // parts)
+            if not m:
+                continue
+            pred = predict_micro(models["whole"], models["micro"], {**held, "batch": parts * m}, parts)
+            timed = models["whole" if parts == 1 else "micro"]
+            answers.append({"technique": entry["technique"], "kind": micro["kinds"][entry["technique"]],
+                            "label": entry["label"], "size": parts, "micro_batch": m,
+                            "params": {**held, "batch": parts * m, "accumulate": parts}, "knobs": {}, "chunks": 1,
+                            "total_peak_bytes": pred["total_peak_bytes"], "peak_by_category_bytes":
+                            pred["peak_by_category_bytes"], "need_bytes": need(m), "headroom_bytes":
+                            budget_bytes - need(m), "fits": True, "baseline": entry.get("baseline") is True,
+                            **time_fields(timed["decl"], {**timed["entry"], "technique": micro["kinds"][entry["technique"]]},
+                                          {**held, "batch": m}, device, 1, dtype),
+                            "error_bound": error_bound(timed["entry"]), "bounded": bounded_reading(timed["entry"]),
+                            "validated_max": 0})
+    return _largest_answer(model, budget_bytes, whole, micro, answers, device, started, fitting["optimizer"])
+
+
+def _largest_answer(model, budget_bytes, whole, micro, answers, device, started, optimizer) -> dict[str, Any]:
+    """The answer document of :func:`advise_micro_largest` (ranks set), or AdviceError where none fits."""
+    if not answers:
+        raise AdviceError(f"no technique of {Path(micro['model_file']).name} fits {fmt_bytes(budget_bytes)} at a "
+                          f"micro-batch of 1 in up to {MICRO_COUNTS[-1]} micro-batches ({optimizer}, {device})")
+    answers.sort(key=lambda c: (c["size"], -c["params"]["batch"], c["relative_step_time"] or float("inf")))
+    answers = [dict(c, rank=i + 1) for i, c in enumerate(answers)]
+    return {"model_file": micro["model_file"], "family": micro["decl"].name, "vary": MICRO_BATCHES, "batch": None,
+            "held": micro["held"], "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
+            "models": f"{whole['path']}, {micro['path']}", "cached": whole["cached"] and micro["cached"],
+            "declared_by": micro["decl"].declared_by, "answers": answers, "fits": answers, "cannot_fit": [],
             "not_modelled": micro["fam"].get("not_modelled", []), "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -867,7 +948,9 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
     need = "peak" if a["device"] == "cpu" else "CUDA need"
     held = "".join(f", {k}={v}" for k, v in a["held"].items())
     micro = a["vary"] == MICRO_BATCHES
-    asked = f"fewest {MICRO_BATCHES} of batch={a['batch']}" if micro else f"largest {a['vary']}"
+    asked = (f"largest batch as K {MICRO_BATCHES} (K in {', '.join(map(str, MICRO_COUNTS))}; give --param batch=B for "
+             f"the fewest K of B)" if micro and a["batch"] is None else
+             f"fewest {MICRO_BATCHES} of batch={a['batch']}" if micro else f"largest {a['vary']}")
     lines = [f"memlab advise: {Path(a['model_file']).name} ({a['family']}), {asked} in "
              f"{fmt_bytes(a['budget_bytes'])}{held}, optimizer {a['optimizer']}, device {a['device']}",
              f"models: {a['models']} ({'cached' if a['cached'] else 'fitted now'}; exact CPU bytes from traces; "
@@ -879,7 +962,7 @@ def format_model_advice(a: Mapping[str, Any]) -> str:
              "time error", "bytes error")]
     for c in a["answers"]:
         size = f">= {c['size']}" if c["size"] >= MAX_SIZE else str(c["size"])  # the search stops at MAX_SIZE
-        size = f"{c['size']} x {c['micro_batch']}" if micro else size
+        size = f"{c['size']} x {c['micro_batch']} = {c['size'] * c['micro_batch']}" if micro else size
         rows.append((str(c.get("rank") or "-"), c["kind"], size, fmt_bytes(c["need_bytes"]), time_cell(c),
                      (c.get("time_band") or {}).get("text", "-"), c["error_bound"]["text"]))
     widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
