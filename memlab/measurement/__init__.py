@@ -6,6 +6,7 @@ ValueError naming the value), then run in a fresh subprocess unless ``isolate=Fa
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from ..registry import get_technique, load_plugin
@@ -15,7 +16,8 @@ from .inprocess import measure_in_process, memory_method, skeleton, timeline_in_
 from ..core.record import MODES, Measurement, Timeline, TimelineEvent, fmt_mib
 from ..core.setting import DEFAULTS, Point, Setting
 from .micro_batches import check_accumulate
-from .runner import ISOLATION_MODES, WorkerFailed, run_in_subprocess
+from .resident import timing_heap_choice
+from .runner import ISOLATION_MODES, WorkerFailed, run_in_subprocess, take_server_start_s
 
 __all__ = ["measure", "timeline", "Measurement", "Timeline", "TimelineEvent", "fmt_mib", "prepare", "as_point", "Point",
            "Setting"]
@@ -149,6 +151,7 @@ def _checked(name: str | type[Technique], point: Point, isolate: bool | str,
     torch.device, torch.dtype, validated setting)``; a bad value is a ValueError naming it."""
     s = point.setting.validate()
     _check_isolation(isolate)
+    timing_heap_choice()  # a bad MEMLAB_TIMING_HEAP is refused before any child (NOTE [ which heap a time represents ])
     technique, dev, dt = prepare(name, point.params, s.device, s.dtype, s.mode, plugins)
     _check_gradient_options(technique, s)
     return technique, dev, dt, s
@@ -157,22 +160,33 @@ def _checked(name: str | type[Technique], point: Point, isolate: bool | str,
 def _measure_isolated(technique: Technique, dev: Any, s: Setting, isolate: bool | str,
                       reference_cache: str | None) -> Measurement:
     """The memory phase in one child, then, when it is ``ok``, the timed phase in a child of its own;
-    a child that fails is a row with its status and error (at most 500 characters)."""
+    a child that fails is a row with its status and error (at most 500 characters).  ``extra`` gains
+    ``harness_s``: ``{"children": wall seconds of the children as this process waited for them,
+    "server_start": of those, starting a fork server}`` (NOTE [ harness cost ] in
+    :mod:`memlab.measurement.harness_cost`; a dict, which ``memlab measure`` leaves out of its table)."""
     request = _request(technique, s, reference_cache)
+    started = time.perf_counter()
     try:
         measured = Measurement.from_dict(run_in_subprocess(type(technique), request, s.timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
-        return skeleton(technique, str(dev), s).replace(
-            status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev))
+        return _with_harness_s(skeleton(technique, str(dev), s).replace(
+            status=getattr(exc, "status", "error"), error=str(exc)[:500], memory_method=memory_method(dev)), started)
     if measured.status != "ok":
-        return measured
+        return _with_harness_s(measured, started)
     # the timed phase in a child of its own, under the timing heap (NOTE [ timed phase ])
     timing = {"kind": "time", "measured": measured.to_dict(),
               **{k: request[k] for k in ("technique", "params", "setting", "device")}}
     try:
-        return Measurement.from_dict(run_in_subprocess(type(technique), timing, s.timeout, _isolation(isolate)))
+        timed = Measurement.from_dict(run_in_subprocess(type(technique), timing, s.timeout, _isolation(isolate)))
     except (WorkerFailed, ValueError) as exc:
-        return measured.replace(status=getattr(exc, "status", "error"), error=f"timed phase: {exc}"[:500])
+        timed = measured.replace(status=getattr(exc, "status", "error"), error=f"timed phase: {exc}"[:500])
+    return _with_harness_s(timed, started)
+
+
+def _with_harness_s(m: Measurement, started: float) -> Measurement:
+    """``m`` with ``extra``'s ``harness_s``: the children's wall seconds since ``started``, the servers' start."""
+    return m.replace(extra={**m.extra, "harness_s": {"children": time.perf_counter() - started,
+                                                     "server_start": take_server_start_s()}})
 
 
 def timeline(name: str | type[Technique], *, device: str = DEFAULTS.device, dtype: str = DEFAULTS.dtype,

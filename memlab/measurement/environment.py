@@ -27,6 +27,14 @@ def load_average() -> float | None:
 
 
 @functools.lru_cache(maxsize=None)
+def _platform() -> str:
+    """``platform.platform()``, once per process (it reads the Python executable to find the C library's
+    version): the fork server's answer serves every child (NOTE [ harness cost ] in
+    :mod:`memlab.measurement.harness_cost`)."""
+    return platform.platform()
+
+
+@functools.lru_cache(maxsize=None)
 def _cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -65,7 +73,7 @@ def environment(device: torch.device) -> dict[str, Any]:
     env: dict[str, Any] = {
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "platform": platform.platform(),
+        "platform": _platform(),
         "opt_einsum": bool(torch.backends.opt_einsum.is_available()),
         "threads": torch.get_num_threads(),
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

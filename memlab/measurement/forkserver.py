@@ -84,6 +84,8 @@ def _warm() -> None:
     # named whatever HEAD was at that moment (a sweep run while commits were made filed its rows under
     # six later commits although all ran the code this server imported)
     environment.git_commit()
+    # the cached parts of a row's environment (platform, CPU name) likewise: each child asked again
+    environment.environment(torch.device("cpu"))
     # Everything imported so far lives as long as the server: moved out of the collector's sight,
     # a child's gc.collect() (five per measurement) scans only the measurement's own objects
     # (0.18 s -> ms each) and never writes to the inherited pages (no copy-on-write growth).

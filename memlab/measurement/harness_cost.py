@@ -2,11 +2,11 @@
 
 Two experiments, both printed as ratios measured side by side in one run (never asserted in tests):
 
-* **Overhead per point**: the wall time of an isolated measurement minus the time spent inside it
-  on steps and checks (the reference checks, the timed technique and reference steps, the resident
-  step and the FLOP-counted step), for the spawned worker and for the warm fork server, over the
-  same points.  What remains is process start-up and imports, problem building and the warm-up
-  step, and the profiled steps with the processing of their trace (allocations, categories).
+* **Overhead per point**: the wall time of an isolated measurement outside every phase its
+  children time themselves (:func:`harness_seconds`, NOTE [ harness cost ]: the figure ``memlab
+  sweep``'s breakdown prints per point), for the spawned worker and for the warm fork server, over
+  the same points.  What remains is process start-up (a spawned worker's imports), the fork, the
+  request and result files and the parent's bookkeeping.
 * **Load robustness**: one technique of each of three families (:func:`load_points`: the points the
   families' ``meta.py`` name in ``HARNESS_LOAD_POINTS``), each measured three times on an idle
   machine and three times under a deliberate CPU load of ``load_processes`` busy loops (default
@@ -23,15 +23,84 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import memlab
 from ..core.record import WHOLE_STATUSES
 from ..registry import family_meta
 from memlab.measurement.runner import shutdown_server
 
-__all__ = ["overhead", "load_robustness", "load_table", "OverheadRow", "LoadRow", "load_points", "quick_points",
-           "quick_techniques", "report"]
+__all__ = ["PHASES", "phase_seconds", "harness_seconds", "overhead", "load_robustness", "load_table", "OverheadRow",
+           "LoadRow", "load_points", "quick_points", "quick_techniques", "report"]
+
+
+#: (key, what it is) in the order printed; wall seconds inside the measuring children
+PHASES = (
+    ("reference_check_s", "reference checks (float64, then the measured dtype)"),
+    ("recorded_steps_s", "build, warm-up and allocation-traced steps"),
+    ("step_check_s", "traced steps checked against the shadow reference"),
+    ("resident_step_s", "resident high-water step"),
+    ("flop_step_s", "FLOP-counted step"),
+    ("timing_setup_s", "timed phase: build and warm-up of technique, baseline and shadow"),
+    ("timed_steps_s", "timed technique steps"),
+    ("timed_reference_steps_s", "timed plain-reference steps (median x count)"),
+    ("timed_check_s", "timed steps checked against the shadow reference"),
+)
+#: the phases a measurement records in ``extra`` (the timed steps come from ``step_times_s``)
+_EXTRA_PHASES = tuple(k for k, _ in PHASES if k not in ("timed_steps_s", "timed_reference_steps_s"))
+
+# NOTE [ harness cost ]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# What the harness costs beyond measuring is one figure, computed by :func:`harness_seconds` and
+# nowhere else, which ``memlab sweep``'s breakdown and ``memlab bench-harness`` both print
+# (tests/test_harness_cost.py checks that both call it): the wall time of the measurements (a
+# sweep's wall time times its jobs; one ``memlab.measure`` call's wall time) minus every phase the
+# children time themselves (:data:`PHASES`: the steps, the reference checks, the check of every
+# traced and timed step against its shadow, the builds and warm-ups of both children) and minus the
+# start of the fork servers (``extra["harness_s"]["server_start"]``: torch and memlab imported once per worker,
+# not per point).  What is left is process plumbing (a fork, the request and result files, the
+# parent's bookkeeping, idle workers at a parallel sweep's end), reported per point.  Before issue 47
+# the check of every step and the timed phase's builds were in no phase, so a sweep's breakdown put
+# them "outside", while ``bench-harness`` counted the checks it knew inside and the server's start
+# nowhere: the two disagreed.
+# Evidence: docs/evidence/readme-timing.md#harness-cost
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
+
+
+def phase_seconds(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds per phase (keys of :data:`PHASES`) summed over ``rows``; missing figures count 0."""
+    total = {key: 0.0 for key, _ in PHASES}
+    for row in rows:
+        extra = row.get("extra") or {}
+        for key in _EXTRA_PHASES:
+            total[key] += _seconds(extra.get(key))
+        times = [_seconds(t) for t in row.get("step_times_s") or ()]
+        total["timed_steps_s"] += sum(times)
+        if times:
+            total["timed_reference_steps_s"] += _seconds(row.get("reference_step_time_s")) * (len(times) + 1)
+    return total
+
+
+def _harness(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A row's ``extra["harness_s"]`` (``memlab.measure``'s: the children's wall seconds and the servers' start), or {}."""
+    harness = (row.get("extra") or {}).get("harness_s")
+    return harness if isinstance(harness, Mapping) else {}
+
+
+def harness_seconds(rows: list[Mapping[str, Any]], wall_s: float, jobs: int = 1) -> dict[str, float]:
+    """NOTE [ harness cost ]: for ``rows`` measured in ``wall_s`` wall seconds by ``jobs`` workers,
+    seconds ``inside`` the phases, ``server_start`` (the fork servers' start), ``outside`` (the rest of
+    ``wall_s * jobs``, at least 0) and ``per_point`` (``outside`` over the rows; 0 without rows)."""
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs={jobs!r} is not valid: expected a whole number >= 1")
+    inside = sum(phase_seconds(rows).values())
+    start = sum(_seconds(_harness(row).get("server_start")) for row in rows)
+    outside = max(0.0, wall_s * jobs - inside - start)
+    return {"inside": inside, "server_start": start, "outside": outside,
+            "per_point": outside / len(rows) if rows else 0.0}
 
 
 def quick_techniques() -> tuple[str, ...]:
@@ -70,24 +139,20 @@ def quick_points(names=None) -> list[tuple[str, dict[str, Any]]]:
 
 @dataclass(frozen=True)
 class OverheadRow:
-    """One point in one isolation mode; seconds."""
+    """One point in one isolation mode: the wall seconds of its ``memlab.measure`` call and
+    :func:`harness_seconds` of its row over them (NOTE [ harness cost ])."""
 
     mode: str
     technique: str
     wall_s: float
-    timed_steps_s: float  # timed steps and reference checks inside the measurement
-    recorded_steps_s: float = 0.0  # build, warm-up step, profiled steps and their trace's processing
+    inside_s: float  # the phases the children time (PHASES)
+    outside_s: float  # the rest: process plumbing (a started fork server not counted)
     predict_cuda_s: float = 0.0  # the CUDA allocator model's replay of the trace (part of recorded_steps_s)
 
     @property
     def overhead_s(self) -> float:
-        """Wall time minus the timed steps and checks (the issue's definition)."""
-        return self.wall_s - self.timed_steps_s
-
-    @property
-    def process_overhead_s(self) -> float:
-        """Wall time minus everything the measurement did: process start, imports, plumbing."""
-        return self.wall_s - self.timed_steps_s - self.recorded_steps_s
+        """Seconds outside the measured phases (:func:`harness_seconds`)."""
+        return self.outside_s
 
 
 @dataclass(frozen=True)
@@ -117,18 +182,12 @@ def load_points(environ: Mapping[str, str] | None = None) -> list[tuple[str, dic
     return [(name, params) for _, name, params in sorted(points, key=lambda p: p[0])]
 
 
-def _timed_steps(m) -> float:
-    """Seconds spent inside a measurement on the reference checks and on the technique's and the
-    reference's timed steps (the reference steps as their median times their count)."""
-    ref = (m.reference_step_time_s or 0.0) * (len(m.step_times_s) + 1)
-    inside = sum(m.extra.get(k, 0.0) for k in ("reference_check_s", "resident_step_s", "flop_step_s"))
-    return sum(m.step_times_s) + ref + inside
-
-
 def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_budget: float = 0.0,
              progress: Callable[[str], None] | None = None) -> list[OverheadRow]:
-    """Measure every point in every mode (the fork server is started first, by one untimed measurement of
-    the first point, and not counted)."""
+    """Measure every point in every mode; each row's cost outside the measured phases is
+    :func:`harness_seconds` of its measurement over the wall time of its ``memlab.measure`` call, as
+    ``memlab sweep``'s breakdown computes it (the fork server is started first, by one untimed
+    measurement of the first point; a spawned child's start counts, as it does in a CUDA sweep)."""
     points = quick_points() if points is None else points
     if "fork" in modes and points:
         first, params = points[0]
@@ -141,12 +200,12 @@ def overhead(points=None, modes=("spawn", "fork"), *, repeats: int = 3, time_bud
             wall = time.perf_counter() - t0
             if m.status not in WHOLE_STATUSES:
                 raise RuntimeError(f"{name} {params}: {m.status}: {m.error}")
-            rows.append(OverheadRow(mode, name, wall, _timed_steps(m), m.extra.get("recorded_steps_s", 0.0),
+            cost = harness_seconds([m.to_dict()], wall)
+            rows.append(OverheadRow(mode, name, wall, cost["inside"], cost["outside"],
                                     m.extra.get("predict_cuda_s", 0.0)))
-            r = rows[-1]
             if progress:
-                progress(f"{mode:5} {name:16} wall {wall:6.2f} s, timed steps+checks {r.timed_steps_s:6.2f} s, "
-                         f"profiled steps {r.recorded_steps_s:5.2f} s, process overhead {r.process_overhead_s:5.2f} s")
+                progress(f"{mode:5} {name:16} wall {wall:6.2f} s, inside the measured phases {cost['inside']:6.2f} s, "
+                         f"outside {rows[-1].outside_s:5.2f} s")
     shutdown_server()
     return rows
 
@@ -288,22 +347,19 @@ def report(over: list[OverheadRow], load: list[LoadRow]) -> str:
     for r in over:
         by_mode.setdefault(r.mode, []).append(r)
     for mode, rs in by_mode.items():
-        lines.append(f"per point, {mode:5}: wall {statistics.mean(r.wall_s for r in rs):.2f} s, overhead "
-                     f"(wall - timed steps and checks) {statistics.mean(r.overhead_s for r in rs):.2f} s, of "
-                     f"which process start/imports/plumbing {statistics.mean(r.process_overhead_s for r in rs):.2f} s "
-                     f"({len(rs)} points)")
+        lines.append(f"per point, {mode:5}: wall {statistics.mean(r.wall_s for r in rs):.2f} s, outside the measured "
+                     f"phases {statistics.mean(r.outside_s for r in rs):.2f} s ({len(rs)} points; NOTE [ harness cost ])")
     if over:  # issue 15's goal: the replay costs <= 10% of the measurement
         replay, wall = sum(r.predict_cuda_s for r in over), sum(r.wall_s for r in over)
         lines.append(f"CUDA prediction (allocator replay of each trace): {replay:.3f} s of {wall:.2f} s measured "
                      f"({100 * replay / max(wall, 1e-9):.2f}%)")
     if "spawn" in by_mode and "fork" in by_mode:
-        for attr, label in (("overhead_s", "overhead"), ("process_overhead_s", "process overhead")):
-            spawn = statistics.mean(getattr(r, attr) for r in by_mode["spawn"])
-            fork = statistics.mean(getattr(r, attr) for r in by_mode["fork"])
-            if fork < 0.05:  # within timing noise of zero: a ratio would be meaningless
-                lines.append(f"{label}: spawn {spawn:.2f} s, fork {fork:.2f} s (zero within timing noise)")
-            else:
-                lines.append(f"{label} spawn / fork: {spawn / fork:.1f}x")
+        spawn = statistics.mean(r.outside_s for r in by_mode["spawn"])
+        fork = statistics.mean(r.outside_s for r in by_mode["fork"])
+        if fork < 0.05:  # within timing noise of zero: a ratio would be meaningless
+            lines.append(f"outside the phases: spawn {spawn:.2f} s, fork {fork:.2f} s (zero within timing noise)")
+        else:
+            lines.append(f"outside the phases, spawn / fork: {spawn / fork:.1f}x")
     if load:
         lines.append("relative step time (thread CPU time of the technique's step over the reference's, one thread; "
                      "the reference and its steps are under each technique; ±: (max - min) / min of the runs; "

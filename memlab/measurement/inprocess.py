@@ -352,8 +352,10 @@ def _measure_steps(technique, device, dtype, base, mode, iterations, seed, field
         activation = at = traced.categories[peaks.index(max(peaks))]
         fields.update(total_peak_bytes=at.total_peak_bytes, peak_by_category_bytes=at.peak,
                       end_by_category_bytes=at.end)
+        started = time.perf_counter()
         steps_check = _check_steps(technique, device, dtype, mode, seed, base, log) \
             if check else None
+        notes["step_check_s"] = time.perf_counter() - started  # seconds (NOTE [ harness cost ])
     del traced
     log.active = False  # the resident and FLOP-counted steps: counted for the shadow, not compared
     fields.update(_resident_step(step, device, notes))

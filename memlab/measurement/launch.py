@@ -12,17 +12,28 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import runpy
 import signal
 import sys
 
-__all__ = ["PARENT_ENV", "NANNY", "die_with_parent", "command"]
+__all__ = ["PARENT_ENV", "NANNY", "die_with_parent", "command", "libc_name"]
 
 #: the environment variable through which a caller tells the process it starts its own pid
 PARENT_ENV = "MEMLAB_PARENT_PID"
 #: the first argument that puts an expendable parent between the caller and the module (:func:`_nanny`)
 NANNY = "--nanny"
+
+
+@functools.lru_cache(maxsize=None)
+def libc_name() -> str | None:
+    """The C library's file name (``ctypes.util.find_library("c")``), looked up once per process.
+
+    The lookup runs ``ldconfig -p`` in a subprocess, and every measurement child asked for it twice
+    (its parent-death request and the heap setting): looked up in the fork server before any fork,
+    the children inherit the answer (NOTE [ harness cost ] in :mod:`memlab.measurement.harness_cost`)."""
+    return ctypes.util.find_library("c")
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -41,7 +52,7 @@ def die_with_parent(parent: int | None = None) -> None:
     if parent is None:
         parent = int(os.environ.get(PARENT_ENV) or os.getppid())
     try:
-        ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(libc_name(), use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return
     if os.getppid() != parent:  # the parent ended before the request took effect

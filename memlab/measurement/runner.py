@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,7 +44,7 @@ from .launch import PARENT_ENV
 from .launch import command as launch_command
 
 __all__ = ["run_in_subprocess", "WorkerFailed", "describe_exit", "memory_limit_bytes", "OOM_FRACTION",
-           "ISOLATION_MODES", "shutdown_server"]
+           "ISOLATION_MODES", "shutdown_server", "take_server_start_s"]
 
 #: A child killed by SIGKILL whose peak resident memory reached this fraction of the memory limit is
 #: reported as ``oom`` (see :func:`describe_exit`).
@@ -291,10 +292,26 @@ def _server_for(env: dict[str, str]):
         server.close()
         server = None
     if server is None:
+        started = time.perf_counter()
         server = ForkServer(env, launch_command("memlab.measurement.forkserver"))  # NOTE [ worker isolation ]
+        _starts.seconds = getattr(_starts, "seconds", 0.0) + time.perf_counter() - started
     with _servers_lock:
         _servers[key] = server
     return server
+
+
+#: per thread, the wall seconds spent starting fork servers since :func:`take_server_start_s` last ran
+_starts = threading.local()
+
+
+def take_server_start_s() -> float:
+    """Wall seconds this thread spent starting measurement servers (torch and memlab imported, the
+    warm-up step) since the last call, then zero: a sweep's one-off start per worker, which
+    :func:`memlab.measurement.harness_cost.harness_seconds` keeps apart from the cost per point
+    (NOTE [ harness cost ])."""
+    taken = getattr(_starts, "seconds", 0.0)
+    _starts.seconds = 0.0
+    return taken
 
 
 def close_thread_server() -> None:

@@ -187,6 +187,7 @@ class StepLog:
         self._steps: list[dict[str, tuple[tuple[int, ...], np.ndarray]] | None] = []
         self._current: dict[str, tuple[tuple[int, ...], np.ndarray]] = {}
         self._overhead = [0.0, 0.0]  # wall and thread CPU seconds spent sampling since last taken
+        self.sampled_s = 0.0  # wall seconds spent sampling over the log's life (the timed phase's check cost)
 
     def record(self, name: str, t) -> None:
         if not self.active:
@@ -196,8 +197,10 @@ class StepLog:
             self._current[name] = (tuple(t.shape), _samples(t))
         else:  # None where a tensor is expected (a missing gradient): never equal to a tensor
             self._current[name] = (("not a tensor", type(t).__name__), np.full(1, np.nan))
-        self._overhead[0] += time.perf_counter() - w0
+        wall = time.perf_counter() - w0
+        self._overhead[0] += wall
         self._overhead[1] += time.thread_time() - c0
+        self.sampled_s += wall
 
     def take_overhead(self) -> tuple[float, float]:
         """``(wall, thread CPU)`` seconds spent sampling since the last call: a timed step subtracts

@@ -184,6 +184,7 @@ class _Problems:
 
     def __init__(self, technique, baseline, device, dtype, mode, seed, optimizer, loss, check=True, grads=None):
         # grads: make_step's gradient options (accumulate, grads), the technique's and the baseline's alike
+        started = time.perf_counter()
         grads = grads or {}
         self.log, self.baseline_log = StepLog(keep=check), StepLog(keep=False)
         problem = build_problem(technique, device, dtype, seed, loss)
@@ -204,22 +205,33 @@ class _Problems:
         arbiter = Float64Arbiter(technique, device, mode, seed, optimizer, loss, lambda k: start[0], **grads) \
             if check else None
         self.checker = checker_for(technique, dtype, "timed step", arbiter)
+        self.check_s = 0.0  # wall seconds of the shadow's syncs, steps and comparisons (NOTE [ harness cost ])
+        self.setup_s = time.perf_counter() - started  # wall seconds building the three problems
 
     def sync_shadow(self) -> None:
         """Before a technique step: the shadow's leaves take the technique's values (NOTE [ every step
         checked ]), so both start the step alike."""
         if self.shadow is not None:
+            started = time.perf_counter()
             self.shadow.sync(self.leaves)
+            self.check_s += time.perf_counter() - started
 
     def check_last(self) -> None:
         """Step the shadow, compare the technique's last step with the shadow's, then drop both
         (nothing without a check: the log keeps nothing and there is no shadow)."""
         if self.shadow is not None:
+            started = time.perf_counter()
             if self.checker.arbiter is not None and not self.checker.structural_only:
                 self._start[0] = [leaf.detach().clone() for leaf in self.shadow.problem.leaves()]
             self.shadow()
             self.checker.add(self.log.taken(), self.log.pop_last(), self.shadow.log.pop_last())
             self._start[0] = None
+            self.check_s += time.perf_counter() - started
+
+    def check_seconds(self) -> float:
+        """Wall seconds spent checking the timed steps so far: the shadow's syncs, steps and comparisons
+        and the sampling of the technique's and the baseline's steps (which the timed steps exclude)."""
+        return self.check_s + self.log.sampled_s + self.baseline_log.sampled_s
 
 
 def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cpu_clock: bool):
@@ -279,8 +291,9 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
     ``timed_check`` (a :class:`~memlab.measurement.step_check.StepComparison`; pass it to
     :func:`timed_verdict`), ``timing_heap``, ``timing_cpu`` (the CPU the phase was pinned to, or None:
     NOTE [ one CPU per timed phase ] in :mod:`memlab.measurement.cpu_pin`), ``relative_time_clock``,
-    ``optimizer_class``, and ``timed_minor_faults``/``baseline_minor_faults`` (median minor page
-    faults per technique/baseline step: NOTE [ the timing heap ]).
+    ``optimizer_class``, ``timed_minor_faults``/``baseline_minor_faults`` (median minor page
+    faults per technique/baseline step: NOTE [ the timing heap ]), and ``timing_setup_s``/``timed_check_s``
+    (wall seconds of the phase's build and warm-up, and of its checks: :func:`_phase`).
     ``threads``: intra-op threads for the phase (default :data:`TIMING_THREADS`), restored after.
     ``check=False``: no shadow, no step compared (``steps_checked`` 0), as for ``measure(check=False)``.
     ``accumulate``, ``grads``: the step's gradient options, the baseline's step taking the same.
@@ -294,17 +307,11 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
         with timing_heap() as heap, pinned_to_one_cpu(cpu_clock) as timing_cpu:
             problems = _Problems(technique, baseline, device, dtype, mode, seed, optimizer, loss, check,
                                  {"accumulate": accumulate, "grads": grads})
-            problems.step()  # warm-up of each: lazy initialisation, optimizer state (checked: step 1)
-            problems.check_last()
-            problems.baseline()
-            load_before = load_average()
-            times, ref = _interleave(problems, device, repeats, time_budget_s, cpu_clock)
-            load_after = load_average()
-            optimizer_class = problems.optimizer_class
-            check = problems.checker.result()
+            run = _phase(problems, device, repeats, time_budget_s, cpu_clock)
             del problems
     finally:
         torch.set_num_threads(previous)
+    times, ref, check = run.pop("times"), run.pop("ref"), run["timed_check"]
     wall, cpu = [t[0] for t in times], [t[1] for t in times]
     ref_wall, ref_cpu = [r[0] for r in ref], [r[1] for r in ref]
     rel_wall = relative_step_time(wall, ref_wall)
@@ -314,11 +321,37 @@ def time_in_process(technique: Technique, device: torch.device, dtype: torch.dty
             "relative_step_ratios": round_ratios(cpu, ref_cpu) if cpu_clock else round_ratios(wall, ref_wall),
             "relative_step_time_wall": rel_wall,
             "relative_to": baseline.name if baseline is not None else "reference",
-            "timing_threads": timing_threads, "steps_checked": check.steps,
-            "load_avg_before": load_before, "load_avg_after": load_after,
-            "timed_check": check, "timing_heap": heap, "timing_cpu": timing_cpu, "optimizer_class": optimizer_class,
+            "timing_threads": timing_threads, "steps_checked": check.steps, **run,
+            "timing_heap": heap, "timing_cpu": timing_cpu,
             "relative_time_clock": "thread_cpu" if cpu_clock else "wall",
             "timed_minor_faults": _median_faults(times), "baseline_minor_faults": _median_faults(ref)}
+
+
+def _phase(problems: _Problems, device, repeats: int, budget_s: float, cpu_clock: bool) -> dict[str, Any]:
+    """The warm-up steps and the interleaved rounds of built ``problems``: ``times`` and ``ref``
+    (:func:`_interleave`), the load averages around the rounds, ``optimizer_class``, ``timed_check``
+    and the seconds of the phase that are not timed steps (NOTE [ harness cost ] in
+    :mod:`memlab.measurement.harness_cost`): ``timing_setup_s`` (wall seconds from the start of the build of
+    the three problems to the end of their warm-up steps) and ``timed_check_s`` (the timed steps'
+    checks: :meth:`_Problems.check_seconds`)."""
+    setup_s = problems.setup_s + _seconds(problems.step)  # warm-up of each: lazy initialisation, optimizer state
+    problems.check_last()  # (checked: step 1)
+    setup_s += _seconds(problems.baseline)
+    setup_s += problems.check_s  # the warm-up step's check (its sampling is inside the warm-up step)
+    check_before = problems.check_seconds()
+    load_before = load_average()
+    times, ref = _interleave(problems, device, repeats, budget_s, cpu_clock)
+    load_after = load_average()
+    return {"times": times, "ref": ref, "load_avg_before": load_before, "load_avg_after": load_after,
+            "optimizer_class": problems.optimizer_class, "timed_check": problems.checker.result(),
+            "timing_setup_s": setup_s, "timed_check_s": problems.check_seconds() - check_before}
+
+
+def _seconds(fn) -> float:
+    """Wall seconds of one call of ``fn``."""
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
 
 
 def timed_verdict(measurement, timed: dict[str, Any]):
@@ -332,6 +365,7 @@ def timed_verdict(measurement, timed: dict[str, Any]):
              "relative_step_ratios": list(timed.pop("relative_step_ratios", None) or ()),
              "timed_minor_faults": timed.pop("timed_minor_faults", None),
              "baseline_minor_faults": timed.pop("baseline_minor_faults", None),
+             **{k: timed.pop(k) for k in ("timing_setup_s", "timed_check_s") if k in timed},
              "timed_steps_max_error": check.max_error if hasattr(check, "max_error") else check.get("max_error")}
     environment = {**measurement.environment, "timing_heap": timed.pop("timing_heap"),
                    "timing_cpu": timed.pop("timing_cpu", None)}
