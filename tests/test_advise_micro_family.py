@@ -4,6 +4,7 @@ checked against ``memlab.measure(..., accumulate=K)`` at one small setting per f
 within the bounds for every entry, to the byte (total and every category) where the bounds meet."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -112,6 +113,10 @@ def test_the_cli_answers_and_refuses_in_one_line():
     out = run("--family", "transformer", "--vary", "micro_batches", "--budget", "1GiB", *sizes)
     assert out.returncode == 0, out.stderr
     assert "fewest micro_batches of batch=4" in out.stdout and "1 x 4" in out.stdout
+    out = run("--family", "transformer", "--vary", "micro_batches", "--budget", "1GiB", "--json", *sizes)
+    answer = json.loads(out.stdout)
+    assert out.returncode == 0 and answer["vary"] == "micro_batches" and answer["verify"] is None
+    assert answer["answers"][0]["params"]["accumulate"] == answer["answers"][0]["size"] == 1
     for args, message in ((["--family", "chunking"], "family 'chunking' has none"),
                           (["--family", "transformer", "--vary", "seq"], "--vary 'seq' is not valid with --family")):
         vary = [] if "--vary" in args else ["--vary", "micro_batches"]
