@@ -4,6 +4,7 @@ its formula on the measured model's parameter shapes, and each gap is its named 
 optimizer in backward: bounded by the gradients).  The quick model: 8 nn.Linear(32, 32) with biases."""
 from __future__ import annotations
 
+import shutil
 import warnings
 
 import pytest
@@ -12,6 +13,7 @@ from memlab.reproductions import run_one
 from memlab.reproductions import step_papers as sp
 from memlab.reproductions.papers import STEP_COLUMNS, STEP_SOURCES, adafactor_rows, lora_rows
 from memlab.results import ResultsWarning, load_reproductions
+from memlab.site import build_site
 
 
 @pytest.fixture(scope="module")
@@ -50,3 +52,21 @@ def test_a_gap_the_named_term_does_not_explain_is_reported_as_such():
     grads, state = lora_rows([(8, 6)], 2, 4, 999, 5000, 4)
     assert grads[3] == 2 * (8 + 6) * 4 and grads[5] == 999 - 112 and "not the adapters' alone" in grads[6]
     assert state[5] == 5000 - 224
+
+
+def test_the_site_shows_the_rows_as_a_paper_page(written, tmp_path):
+    """The written JSON is a paper page: its table, each source and memlab's bytes, with no problem line."""
+    data = tmp_path / "data"
+    (data / "reproductions").mkdir(parents=True)
+    shutil.copy(written, data / "reproductions")
+    out = tmp_path / "site"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResultsWarning)
+        build_site(tmp_path / "results", data, out)
+    assert not [w for w in caught if sp.SEED in str(w.message)], [str(w.message) for w in caught]
+    pages = [p for p in out.rglob("*.html") if sp.TITLE.split(":")[0] in p.read_text(encoding="utf-8")]
+    text = max(pages, key=lambda p: len(p.read_text(encoding="utf-8"))).read_text(encoding="utf-8")
+    assert "arXiv:1804.04235" in text and "arXiv:2106.09685" in text and "optimizer_step_in_backward_tutorial" in text
+    (report,) = load_reproductions([written])
+    for row in report["tables"][0]["rows"]:
+        assert f"{row[4]:,}" in text or str(row[4]) in text, row[:2]
