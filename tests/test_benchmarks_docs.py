@@ -1,7 +1,7 @@
 """What benchmarks/README.md and the help texts say about the asv suite is true (issue 47, item 7).
 
-The counts are computed here from the benchmark modules (found as asv finds them, ``bench_*.py``),
-never written by hand into a test: each class's CPU combinations that apply (its ``setup`` does not
+The counts are computed by ``python -m benchmarks.suite_counts`` from the benchmark modules (found as
+asv finds them, ``bench_*.py``), never written by hand into a test: each class's CPU combinations that apply (its ``setup`` does not
 skip them as "does not apply"; a technique that cannot run on this host still counts, it applies
 where it can run), its asv benchmark methods, and what the default selection of ``Makefile.asv``
 selects (asv's ``-b`` rule: ``re.search`` over ``name(param, ...)``).  No asv run, no measurement.
@@ -9,8 +9,6 @@ selects (asv's ``-b`` rule: ``re.search`` over ``name(param, ...)``).  No asv ru
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
 import itertools
 import os
 import re
@@ -26,47 +24,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import asv_host, common  # noqa: E402
+from benchmarks import asv_host, common, suite_counts  # noqa: E402
 from process_checks import HANG_GUARD_S  # noqa: E402
 
 README = ROOT / "benchmarks" / "README.md"
-MODULES = sorted(f"benchmarks.{p.stem}" for p in (ROOT / "benchmarks").glob("bench_*.py"))
-_PREFIXES = ("track_", "time_", "timeraw_", "peakmem_", "mem_")
-
-
-def _classes(base: type) -> dict[str, type]:
-    """``{"bench_x.Class": class}`` of the ``base`` subclasses the bench modules define."""
-    out = {}
-    for name in MODULES:
-        module = importlib.import_module(name)
-        for cls in vars(module).values():
-            if inspect.isclass(cls) and cls.__module__ == module.__name__ and issubclass(cls, base):
-                out[f"{name.split('.')[1]}.{cls.__name__}"] = cls
-    return out
-
-
-def _methods(cls: type) -> list[str]:
-    return sorted(n for n in dir(cls) if n.startswith(_PREFIXES) and callable(getattr(cls, n)))
+_classes, _methods = suite_counts.classes, suite_counts.methods  # the script counts: python -m benchmarks.suite_counts
 
 
 @functools.lru_cache(maxsize=None)
 def _applicable(tmp: str) -> dict[str, list[tuple]]:
-    """``{"bench_x.Class": [combination, ...]}``: the CPU combinations each ``MemlabBenchmark`` class
-    measures wherever its techniques can run (NOTE [ skipped or failed ] in benchmarks/common.py)."""
-    out = {}
-    for key, cls in _classes(common.MemlabBenchmark).items():
-        combos = []
-        for combo in itertools.product(*cls.params):
-            if combo[-1] != "cpu":
-                continue
-            try:
-                cls().setup(tmp, *combo)
-            except NotImplementedError as exc:
-                if "cannot run here" not in str(exc):
-                    continue
-            combos.append(combo)
-        out[key] = combos
-    return out
+    return suite_counts.applicable(tmp)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,7 @@
-"""``memlab bench-harness``: the harness's own overhead per point, how a CPU load moves absolute vs
-relative step times, or each technique's time limit (``--limits``)."""
+"""``memlab bench-harness``: the harness's own overhead per point (the seconds outside the measured
+phases, the same figure ``memlab sweep``'s breakdown prints: NOTE [ harness cost ] in
+memlab.measurement.harness_cost), how a CPU load moves absolute vs relative step times, or each
+technique's time limit (``--limits``)."""
 from __future__ import annotations
 
 import sys
@@ -10,8 +12,9 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub, shared) -> None:
-    s = sub.add_parser("bench-harness", help="the harness's own overhead per point (spawn vs fork server) and "
-                                             "how a CPU load moves absolute vs relative step times")
+    s = sub.add_parser("bench-harness", help="the harness's own overhead per point (seconds outside the measured "
+                                             "phases, as memlab sweep's breakdown; spawn vs fork server) and how "
+                                             "a CPU load moves absolute vs relative step times")
     s.add_argument("--no-load", action="store_true", help="skip the load experiment")
     s.add_argument("--load-processes", type=int, default=None,
                    help="busy loops for the load experiment (default: three per core)")
