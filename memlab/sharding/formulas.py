@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["STRATEGIES", "ModelState", "zero_model_state", "exact_adam_state_bytes", "FLOAT32_BYTES",
+__all__ = ["PHASES", "STRATEGIES", "ModelState", "zero_model_state", "exact_adam_state_bytes", "FLOAT32_BYTES",
            "ADAM_FLOAT32_K"]
 
 #: the sharding strategies memlab runs (:mod:`memlab.sharding.strategies`)
 STRATEGIES = ("ddp", "zero1", "fsdp")
+#: the marked phases of a traced step, in order (:mod:`memlab.sharding.trace`)
+PHASES = ("forward", "backward", "optimizer")
 #: bytes per float32 element (P and G in the table above)
 FLOAT32_BYTES = 4
 #: Adam's optimizer-state bytes per parameter in float32 (two moments)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from math import prod
 
-__all__ = ["ceil_div", "fsdp_rows", "fsdp_padded_rows", "zero1_owners", "local_numels", "padded_numels",
+__all__ = ["step_order_numels", "adam_step_temporary_numel", "ceil_div", "fsdp_rows", "fsdp_padded_rows", "zero1_owners", "local_numels", "padded_numels",
            "owned_numels", "model_state_bytes", "check_world", "gathered_numels"]
 
 #: bytes of a float32 element
@@ -84,6 +84,20 @@ def zero1_owners(numels: list[int], world: int) -> list[int]:
         owner[i] = r
         held[r] += numels[i]
     return owner
+
+
+def step_order_numels(strategy: str, shapes: list[tuple[int, ...]], world: int, rank: int) -> list[int]:
+    """:func:`owned_numels` in the order the rank's Adam steps them: module order for ddp and fsdp,
+    ZeroRedundancyOptimizer's (largest first) for zero1."""
+    owned = owned_numels(strategy, shapes, world, rank)
+    return sorted(owned, reverse=True) if strategy == "zero1" else owned
+
+
+def adam_step_temporary_numel(order: list[int]) -> int:
+    """Most elements Adam's single-tensor step (``foreach=False``) holds in temporaries: stepping tensor
+    ``i`` allocates ``sqrt`` and then the division (``i``'s size each) while the previous tensor's
+    ``denom`` is still referenced, so ``max_i(n[i-1] + 2 n[i])``."""
+    return max((2 * n + (order[i - 1] if i else 0) for i, n in enumerate(order)), default=0)
 
 
 def owned_numels(strategy: str, shapes: list[tuple[int, ...]], world: int, rank: int) -> list[int]:

@@ -2,7 +2,11 @@
 predicting the others (issue 48's "prediction for other N"); torch-free.
 
 # NOTE [ the per-rank peak as a function of N ]
-A rank's peak is the sum of its categories at the step's highest point (bytes):
+A rank's peak is the highest of its phases' highest points (forward, backward, optimizer: each run
+records all three, ``phase_peaks``), and each is the sum of its categories there (bytes).  Each
+phase is fitted on its own and the prediction takes the phase whose predicted total is highest: the
+phase that peaks moves with N (the MLP stack's zero1 rank that steps only small tensors peaks in
+backward, the others in the optimizer step).  Per phase and category:
 
 * ``parameters`` and ``optimizer_state``: from the parameter shapes alone, no fit
   (:func:`memlab.sharding.layout.model_state_bytes`: FSDP's padded dim-0 shards, ZeRO-1's ownership);
@@ -10,8 +14,8 @@ A rank's peak is the sum of its categories at the step's highest point (bytes):
   ``b`` the per-rank batch G/N (activations and their gradients are per sample), ``f_j`` bytes
   computed from the shapes: for FSDP a block's and the root's gathered (padded, unsharded) bytes
   and their shards (a gathered unit, an all-gather output, a reduce-scatter input or output), for
-  every strategy the largest tensor whose Adam state the rank holds (the optimizer's per-tensor
-  temporaries).  The ``k_j`` are counts of live buffers, so small integers: :func:`fit_category`
+  every strategy Adam's step temporaries over the tensors the rank steps, in its order, and 4·N
+  (FSDP's per-rank index tensors).  The ``k_j`` are counts of live buffers, so small integers: :func:`fit_category`
   tries every combination in range, solves ``c0, c1`` exactly (rational least squares) and keeps
   the combinations that reproduce every fit point to the byte; among several it takes the fewest
   buffers and says whether the others predict differently (``ambiguous``).  A category no
@@ -26,15 +30,13 @@ one) that the reducer's C++ frees after the broadcast, racing the gloo worker th
 same work; when the worker lets go last the free is on its thread and the profiler never sees it
 (NOTE [ collectives freed on the caller's thread ] in :mod:`memlab.sharding.strategies`; no Python
 hook reaches that call).  The block then looks held across the measured step.  For ddp and zero1
-the only legitimate bytes held between steps outside the model state are the gradient buckets,
-4Ψ bytes, so :func:`leftover_bytes` is what a rank holds there beyond 4Ψ: measured in the
-transformer runs, 4 bytes (one bucket's size) on one rank of N = 2 and 8 and 168 bytes (42 indices)
-on one rank of N = 4, 0 on every other rank.  The fit and the check take the peak less those bytes
-and print them: the peak the step holds when the free is seen.
+the only legitimate bytes held across the step outside every category are the gradient buckets,
+4Ψ bytes, so :func:`leftover_bytes` is what a rank holds there beyond 4Ψ (0 on most ranks; 4 or
+168 bytes on one rank of some runs: docs/evidence/sharding.md).  The fit and the check take the
+peak less those bytes and print them: the peak the step holds when the free is seen.
 
-What it assumes: the peak falls at the same point of the step at every N (each run's
-``at_peak["phase"]`` says where it fell); the per-rank batch's bytes are affine in b; every block
-unit has the same shapes.  What it leaves out: the CUDA caching allocator's reserved memory (the
+What it assumes: each phase's highest point holds the same kinds of buffers at every N (an inexact
+fit says where not); the per-rank batch's bytes are affine in b; every block unit has the same shapes.  What it leaves out: the CUDA caching allocator's reserved memory (the
 runs are CPU, where c10 allocates exactly what is asked).  Evidence: docs/sharding.md#prediction.
 """
 from __future__ import annotations
@@ -44,7 +46,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from math import prod
 
-from .layout import F32, gathered_numels, model_state_bytes, owned_numels
+from .formulas import PHASES
+from .layout import F32, adam_step_temporary_numel, gathered_numels, model_state_bytes, step_order_numels
 
 __all__ = ["leftover_bytes", "Fit", "CategoryFit", "features", "fit", "fit_category", "predict_rank", "check", "FITTED",
            "ANALYTIC", "base_strategy"]
@@ -69,10 +72,11 @@ def _units(shapes: list[tuple[int, ...]], units: list[int]) -> tuple[list, list]
 
 def features(label: str, shapes: list[tuple[int, ...]], units: list[int], world: int, rank: int) -> dict[str, int]:
     """The integer-count features ``f_j(N, r)`` in bytes (NOTE [ the per-rank peak as a function of N ]):
-    ``largest_owned`` and ``world`` (4·N: a float32 per rank) for every strategy; for fsdp also ``block_gathered``, ``root_gathered``,
+    ``adam_step`` (:func:`~memlab.sharding.layout.adam_step_temporary_numel` of the tensors the rank
+    steps, in bytes) and ``world`` (4·N: a float32 per rank) for every strategy; for fsdp also ``block_gathered``, ``root_gathered``,
     ``block_shard``, ``root_shard``."""
-    owned = owned_numels(base_strategy(label), shapes, world, rank)
-    out = {"largest_owned": F32 * max(owned, default=0), "world": F32 * world}
+    order = step_order_numels(base_strategy(label), shapes, world, rank)
+    out = {"adam_step": F32 * adam_step_temporary_numel(order), "world": F32 * world}
     if base_strategy(label) == "fsdp":
         block, root = _units(shapes, units)
         gb, gr = F32 * gathered_numels(block, world), F32 * gathered_numels(root, world)
@@ -82,9 +86,9 @@ def features(label: str, shapes: list[tuple[int, ...]], units: list[int], world:
 
 def _ranges(label: str, layers: int) -> dict[str, range]:
     """The counts tried for each feature: up to every block plus one for block buffers, up to 2 for
-    the root's, 0..2 for the optimizer's per-tensor temporaries, 0..8 for blocks of N float32 (FSDP's
+    the root's, 0..1 for the optimizer's step temporaries, 0..8 for blocks of N float32 (FSDP's
     per-rank index tensors)."""
-    out = {"largest_owned": range(3), "world": range(9)}
+    out = {"adam_step": range(2), "world": range(9)}
     if base_strategy(label) == "fsdp":
         out.update(block_gathered=range(layers + 2), root_gathered=range(3), block_shard=range(layers + 2),
                    root_shard=range(3))
@@ -164,14 +168,14 @@ def fit_category(points: list[Point], ranges: dict[str, range]) -> CategoryFit:
 
 @dataclass
 class Fit:
-    """Per strategy label and fitted category, its :class:`CategoryFit`; the shapes and units it
-    was fitted on; the fit worlds."""
+    """Per strategy label, phase and fitted category, its :class:`CategoryFit`; the shapes and units
+    it was fitted on; the fit worlds."""
 
     shapes: list[tuple[int, ...]]
     units: list[int]
     layers: int
     worlds: list[int]
-    categories: dict[str, dict[str, CategoryFit]]
+    categories: dict[str, dict[str, dict[str, CategoryFit]]]
 
 
 def _shapes(row: dict) -> list[tuple[int, ...]]:
@@ -179,15 +183,17 @@ def _shapes(row: dict) -> list[tuple[int, ...]]:
 
 
 def leftover_bytes(row: dict) -> int:
-    """Bytes a ddp or zero1 rank holds between steps outside the model state beyond its 4Ψ gradient
-    buckets (NOTE [ DDP's rebuild leftovers ]); 0 for fsdp."""
+    """Bytes a ddp or zero1 rank holds across the whole measured step outside every category beyond
+    its 4Ψ gradient buckets (NOTE [ DDP's rebuild leftovers ]); 0 for fsdp."""
     if base_strategy(row["strategy"]) == "fsdp":
         return 0
-    return max(0, row["start"]["temporaries"] - F32 * total_numel(_shapes(row)))
+    return max(0, sum(row["held_outside_categories"].values()) - F32 * total_numel(_shapes(row)))
 
 
-def _measured(row: dict, category: str) -> int:
-    return row["peak"][category] - (leftover_bytes(row) if category == "temporaries" else 0)
+def _measured(row: dict, category: str, phase: str | None = None) -> int:
+    """A category's bytes at the rank's peak (or at ``phase``'s highest point), less the leftover."""
+    cats = row["peak"] if phase is None else row["phase_peaks"][phase]["categories"]
+    return cats[category] - (leftover_bytes(row) if category == "temporaries" else 0)
 
 
 def fit(rows: list[dict]) -> Fit:
@@ -200,28 +206,35 @@ def fit(rows: list[dict]) -> Fit:
         raise ValueError(f"rows of {len(models)} models are not valid; valid: rows of one model (by name and shapes)")
     shapes, units = _shapes(rows[0]), rows[0]["param_units"]
     layers = max(units) + 1
-    cats: dict[str, dict[str, CategoryFit]] = {}
+    cats: dict[str, dict[str, dict[str, CategoryFit]]] = {}
     for label in dict.fromkeys(r["strategy"] for r in rows):
         mine = [r for r in rows if r["strategy"] == label and (r["world"] > 1 or base_strategy(label) != "fsdp")]
         if not mine:
             raise ValueError(f"{label} rows only at world 1 are not valid; valid: runs at N >= 2 for fsdp")
-        pts = {c: [Point(r["batch_per_rank"], features(label, shapes, units, r["world"], r["rank"]), _measured(r, c))
-                   for r in mine] for c in FITTED}
-        cats[label] = {c: fit_category(pts[c], _ranges(label, layers)) for c in FITTED}
+        feats = [features(label, shapes, units, r["world"], r["rank"]) for r in mine]
+        phases = [p for p in PHASES if all(p in r["phase_peaks"] for r in mine)]
+        cats[label] = {p: {c: fit_category([Point(r["batch_per_rank"], f, _measured(r, c, p)) for r, f in zip(mine, feats)],
+                                           _ranges(label, layers)) for c in FITTED} for p in phases}
     return Fit(shapes, units, layers, sorted({r["world"] for r in rows}), cats)
 
 
-def predict_rank(f: Fit, label: str, world: int, rank: int, b: int | Fraction) -> dict[str, Fraction]:
-    """Rank ``rank``'s predicted bytes at the peak by category, and ``peak``, at ``world`` ranks with
-    per-rank batch ``b``."""
+def predict_rank(f: Fit, label: str, world: int, rank: int, b: int | Fraction) -> dict:
+    """Rank ``rank``'s predicted bytes by category at its peak, ``peak`` and ``phase`` (the phase whose
+    predicted highest point is highest: NOTE [ the per-rank peak as a function of N ]), at ``world``
+    ranks with per-rank batch ``b``."""
     if label not in f.categories:
         raise ValueError(f"strategy={label!r} is not valid for this fit; valid: {', '.join(f.categories)}")
     state = model_state_bytes(base_strategy(label), f.shapes, world, rank)
     feats = features(label, f.shapes, f.units, world, rank)
-    out: dict[str, Fraction] = {c: Fraction(state[c]) for c in ANALYTIC}
-    out.update({c: cf.value(b, feats) for c, cf in f.categories[label].items()})
-    out["peak"] = sum(out.values())
-    return out
+    best = None
+    for phase, fits in f.categories[label].items():
+        out: dict = {c: Fraction(state[c]) for c in ANALYTIC}
+        out.update({c: cf.value(b, feats) for c, cf in fits.items()})
+        out["peak"] = sum(out.values())
+        out["phase"] = phase
+        if best is None or out["peak"] > best["peak"]:
+            best = out
+    return best
 
 
 def check(f: Fit, rows: list[dict]) -> list[dict]:
@@ -235,8 +248,7 @@ def check(f: Fit, rows: list[dict]) -> list[dict]:
         left = leftover_bytes(r)
         out.append({"strategy": r["strategy"], "world": r["world"], "rank": r["rank"], "measured": r["peak_bytes"],
                     "leftover": left, "predicted": _int(p["peak"]), "diff": r["peak_bytes"] - left - p["peak"],
-                    "categories": cats,
-                    "phase": r.get("at_peak", {}).get("phase")})
+                    "categories": cats, "phase": r.get("at_peak", {}).get("phase"), "predicted_phase": p["phase"]})
     return out
 
 

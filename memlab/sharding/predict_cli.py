@@ -79,7 +79,8 @@ def table(f, labels: list[str], per_rank_batch: int, ns=TABLE_WORLDS) -> list[di
             ranks = [predict_rank(f, label, n, r, per_rank_batch) for r in range(n)]
             peaks = [p["peak"] for p in ranks]
             out.append({"strategy": label, "world": n, "max_rank_peak": _num(max(peaks)),
-                        "min_rank_peak": _num(min(peaks)), "rank0": {c: _num(v) for c, v in ranks[0].items()}})
+                        "min_rank_peak": _num(min(peaks)),
+                        "rank0": {c: v if c == "phase" else _num(v) for c, v in ranks[0].items()}})
     return out
 
 
@@ -88,23 +89,27 @@ def _num(x: Fraction):
 
 
 def _fit_json(f) -> dict:
-    return {label: {c: {"c0": str(cf.c0), "c1": str(cf.c1), "counts": cf.counts, "exact": cf.exact,
-                        "residuals": [str(r) for r in cf.residuals if r], "alternatives": cf.alternatives}
-                    for c, cf in cats.items()} for label, cats in f.categories.items()}
+    return {label: {phase: {c: {"c0": str(cf.c0), "c1": str(cf.c1), "counts": cf.counts, "exact": cf.exact,
+                                "residuals": [str(r) for r in cf.residuals if r], "alternatives": cf.alternatives}
+                            for c, cf in cats.items()} for phase, cats in phases.items()}
+            for label, phases in f.categories.items()}
 
 
 def _print(fitj: dict, checks: list[dict], tab: list[dict]) -> None:
-    for label, cats in fitj.items():
-        for c, cf in cats.items():
-            alt = f"; also exact: {cf['alternatives']}" if cf["alternatives"] else ""
-            ex = "exact" if cf["exact"] else f"NOT exact, residuals {cf['residuals']}"
-            print(f"fit {label} {c}: {cf['c0']} + {cf['c1']}·b + {cf['counts']} ({ex}{alt})")
+    for label, phases in fitj.items():
+        for phase, cats in phases.items():
+            for c, cf in cats.items():
+                alt = f"; also exact: {cf['alternatives']}" if cf["alternatives"] else ""
+                ex = "exact" if cf["exact"] else f"NOT exact, residuals {cf['residuals']}"
+                print(f"fit {label} {phase} {c}: {cf['c0']} + {cf['c1']}·b + {cf['counts']} ({ex}{alt})")
     for ch in checks:
         left = f" (less {ch['leftover']:,} B rebuild leftover)" if ch["leftover"] else ""
         print(f"check {ch['strategy']} N={ch['world']} rank {ch['rank']}: measured {ch['measured']:,}{left} predicted "
-              f"{ch['predicted']:,} diff {_num(Fraction(ch['diff'])):+,} (peak in {ch['phase']})")
+              f"{ch['predicted']:,} diff {_num(Fraction(ch['diff'])):+,} (peak in {ch['phase']}, "
+              f"predicted in {ch['predicted_phase']})")
     for t in tab:
-        r0 = " ".join(f"{c} {v:,}" for c, v in t["rank0"].items() if c != "peak")
+        r0 = " ".join(f"{c} {v:,}" for c, v in t["rank0"].items() if c not in ("peak", "phase"))
+        r0 += f", in {t['rank0']['phase']}"
         print(f"table {t['strategy']} N={t['world']}: per-rank peak {t['min_rank_peak']:,}..{t['max_rank_peak']:,} B"
               f" (rank 0: {r0})")
 

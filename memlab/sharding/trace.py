@@ -42,11 +42,12 @@ from ..core.record import CATEGORIES
 from ..measurement.alloc_trace import AllocationRecorder, window
 from ..measurement.categories import (IterationCategories, Probe, baseline_categories, block_categories, categorise,
                                       category_of, pair_blocks)
+from .formulas import PHASES
 from .model import Sizes, batch, build_model, loss_of
 from .strategies import Wrapped, local, local_optimizer, wrap
 
 __all__ = ["TracedStep", "traced_step", "category_maxima", "mark_gradients", "repair_dropped_frees",
-           "held_outside_categories", "unfreed_in_step", "peak_detail"]
+           "held_outside_categories", "unfreed_in_step", "peak_detail", "phase_peaks"]
 
 _GRAD_MARK = "memlab::grad:"
 #: live blocks kept per category in :func:`peak_detail` (the largest by bytes)
@@ -67,6 +68,7 @@ class TracedStep:
     held: dict[str, int] = dataclasses.field(default_factory=dict)
     unfreed: dict[str, int] = dataclasses.field(default_factory=dict)
     at_peak: dict = dataclasses.field(default_factory=dict)
+    phases: dict = dataclasses.field(default_factory=dict)
 
 
 def repair_dropped_frees(events: list) -> tuple[list, int, int]:
@@ -139,6 +141,25 @@ def category_maxima(events, windows, baseline) -> dict[str, int]:
         if most is not None:
             most = {c: max(most[c], live[c]) for c in CATEGORIES}
     return most if most is not None else dict(live)
+
+
+def phase_peaks(events, windows, baseline) -> dict[str, dict]:
+    """The highest point of each phase of ``iteration0`` (:data:`PHASES`): ``{phase: {"bytes": live
+    bytes there, "categories": {category: bytes}}}`` (counting everything live, as the peak does)."""
+    it = window(windows, "iteration0")
+    block_of, blocks = pair_blocks(events)
+    category = block_categories(blocks, windows, baseline, it.start_ns)
+    live = dict.fromkeys(CATEGORIES, 0)
+    total, out = 0, {}
+    for k, e in enumerate(events):
+        if e.time_ns > it.end_ns:
+            break
+        live[category_of(category, block_of[k])] += e.delta_bytes
+        total += e.delta_bytes
+        phase = next((m for m in e.marks if m in PHASES), None)
+        if e.time_ns >= it.start_ns and phase and (phase not in out or total > out[phase]["bytes"]):
+            out[phase] = {"bytes": total, "categories": dict(live)}
+    return out
 
 
 def peak_detail(events, windows, baseline) -> dict:
@@ -223,4 +244,4 @@ def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: in
     cats = categorise(events, windows, base)[0]
     return TracedStep(cats, category_maxima(events, windows, base), losses, w, (count, nbytes),
                       held_outside_categories(events, windows, base), unfreed_in_step(events, windows, base),
-                      peak_detail(events, windows, base))
+                      peak_detail(events, windows, base), phase_peaks(events, windows, base))

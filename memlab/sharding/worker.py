@@ -97,7 +97,7 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
             "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
             "start": c.start, "peak": c.peak, "end": c.end, "max": t.maxima,
             "local_param_numels": [local(p).numel() for p in t.wrapped.module.parameters()],
-            "param_shapes": [list(p.shape) for p in ref.params.values()], "at_peak": t.at_peak,
+            "param_shapes": [list(p.shape) for p in ref.params.values()], "at_peak": t.at_peak, "phase_peaks": t.phases,
             "param_units": param_units(build_model(sizes, torch.device("meta"))),
             "batch_per_rank": sizes.batch // world,
             "owned_numels": owned, "exact_optimizer_state_bytes": exact_adam_state_bytes(owned),
