@@ -192,3 +192,17 @@ def test_block_is_view_matches_what_reshape_does():
                 if b - a == 1:
                     shares = block.untyped_storage().data_ptr() == cores[a].untyped_storage().data_ptr()
                     assert shares == plan.block_is_view(j), (shape, plan, j)
+
+
+@pytest.mark.parametrize("name", ["tt_factorized", "tt_chunked"])
+def test_a_micro_batch_is_described_by_the_plan_it_ran(name):
+    """Under --accumulate 2 a batch of 8 runs micro-batches of 4 rows, whose contraction plan differs
+    from 8 rows' (sequential against blocks): the step's description plans the rows the layer ran."""
+    shape = TTShape((4, 4, 4), (4, 4, 4), (1, 4, 4, 1))
+    recompute = name == "tt_chunked"
+    assert tt.plan_contraction(shape, 4, True, recompute) != tt.plan_contraction(shape, 8, True, recompute)
+    m = memlab.measure(name, batch=8, accumulate=2, chunk_size=8, iterations=1, repeats=1, time_budget=0,
+                       in_modes=[4, 4, 4], out_modes=[4, 4, 4], rank=4) if recompute else \
+        memlab.measure(name, batch=8, accumulate=2, iterations=1, repeats=1, time_budget=0,
+                       in_modes=[4, 4, 4], out_modes=[4, 4, 4], rank=4)
+    assert m.status == "ok", m.error

@@ -79,6 +79,8 @@ class TensorTrainLinear(nn.Module):
         self.chunk_size = chunk_size
         self.last_path: TTPath | None = None
         self.last_plan: TTPlan | None = None
+        #: the rows of the last forward's input (a micro-batch's under accumulation, not the batch's)
+        self.last_rows: int | None = None
         k = shape.n_cores
         std = (1.0 / (shape.in_features * max(1, math.prod(shape.ranks[1:-1])))) ** (1.0 / (2 * k))
         for i, s in enumerate(shape.core_shapes):
@@ -183,7 +185,7 @@ class TensorTrainLinear(nn.Module):
             y = tt_contract_chunked(x2, cores, self.chunk_size, plan)
         else:  # pragma: no cover - the enum is closed
             raise ValueError(f"unknown path {path!r}")
-        self.last_plan = plan
+        self.last_plan, self.last_rows = plan, x2.shape[0]
         self.last_path = path
         if self.bias is not None:
             y = y + self.bias

@@ -150,7 +150,10 @@ class _TTTechnique(Technique):
             "analytic_floor_bytes_by_mode": floor_bytes(self.path.value, shape, b, e, chunk, planned=True),
         }
         if self.path is not TTPath.RECONSTRUCTED:
-            out["contraction"] = self._contraction(layer, b if chunk is None else min(chunk, b), mode, e)
+            # the rows the layer last ran: a micro-batch's under --accumulate K, whose plan can differ
+            # from the whole batch's (batch 8 as 2 x 4 ran the sequential plan; 8 rows plan blocks)
+            rows = b if layer.last_rows is None else layer.last_rows
+            out["contraction"] = self._contraction(layer, rows if chunk is None else min(chunk, rows), mode, e)
         return out
 
     def _contraction(self, layer, rows: int, mode: str, element_size: int) -> dict[str, Any]:
