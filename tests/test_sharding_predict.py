@@ -142,6 +142,18 @@ def test_stored_runs_are_predicted_to_the_byte(name):
     assert all(c["phase"] == c["predicted_phase"] for c in checks)
 
 
+def test_stored_gpt2_ddp_and_zero1_are_predicted_to_the_byte():
+    """examples/gpt2.py (tiny): fitted at N = 1, 3, 6 (N = 8's backward highest point lies elsewhere:
+    docs/sharding.md#prediction), ddp and zero1 at N = 2 and 4 equal their prediction on every rank."""
+    from memlab.sharding.predict import check, fit
+
+    rows = [r for r in _stored("gpt2-tiny-g24.jsonl") if r["strategy"] in ("ddp", "zero1")]
+    f = fit([r for r in rows if r["world"] in (1, 3, 6)])
+    checks = check(f, [r for r in rows if r["world"] in (2, 4)])
+    assert len(checks) == 2 * (2 + 4)
+    assert [(c["strategy"], c["world"], c["rank"], c["diff"]) for c in checks if c["diff"] != 0] == []
+
+
 @pytest.fixture(scope="module")
 def fresh_n2():
     """The MLP stack (global batch 24) under ddp, zero1 and fsdp, measured now at N = 2."""

@@ -99,7 +99,8 @@ def _print(fitj: dict, checks: list[dict], tab: list[dict]) -> None:
     for label, phases in fitj.items():
         for phase, cats in phases.items():
             for c, cf in cats.items():
-                alt = f"; also exact: {cf['alternatives']}" if cf["alternatives"] else ""
+                alts = cf["alternatives"]
+                alt = f"; also exact: {alts[:3]}{' and %d more' % (len(alts) - 3) if len(alts) > 3 else ''}" if alts else ""
                 ex = "exact" if cf["exact"] else f"NOT exact, residuals {cf['residuals']}"
                 print(f"fit {label} {phase} {c}: {cf['c0']} + {cf['c1']}·b + {cf['counts']} ({ex}{alt})")
     for ch in checks:
