@@ -4,8 +4,10 @@
 each of which builds the small model of :mod:`.model`, wraps it for a strategy (:mod:`.strategies`),
 traces one Adam training step with memlab's exact allocation trace (:mod:`.trace`), and checks the
 step against the single-process reference (:mod:`.worker`).  :mod:`.formulas` is the ZeRO paper's
-model-state formula (torch-free); :mod:`.report` puts both side by side.  Command line:
-``python -m memlab.sharding --strategy ddp --world 2``.  docs/sharding.md says what is measured.
+model-state formula (torch-free); :mod:`.report` puts both side by side; :mod:`.layout` and
+:mod:`.predict` (torch-free) predict each rank's peak at other world sizes from runs at some.
+Command line: ``python -m memlab.sharding --strategy ddp --world 2``, ``python -m memlab.sharding
+predict``.  docs/sharding.md says what is measured.
 """
 from __future__ import annotations
 

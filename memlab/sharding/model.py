@@ -73,7 +73,9 @@ class Sizes:
 
     @property
     def psi(self) -> int:
-        """Parameter elements Ψ."""
+        """Parameter elements Ψ of a built-in model (a model file's are counted from its parameters)."""
+        if is_model_file(self.model):
+            raise ValueError(f"model={self.model!r}: Ψ of a model file is not known from sizes; valid: mlp, transformer")
         d, f = self.dim, self.hidden
         if self.model == "transformer":
             return 2 * self.vocab * d + self.seq * d + self.layers * (12 * d * d + 13 * d) + 2 * d
