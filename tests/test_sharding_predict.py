@@ -154,6 +154,21 @@ def test_stored_gpt2_ddp_and_zero1_are_predicted_to_the_byte():
     assert [(c["strategy"], c["world"], c["rank"], c["diff"]) for c in checks if c["diff"] != 0] == []
 
 
+def test_stored_gpt2_fsdp_is_predicted_to_the_byte():
+    """examples/gpt2.py (tiny) under fsdp: fitted at N = 3, 6 (4 and 8 sequences per rank) and N = 8 at
+    G = 32 (4 per rank), every rank at N = 2 and 4 equals its prediction; the constant is the 72 bytes
+    of fixed temporaries, the root's and a block's gathered bytes counted once each."""
+    from memlab.sharding.predict import check, fit
+
+    rows = [r for r in _stored("gpt2-tiny-g24.jsonl") if r["strategy"] == "fsdp"]
+    f = fit([r for r in rows if r["world"] in (3, 6)] + _stored("gpt2-tiny-g32-fsdp-n8.jsonl"))
+    temps = f.categories["fsdp"]["backward"]["temporaries"]
+    assert (temps.c0, temps.counts) == (72, {"block_gathered": 1, "root_gathered": 1, "world": 3})
+    checks = check(f, [r for r in rows if r["world"] in (2, 4)])
+    assert len(checks) == 2 + 4
+    assert [(c["world"], c["rank"], c["diff"]) for c in checks if c["diff"] != 0] == []
+
+
 @pytest.fixture(scope="module")
 def fresh_n2():
     """The MLP stack (global batch 24) under ddp, zero1 and fsdp, measured now at N = 2."""

@@ -17,8 +17,10 @@ backward, the others in the optimizer step).  Per phase and category:
   every strategy Adam's step temporaries over the tensors the rank steps, in its order, and 4·N
   (FSDP's per-rank index tensors).  The ``k_j`` are counts of live buffers, so small integers: :func:`fit_category`
   tries every combination in range, solves ``c0, c1`` exactly (rational least squares) and keeps
-  the combinations that reproduce every fit point to the byte; among several it takes the fewest
-  buffers and says whether the others predict differently (``ambiguous``).  A category no
+  the combinations that reproduce every fit point to the byte; among several it takes the one that
+  leaves the smallest constant ``|c0|`` (the buffers, not a constant, should carry the bytes that
+  move with N: GPT-2's root unit, padded differently at each N, was otherwise folded into c0 with
+  three fit points), then the fewest buffers, and lists the others (``alternatives``).  A category no
   combination fits exactly is kept with its best combination and flagged ``exact=False`` with its
   residuals (those of no buffer counted): nothing is rounded away.  FSDP on one rank gathers
 nothing (its shards are whole), a different program: FSDP's fit takes the runs at N >= 2 only.
@@ -160,7 +162,7 @@ def fit_category(points: list[Point], ranges: dict[str, range]) -> CategoryFit:
     if not exact:
         c0, c1, res = _affine(points, {})
         return CategoryFit(c0, c1, {}, False, res)
-    exact.sort(key=lambda t: (t[0], t[1]))
+    exact.sort(key=lambda t: (abs(t[2].c0), t[0], t[1]))
     chosen = exact[0][2]
     chosen.alternatives = [f.counts for _, _, f in exact[1:]]
     return chosen
