@@ -36,6 +36,7 @@ from .tables import column
 from .gpu_seed import add_gpu_measured_to_seed_pages
 from .seed_meta import page_titles
 from .models_page import add_model_pages, model_check_files
+from .sharding_page import add_sharding_page, sharding_files
 from .text import env_caption, fmt_mib, fmt_sci, slugs, verdict_class, summary_items
 from .history_page import history_page
 
@@ -61,7 +62,7 @@ def input_files(results_dir: Path, data_dir: Path, extra_runs: Sequence[Path] = 
         files += R.list_input_files(data_dir / "timelines", ".json")
         files += R.list_input_files(data_dir / "reproductions", ".json")
         files += model_files(data_dir) + C.variant_files(data_dir) + C.gpu_check_files(data_dir)
-        files += model_check_files(data_dir)
+        files += model_check_files(data_dir) + sharding_files(data_dir)
     return files + [Path(p) for p in extra_runs]
 
 
@@ -566,6 +567,7 @@ def add_nav(ctx: Context) -> Context:
     nav += [("Choose", "choose.html")] if any(p["path"] == "choose.html" for p in ctx["pages"]) else []
     nav += [(f"Family: {f}", p) for f, p in sorted(ctx["family_paths"].items())]
     nav += sorted(ctx.get("model_paths", {}).items())
+    nav += [("Sharding", ctx["sharding_path"])] if ctx.get("sharding_path") else []
     nav += [("Timelines", "timelines.html"), ("History", "history.html")]
     nav += [(f"Seed: {s}", p) for s, p in sorted(ctx["seed_paths"].items())]
     nav += [("Methodology", "methodology.html")]
@@ -575,7 +577,7 @@ def add_nav(ctx: Context) -> Context:
 STEPS: tuple[Callable[[Context], Context], ...] = (
     load_inputs, add_colors, add_family_pages, add_seed_pages, C.add_cuda_to_seed_pages,
     add_gpu_measured_to_seed_pages, add_history_page, add_timelines_page, add_overview_page, add_choose_page,
-    add_model_pages,
+    add_model_pages, add_sharding_page,
     add_methodology_page, add_footer, add_nav,
 )
 
