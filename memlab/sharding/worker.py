@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import warnings
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
     owned = owned_numels(t.wrapped)
     c = t.categories
     grad_diff = gradient_diff(sizes, strategy, reshard, rank, world, device, ref)
-    return {"strategy": strategy_label(strategy, reshard), "model": sizes.model, "rank": rank, "world": world,
+    return {"machine": socket.gethostname() or None,
+            "strategy": strategy_label(strategy, reshard), "model": sizes.model, "rank": rank, "world": world,
             "psi": sum(p.numel() for p in ref.params.values()),
             "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
             "start": c.start, "peak": c.peak, "end": c.end, "max": t.maxima,

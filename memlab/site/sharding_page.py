@@ -117,7 +117,8 @@ def _point(strategy: str, world: int, ranks: list[dict], checks: dict[tuple, dic
             "diffs": {c["rank"]: _num(c["diff"]) for c in mine},
             "leftover": {c["rank"]: c["leftover"] for c in mine if c["leftover"]},
             "formula": _num(Fraction(formula.total).limit_denominator(world)),
-            "categories": {c: top["peak"].get(c) for c in CATEGORIES}}
+            "categories": {c: top["peak"].get(c) for c in CATEGORIES},
+            "machine": ", ".join(sorted({str(r.get("machine") or "not recorded") for r in ranks}))}
 
 
 def model_points(rows: list[dict], plan: tuple[int, ...] = FIT_WORLDS, extra: list[dict] = ()) -> dict[str, Any]:
@@ -176,14 +177,14 @@ def _diff_text(p: dict) -> tuple[str, int | float | None]:
 def _table_row(p: dict) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the table row, its download record) of one strategy and N."""
     diff, d = _diff_text(p)
-    row = {"strategy": p["strategy"], "world": str(p["world"]), "world__sort": p["world"],
+    row = {"machine": p["machine"], "strategy": p["strategy"], "world": str(p["world"]), "world__sort": p["world"],
            "b": str(p["batch_per_rank"]), "b__sort": p["batch_per_rank"], "role": p["role"],
            "measured": _fmt(p["measured"]), "measured__sort": p["measured"],
            "predicted": _fmt(p["predicted"]), "predicted__sort": p["predicted"], "diff": diff, "diff__sort": d,
            "formula": _fmt(p["formula"]), "formula__sort": p["formula"]}
     for c in CATEGORIES:
         row[c], row[f"{c}__sort"] = _fmt(p["categories"][c]), p["categories"][c]
-    record = {"strategy": p["strategy"], "world": p["world"], "batch_per_rank": p["batch_per_rank"], "role": p["role"],
+    record = {"machine": p["machine"], "strategy": p["strategy"], "world": p["world"], "batch_per_rank": p["batch_per_rank"], "role": p["role"],
               "measured_peak_bytes": p["measured"], "measured_peak_rank": p["measured_rank"],
               "predicted_peak_bytes": p["predicted"], "diff_bytes_by_rank": p["diffs"],
               "rebuild_leftover_bytes_by_rank": p["leftover"], "zero_formula_model_state_bytes": p["formula"],
@@ -192,7 +193,8 @@ def _table_row(p: dict) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _table(page: Page, name: str, points: list[dict]) -> dict[str, Any]:
-    cols = [column("strategy", "strategy", kind="code"), column("world", "N", num=True),
+    cols = [column("machine", "machine", title="the host the ranks ran on (its name as the rows record it)"),
+            column("strategy", "strategy", kind="code"), column("world", "N", num=True),
             column("b", "per-rank batch", num=True),
             column("role", "N in the fit", title="fit: a world the fit took; checked: predicted from the others"),
             column("measured", "measured peak (B)", num=True, title="the largest rank's peak, bytes"),
