@@ -8,6 +8,7 @@ bytes, never a time.
 from __future__ import annotations
 
 import pytest
+from gloo_checks import needs_gloo
 
 from memlab.core.record import AllocEvent
 from memlab.sharding.formulas import exact_adam_state_bytes, zero_model_state
@@ -19,15 +20,6 @@ LABELS = ("ddp", "zero1", "fsdp", "fsdp(keep)")
 CASES = [(m, label) for m in MODELS for label in LABELS]
 
 
-def _gloo() -> bool:
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return False
-    return dist.is_available() and dist.is_gloo_available()
-
-
-needs_gloo = pytest.mark.skipif(not _gloo(), reason="torch.distributed with gloo is unavailable")
 
 
 def test_formula_divides_as_the_paper_says():

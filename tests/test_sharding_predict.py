@@ -12,6 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from gloo_checks import gloo_available, needs_gloo
 
 from memlab.sharding.layout import (ceil_div, fsdp_rows, gathered_numels, local_numels, model_state_bytes,
                                     padded_numels, zero1_owners)
@@ -23,15 +24,6 @@ CHECK_WORLD = 2
 DATA = Path(__file__).resolve().parents[1] / "data" / "sharding"
 
 
-def _gloo() -> bool:
-    try:
-        import torch.distributed as dist
-    except ImportError:
-        return False
-    return dist.is_available() and dist.is_gloo_available()
-
-
-needs_gloo = pytest.mark.skipif(not _gloo(), reason="torch.distributed with gloo is unavailable")
 
 
 @pytest.mark.parametrize("d0", [1, 5, 7, 16, 33, 100])
@@ -59,7 +51,7 @@ def test_padding_is_ceil_division_of_dim0():
 def test_zero1_ownership_is_torch_greedy_partition():
     import torch
 
-    if not _gloo():
+    if not gloo_available():
         pytest.skip("torch.distributed with gloo is unavailable")
     from torch.distributed.optim import ZeroRedundancyOptimizer
 

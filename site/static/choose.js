@@ -434,12 +434,9 @@ var memlabChoose = (function () {
             setting: {label: least.entry.label, knobs: least.knobs, chunks: least.k, need_bytes: least.need}};
   }
 
-  // query: {family, optimizer, device, budget (text or BigInt), sizes: {name: int}, knobs: {name: int}}
-  function advise(query) {
-    var model = APP.models[query.optimizer];
-    if (!model) { throw new Error("no models for optimizer " + query.optimizer); }
-    var fam = model.families[query.family];
-    if (!fam) { throw new Error("no " + query.family + " models for optimizer " + query.optimizer); }
+  // one question's budget (BigInt bytes), device, sizes (given or default) and fixed knobs, checked
+  // against the family's ranges: advise() and adviseMicro() read it alike (advisor.advise.read_query)
+  function readQuery(fam, query) {
     var budget = typeof query.budget === "bigint" ? query.budget : parseBudget(query.budget);
     var device = query.device === "cuda" ? "cuda" : "cpu";
     var sizes = {}, chosen = {};
@@ -452,6 +449,16 @@ var memlabChoose = (function () {
         chosen[k] = parseSize(k, query.knobs[k], fam.knobs[k]);
       }
     });
+    return {budget: budget, device: device, sizes: sizes, chosen: chosen};
+  }
+
+  // query: {family, optimizer, device, budget (text or BigInt), sizes: {name: int}, knobs: {name: int}}
+  function advise(query) {
+    var model = APP.models[query.optimizer];
+    if (!model) { throw new Error("no models for optimizer " + query.optimizer); }
+    var fam = model.families[query.family];
+    if (!fam) { throw new Error("no " + query.family + " models for optimizer " + query.optimizer); }
+    var q = readQuery(fam, query), budget = q.budget, device = q.device, sizes = q.sizes, chosen = q.chosen;
     var candidates = [];
     fam.entries.forEach(function (entry) {
       settingsOf(fam, entry, chosen, sizes).forEach(function (knobs) {
@@ -636,18 +643,7 @@ var memlabChoose = (function () {
     var model = APP.models[query.optimizer];
     var fam = model && model.families[query.family];
     if (!fam || fam.sizes.batch === undefined) { return null; }
-    var budget = typeof query.budget === "bigint" ? query.budget : parseBudget(query.budget);
-    var device = query.device === "cuda" ? "cuda" : "cpu";
-    var sizes = {}, chosen = {};
-    Object.keys(fam.sizes).forEach(function (s) {
-      var given = query.sizes && query.sizes[s] !== undefined && query.sizes[s] !== "";
-      sizes[s] = given ? parseSize(s, query.sizes[s], fam.sizes[s]) : fam.sizes[s]["default"];
-    });
-    Object.keys(fam.knobs).forEach(function (k) {
-      if (query.knobs && query.knobs[k] !== undefined && query.knobs[k] !== "") {
-        chosen[k] = parseSize(k, query.knobs[k], fam.knobs[k]);
-      }
-    });
+    var q = readQuery(fam, query), budget = q.budget, device = q.device, sizes = q.sizes, chosen = q.chosen;
     var answers = [], unranked = [], cannot = [];
     fam.entries.forEach(function (entry) {
       var found = fewest(fam, entry, chosen, sizes, budget, device);
