@@ -81,7 +81,9 @@ KNOWN = {
         "family's held-out time error of 5.1%): its time model was fitted at 1, 4 and 16 chunks (its own fit "
         "error 9.1%) and under-predicts the per-chunk cost at 100, so the predicted tie with slice_accumulate "
         "(measured 1.039x) is broken the wrong way; every setting here has more chunks than were timed and "
-        "is marked so (docs/evidence/time-model-bias.md): a refit with more time_chunks is what fixes it",
+        "is marked so; a refit at 64 chunks did not fix it (1.031x) and widened the bands to 37% "
+        "(docs/evidence/time-model-bias.md#a-refit-at-64-chunks-tried): the per-chunk cost depends on the "
+        "rows per chunk and the widths, which the time model does not yet carry",
 }
 
 

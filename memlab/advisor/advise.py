@@ -424,7 +424,10 @@ def larger_size(decl, fam: Mapping[str, Any], chosen: Mapping[str, int], sizes: 
                 device: str) -> dict[str, Any] | None:
     """What a technique buys in size (NOTE [ plain fits first ]): the largest ``batch`` (else the loop's
     rows) at which the plain step fits ``budget`` and at which a recommendable technique does, with the
-    setting that needs least there; None when no technique reaches further (or no such size)."""
+    setting that needs least there; None when no technique reaches further (or no such size).  A setting
+    with more chunks than its entry's time points measured (:func:`~memlab.advisor.model.chunks_timed`)
+    is not counted: its bytes are exact but its time is unknown, and the size reached through it was a
+    step of a million one-row chunks."""
     rule = fam["declaration"]["loop"]
     rule = rule.get("inner", rule)
     name = "batch" if "batch" in fam["sizes"] else rule.get("rows")
@@ -435,8 +438,11 @@ def larger_size(decl, fam: Mapping[str, Any], chosen: Mapping[str, int], sizes: 
     def needs(entries, v):
         at = {**sizes, name: v}
         for e in entries:
+            timed = chunks_timed(e)
             for knobs in knob_settings(decl, fam, e, chosen, at):
                 pred = predict(decl, e, {**at, **knobs})
+                if timed is not None and pred["k"] > timed:
+                    continue
                 total = pred["total_peak_bytes"]
                 yield (total if device == "cpu" else cuda_need(total)), e, knobs, pred["k"]
 

@@ -418,6 +418,7 @@ var memlabChoose = (function () {
       entries.forEach(function (e) {
         settingsOf(fam, e, chosen, at).forEach(function (knobs) {
           var pred = predict(fam, e, Object.assign({}, at, knobs));
+          if (e.chunks_timed !== null && e.chunks_timed !== undefined && pred.k > e.chunks_timed) { return; }
           out.push({need: device === "cpu" ? pred.total : cudaNeed(pred.total), entry: e, knobs: knobs, k: pred.k});
         });
       });

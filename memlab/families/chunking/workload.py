@@ -171,4 +171,4 @@ class ChainedMatmulModel(AdvisorModel, family="chunking"):
     time_sizes = ({"n": 2048, "d": 64, "hidden": 256}, {"n": 8192, "d": 128, "hidden": 512},
                   {"n": 16384, "d": 256, "hidden": 512}, {"n": 16384, "d": 64, "hidden": 1024})
     work = "n*d*hidden"
-    time_chunks = (1, 4, 16, 64)
+    time_chunks = (1, 4, 16)
