@@ -40,6 +40,7 @@ from typing import Any
 
 from .. import results as R
 from ..advisor.advise import CUDA_MARGIN, UNITS, AdviceError, advise, error_bound
+from ..advisor.micro import measured_under_bytes
 from ..advisor.decision import (changes_dtype, declared_not_modelled, measured_params, not_modelled,
                                 registered_techniques, time_error)
 from ..core.declaration import as_declaration
@@ -172,7 +173,7 @@ def _compact_entry(entry: dict, dtype: Any = None) -> dict[str, Any]:
             "changes_dtype": changes_dtype(entry, dtype), "time_floor": time_floor(entry) if time else None,
             "time_band": time_band(entry), "chunks_timed": chunks_timed(entry) if time else None,
             "validated_range": entry.get("validated_range", {}), "fitted_range": entry.get("fitted_range", {}),
-            "error": error_bound(entry)["text"]}
+            "error": error_bound(entry)["text"], "measured_under_bytes": measured_under_bytes(entry)}
 
 
 def loop_rule(name: str, family: Any) -> tuple[dict[str, Any] | None, str | None]:

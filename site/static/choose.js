@@ -567,12 +567,13 @@ var memlabChoose = (function () {
     var gradsIn = inputGradients(entry);
     var lowCats = pa.pieces[firstMax(pa.pieces, function (p) { return sumOf(p) - p.gradients; })];
     var low = sumOf(lowCats) - lowCats.gradients + gMax + whole - lowCats.inputs;
-    var high = total + whole - cats.inputs + cats.parameters + (gradsIn ? 2n * whole : 0n);
+    var under = BigInt(entry.measured_under_bytes || 0);
+    var high = total + whole - cats.inputs + cats.parameters + (gradsIn ? 2n * whole : 0n) + under;
     return {low: low, high: high, exact: low === high, k: pa.k,
             categories: Object.assign({}, lowCats, {inputs: whole, gradients: gMax}),
             terms: {peak: total, gradients_at_peak: cats.gradients, gradients_largest: gMax,
                     without_gradients: sumOf(lowCats) - lowCats.gradients, parameters: cats.parameters,
-                    inputs_whole: whole, input_gradients: gradsIn}};
+                    inputs_whole: whole, input_gradients: gradsIn, measured_under: under}};
   }
 
   function microWhy(t) {                      // micro._why
@@ -587,6 +588,10 @@ var memlabChoose = (function () {
     }
     if (t.input_gradients) {
       out.push("an input takes a gradient: the whole batch's and its slice's backward, at most 2 x " + fmtBytes(t.inputs_whole));
+    }
+    if (t.measured_under) {
+      out.push("the whole-step model read up to " + fmtBytes(t.measured_under) + " low at its measured held-out points "
+               + "(scratch its one-thread traces do not hold)");
     }
     return out.length ? out.join("; ") : "the bounds differ";
   }
