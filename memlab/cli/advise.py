@@ -3,15 +3,27 @@ no torch); ``--verify`` measures the first answer, ``--fit`` rebuilds the models
 a model file's own."""
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 from .common import UsageError, print_or_drop, say
-from .options import timeout_seconds
+from .measure import sharded, sharded_sizes
+from .options import MAX_SHARD_WORLD, ModelOrBuiltin, add_sharding_options, timeout_seconds
 from ..core.params import split_params
 from ..core.setting import DEFAULTS
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "run", "precheck", "MAX_ADVISE_WORLD", "SHARDED_FIT_WORLDS"]
+
+#: the largest ``--world`` answered with ``--shard-strategy`` (memlab.sharding.advise.MAX_TARGET_WORLD)
+MAX_ADVISE_WORLD = 1024
+#: the worlds a sharded answer is fitted at by default: per strategy (FSDP on one rank gathers nothing,
+#: a different program: its fit takes N >= 2), and the held-out world it is checked at
+SHARDED_FIT_WORLDS = {"ddp": "1,3,6", "zero1": "1,3,6", "fsdp": "2,3,6"}
+SHARDED_CHECK_WORLDS = "4"
+#: the global batch of the runs a sharded answer is fitted on, unless --param batch=G (a multiple of
+#: every fit and check world: 1, 2, 3, 4, 6, 8)
+SHARDED_FIT_BATCH = 24
 
 
 def add_parser(sub, shared) -> None:
@@ -33,9 +45,10 @@ def add_parser(sub, shared) -> None:
     s.add_argument("--fit", action="store_true", help="rebuild the models (traces + held-out measurements, minutes)")
     s.add_argument("--models", metavar="DIR", help="models directory (default data/models; with --model: the cache "
                                                    "of fitted model files, default ~/.cache/memlab/advise)")
-    s.add_argument("--model", metavar="FILE.py", help="a model file (build/batch): fit its techniques' models (cached) "
-                                                      "and answer the largest --vary size each fits in --budget, "
-                                                      "plain first, then by predicted relative step time")
+    s.add_argument("--model", metavar="FILE.py", action=ModelOrBuiltin,
+                   help="a model file (build/batch): fit its techniques' models (cached) and answer the largest "
+                        "--vary size each fits in --budget, plain first, then by predicted relative step time; "
+                        "with --shard-strategy also mlp or transformer (the largest per-rank batch at --world N)")
     s.add_argument("--timeout", type=timeout_seconds, default=DEFAULTS.timeout, metavar="SECONDS",
                    help=f"with --model: seconds loading and checking the model file may take (a child process, "
                         f"killed then; default {DEFAULTS.timeout:g})")
@@ -44,7 +57,86 @@ def add_parser(sub, shared) -> None:
                         "batch); the answer searches the first; micro_batches (or micro_batches,seq): the fewest "
                         "micro-batches the batch of --param batch=B fits in (--accumulate K); with --family: "
                         "batch (the default) or micro_batches, for a family with a batch size")
-    s.set_defaults(func=run)
+    add_sharding_options(s, f"with --shard-strategy: the ranks to answer for, 1..{MAX_ADVISE_WORLD} (fsdp 2..; "
+                            f"required): the answer is the largest per-rank batch whose predicted peak fits "
+                            f"--budget on every rank")
+    s.add_argument("--fit-worlds", metavar="N,N,...", help=f"with --shard-strategy: the worlds (1..{MAX_SHARD_WORLD}) "
+                   f"the per-rank peak is fitted at (default {SHARDED_FIT_WORLDS['ddp']} for ddp and zero1, "
+                   f"{SHARDED_FIT_WORLDS['fsdp']} for fsdp), run at global batch --param batch=G (default "
+                   f"{SHARDED_FIT_BATCH}) and cached, or read from --rows")
+    s.add_argument("--check-worlds", metavar="N,N,...", help=f"with --shard-strategy: held-out worlds whose measured "
+                   f"peaks are compared with the fit's prediction (default {SHARDED_CHECK_WORLDS}; none: no check)")
+    s.add_argument("--rows", action="append", metavar="FILE.jsonl",
+                   help="with --shard-strategy: per-rank rows to fit on instead of running (JSON Lines, as "
+                        "python -m memlab.sharding predict --save writes them: data/sharding/); repeatable")
+    s.set_defaults(func=run, precheck=precheck)
+
+
+def _worlds(option: str, text: str) -> list[int]:
+    """``"1,3,6"`` -> [1, 3, 6]; UsageError naming the option and value (valid: ints 1..16)."""
+    if option == "--check-worlds" and text.strip() == "none":
+        return []
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or any(not 1 <= n <= MAX_SHARD_WORLD for n in out):
+        raise UsageError(f"{option} {text!r} is not valid; valid: comma-separated ints in 1..{MAX_SHARD_WORLD}, "
+                         f"e.g. 1,3,6")
+    return sorted(set(out))
+
+
+def _sharded_setup(args) -> dict:
+    """Before torch: every sharded option checked; ``{budget, label, fit, check, sizes}`` (``sizes``
+    None with --rows)."""
+    from ..advisor import AdviceError, parse_budget  # deferred: heavy, CLI startup
+
+    strategy = args.shard_strategy
+    if strategy == "none":
+        sharded_sizes(args, [])   # refuses: a sharding option without --shard-strategy
+    for name, bad in (("--family", args.family), ("--fit", args.fit), ("--verify", args.verify), ("--all", args.all),
+                      ("--vary", args.vary != "batch" and args.vary)):
+        if bad:
+            raise UsageError(f"{name} is not valid with --shard-strategy; valid: --model, --world, --budget, "
+                             f"--fit-worlds, --check-worlds, --rows, --param, --models, --json")
+    if args.optimizer not in (None, "adam"):
+        raise UsageError(f"--optimizer {args.optimizer} is not valid with --shard-strategy; valid: adam (the sharded "
+                         f"runs' step)")
+    if args.device != "cpu":
+        raise UsageError(f"--device {args.device} is not valid with --shard-strategy; valid: cpu (the fit's runs are "
+                         f"CPU, gloo; a GPU's caching allocator is not predicted here)")
+    if not args.budget:
+        raise UsageError("memlab advise --shard-strategy needs --budget (e.g. --budget 80GiB)")
+    if strategy != "none" and (args.world is None or not (2 if strategy == "fsdp" else 1) <= args.world <= MAX_ADVISE_WORLD):
+        raise UsageError(f"--world {args.world} is not valid with --shard-strategy {strategy}; valid: "
+                         f"{2 if strategy == 'fsdp' else 1}..{MAX_ADVISE_WORLD} (required)")
+    fit_n = _worlds("--fit-worlds", args.fit_worlds or SHARDED_FIT_WORLDS.get(strategy, "1"))
+    check_n = _worlds("--check-worlds", args.check_worlds or SHARDED_CHECK_WORLDS)
+    if args.rows and args.param:
+        raise UsageError("--param is not valid with --rows; valid: one of them (the rows carry their own sizes)")
+    params = [f"batch={SHARDED_FIT_BATCH}"] if not any(p.startswith("batch=") for p in args.param or []) else []
+    sizes = sharded_sizes(_with_params(args, [*(args.param or []), *params]), [] if args.rows else fit_n + check_n)
+    try:
+        budget = parse_budget(args.budget)
+    except AdviceError as exc:
+        raise UsageError(str(exc)) from None
+    label = f"{strategy}(keep)" if args.no_reshard else strategy
+    return {"budget": budget, "label": label, "fit": fit_n, "check": check_n, "sizes": None if args.rows else sizes}
+
+
+def _with_params(args, params: list[str]) -> argparse.Namespace:
+    return argparse.Namespace(**{**vars(args), "param": params})
+
+
+def precheck(args) -> None:
+    """Before torch: with ``--shard-strategy``, every sharded option (:func:`_sharded_setup`); without
+    it, no sharded-only option is given."""
+    if sharded(args):
+        _sharded_setup(args)
+        return
+    for name in ("fit_worlds", "check_worlds", "rows"):
+        if getattr(args, name):
+            raise UsageError(f"--{name.replace('_', '-')} needs --shard-strategy; valid: --shard-strategy ddp|zero1|fsdp")
 
 
 def run(args) -> int:
@@ -54,6 +146,8 @@ def run(args) -> int:
     from ..advisor import AdviceError, advise, verify  # deferred: heavy, CLI startup
 
     models_dir = Path(args.models) if args.models else None
+    if sharded(args):
+        return _advise_sharded(args, models_dir)
     if args.model:
         return _advise_model(args, models_dir)
     if args.fit:
@@ -144,3 +238,32 @@ def _advise_micro(args, models_dir) -> int:
         raise UsageError(str(exc)) from None
     checked = verify(a) if args.verify and a["fits"] else None
     return _answer(args, a, checked, lambda: format_micro_advice(a))
+
+
+def _advise_sharded(args, cache_root) -> int:
+    """``--shard-strategy``: the largest per-rank batch at ``--world`` N whose predicted per-rank peak
+    fits ``--budget`` (memlab.sharding.advise), fitted on rows read or run (and cached)."""
+    from ..sharding.advise import answer_json, format_answer, largest_batch  # deferred: heavy, CLI startup
+    from ..sharding.advise_rows import cached_rows, read_rows  # deferred: heavy, CLI startup
+    from ..sharding.advise_text import check_lines, fit_text, unit_of  # deferred: heavy, CLI startup
+    from ..sharding.predict import check, fit  # deferred: heavy, CLI startup
+
+    q = _sharded_setup(args)
+    model = getattr(args, "shard_model", None) or args.model or "mlp"
+    worlds = sorted(set(q["fit"]) | set(q["check"]))
+    if args.rows:
+        rows = [r for r in read_rows([Path(p) for p in args.rows], model, q["label"]) if r["world"] in worlds]
+    else:
+        rows = cached_rows(q["sizes"], q["label"], worlds, cache_root, say)
+    fit_rows = [r for r in rows if r["world"] in q["fit"]]
+    f = fit(fit_rows)
+    checks = check(f, [r for r in rows if r["world"] in q["check"]])
+    ans = largest_batch(f, q["label"], args.world, q["budget"])
+    source = ", ".join(args.rows) if args.rows else "runs here (cached)"
+    if args.json:
+        print(json.dumps({**answer_json(ans), "model": model, "unit": unit_of(fit_rows[0]), "fit_worlds": q["fit"],
+                          "checks": [{**c, "diff": str(c["diff"])} for c in checks], "rows": source}))
+    else:
+        print_or_drop(format_answer(ans, model, unit_of(fit_rows[0]), fit_text(f, q["label"], fit_rows, source, ans),
+                                    check_lines(checks)))
+    return 0 if ans["batch_per_rank"] else 2

@@ -8,7 +8,22 @@ from typing import NamedTuple, Sequence
 
 from ..core.setting import DEFAULTS, DTYPES, GRADS, LOSSES, MAX_ACCUMULATE, MAX_TIMEOUT_S, MODES, OPTIMIZERS
 
-__all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options"]
+__all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options",
+           "SHARD_STRATEGIES", "SHARDED_MODELS", "SHARD_SIZES", "MAX_SHARD_WORLD", "ModelOrBuiltin",
+           "add_sharding_options"]
+
+#: ``--shard-strategy`` values: ``none`` (one process, the step memlab measures without sharding) and
+#: the strategies :mod:`memlab.sharding` runs (``memlab.sharding.formulas.STRATEGIES``)
+SHARD_STRATEGIES = ("none", "ddp", "zero1", "fsdp")
+#: the built-in models a sharded step runs by name (``memlab.sharding.model.MODELS``)
+SHARDED_MODELS = ("mlp", "transformer")
+#: most ranks a sharded run starts on one host (``memlab.sharding.launch.MAX_WORLD``)
+MAX_SHARD_WORLD = 16
+#: the sharded step's sizes and their defaults (``memlab.sharding.model.Sizes``'s fields), each set by
+#: ``--param NAME=VALUE``; ``batch`` is the global batch (rows or sequences) split over the ranks.
+#: Written here so that a bad name or value is refused before torch; tests/test_sharding_measure.py
+#: keeps them equal to ``Sizes``
+SHARD_SIZES = {"dim": 32, "hidden": 128, "layers": 3, "batch": 16, "seed": 0, "heads": 4, "vocab": 256, "seq": 16}
 
 #: options whose value is one ``NAME=...`` word, with the form a hint spells out
 PAIR_OPTIONS = {"--param": "NAME=VALUE", "--grid": "NAME=V1,V2,..."}
@@ -65,6 +80,30 @@ class Shared(NamedTuple):
     meas: argparse.ArgumentParser    # how to measure: device, dtype, iterations, threads...
     model: argparse.ArgumentParser   # --model, --blocks
     gradients: argparse.ArgumentParser  # --accumulate, --grads (the training step's gradient options)
+    sharded_model: argparse.ArgumentParser  # --model FILE.py or a built-in sharded model's name, --blocks
+
+
+class ModelOrBuiltin(argparse.Action):
+    """``--model``: a model file's path into ``model`` (checked as a file before torch), a built-in
+    sharded model's name (:data:`SHARDED_MODELS`) into ``shard_model`` instead (it names no file;
+    the command refuses it without ``--shard-strategy``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values in SHARDED_MODELS:
+            namespace.shard_model = values
+        else:
+            setattr(namespace, self.dest, values)
+
+
+def add_sharding_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--shard-strategy``, ``--world`` and ``--no-reshard`` (``memlab measure``, ``memlab advise``);
+    ``what``: the sentence ``--world`` ends with."""
+    parser.add_argument("--shard-strategy", default="none", choices=SHARD_STRATEGIES, metavar="STRATEGY",
+                        help=f"{'|'.join(SHARD_STRATEGIES)}: none (default) is one process; ddp, zero1 and fsdp "
+                             "start --world gloo processes (NCCL on cuda) and trace every rank (docs/sharding.md)")
+    parser.add_argument("--world", type=int, default=None, metavar="N", help=what)
+    parser.add_argument("--no-reshard", action="store_true",
+                        help="with --shard-strategy fsdp: reshard_after_forward=False (the label fsdp(keep))")
 
 
 def _measuring(meas: argparse.ArgumentParser) -> None:
@@ -119,13 +158,21 @@ def shared_options() -> Shared:
                              "like memlab/families/<name>/ (repeatable)")
     meas = argparse.ArgumentParser(add_help=False)
     _measuring(meas)
-    model = argparse.ArgumentParser(add_help=False)
-    model.add_argument("--model", metavar="FILE.py", help="your own model: a file defining build() -> nn.Module, "
-                       "batch(size) -> tensors and optionally loss(output, batch); technique names are then "
-                       "plain, checkpoint_blocks, checkpoint_sqrt, selective_checkpoint, autocast_bf16, "
-                       "offload_activations, lora (see README, 'Your own model')")
-    model.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
-                       "nn.Sequential of repeated blocks (default: guessed)")
+    model, sharded_model = argparse.ArgumentParser(add_help=False), argparse.ArgumentParser(add_help=False)
+    _model_options(model, "store", "")
+    _model_options(sharded_model, ModelOrBuiltin, f"; with --shard-strategy also {' or '.join(SHARDED_MODELS)} "
+                                                  f"(default {SHARDED_MODELS[0]})")
     gradients = argparse.ArgumentParser(add_help=False)
     _gradient_options(gradients)
-    return Shared(common, meas, model, gradients)
+    return Shared(common, meas, model, gradients, sharded_model)
+
+
+def _model_options(group: argparse.ArgumentParser, action, more: str) -> None:
+    """``--model`` (stored by ``action``; ``more`` ends its help) and ``--blocks``."""
+    group.add_argument("--model", metavar="FILE.py", action=action,
+                       help="your own model: a file defining build() -> nn.Module, batch(size) -> tensors and "
+                            "optionally loss(output, batch); technique names are then plain, checkpoint_blocks, "
+                            "checkpoint_sqrt, selective_checkpoint, autocast_bf16, offload_activations, lora "
+                            f"(see README, 'Your own model'){more}")
+    group.add_argument("--blocks", metavar="PATH", help="with --model: the dotted path of the nn.ModuleList/"
+                       "nn.Sequential of repeated blocks (default: guessed)")

@@ -14,9 +14,11 @@ unsharded gradients are temporaries).
 from __future__ import annotations
 
 from .formulas import ADAM_FLOAT32_K, ADAM_STEP_BYTES, zero_model_state
+from .reserved import cuda_floor, live_blocks
 
 __all__ = ["model_state", "formula", "optimizer_terms", "peak_differences", "rank_line", "with_formula",
-           "suspect_held_bytes", "suspect_unfreed_bytes", "COLLECTIVE_RANGES"]
+           "suspect_held_bytes", "suspect_unfreed_bytes", "COLLECTIVE_RANGES", "COLLECTIVE_BUFFERS", "collective_bytes",
+           "listed_at_peak_bytes", "with_collectives", "measure_lines"]
 
 #: enclosing ranges of a collective's own buffers (gloo's copies, FSDP's all-gather outputs and
 #: reduce-scatter inputs, DDP's coalesced broadcast at construction): such a block held across the
@@ -113,3 +115,92 @@ def rank_line(row: dict) -> str:
             f" | peak - ZeRO: {diff}; between steps outside model state: temp {_b(row['start']['temporaries'])}"
             f" | check {check}: loss rel {row['loss_rel_diff']:.1e}, params max |diff| {row['max_param_diff']:.1e},"
             f" grads rel {row.get('grad_rel_diff', float('nan')):.1e}")
+
+
+# NOTE [ the bytes each collective holds ]
+# A rank's figures list every block live at its peak by allocating call (its last three enclosing
+# ranges) and size (``at_peak["blocks"]``, per category).  The bytes a collective holds at the peak
+# are those of the blocks whose call lies under the collective's range, the first match of
+# COLLECTIVE_BUFFERS naming it: FSDP's reduce-scatter (its input, the unsharded gradients flattened,
+# is a temporary; its output becomes the rank's gradient shard), the gathered parameters FSDP2 copies
+# out of the all-gather, the all-gather output itself, DDP's gradient buckets (allocated when the
+# buckets are rebuilt, in forward; all-reduced in backward), and what else runs under c10d, gloo or
+# FSDP.  Exact when the listed blocks add up to the peak (``listed_at_peak_bytes`` equal to
+# ``peak_bytes``; the trace keeps the 25 largest (call, size) groups per category, which held every
+# block in all 224 committed rows); else each figure is a lower bound, by at most the difference.
+# Evidence: docs/sharding.md#memlab-measure---shard-strategy.
+
+#: (label, a substring of the allocating call) in the order tried: the first match names the buffer
+COLLECTIVE_BUFFERS = (
+    ("reduce-scatter (FSDP)", "FSDP::post_backward_reduce"),
+    ("gathered parameters (FSDP all-gather copy-out)", "FSDP::all_gather_copy_out"),
+    ("all-gather output (FSDP)", "FSDP::all_gather"),
+    ("other FSDP", "FSDP::"),
+    ("gradient buckets (DDP all-reduce)", "DistributedDataParallel.forward > aten::empty"),
+    ("other c10d / gloo", "c10d::"), ("other c10d / gloo", "gloo:"),
+    ("other c10d / gloo", "aten::flatten_dense_tensors"),
+)
+
+
+def _blocks(row: dict):
+    """``(category, call, bytes per block, count)`` of every block listed at the rank's peak."""
+    for category, calls in row.get("at_peak", {}).get("blocks", {}).items():
+        for key, count in calls.items():
+            call, nbytes = key.rsplit(" | ", 1)
+            yield category, call, int(nbytes), count
+
+
+def listed_at_peak_bytes(row: dict) -> int:
+    """Bytes of the blocks listed live at the peak (``peak_bytes`` when none was left out)."""
+    return sum(n * k for _, _, n, k in _blocks(row))
+
+
+def collective_bytes(row: dict) -> dict[str, dict[str, int]]:
+    """The bytes each collective holds at the rank's peak (NOTE [ the bytes each collective holds ]):
+    ``{label: {category: bytes}}``, labels of :data:`COLLECTIVE_BUFFERS` in their order, only those
+    holding any."""
+    out: dict[str, dict[str, int]] = {}
+    for category, call, nbytes, count in _blocks(row):
+        label = next((lab for lab, part in COLLECTIVE_BUFFERS
+                      if part in call and not (part.startswith("Distributed") and not call.endswith(part))), None)
+        if label is not None:
+            cats = out.setdefault(label, {})
+            cats[category] = cats.get(category, 0) + nbytes * count
+    order = list(dict.fromkeys(lab for lab, _ in COLLECTIVE_BUFFERS))
+    return {lab: out[lab] for lab in order if lab in out}
+
+
+def with_collectives(row: dict) -> dict:
+    """:func:`with_formula`'s dict with ``collective_bytes``, ``collectives_exact`` (the blocks listed
+    at the peak add up to it) and ``cuda_floor`` (:func:`memlab.sharding.reserved.cuda_floor` of
+    those blocks: a floor from the allocator's rules, not measured) added."""
+    return {**with_formula(row), "collective_bytes": collective_bytes(row),
+            "collectives_exact": listed_at_peak_bytes(row) == row["peak_bytes"],
+            "cuda_floor": cuda_floor(live_blocks(row))}
+
+
+def measure_lines(row: dict) -> list[str]:
+    """``memlab measure --shard-strategy``'s lines for one rank: its peak and where, the reference
+    check, its categories at the peak, the bytes each collective holds there, its model state beside
+    the ZeRO paper's."""
+    check = "ok" if row["matches"] else "MISMATCH"
+    at = row.get("at_peak", {})
+    cats = ", ".join(f"{c.replace('_', ' ')} {_b(v)}" for c, v in row["peak"].items())
+    coll = collective_bytes(row)
+    exact = listed_at_peak_bytes(row) == row["peak_bytes"]
+    held = "; ".join(f"{lab} {_b(sum(v.values()))}" + (f" ({', '.join(f'{c} {_b(b)}' for c, b in v.items())})"
+                                                     if len(v) > 1 else f" ({next(iter(v))})")
+                     for lab, v in coll.items()) or "none"
+    m, f = model_state(row), formula(row)
+    ms = ", ".join(f"{c.replace('_', ' ')} {_b(m[c])} / {_b(f[c])}" for c in m)
+    gpu = cuda_floor(live_blocks(row))
+    return [f"rank {row['rank']}/{row['world']}: peak {_b(row['peak_bytes'])} B in {at.get('phase', '?')} "
+            f"({at.get('op', '?')}); check {check}: params max |diff| {row['max_param_diff']:.1e}, loss rel "
+            f"{row['loss_rel_diff']:.1e}, grads rel {row.get('grad_rel_diff', float('nan')):.1e}",
+            f"  at the peak (bytes): {cats}",
+            f"  held by collectives at the peak (bytes{'' if exact else ', at least: not every block was listed'}): "
+            f"{held}",
+            f"  model state measured / ZeRO formula (bytes): {ms}",
+            f"  on a GPU, from the caching allocator's rounding rules (a floor, not measured): these live blocks take "
+            f">= {_b(gpu['allocated_floor_bytes'])} B allocated, >= {_b(gpu['reserved_floor_bytes'])} B reserved; "
+            f"cached free blocks and fragmentation come on top"]
