@@ -859,35 +859,18 @@ def advise_micro_largest(model, budget_bytes: int, *, vary: Sequence[str], rest:
     """
     whole = _fit_for(model, ("batch", *vary[1:]), rest, **fitting)
     micro = _fit_for(model, tuple(vary), rest, **fitting)
-    held, dtype = micro["held"], micro["fam"].get("dtype", "float32")
-    ones = {e["technique"]: e for e in whole["fam"]["entries"] if e.get("recommendable")}
     answers = []
-    for entry in micro["fam"]["entries"]:
-        models = {"whole": {"decl": whole["decl"], "entry": ones.get(entry["technique"])},
-                  "micro": {"decl": micro["decl"], "entry": entry}}
+    for entry, models in _micro_models(whole, micro):
         for parts in MICRO_COUNTS:
-            if not (models["whole"]["entry"] if parts == 1 else entry.get("recommendable")):
+            if not _micro_tried(models, parts):
                 continue
 
-            def need(m: int, parts: int = parts) -> int:
-                total = predict_micro(models["whole"], models["micro"], {**held, "batch": parts * m}, parts)
-                return total["total_peak_bytes"] if device == "cpu" else cuda_need(total["total_peak_bytes"])
+            def need(m: int, parts: int = parts) -> tuple[int, dict]:
+                return _micro_need(models, {**micro["held"], "batch": parts * m}, parts, device)
 
-            m = _largest_fitting(need, budget_bytes, MAX_SIZE // parts)
-            if not m:
-                continue
-            pred = predict_micro(models["whole"], models["micro"], {**held, "batch": parts * m}, parts)
-            timed = models["whole" if parts == 1 else "micro"]
-            answers.append({"technique": entry["technique"], "kind": micro["kinds"][entry["technique"]],
-                            "label": entry["label"], "size": parts, "micro_batch": m,
-                            "params": {**held, "batch": parts * m, "accumulate": parts}, "knobs": {}, "chunks": 1,
-                            "total_peak_bytes": pred["total_peak_bytes"], "peak_by_category_bytes":
-                            pred["peak_by_category_bytes"], "need_bytes": need(m), "headroom_bytes":
-                            budget_bytes - need(m), "fits": True, "baseline": entry.get("baseline") is True,
-                            **time_fields(timed["decl"], {**timed["entry"], "technique": micro["kinds"][entry["technique"]]},
-                                          {**held, "batch": m}, device, 1, dtype),
-                            "error_bound": error_bound(timed["entry"]), "bounded": bounded_reading(timed["entry"]),
-                            "validated_max": 0})
+            m = _largest_fitting(lambda m: need(m)[0], budget_bytes, MAX_SIZE // parts)
+            if m:
+                answers.append(_micro_row(micro, models, parts, m, *need(m), budget_bytes, device))
     return _largest_answer(model, budget_bytes, whole, micro, answers, device, started, fitting["optimizer"])
 
 
@@ -909,38 +892,63 @@ def _micro_answers(whole: Mapping[str, Any], micro: Mapping[str, Any], batch: in
                    device: str) -> tuple[list[dict], list[dict]]:
     """``(answers, cannot_fit)`` of :func:`advise_micro`: per entry of the micro-batch model, the fewest
     micro-batches of ``batch`` fitting ``budget_bytes`` (bytes), or what ``batch`` micro-batches of 1 need."""
-    held = micro["held"]
-    ones = {e["technique"]: e for e in whole["fam"]["entries"] if e.get("recommendable")}
     counts = [k for k in range(1, batch + 1) if batch % k == 0]
     answers, cannot = [], []
-    for entry in micro["fam"]["entries"]:
-        models = {"whole": {"decl": whole["decl"], "entry": ones.get(entry["technique"])},
-                  "micro": {"decl": micro["decl"], "entry": entry}}
-        tried = [k for k in counts if (k == 1 and models["whole"]["entry"]) or (k > 1 and entry.get("recommendable"))]
+    for entry, models in _micro_models(whole, micro):
+        tried = [k for k in counts if _micro_tried(models, k)]
 
         def need(k: int) -> tuple[int, dict]:
-            pred = predict_micro(models["whole"], models["micro"], {**held, "batch": batch}, k)
-            return (pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])), pred
+            return _micro_need(models, {**micro["held"], "batch": batch}, k, device)
 
         parts = next((k for k in tried if need(k)[0] <= budget_bytes), None)
-        kind = micro["kinds"][entry["technique"]]
         if parts is None:
-            cannot.append({"technique": entry["technique"], "kind": kind, "label": entry["label"],
-                           "recommendable": bool(tried), "need_at_1_bytes": need(batch)[0]})
+            cannot.append({"technique": entry["technique"], "kind": micro["kinds"][entry["technique"]],
+                           "label": entry["label"], "recommendable": bool(tried), "need_at_1_bytes": need(batch)[0]})
             continue
-        n, pred = need(parts)
-        timed = models["whole" if parts == 1 else "micro"]
-        p = {**held, "batch": batch // parts}
-        answers.append({"technique": entry["technique"], "kind": kind, "label": entry["label"], "size": parts,
-                        "micro_batch": batch // parts, "params": {**held, "batch": batch, "accumulate": parts},
-                        "knobs": {}, "chunks": 1, "total_peak_bytes": pred["total_peak_bytes"],
-                        "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": n,
-                        "headroom_bytes": budget_bytes - n, "fits": True, "baseline": entry.get("baseline") is True,
-                        **time_fields(timed["decl"], {**timed["entry"], "technique": kind}, p if parts > 1 else
-                                      {**held, "batch": batch}, device, 1, micro["fam"].get("dtype", "float32")),
-                        "error_bound": error_bound(timed["entry"]), "bounded": bounded_reading(timed["entry"]),
-                        "validated_max": 0})
+        answers.append(_micro_row(micro, models, parts, batch // parts, *need(parts), budget_bytes, device))
     return answers, cannot
+
+
+def _micro_models(whole: Mapping[str, Any], micro: Mapping[str, Any]):
+    """``(entry, models)`` per entry of the micro-batch fit ``micro``: ``models["micro"]`` that entry,
+    ``models["whole"]`` the same technique's entry of the batch fit ``whole`` (None unless recommendable),
+    each with its declaration (what :func:`predict_micro` reads)."""
+    ones = {e["technique"]: e for e in whole["fam"]["entries"] if e.get("recommendable")}
+    for entry in micro["fam"]["entries"]:
+        yield entry, {"whole": {"decl": whole["decl"], "entry": ones.get(entry["technique"])},
+                      "micro": {"decl": micro["decl"], "entry": entry}}
+
+
+def _micro_tried(models: Mapping[str, Any], parts: int) -> bool:
+    """Whether ``parts`` micro-batches are answered from ``models``: K = 1 by the batch model's entry
+    (a recommendable one), K >= 2 by a recommendable entry of the micro-batch model."""
+    return bool(models["whole"]["entry"] if parts == 1 else models["micro"]["entry"].get("recommendable"))
+
+
+def _micro_need(models: Mapping[str, Any], params: Mapping[str, int], parts: int, device: str) -> tuple[int, dict]:
+    """``(need, prediction)`` of ``params["batch"]`` as ``parts`` micro-batches (:func:`predict_micro`):
+    the need the budget is held to in bytes (the exact peak on CPU, :func:`cuda_need` of it on CUDA)."""
+    pred = predict_micro(models["whole"], models["micro"], params, parts)
+    return (pred["total_peak_bytes"] if device == "cpu" else cuda_need(pred["total_peak_bytes"])), pred
+
+
+def _micro_row(micro: Mapping[str, Any], models: Mapping[str, Any], parts: int, micro_batch: int, need_bytes: int,
+               pred: Mapping[str, Any], budget_bytes: int, device: str) -> dict[str, Any]:
+    """One answer of ``--vary micro_batches``: ``models``' technique as ``parts`` micro-batches of
+    ``micro_batch`` fitting ``budget_bytes`` (bytes), with its prediction ``pred`` and need; the time is
+    the batch model's at K = 1, the micro-batch model's at K >= 2, both at the micro-batch size."""
+    entry, held = models["micro"]["entry"], micro["held"]
+    kind = micro["kinds"][entry["technique"]]
+    timed = models["whole" if parts == 1 else "micro"]
+    return {"technique": entry["technique"], "kind": kind, "label": entry["label"], "size": parts,
+            "micro_batch": micro_batch, "params": {**held, "batch": parts * micro_batch, "accumulate": parts},
+            "knobs": {}, "chunks": 1, "total_peak_bytes": pred["total_peak_bytes"],
+            "peak_by_category_bytes": pred["peak_by_category_bytes"], "need_bytes": need_bytes,
+            "headroom_bytes": budget_bytes - need_bytes, "fits": True, "baseline": entry.get("baseline") is True,
+            **time_fields(timed["decl"], {**timed["entry"], "technique": kind}, {**held, "batch": micro_batch},
+                          device, 1, micro["fam"].get("dtype", "float32")),
+            "error_bound": error_bound(timed["entry"]), "bounded": bounded_reading(timed["entry"]),
+            "validated_max": 0}
 
 
 def format_model_advice(a: Mapping[str, Any]) -> str:
