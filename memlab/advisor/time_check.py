@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -27,6 +26,7 @@ import memlab
 from ..core.atomic import write_text_atomic
 from ..registry import family_meta
 from .model import MODELS_DIR, clamp_time, load_models, predict_time, time_band
+from .time_runs import fmt_error, fmt_time, measure_in_passes, median_error
 from ..core.setting import DEFAULTS
 
 __all__ = ["HELD_OUT", "GOAL", "held_out", "read_settings", "check_times", "main"]
@@ -97,32 +97,32 @@ def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | N
     settings = [(family, label, params, *_entry(models, family, label))
                 for family, label, params in (held_out() if settings is None else settings)
                 if families is None or family in families]
-    measured: list[list] = [[] for _ in settings]
-    for run in range(runs):
-        for i, (family, label, params, fam, entry) in enumerate(settings):
-            m = measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
-                           optimizer=optimizer, **{**fam["workload_fixed"], **entry["fixed"], **params})
-            measured[i].append(m)
-            say(f"{family:10} {label:34} {json.dumps(params):70} run {run + 1}/{runs}: measured "
-                f"{'-' if m.relative_step_time is None else f'{m.relative_step_time:.3f}'} ({m.status})")
+
+    def measure(setting):
+        _family, _label, params, fam, entry = setting
+        return measure_fn(entry["technique"], iterations=1, repeats=7, time_budget=1.0, check=False,
+                          optimizer=optimizer, **{**fam["workload_fixed"], **entry["fixed"], **params})
+
+    def line(setting, m, run: int) -> str:
+        family, label, params = setting[:3]
+        return (f"{family:10} {label:34} {json.dumps(params):70} run {run}/{runs}: measured "
+                f"{fmt_time(m.relative_step_time)} ({m.status})")
+
+    measured = measure_in_passes(settings, runs, measure, line, say)
     rows = [{**_row(family, label, params, predict_time(fam, entry, params), ms),
              "predicted_floored": clamp_time(entry, predict_time(fam, entry, params))[0],
              "band": time_band(entry)["fraction"]}
             for (family, label, params, fam, entry), ms in zip(settings, measured)]
     for r in rows:
-        predicted, median, error = r["predicted"], r["measured"], r["error"]
-        say(f"{r['family']:10} {r['label']:34} {json.dumps(r['params']):70} predicted "
-            f"{'-' if predicted is None else f'{predicted:.3f}'} measured "
-            f"{'-' if median is None else f'{median:.3f}'} ({r['status']}) error "
-            f"{'-' if error is None else f'{100 * error:+.1f}%'}")
+        say(f"{r['family']:10} {r['label']:34} {json.dumps(r['params']):70} predicted {fmt_time(r['predicted'])} "
+            f"measured {fmt_time(r['measured'])} ({r['status']}) error {fmt_error(r['error'])}")
     return rows
 
 
 def _row(family: str, label: str, params: dict, predicted: float | None, ms: list) -> dict[str, Any]:
     """One setting's row: the median of its runs' relative times (None unless every run measured one)."""
     figures = [m.relative_step_time for m in ms]
-    measured = statistics.median(figures) if all(figures) else None
-    error = None if predicted is None or not measured else (predicted - measured) / measured
+    measured, error = median_error(figures, predicted)
     statuses = sorted({m.status for m in ms})
     return {"family": family, "label": label, "params": params, "predicted": predicted, "measured": measured,
             "relative_to": ms[0].relative_to, "status": statuses[0] if len(statuses) == 1 else ",".join(statuses),

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import memlab
 from .advice import fitted_family, model_declaration
 from .checks import MEASURED_MAX
 from ..advisor.model import clamp_time, predict_time, time_band
+from ..advisor.time_runs import fmt_error, fmt_time, measure_in_passes, median_error
 from ..core.atomic import write_text_atomic
 from ..core.setting import DEFAULTS, OPTIMIZERS
 
@@ -59,9 +59,7 @@ def _settings(fam: dict, sizes: Sequence[str], held: dict, factors: Sequence[int
 
 def _verdict(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with its median, error ((predicted - median) / median) and ``within`` (the goal or band)."""
-    figures = [x for x in row["measured_runs"] if x]
-    median = statistics.median(figures) if len(figures) == len(row["measured_runs"]) and figures else None
-    error = None if median is None or row["predicted"] is None else (row["predicted"] - median) / median
+    median, error = median_error(row["measured_runs"], row["predicted"])
     allowed = max(GOAL, row["band"] or 0.0)
     return {**row, "measured": median, "error": error, "within": error is not None and abs(error) <= allowed}
 
@@ -81,14 +79,17 @@ def check_times(model, *, factors: Sequence[int] = (4, 10), runs: int = 3, optim
     held = {s: decl.time_sizes[0][s] for s in decl.sizes[1:]}
     rows = _settings(fam, decl.sizes, held, factors)
     measure_fn = measure_fn or memlab.measure
-    for run in range(runs):
-        for row in rows:
-            m = measure_fn(row["technique"], iterations=1, check=False, optimizer=optimizer, **row["params"])
-            row["measured_runs"].append(m.relative_step_time)
-            row["load_avg"].append(m.load_avg_before)
-            say(f"run {run + 1}/{runs} {row['technique']} {json.dumps(row['params'])}: "
-                f"{'-' if m.relative_step_time is None else f'{m.relative_step_time:.3f}'} ({m.status})")
-    rows = [_verdict(r) for r in rows]
+
+    def measure(row):
+        return measure_fn(row["technique"], iterations=1, check=False, optimizer=optimizer, **row["params"])
+
+    def line(row, m, run: int) -> str:
+        return (f"run {run}/{runs} {row['technique']} {json.dumps(row['params'])}: "
+                f"{fmt_time(m.relative_step_time)} ({m.status})")
+
+    measured = measure_in_passes(rows, runs, measure, line, say)
+    rows = [_verdict({**row, "measured_runs": [m.relative_step_time for m in ms],
+                      "load_avg": [m.load_avg_before for m in ms]}) for row, ms in zip(rows, measured)]
     return {"model_file": str(model), "optimizer": optimizer, "goal": GOAL, "runs": runs,
             "factors": list(factors), "measured_max": MEASURED_MAX, "fit_cached": cached, "rows": rows,
             "time_sizes": [dict(p) for p in decl.time_sizes],
@@ -96,11 +97,9 @@ def check_times(model, *, factors: Sequence[int] = (4, 10), runs: int = 3, optim
 
 
 def _line(r: dict[str, Any]) -> str:
-    measured = "-" if r["measured"] is None else f"{r['measured']:.3f}"
-    error = "-" if r["error"] is None else f"{100 * r['error']:+.1f}%"
     return (f"{r['technique']:28} {json.dumps(r['params']):16} predicted {r['predicted']:.3f}"
-            f"{' (floored)' if r['floored'] else ''} band {r['band_text']}; measured {measured} error {error}"
-            f" {'ok' if r['within'] else 'OUTSIDE'}")
+            f"{' (floored)' if r['floored'] else ''} band {r['band_text']}; measured {fmt_time(r['measured'])} "
+            f"error {fmt_error(r['error'])} {'ok' if r['within'] else 'OUTSIDE'}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
