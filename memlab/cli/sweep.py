@@ -6,23 +6,49 @@ unusable (a directory, not writable, a symbolic link to a file that is not a mem
 measured rows without ``--force``, ``--append`` or ``--resume``) or another
 sweep holds its lock (the message names its pid), and then nothing was written; 130/143 on an
 interrupt/SIGTERM, the finished rows kept.  A closed stdout (``| head``) never stops a sweep.
+With ``--shard-strategy`` it sweeps the sharded step instead (:mod:`memlab.sweep.sharded`: models,
+strategies and world sizes; exit 1 when a rank's step did not match its reference or a run failed).
 """
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 from typing import Any
 
 from . import names
-from .common import UsageError, measure_kwargs, model_file, print_or_drop, say, setting_of
+from .common import UsageError, check_file, measure_kwargs, model_file, print_or_drop, say, setting_of
 from ..core.setting import DEFAULTS
+from ..sharding.sweep_plan import BUILTIN_MODELS, DEFAULT_BATCH, MAX_WORLD, plan_from_options
 
 __all__ = ["add_parser", "precheck", "run", "plan_args"]
 
 
+class _ModelOption(argparse.Action):
+    """``--model``: a model file (``args.model``, whose existence is checked before anything runs) or,
+    with ``--shard-strategy``, a built-in model of the sharded step; every value in ``args.shard_models``."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        namespace.shard_models = [*(getattr(namespace, "shard_models", None) or []), value]
+        if value not in BUILTIN_MODELS:
+            setattr(namespace, self.dest, value)
+
+
 def add_parser(sub, shared) -> None:
-    s = sub.add_parser("sweep", parents=[shared.common, shared.meas, shared.gradients, shared.model],
+    s = sub.add_parser("sweep", parents=[shared.common, shared.meas, shared.gradients],
                        help="measure every technique of a family over its grid")
+    s.add_argument("--model", action=_ModelOption, metavar="FILE.py", help="your own model: a file defining build() "
+                   "and batch(size) (memlab measure --help); with --shard-strategy also mlp or transformer, the "
+                   "sharded step's built-in models (repeatable; default mlp)")
+    s.add_argument("--blocks", metavar="PATH", help="with --model FILE.py: the dotted path of its nn.ModuleList/"
+                   "nn.Sequential of repeated blocks (default: guessed)")
+    s.add_argument("--shard-strategy", metavar="S1,S2,...", help="sweep the sharded step on N processes instead of "
+                   "techniques (docs/sharding.md): comma-separated ddp, zero1, fsdp, fsdp_keep (FSDP2 without "
+                   "reshard-after-forward); one row per rank; with --world, --model, --batch")
+    s.add_argument("--world", metavar="N1,N2,...", help=f"with --shard-strategy: the world sizes (ranks, "
+                                                        f"1..{MAX_WORLD}), e.g. 1,2,4")
+    s.add_argument("--batch", type=int, metavar="G", help=f"with --shard-strategy: the global batch (rows or "
+                   f"sequences) split evenly over the ranks: a multiple of every --world (default {DEFAULT_BATCH})")
     s.add_argument("--family", help="the family to sweep (default: every family); memlab list names them")
     s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
@@ -50,13 +76,48 @@ def add_parser(sub, shared) -> None:
                         "rows written here (pip install 'memlab[cluster]')")
     s.add_argument("--address", help="with --executor ray: the cluster to join (auto, or ray://HOST:PORT); default: "
                                      "start a local Ray instance")
-    s.set_defaults(func=run, precheck=precheck)
+    s.set_defaults(func=run, precheck=precheck, shard_models=None)
+
+
+#: a technique sweep's options that a sharded sweep refuses: (attribute, option, the value when not given)
+_TECHNIQUE_ONLY = (("family", "--family", None), ("technique", "--technique", None), ("grid", "--grid", None),
+                   ("quick", "--quick", False), ("defaults", "--defaults", False), ("jobs", "--jobs", 1),
+                   ("blocks", "--blocks", None), ("plugin", "--plugin", None), ("in_process", "--in-process", False),
+                   ("spawn", "--spawn", False),
+                   *((f, f"--{f.replace('_', '-')}", getattr(DEFAULTS, f)) for f in (
+                       "dtype", "mode", "optimizer", "loss", "accumulate", "grads", "iterations", "repeats",
+                       "threads", "timeout", "time_budget")))
+
+
+def _sharded_runs(args) -> list | None:
+    """The runs of the sharded sweep ``args`` ask for (None: a technique sweep), checked before torch."""
+    builtin = [m for m in args.shard_models or [] if m in BUILTIN_MODELS]
+    if args.shard_strategy is None:
+        given = [o for o, v in (("--world", args.world), ("--batch", args.batch)) if v is not None]
+        given += [f"--model {m}" for m in builtin]
+        if given:
+            raise UsageError(f"{given[0]} needs --shard-strategy (a sweep of the sharded step); a technique "
+                             f"sweep's --model is a model file (FILE.py)")
+        return None
+    for attr, option, unset in _TECHNIQUE_ONLY:
+        if getattr(args, attr) != unset:
+            raise UsageError(f"{option} does not apply with --shard-strategy: the sharded step is one float32 Adam "
+                             f"step per rank, traced exactly (docs/sharding.md); leave {option} out")
+    runs = plan_from_options(args.shard_strategy, args.world, args.batch, args.shard_models or [], args.device)
+    for m in {r.model for r in runs} - set(BUILTIN_MODELS):
+        check_file("model file", m)
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out FILE (the sweep to continue)")
+    return runs
 
 
 def precheck(args) -> None:
     """Before torch: the setting; when every technique is built in, the family, the techniques and the
-    ``--grid`` names, refused in the order :func:`memlab.sweep.plan_sweep` refuses them."""
+    ``--grid`` names, refused in the order :func:`memlab.sweep.plan_sweep` refuses them; a sharded
+    sweep's strategies, worlds, batch and models."""
     setting_of(args)
+    if _sharded_runs(args) is not None:
+        return
     if not names.applies(args.plugin, args.model):
         return
     names.check_family(args.family)
@@ -74,6 +135,9 @@ def precheck(args) -> None:
 
 
 def run(args) -> int:
+    runs = _sharded_runs(args)
+    if runs is not None:
+        return _run_sharded(args, runs)
     from ..measurement import prepare  # deferred: torch line
     from ..sweep import check_jobs  # deferred: torch line
 
@@ -90,6 +154,20 @@ def run(args) -> int:
     check_jobs(args.jobs, setting.device)
     _check_executor(args)
     return _measure_points(args, points, {**kw, "row_extra": row_extra})
+
+
+def _run_sharded(args, runs: list) -> int:
+    """The sharded sweep (:func:`memlab.sweep.sharded.run_sharded_sweep`)."""
+    from ..sweep import SweepOutputBusy  # deferred: torch line
+    from ..sweep.sharded import ShardedSweep, run_sharded_sweep  # deferred: torch line
+
+    _check_executor(args)
+    sweep = ShardedSweep(tuple(runs), args.device, args.out, args.append, args.force, args.resume, args.shard,
+                         args.executor, args.address)
+    try:
+        return run_sharded_sweep(sweep, print_or_drop)
+    except SweepOutputBusy as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _plan(args, setting) -> list:

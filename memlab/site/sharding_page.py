@@ -10,6 +10,11 @@ the ZeRO paper's model-state bytes (:func:`memlab.sharding.formulas.zero_model_s
 per file: measured and predicted peak, their difference (bytes, exact), the formula's model state
 and the largest rank's peak by category (bytes).  Nothing is run here: no torch.
 
+A sharded sweep's rows (``memlab sweep --shard-strategy ... --out FILE``; ``"kind": "sharded"``:
+:mod:`memlab.sharding.sweep_plan`) given to ``memlab site --run FILE`` are drawn the same way, one part
+per model and sizes of each file, fitted on every N the sweep ran (so none is checked: the part says
+so); every table names the machine the ranks ran on.
+
 FSDP on one rank is a different program (its shards are whole, it gathers nothing), which the fit
 leaves out (NOTE [ the per-rank peak as a function of N ] in :mod:`memlab.sharding.predict`): its
 N = 1 runs are shown measured, not predicted.  A file that cannot be read or fitted is left out with
@@ -27,13 +32,14 @@ from ..core.record import CATEGORIES
 from ..core.units import MiB
 from ..sharding.formulas import zero_model_state
 from ..sharding.predict import base_strategy, check, fit
+from ..sharding.sweep_plan import is_sharded_row
 from . import figures as F
 from .notes import CATEGORY_NAMES
 from .page import Page
 from .tables import column
 
-__all__ = ["FOLDER", "PATH", "FIT_WORLDS", "FIT_PLANS", "sharding_files", "load_sharding_rows", "model_points",
-           "strategy_figure", "sharding_page", "add_sharding_page"]
+__all__ = ["FOLDER", "PATH", "FIT_WORLDS", "FIT_PLANS", "sharding_files", "load_sharding_rows", "load_sweep_rows",
+           "model_points", "strategy_figure", "sharding_page", "add_sharding_page"]
 
 #: the folder under the data directory
 FOLDER = "sharding"
@@ -74,6 +80,40 @@ def load_sharding_rows(data_dir: Path) -> tuple[list[tuple[Path, list[dict]]], l
             problems.append(f"sharding/{path.name}: not per-rank rows of memlab.sharding; left out of the Sharding page")
             continue
         out.append((path, rows))
+    return out, problems
+
+
+def _sweep_groups(path: Path, problems: list[str]) -> list[list[dict]]:
+    """A ``--run`` file's sharded rows, one list per (model, sizes); none when its first line is not a
+    sharded sweep's row (a technique sweep: the other pages read it, and name its problems).  In a
+    sharded sweep's file, a line that is not a rank row is one problem, ``FILE:LINE``."""
+    try:
+        lines = Path(path).read_bytes().splitlines()
+    except OSError:
+        return []  # the sweep reader names why (memlab.results.load_runs)
+    numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    groups: dict[str, list[dict]] = {}
+    for n, line in numbered:
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            row = None
+        if not is_sharded_row(row):
+            if groups:  # only a sharded sweep's file is this page's to judge
+                problems.append(f"{R.shown_path(path)}:{n}: not a rank row of a sharded sweep; left out of the "
+                                f"Sharding page")
+                continue
+            return []
+        groups.setdefault(json.dumps([row.get("model"), row.get("sizes")], sort_keys=True), []).append(row)
+    return list(groups.values())
+
+
+def load_sweep_rows(paths: list[Path]) -> tuple[list[tuple[Path, list[dict]]], list[str]]:
+    """``([(path, rows of one model and sizes)], problems)`` of the sharded sweep files among ``paths``
+    (``memlab site --run``), in the order given; the other files are left to the other pages."""
+    out, problems = [], []
+    for path in paths:
+        out += [(Path(path), rows) for rows in _sweep_groups(path, problems)]
     return out, problems
 
 
@@ -225,15 +265,19 @@ def _summary(points: list[dict]) -> str:
             f"(largest difference {worst:+,} B, {strategy} N={world})")
 
 
-def _section(page: Page, path: Path, rows: list[dict], others: dict[str, list[dict]]) -> dict[str, Any]:
+def _section(page: Page, path: Path, rows: list[dict], others: dict[str, list[dict]],
+             sweep: bool = False) -> dict[str, Any]:
     """One file's part of the page: its charts (one per strategy) and its table (``others``: every
-    file's rows by name, for :data:`FIT_PLANS`)."""
-    plan, extra, why = FIT_PLANS.get(path.name, (FIT_WORLDS, (), ""))
+    file's rows by name, for :data:`FIT_PLANS`); ``sweep``: one model and sizes of a sharded sweep's
+    ``--run`` file, fitted on every N it ran."""
+    plan, extra, why = FIT_PLANS.get(path.name, (FIT_WORLDS, (), "")) if not sweep else \
+        (tuple(sorted({r["world"] for r in rows})), (), "")
     extra = [n for n in extra if n in others]
     fitted = model_points(rows, plan, [r for n in extra for r in others[n]])
     points = fitted["points"]
-    heading = f"{rows[0].get('model', path.stem)} · {path.name}"
-    anchor = page.anchor(path.stem)
+    batch = (rows[0].get("sizes") or {}).get("batch")
+    heading = f"{rows[0].get('model', path.stem)} · {path.name}" + (f" (sweep, global batch {batch})" if sweep else "")
+    anchor = page.anchor(f"{path.stem} {rows[0].get('model')} g{batch}" if sweep else path.stem)
     charts = []
     for strategy in dict.fromkeys(p["strategy"] for p in points):
         mine = [p for p in points if p["strategy"] == strategy]
@@ -241,8 +285,9 @@ def _section(page: Page, path: Path, rows: list[dict], others: dict[str, list[di
                                  "Largest rank's peak per N (hover for the bytes): measured (solid), predicted by the "
                                  "fit (open circles at the N it was fitted on, crosses at the N it predicts), and the "
                                  "ZeRO paper's model state (dotted; parameters, gradients and Adam state only).",
-                                 anchor=f"{path.stem} {strategy}"))
-    sizes, file, model = rows[0].get("sizes") or {}, f"data/{FOLDER}/{path.name}", str(rows[0].get("model"))
+                                 anchor=f"{anchor} {strategy}"))
+    sizes, model = rows[0].get("sizes") or {}, str(rows[0].get("model"))
+    file = R.shown_path(path) if sweep else f"data/{FOLDER}/{path.name}"
     fit_n, check_n = (",".join(map(str, fitted[k])) for k in ("fit_worlds", "checked_worlds"))
     command = "" if extra else (f"python -m memlab.sharding predict --rows {file} --model {model} "
                                 f"--fit {fit_n} --check {check_n or fit_n}")
@@ -252,18 +297,21 @@ def _section(page: Page, path: Path, rows: list[dict], others: dict[str, list[di
             "fit_worlds": ", ".join(map(str, fitted["fit_worlds"])),
             "checked_worlds": ", ".join(map(str, fitted["checked_worlds"])), "inexact": fitted["inexact"],
             "extra": [f"data/{FOLDER}/{n}" for n in extra], "plan_note": why,
-            "summary": _summary(points), "charts": charts, "table": _table(page, f"{path.stem} peaks", points)}
+            "summary": _summary(points), "charts": charts, "table": _table(page, f"{anchor} peaks", points)}
 
 
-def sharding_page(files: list[tuple[Path, list[dict]]]) -> tuple[dict[str, Any] | None, list[str]]:
-    """(the page context, problems) from ``[(path, rows)]``; no page when no file builds."""
+def sharding_page(files: list[tuple[Path, list[dict]]],
+                  sweeps: list[tuple[Path, list[dict]]] = ()) -> tuple[dict[str, Any] | None, list[str]]:
+    """(the page context, problems) from ``[(path, rows)]`` of ``data/sharding`` and of sharded sweeps
+    (:func:`load_sweep_rows`); no page when no part builds."""
     page, sections, problems = Page(PATH), [], []
     others = {path.name: rows for path, rows in files}
-    for path, rows in files:
+    for path, rows, sweep in [(p, r, False) for p, r in files] + [(p, r, True) for p, r in sweeps]:
         try:
-            sections.append(_section(page, path, rows, others))
+            sections.append(_section(page, path, rows, others, sweep))
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-            problems.append(f"sharding/{path.name}: left out of the Sharding page ({type(exc).__name__}: {exc})"[:300])
+            where = R.shown_path(path) if sweep else f"sharding/{path.name}"
+            problems.append(f"{where}: left out of the Sharding page ({type(exc).__name__}: {exc})"[:300])
     if not sections:
         return None, problems
     return page.done({"template": "sharding.html", "path": PATH, "title": "Sharding", "sections": sections,
@@ -271,9 +319,10 @@ def sharding_page(files: list[tuple[Path, list[dict]]]) -> tuple[dict[str, Any] 
 
 
 def add_sharding_page(ctx: dict[str, Any]) -> dict[str, Any]:
-    """The Sharding page when ``data/sharding`` has a usable file (``ctx["sharding_path"]`` its path for
-    the navigation, else None)."""
+    """The Sharding page when ``data/sharding`` or a ``--run`` file of a sharded sweep has a usable part
+    (``ctx["sharding_path"]`` its path for the navigation, else None)."""
     files, problems = load_sharding_rows(ctx["data_dir"])
-    page, more = sharding_page(files)
+    sweeps, unread = load_sweep_rows(ctx.get("extra_runs", []))
+    page, more = sharding_page(files, sweeps)
     return {**ctx, "pages": ctx["pages"] + ([page] if page else []), "sharding_path": PATH if page else None,
-            "problems": ctx["problems"] + problems + more}
+            "problems": ctx["problems"] + problems + unread + more}

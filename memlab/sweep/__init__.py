@@ -13,7 +13,10 @@ The package by job:
 * :mod:`.output` — the locked, durable output file (NOTE [ sweep output ]), :mod:`.resume` what it
   already holds;
 * :mod:`.eta` — the progress line's estimate, :mod:`.breakdown` where a finished sweep's time went,
-  :mod:`.summary` the status counts and table, :mod:`.compare` two sweep files' exact figures.
+  :mod:`.summary` the status counts and table, :mod:`.compare` two sweep files' exact figures;
+* :mod:`.sharded` — a sweep of the sharded step over models, strategies and world sizes
+  (``--shard-strategy``: one row per rank), run here or on Ray (:mod:`.sharded_ray`), printed by
+  :mod:`.sharded_report`, merged by :mod:`.sharded_merge`.
 """
 from __future__ import annotations
 

@@ -8,6 +8,9 @@ that is not a memlab sweep file, a row of an unknown schema and a file a running
 are refused, and nothing is written.  Within one file a point measured twice keeps its last row (what
 ``--resume`` leaves).  When the rows carry ``extra["sweep_shard"]`` (``memlab sweep --shard``), the
 merge also checks that every file belongs to the same plan and names the shards and points missing.
+A sharded sweep's files (``memlab sweep --shard-strategy``: rank rows, ``"kind": "sharded"``) merge
+the same way, a rank's row being its point (:mod:`memlab.sweep.sharded_merge`); a mix of the two
+kinds is refused.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ from ..core.atomic import write_text_atomic
 from ..core.record import row_status
 from ..core.setting import Point, Setting
 from .compare import EXACT_FIELDS, point_key, sweep_lines
+from .sharded_merge import check_sharded_plan, is_sharded_file, sharded_conflict, sharded_lines
+from ..sharding.sweep_plan import rank_key
 from ..registry import get_technique
 
 __all__ = ["MergeConflict", "MergeReport", "merge_shards"]
@@ -73,13 +78,15 @@ class MergeReport:
         return "\n".join(lines)
 
 
-def _rows(path: Path, problems: list[str]) -> dict[tuple, tuple[str, dict[str, Any]]]:
-    """``{point key: (raw line, row)}`` of one file, the last row of a point winning; read under a
-    shared lock, so a file a running sweep holds (its exclusive lock) is refused, not half-merged.
+def _rows(path: Path, problems: list[str], sharded: bool = False) -> dict[tuple, tuple[str, dict[str, Any]]]:
+    """``{point key: (raw line, row)}`` of one file (``sharded``: ``{rank key: ...}`` of a sharded
+    sweep's rank rows), the last row of a point winning; read under a shared lock, so a file a running
+    sweep holds (its exclusive lock) is refused, not half-merged.
 
     Raises:
         MergeConflict: a running sweep holds the file's lock.
-        NotASweepFile: see :func:`~memlab.sweep.compare.sweep_lines`.
+        NotASweepFile: see :func:`~memlab.sweep.compare.sweep_lines` (and
+            :func:`~memlab.sweep.sharded_merge.sharded_lines`).
     """
     out: dict[tuple, tuple[str, dict[str, Any]]] = {}
     with open(path, "rb") as fh:
@@ -90,8 +97,9 @@ def _rows(path: Path, problems: list[str]) -> dict[tuple, tuple[str, dict[str, A
                 raise
             raise MergeConflict(f"{path} is being written by a running sweep (its lock is held); wait for it to "
                                 f"finish, then merge") from None
-        for _, text, row in sweep_lines(path, problems):
-            out[point_key(row)] = (text, row)
+        lines, key = (sharded_lines, rank_key) if sharded else (sweep_lines, point_key)
+        for _, text, row in lines(path, problems):
+            out[key(row)] = (text, row)
     return out
 
 
@@ -125,24 +133,42 @@ def merge_shards(out: str | os.PathLike, shards: list[str | os.PathLike], *,
         raise ValueError(f"{out}: the output is also one of the inputs; write the merge to a new file")
     report = MergeReport(files=len(paths))
     merged: dict[tuple, tuple[str, dict[str, Any], Path]] = {}
+    sharded = _sharded(paths)
     for path in paths:
-        if path.is_dir():
-            raise IsADirectoryError(f"{path}: is a directory, not a sweep file")
-        if not path.exists():
-            raise FileNotFoundError(f"{path}: no such sweep file")
-        for key, (text, row) in _rows(path, report.problems).items():
+        for key, (text, row) in _rows(path, report.problems, sharded).items():
             if key in merged:
-                why = _conflict(key, merged[key][1], row)
+                why = sharded_conflict(merged[key][1], row) if sharded else _conflict(key, merged[key][1], row)
                 if why:
                     raise MergeConflict(f"{key[0]} {key[1]} ({', '.join(map(str, key[2:]))}): {why} "
                                         f"in {merged[key][2]} and {path}; refusing to merge")
                 report.duplicates += 1
                 continue
             merged[key] = (text, row, path)
-    _check_plan(merged, report, replan)
+    if sharded:
+        why = check_sharded_plan([row for _, row, _ in merged.values()], report)
+        if why:
+            raise MergeConflict(why)
+    else:
+        _check_plan(merged, report, replan)
     write_text_atomic(Path(out), "".join(text + "\n" for text, _, _ in merged.values()))
     report.rows = len(merged)
     return report
+
+
+def _sharded(paths: list[Path]) -> bool:
+    """Whether the files are a sharded sweep's (each first row ``"kind": "sharded"``: memlab.sweep.sharded)
+    rather than a technique sweep's; MergeConflict for a mix, FileNotFoundError / IsADirectoryError for
+    an unusable input."""
+    for path in paths:
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: is a directory, not a sweep file")
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such sweep file")
+    kinds = {path: is_sharded_file(path) for path in paths}
+    if len(set(kinds.values())) > 1:
+        raise MergeConflict("the files mix a sharded sweep's rank rows (" + ", ".join(str(p) for p, k in kinds.items() if k)
+                            + ") with a technique sweep's rows; merge each kind on its own")
+    return all(kinds.values())
 
 
 def _check_plan(merged: dict, report: MergeReport, replan) -> None:

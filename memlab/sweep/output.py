@@ -12,9 +12,10 @@ from typing import Any, Callable
 from ..core.atomic import FileLocked, append_line_durable, lock_exclusive
 from ..core.record import Measurement
 from ..results import sweep_records
+from ..sharding.sweep_plan import is_sharded_row
 
 __all__ = ["SweepOutput", "open_sweep_output", "SweepOutputBusy", "SweepWriteFailed", "read_jsonl", "torn_tail",
-           "say"]
+           "say", "sharded_rows"]
 
 # NOTE [ sweep output ]
 # A sweep's --out file is only ever written by the sweep that holds its lock, one whole row at a time:
@@ -97,6 +98,15 @@ class SweepOutput:
             raise SweepWriteFailed(self.path, self.rows_written, exc) from None
         self.rows_written += 1
 
+    def append_row(self, row: dict[str, Any]) -> None:
+        """Append ``row`` (a JSON-ready dict: a sharded sweep's rank row) as one line, fsync'd.  Raises
+        :class:`SweepWriteFailed` on any OSError."""
+        try:
+            append_line_durable(self._fd, json.dumps(row))
+        except OSError as exc:
+            raise SweepWriteFailed(self.path, self.rows_written, exc) from None
+        self.rows_written += 1
+
     def close(self) -> None:
         """Close the file, which releases the lock.  Closing twice is a no-op."""
         if self._fd >= 0:
@@ -171,14 +181,36 @@ def _refuse_to_replace(fd: int, path: str, replace: bool) -> None:
     if replace or not os.fstat(fd).st_size:
         return
 
-    rows = sum(1 for _ in sweep_records(path, lambda _msg: None))
+    rows = sum(1 for _ in sweep_records(path, lambda _msg: None)) + len(sharded_rows(path))
     if rows:
         raise ValueError(f"--out {path} holds {rows} measured row{'' if rows == 1 else 's'}; give --resume to "
                          f"continue it, --append to add to it, or --force to replace it")
 
 
+def sharded_rows(path: str | os.PathLike, warn: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
+    """The rank rows of a sharded sweep (:func:`memlab.sharding.sweep_plan.is_sharded_row`) in the file at
+    ``path``, in file order; a line that is not JSON is one call ``warn("FILE:LINE: ...")`` and left out,
+    as is a row of another kind."""
+    with open(path, "rb") as f:
+        lines = [(lineno, raw) for lineno, raw in enumerate(f, 1) if raw.strip()]
+    rows = []
+    for lineno, raw in lines:
+        try:
+            row = json.loads(raw)
+        except (ValueError, RecursionError):  # not UTF-8 is a ValueError too
+            if warn is not None:
+                warn(f"{path}:{lineno}: not a JSON row; skipped")
+            continue
+        if is_sharded_row(row):
+            rows.append(row)
+    return rows
+
+
 def _is_sweep_file(path: str) -> bool:
-    """True for an empty file or one whose first non-blank line is a row the site reads."""
+    """True for an empty file or one whose first non-blank line is a row the site reads, or a sharded
+    sweep's row."""
+    if sharded_rows(path)[:1]:
+        return True
     problems: list[str] = []
     next(sweep_records(path, problems.append), None)  # a bad first line is reported before any row
     return not problems

@@ -38,7 +38,10 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def _canonical(point: Any) -> str:
-    return json.dumps([point.technique, point.params], sort_keys=True, default=str)
+    """The point as sorted JSON: ``[technique, params]``, or its ``plan_key()`` where it has one (a
+    sharded sweep's run: memlab.sharding.sweep_plan.ShardedRun)."""
+    key = getattr(point, "plan_key", None)
+    return json.dumps(key() if callable(key) else [point.technique, point.params], sort_keys=True, default=str)
 
 
 def point_cost(point: Any) -> tuple[str, float | None]:
