@@ -129,3 +129,15 @@ def test_cached_rows_are_read_without_a_run(tmp_path, monkeypatch):
     monkeypatch.setattr(launch, "run_sharded", no_run)
     assert cached_rows(sizes, "ddp", [2], tmp_path) == rows
     assert rows_key(sizes, "ddp", 2) != rows_key({**sizes, "batch": 12}, "ddp", 2)
+
+
+def test_an_answer_from_rows_that_missed_the_reference_exits_1(tmp_path, capsys):
+    from memlab.cli import main
+
+    rows = read_rows([DATA / "mlp-g24.jsonl"], "mlp", "ddp")
+    rows[3] = {**rows[3], "matches": False}
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(["advise", "--model", "mlp", "--shard-strategy", "ddp", "--world", "8", "--budget", "1GiB",
+                 "--rows", str(bad)]) == 1
+    assert f"MISMATCH: the step of (world, rank) [({rows[3]['world']}, {rows[3]['rank']})]" in capsys.readouterr().err

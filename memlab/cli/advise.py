@@ -266,4 +266,8 @@ def _advise_sharded(args, cache_root) -> int:
     else:
         print_or_drop(format_answer(ans, model, unit_of(fit_rows[0]), fit_text(f, q["label"], fit_rows, source, ans),
                                     check_lines(checks)))
-    return 0 if ans["batch_per_rank"] else 2
+    bad = sorted({(r["world"], r["rank"]) for r in rows if not r.get("matches", False)})
+    if bad:
+        say(f"memlab: {q['label']}: MISMATCH: the step of (world, rank) {bad} differs from the single-process "
+            f"reference; the answer rests on those rows")
+    return 1 if bad else 0 if ans["batch_per_rank"] else 2

@@ -97,7 +97,12 @@ def _n(x) -> int | float:
 
 
 def _gib(x) -> str:
-    return f"{float(x) / 2**30:.2f} GiB"
+    """Bytes in the largest binary unit that keeps them >= 1 (``79.99 GiB``, ``1.1 MiB``)."""
+    x = float(x)
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= size:
+            return f"{x / size:.2f} {unit}"
+    return f"{x:.0f} B"
 
 
 def answer_json(ans: dict) -> dict:

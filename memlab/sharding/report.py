@@ -124,8 +124,9 @@ def rank_line(row: dict) -> str:
 # COLLECTIVE_BUFFERS naming it: FSDP's reduce-scatter (its input, the unsharded gradients flattened,
 # is a temporary; its output becomes the rank's gradient shard), the gathered parameters FSDP2 copies
 # out of the all-gather, the all-gather output itself, DDP's gradient buckets (allocated when the
-# buckets are rebuilt, in forward; all-reduced in backward), and what else runs under c10d, gloo or
-# FSDP.  Exact when the listed blocks add up to the peak (``listed_at_peak_bytes`` equal to
+# buckets are rebuilt, in forward; all-reduced in backward; with the rebuild broadcast's index
+# tensors where their free went unseen, NOTE [ DDP's rebuild leftovers ] in predict.py: 4 bytes or
+# 4·(tensors + 1) more on such a rank), and what else runs under c10d, gloo or FSDP.  Exact when the listed blocks add up to the peak (``listed_at_peak_bytes`` equal to
 # ``peak_bytes``; the trace keeps the 25 largest (call, size) groups per category, which held every
 # block in all 224 committed rows); else each figure is a lower bound, by at most the difference.
 # Evidence: docs/sharding.md#memlab-measure---shard-strategy.
