@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 from ..core.record import (MODES, SCHEMA_VERSION, STATUSES, FieldKind, Measurement, Status, activation_figures,
                            analytic_floor, fields_of_kind, is_under_load, row_reason, row_status)
 from ..core.record import is_number as _is_number
+from ..core.row_kinds import is_sharded_row
 from .reading import (CONTROL_CHARS, FileProblems, bad_numbers, list_input_files, read_jsonl, short_repr, shown_path,
                       warn_results)
 
@@ -395,6 +396,8 @@ def measurement_row(rec: dict, run: str, source: str, line: int) -> dict[str, An
 def _valid_records(path: Path, report: Callable[..., None]) -> Iterator[tuple[int, dict]]:
     """``(line number, record)`` of each valid measurement in a sweep file; every other line is reported."""
     for number, rec in read_jsonl(path, report):
+        if is_sharded_row(rec):
+            continue  # a sharded sweep's rank row (memlab sweep --shard-strategy): the Sharding page reads it
         problems = validate_measurement(rec)
         if problems:
             report(f"invalid measurement ({'; '.join(problems)}); skipped", number)

@@ -16,14 +16,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from ..core.row_kinds import SHARDED_KIND, is_sharded_row
 from .formulas import STRATEGIES
 
 __all__ = ["SHARDED_KIND", "STRATEGY_NAMES", "BUILTIN_MODELS", "MAX_WORLD", "DEFAULT_BATCH", "ShardedRun",
            "parse_strategies", "parse_worlds", "check_batch", "plan_runs", "plan_from_options", "is_sharded_row", "run_key",
            "rank_key", "EXACT_FIELDS", "finished_runs"]
 
-#: the ``kind`` of a sharded sweep's row (a technique sweep's Measurement has none)
-SHARDED_KIND = "sharded"
 #: ``--shard-strategy`` names -> (strategy, reshard_after_forward); ``fsdp_keep`` is FSDP2 with
 #: ``reshard_after_forward=False``, whose rows say ``fsdp(keep)`` (the label
 #: :func:`memlab.sharding.strategies.strategy_label` gives it; accepted as a name too)
@@ -152,11 +151,6 @@ def plan_from_options(strategies: str, worlds: str | None, batch: int | None, mo
             raise ValueError(f"--model {m!r} is not valid with --shard-strategy; valid: {', '.join(BUILTIN_MODELS)} "
                              f"or a model file (*.py)")
     return plan_runs(models or ["mlp"], plan, ns, batch)
-
-
-def is_sharded_row(row: Any) -> bool:
-    """Whether ``row`` (a decoded JSON line) is a sharded sweep's rank row."""
-    return isinstance(row, dict) and row.get("kind") == SHARDED_KIND
 
 
 def run_key(row: dict) -> tuple[str, str, int, int]:
