@@ -245,7 +245,7 @@ def _advise_sharded(args, cache_root) -> int:
     fits ``--budget`` (memlab.sharding.advise), fitted on rows read or run (and cached)."""
     from ..sharding.advise import answer_json, format_answer, largest_batch  # deferred: heavy, CLI startup
     from ..sharding.advise_rows import cached_rows, read_rows  # deferred: heavy, CLI startup
-    from ..sharding.advise_text import check_lines, fit_text, unit_of  # deferred: heavy, CLI startup
+    from ..sharding.advise_text import check_lines, doubts, fit_text, unit_of  # deferred: heavy, CLI startup
     from ..sharding.predict import check, fit  # deferred: heavy, CLI startup
 
     q = _sharded_setup(args)
@@ -260,14 +260,15 @@ def _advise_sharded(args, cache_root) -> int:
     checks = check(f, [r for r in rows if r["world"] in q["check"]])
     ans = largest_batch(f, q["label"], args.world, q["budget"])
     source = ", ".join(args.rows) if args.rows else "runs here (cached)"
+    bad = sorted({(r["world"], r["rank"]) for r in rows if not r.get("matches", False)})
+    why = doubts(f, q["label"], ans, checks) + ([f"the step of (world, rank) {bad} differs from the single-process "
+                                                  f"reference (MISMATCH)"] if bad else [])
     if args.json:
         print(json.dumps({**answer_json(ans), "model": model, "unit": unit_of(fit_rows[0]), "fit_worlds": q["fit"],
-                          "checks": [{**c, "diff": str(c["diff"])} for c in checks], "rows": source}))
+                          "checks": [{**c, "diff": str(c["diff"])} for c in checks], "rows": source, "doubts": why}))
     else:
         print_or_drop(format_answer(ans, model, unit_of(fit_rows[0]), fit_text(f, q["label"], fit_rows, source, ans),
                                     check_lines(checks)))
-    bad = sorted({(r["world"], r["rank"]) for r in rows if not r.get("matches", False)})
-    if bad:
-        say(f"memlab: {q['label']}: MISMATCH: the step of (world, rank) {bad} differs from the single-process "
-            f"reference; the answer rests on those rows")
-    return 1 if bad else 0 if ans["batch_per_rank"] else 2
+    for line in why:
+        say(f"memlab: {q['label']}: not to be trusted: {line}")
+    return 1 if why else 0 if ans["batch_per_rank"] else 2

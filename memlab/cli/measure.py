@@ -144,7 +144,8 @@ def _run_sharded(args) -> int:
     else:
         print(f"{sizes.model} {rows[0]['strategy']} on {world} rank{'s' if world > 1 else ''} "
               f"({'gloo, cpu' if args.device == 'cpu' else 'nccl, cuda'}): global batch {sizes.batch} "
-              f"({sizes.batch // world} per rank), seq {sizes.seq}; one float32 Adam step per rank, every "
+              f"({sizes.batch // world} per rank){'' if sizes.model == 'mlp' else f', seq {sizes.seq}'}; one "
+              f"float32 Adam step per rank, every "
               f"allocation traced (exact bytes)")
         for row in rows:
             print("\n".join(measure_lines(row)))

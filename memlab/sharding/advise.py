@@ -96,6 +96,11 @@ def _n(x) -> int | float:
     return int(x) if x.denominator == 1 else float(x)
 
 
+def _c(x) -> str:
+    """Bytes with thousands separators; one decimal where a fit constant made them fractional."""
+    return f"{x:,}" if isinstance(x, int) else f"{x:,.1f}"
+
+
 def _gib(x) -> str:
     """Bytes in the largest binary unit that keeps them >= 1 (``79.99 GiB``, ``1.1 MiB``)."""
     x = float(x)
@@ -122,19 +127,19 @@ def format_answer(ans: dict, model: str, unit: str, fitted: str, checked: list[s
     rests on (``fitted``: the fit points; ``checked``: one line per held-out check)."""
     j, b = answer_json(ans), ans["batch_per_rank"]
     at, nxt = j["at_b"], j["at_b_plus_1"]
-    head = (f"{model} under {ans['strategy']} at N = {ans['world']} ranks, budget {j['budget_bytes']:,} B ({_gib(j['budget_bytes'])}) "
+    head = (f"{model} under {ans['strategy']} at N = {ans['world']} ranks, budget {_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])}) "
             f"per rank")
-    cats = ", ".join(f"{c.replace('_', ' ')} {v:,}" for c, v in at.items() if c not in ("peak", "phase", "rank"))
+    cats = ", ".join(f"{c.replace('_', ' ')} {_c(v)}" for c, v in at.items() if c not in ("peak", "phase", "rank"))
     if b:
         lines = [head, f"  largest per-rank batch: b = {b:,} {unit} (global batch {b * ans['world']:,})",
-                 f"  predicted per-rank peak at b = {b:,}: {at['peak']:,} B ({_gib(at['peak'])}), highest on rank "
+                 f"  predicted per-rank peak at b = {b:,}: {_c(at['peak'])} B ({_gib(at['peak'])}), highest on rank "
                  f"{at['rank']}, in {at['phase']}"]
     else:
-        lines = [head, f"  nothing fits: at b = 1 the predicted per-rank peak is {at['peak']:,} B ({_gib(at['peak'])}) "
+        lines = [head, f"  nothing fits: at b = 1 the predicted per-rank peak is {_c(at['peak'])} B ({_gib(at['peak'])}) "
                        f"on rank {at['rank']}, in {at['phase']}, over the budget"]
     if b:
-        lines.append(f"  at b = {b + 1:,}: {nxt['peak']:,} B ({_gib(nxt['peak'])}) on rank {nxt['rank']}, in "
-                     f"{nxt['phase']}: over the budget by {nxt['peak'] - j['budget_bytes']:,} B")
+        lines.append(f"  at b = {b + 1:,}: {_c(nxt['peak'])} B ({_gib(nxt['peak'])}) on rank {nxt['rank']}, in "
+                     f"{nxt['phase']}: over the budget by {_c(nxt['peak'] - j['budget_bytes'])} B")
     lines += [f"  rank {at['rank']} at b = {max(b, 1):,} (bytes): {cats}",
               f"  fitted on {fitted}", *(f"  {c}" for c in checked),
               "  bytes as the fit's device allocates them (CPU: exactly what c10 is asked for); a GPU's caching "

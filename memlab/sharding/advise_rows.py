@@ -4,10 +4,10 @@ at a few small worlds and cached (``memlab advise --shard-strategy``).
 # NOTE [ sharded rows cache ]
 A run's rows are kept per world in ``<cache>/sharding/<model>-<label>-n<N>-<key>.jsonl``, ``key`` a
 hash of everything the bytes depend on: the model file's bytes (or the built-in model's name), the
-sizes, the strategy label, N, the torch version and the source of :mod:`memlab.sharding` (a change
-to what the step allocates refits).  A file that does not read as rows of that run is run again.
-The cache is ``--models DIR``, else ``$MEMLAB_CACHE``, else ``~/.cache/memlab/advise``, as for
-``memlab advise --model``.
+sizes, the strategy label, N, the torch version and the source of the step, its trace and its
+categories (:data:`STEP_SOURCES`: a change to what the step allocates runs it again).  A file that
+does not read as rows of that run is run again.  The cache is ``--models DIR``, else
+``$MEMLAB_CACHE``, else ``~/.cache/memlab/advise``, as for ``memlab advise --model``.
 """
 from __future__ import annotations
 
@@ -21,9 +21,13 @@ from typing import Callable
 from ..core.atomic import write_text_atomic
 from .predict import base_strategy
 
-__all__ = ["read_rows", "cached_rows", "cache_root", "rows_key"]
+__all__ = ["read_rows", "cached_rows", "cache_root", "rows_key", "STEP_SOURCES"]
 
 _HERE = Path(__file__).resolve().parent
+#: the sources whose change can change a run's bytes (the step, its trace and categories)
+STEP_SOURCES = tuple(_HERE / n for n in ("launch.py", "worker.py", "trace.py", "strategies.py", "model.py",
+                                          "model_file.py")) + \
+    tuple(_HERE.parent / "measurement" / n for n in ("alloc_trace.py", "categories.py"))
 
 
 def _same_model(a: str, b: str) -> bool:
@@ -67,7 +71,7 @@ def rows_key(sizes: dict, label: str, world: int) -> str:
         torch_version = None
     key = {k: v for k, v in sizes.items() if k != "model"}
     h.update(json.dumps([key, label, world, torch_version], sort_keys=True).encode())
-    for src in sorted(_HERE.glob("*.py")):
+    for src in STEP_SOURCES:
         h.update(src.read_bytes())
     return h.hexdigest()[:16]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-__all__ = ["unit_of", "fit_text", "check_lines"]
+__all__ = ["unit_of", "fit_text", "check_lines", "doubts"]
 
 
 def unit_of(row: dict) -> str:
@@ -45,3 +45,21 @@ def check_lines(checks: list[dict]) -> list[str]:
             lo, hi = min(diffs), max(diffs)
             out.append(f"checked at N = {n}: measured - predicted {float(lo):+,.0f}..{float(hi):+,.0f} B per rank")
     return out or ["no held-out check (--check-worlds none, or no rows there)"]
+
+
+def doubts(f, label: str, ans: dict, checks: list[dict]) -> list[str]:
+    """Why the answer is not to be trusted, one line each (none: every category of the peak's phase
+    fitted exactly, every held-out rank predicted to the byte, no category predicted negative)."""
+    out = []
+    phase = ans["at_b"]["phase"]
+    inexact = [c for c, cf in f.categories[label][phase].items() if not cf.exact]
+    if inexact:
+        out.append(f"the fit of {phase} (the peak's phase) is not exact in {', '.join(inexact)}: the buffers "
+                   f"at its highest point differ between the fit points")
+    missed = sorted({c["world"] for c in checks if Fraction(c["diff"])})
+    if missed:
+        out.append(f"the held-out check at N = {', '.join(map(str, missed))} missed")
+    negative = [c for c, v in ans["at_b"].items() if c not in ("peak", "phase", "rank") and v < 0]
+    if negative:
+        out.append(f"{', '.join(negative)} predicted negative at b: the fit does not hold there")
+    return out
