@@ -154,3 +154,37 @@ def test_an_answer_on_an_inexact_fit_says_so_and_exits_1(capsys):
     ans = json.loads(capsys.readouterr().out)
     assert rc == 1 and ans["at_b"]["phase"] == "backward"
     assert any("the fit of backward (the peak's phase) is not exact" in d for d in ans["doubts"])
+
+
+@pytest.mark.parametrize("budget", [1, 80 * 2**20, 80 * GiB, 80 * GiB + 7])
+def test_the_cuda_budget_is_the_largest_allocated_peak_whose_need_fits(budget):
+    """NOTE [ a sharded answer on CUDA ]: cuda_need of the allocated budget fits, one byte more does not."""
+    from memlab.advisor.advise import cuda_need
+    from memlab.sharding.advise import allocated_budget
+
+    assert allocated_budget(budget, "cpu") == budget
+    p = allocated_budget(budget, "cuda")
+    if p:
+        assert cuda_need(p) <= budget < cuda_need(p + 1)
+    else:
+        assert cuda_need(0) > budget
+    with pytest.raises(ValueError, match="device='tpu' is not valid; valid: cpu, cuda"):
+        allocated_budget(budget, "tpu")
+
+
+def test_the_cuda_answer_solves_for_the_need_and_says_the_margin(capsys):
+    from memlab.advisor.advise import cuda_need
+    from memlab.cli import main
+
+    argv = ["advise", "--model", GPT2, "--shard-strategy", "fsdp", "--world", "64", "--budget", "80GiB",
+            "--rows", str(DATA / "gpt2-tiny-g24.jsonl"), "--device", "cuda"]
+    assert main([*argv, "--json"]) == 0
+    ans = json.loads(capsys.readouterr().out)
+    cpu_b = largest_batch(_fit("gpt2-tiny-g24.jsonl", GPT2, "fsdp", SHARDED_FIT_WORLDS["fsdp"]), "fsdp", 64,
+                          80 * GiB)["batch_per_rank"]
+    assert ans["device"] == "cuda" and ans["device_budget_bytes"] == 80 * GiB
+    assert cuda_need(ans["at_b"]["peak"]) <= 80 * GiB < cuda_need(ans["at_b_plus_1"]["peak"])
+    assert 1 <= ans["batch_per_rank"] < cpu_b
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "CUDA need at b = " in text and "stated allocator margin" in text and "not for a sharded step" in text

@@ -102,9 +102,9 @@ def _sharded_setup(args) -> dict:
     if args.optimizer not in (None, "adam"):
         raise UsageError(f"--optimizer {args.optimizer} is not valid with --shard-strategy; valid: adam (the sharded "
                          f"runs' step)")
-    if args.device != "cpu":
-        raise UsageError(f"--device {args.device} is not valid with --shard-strategy; valid: cpu (the fit's runs are "
-                         f"CPU, gloo; a GPU's caching allocator is not predicted here)")
+    if args.device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {args.device} is not valid with --shard-strategy; valid: cpu (exact bytes) or "
+                         f"cuda (those plus the advisor's stated allocator margin)")
     if not args.budget:
         raise UsageError("memlab advise --shard-strategy needs --budget (e.g. --budget 80GiB)")
     if strategy != "none" and (args.world is None or not (2 if strategy == "fsdp" else 1) <= args.world <= MAX_ADVISE_WORLD):
@@ -243,7 +243,8 @@ def _advise_micro(args, models_dir) -> int:
 def _advise_sharded(args, cache_root) -> int:
     """``--shard-strategy``: the largest per-rank batch at ``--world`` N whose predicted per-rank peak
     fits ``--budget`` (memlab.sharding.advise), fitted on rows read or run (and cached)."""
-    from ..sharding.advise import answer_json, format_answer, largest_batch  # deferred: heavy, CLI startup
+    from ..sharding.advise import (allocated_budget, answer_json, format_answer,  # deferred: heavy, CLI startup
+                                   largest_batch)
     from ..sharding.advise_rows import cached_rows, read_rows  # deferred: heavy, CLI startup
     from ..sharding.advise_text import check_lines, doubts, fit_text, unit_of  # deferred: heavy, CLI startup
     from ..sharding.predict import check, fit  # deferred: heavy, CLI startup
@@ -258,17 +259,18 @@ def _advise_sharded(args, cache_root) -> int:
     fit_rows = [r for r in rows if r["world"] in q["fit"]]
     f = fit(fit_rows)
     checks = check(f, [r for r in rows if r["world"] in q["check"]])
-    ans = largest_batch(f, q["label"], args.world, q["budget"])
+    ans = largest_batch(f, q["label"], args.world, allocated_budget(q["budget"], args.device))
     source = ", ".join(args.rows) if args.rows else "runs here (cached)"
     bad = sorted({(r["world"], r["rank"]) for r in rows if not r.get("matches", False)})
     why = doubts(f, q["label"], ans, checks) + ([f"the step of (world, rank) {bad} differs from the single-process "
                                                   f"reference (MISMATCH)"] if bad else [])
     if args.json:
-        print(json.dumps({**answer_json(ans), "model": model, "unit": unit_of(fit_rows[0]), "fit_worlds": q["fit"],
+        print(json.dumps({**answer_json(ans), "device": args.device, "device_budget_bytes": q["budget"],
+                          "model": model, "unit": unit_of(fit_rows[0]), "fit_worlds": q["fit"],
                           "checks": [{**c, "diff": str(c["diff"])} for c in checks], "rows": source, "doubts": why}))
     else:
         print_or_drop(format_answer(ans, model, unit_of(fit_rows[0]), fit_text(f, q["label"], fit_rows, source, ans),
-                                    check_lines(checks)))
+                                    check_lines(checks), device=args.device, budget=q["budget"]))
     for line in why:
         say(f"memlab: {q['label']}: not to be trusted: {line}")
     return 1 if why else 0 if ans["batch_per_rank"] else 2

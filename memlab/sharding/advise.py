@@ -14,16 +14,30 @@ at b within the budget, at b + 1 above it).  What it inherits: the fit's assumpt
 buffers at each phase's highest point at every N and b, shown at the fit's held-out worlds only)
 and bytes of the device the rows ran on (CPU: c10 allocates what is asked; a GPU's caching
 allocator reserves more, not included).  Evidence: docs/sharding.md#memlab-advise---shard-strategy.
+
+# NOTE [ a sharded answer on CUDA ]
+``--device cuda`` answers in the advisor's CUDA need (:func:`memlab.advisor.advise.cuda_need`): the
+exact allocated peak plus the stated allocator margin (:data:`~memlab.advisor.advise.CUDA_MARGIN`: a
+fraction for segment rounding and fragmentation, a fixed part, cuBLAS's workspaces), the same margin
+every built-in family's CUDA answer uses.  The budget is turned into the largest allocated peak whose
+need fits it (:func:`allocated_budget`) and the batch is solved against that.  It is a stated margin,
+not a measurement: it was checked against GPUs for the built-in families (data/gpu-check), not for a
+sharded step, and NCCL's own buffers (outside the caching allocator) and the CUDA context are not in it.
 """
 from __future__ import annotations
 
 from fractions import Fraction
 from math import floor
 
+from ..advisor.advise import CUDA_MARGIN, cuda_need
 from .layout import model_state_bytes
 from .predict import ANALYTIC, Fit, base_strategy, features, predict_rank
 
-__all__ = ["phase_lines", "worst_rank", "largest_batch", "answer_json", "format_answer", "MAX_TARGET_WORLD"]
+__all__ = ["phase_lines", "worst_rank", "largest_batch", "answer_json", "format_answer", "MAX_TARGET_WORLD",
+           "allocated_budget", "DEVICES"]
+
+#: the devices an answer is given for (NOTE [ a sharded answer on CUDA ])
+DEVICES = ("cpu", "cuda")
 
 #: the largest N an answer is predicted for (the issue's range: N = 8 ... 1024)
 MAX_TARGET_WORLD = 1024
@@ -60,6 +74,25 @@ def _check(label: str, world: int, budget: int) -> None:
                          f"on one rank it gathers nothing)")
     if not isinstance(budget, int) or budget < 1:
         raise ValueError(f"budget={budget!r} is not valid; valid: an int >= 1 (bytes)")
+
+
+def allocated_budget(budget: int, device: str) -> int:
+    """The largest allocated peak (bytes) whose need on ``device`` is at most ``budget`` bytes: the budget
+    itself on ``cpu``, on ``cuda`` the largest ``P`` with ``cuda_need(P) <= budget`` (0 when even an
+    empty step's margin is over it; NOTE [ a sharded answer on CUDA ]).  ValueError naming ``device``
+    (valid: :data:`DEVICES`)."""
+    if device not in DEVICES:
+        raise ValueError(f"device={device!r} is not valid; valid: {', '.join(DEVICES)}")
+    if device == "cpu":
+        return budget
+    if cuda_need(0) > budget:
+        return 0
+    p = int((budget - cuda_need(0)) / (1 + CUDA_MARGIN["fraction"]))
+    while cuda_need(p + 1) <= budget:
+        p += 1
+    while p > 0 and cuda_need(p) > budget:
+        p -= 1
+    return p
 
 
 def largest_batch(f: Fit, label: str, world: int, budget: int) -> dict:
@@ -121,7 +154,8 @@ def answer_json(ans: dict) -> dict:
             "limiting": {**lim, "a": _n(lim["a"]), "s": _n(lim["s"])}}
 
 
-def format_answer(ans: dict, model: str, unit: str, fitted: str, checked: list[str]) -> str:
+def format_answer(ans: dict, model: str, unit: str, fitted: str, checked: list[str], device: str = "cpu",
+                  budget: int | None = None) -> str:
     """The answer in words: the largest per-rank batch (``unit``: what one sample is, e.g. ``sequences
     of 16 tokens``), the worst rank's predicted peak at b and b + 1, where it peaks, and what the fit
     rests on (``fitted``: the fit points; ``checked``: one line per held-out check)."""
@@ -141,7 +175,19 @@ def format_answer(ans: dict, model: str, unit: str, fitted: str, checked: list[s
         lines.append(f"  at b = {b + 1:,}: {_c(nxt['peak'])} B ({_gib(nxt['peak'])}) on rank {nxt['rank']}, in "
                      f"{nxt['phase']}: over the budget by {_c(nxt['peak'] - j['budget_bytes'])} B")
     lines += [f"  rank {at['rank']} at b = {max(b, 1):,} (bytes): {cats}",
-              f"  fitted on {fitted}", *(f"  {c}" for c in checked),
-              "  bytes as the fit's device allocates them (CPU: exactly what c10 is asked for); a GPU's caching "
-              "allocator reserves more on top, not included"]
+              f"  fitted on {fitted}", *(f"  {c}" for c in checked)]
+    if device == "cuda":
+        lines[0] = lines[0].replace(f"budget {_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])})",
+                                    f"CUDA budget {_c(budget)} B ({_gib(budget)}): allocated peak at most "
+                                    f"{_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])})")
+        need = f"CUDA need at b = {max(b, 1):,}: {_c(cuda_need(int(at['peak'])))} B ({_gib(cuda_need(int(at['peak'])))})"
+        lines.insert(3 if b else 2, f"  {need}")
+        lines.append(f"  on CUDA: the allocated peak plus the advisor's stated allocator margin "
+                     f"({100 * CUDA_MARGIN['fraction']:.0f}% + {CUDA_MARGIN['fixed_bytes'] // 2**20} MiB + "
+                     f"{_gib(CUDA_MARGIN['workspace_bytes'])} of cuBLAS workspaces), as every built-in family's CUDA "
+                     f"answer; checked on GPUs for those families, not for a sharded step; NCCL's own buffers and the "
+                     f"CUDA context not included (NOTE [ a sharded answer on CUDA ])")
+    else:
+        lines.append("  bytes as the fit's device allocates them (CPU: exactly what c10 is asked for); a GPU's caching "
+                     "allocator reserves more on top: --device cuda adds the advisor's stated margin")
     return "\n".join(lines)
