@@ -7,6 +7,7 @@ import sys
 from typing import NamedTuple, Sequence
 
 from ..core.setting import DEFAULTS, DTYPES, GRADS, LOSSES, MAX_ACCUMULATE, MAX_TIMEOUT_S, MODES, OPTIMIZERS
+from ..sharding.sweep_plan import BUILTIN_MODELS, DEFAULT_BATCH, MAX_WORLD
 
 __all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options",
            "SHARD_STRATEGIES", "SHARDED_MODELS", "SHARD_SIZES", "MAX_SHARD_WORLD", "ModelOrBuiltin",
@@ -16,14 +17,15 @@ __all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Sh
 #: the strategies :mod:`memlab.sharding` runs (``memlab.sharding.formulas.STRATEGIES``)
 SHARD_STRATEGIES = ("none", "ddp", "zero1", "fsdp")
 #: the built-in models a sharded step runs by name (``memlab.sharding.model.MODELS``)
-SHARDED_MODELS = ("mlp", "transformer")
+SHARDED_MODELS = BUILTIN_MODELS
 #: most ranks a sharded run starts on one host (``memlab.sharding.launch.MAX_WORLD``)
-MAX_SHARD_WORLD = 16
+MAX_SHARD_WORLD = MAX_WORLD
 #: the sharded step's sizes and their defaults (``memlab.sharding.model.Sizes``'s fields), each set by
 #: ``--param NAME=VALUE``; ``batch`` is the global batch (rows or sequences) split over the ranks.
 #: Written here so that a bad name or value is refused before torch; tests/test_sharding_measure.py
 #: keeps them equal to ``Sizes``
-SHARD_SIZES = {"dim": 32, "hidden": 128, "layers": 3, "batch": 16, "seed": 0, "heads": 4, "vocab": 256, "seq": 16}
+SHARD_SIZES = {"dim": 32, "hidden": 128, "layers": 3, "batch": DEFAULT_BATCH, "seed": 0, "heads": 4, "vocab": 256,
+               "seq": 16}
 
 #: options whose value is one ``NAME=...`` word, with the form a hint spells out
 PAIR_OPTIONS = {"--param": "NAME=VALUE", "--grid": "NAME=V1,V2,..."}
