@@ -12,26 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from process_checks import HANG_GUARD_S
-
-#: runs ``memlab.cli.main(argv)`` in a fresh interpreter and prints its exit status and the torch
-#: modules imported by then (argparse's own errors exit through SystemExit)
-PROBE = textwrap.dedent("""
-    import json, sys
-    from memlab.cli import main
-    try:
-        rc = main(json.loads(sys.argv[1]))
-    except SystemExit as exc:
-        rc = exc.code
-    print(json.dumps({"rc": rc, "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}))
-""")
-
-
-def _probe(argv: list[str], cwd=None, env=None) -> tuple[int, list[str], str]:
-    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
-                       timeout=HANG_GUARD_S, cwd=cwd, env=env)
-    result = json.loads(p.stdout.strip().splitlines()[-1])
-    return result["rc"], result["torch"], p.stderr
+from process_checks import HANG_GUARD_S, cli_probe as _probe
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from gloo_checks import needs_gloo
-from process_checks import HANG_GUARD_S
+from process_checks import cli_probe as _probe
 
 from memlab.cli.options import MAX_SHARD_WORLD, SHARD_SIZES, SHARD_STRATEGIES, SHARDED_MODELS
 from memlab.sharding.layout import F32, gathered_numels
@@ -26,23 +23,6 @@ from memlab.sharding.report import collective_bytes, listed_at_peak_bytes, measu
 DATA = Path(__file__).resolve().parents[1] / "data" / "sharding"
 #: the tiny MLP stack of the spawned runs: Ψ = 2·(2·8·16 + 16 + 8) + 8·8 + 8 = 632
 TINY = ["--param", "dim=8", "--param", "hidden=16", "--param", "layers=2", "--param", "batch=4"]
-
-PROBE = textwrap.dedent("""
-    import json, sys
-    from memlab.cli import main
-    try:
-        rc = main(json.loads(sys.argv[1]))
-    except SystemExit as exc:
-        rc = exc.code
-    print(json.dumps({"rc": rc, "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch")}))
-""")
-
-
-def _probe(argv: list[str]) -> tuple[int, list[str], str]:
-    p = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
-                       timeout=HANG_GUARD_S)
-    result = json.loads(p.stdout.strip().splitlines()[-1])
-    return result["rc"], result["torch"], p.stderr
 
 
 def _rows(name: str) -> list[dict]:
