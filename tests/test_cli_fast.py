@@ -3,7 +3,6 @@ and the torch-free index of built-in names agrees with the registry (NOTE [ name
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
