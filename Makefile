@@ -46,7 +46,7 @@ demo:
 ## once, and its tests run in their file's order, as they do serially
 ## two workers on two cores: each test's torch threads would spin-wait for CPUs the other worker holds
 ## (OpenMP's default active wait), so they wait passively; it changes no figure a test asserts (no test
-## asserts a time).  Typically about 8 min on 2 idle cores after install (docs/evidence/makefile-runs.md)
+## asserts a time).  Typically about 12 min on 2 idle cores after install (docs/evidence/makefile-runs.md)
 test: install
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
