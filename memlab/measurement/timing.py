@@ -17,7 +17,11 @@ the timing heap ], same module), with no profiler, FLOP counter or dispatch mode
 
 After one warm-up step of each, steps run as ``baseline, technique, baseline, ..., baseline`` and
 each technique step is divided by the mean of the two baseline steps around it;
-``relative_step_time`` is the median of those ratios.  Each step is timed twice: wall-clock
+``relative_step_time`` is the median of those ratios.  The shadow steps (untimed) after the baseline
+step that follows the technique's, so each timed step follows a full step of another problem: with
+the shadow between the technique's step and the baseline's, every baseline step ran on caches the
+shadow had just filled, and ``unchunked`` timed against itself read 0.976-0.984 at a 2.6 ms step
+(0.994-1.000 unchecked; 0.991-1.001 in this order: docs/evidence/time-model-bias.md).  Each step is timed twice: wall-clock
 (``time.perf_counter``, the raw figure: ``step_times_s``) and the CPU time of the measuring thread
 (``time.thread_time``: ``step_cpu_times_s``).
 
@@ -235,8 +239,8 @@ class _Problems:
 
 
 def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cpu_clock: bool):
-    """``baseline, technique, baseline, ...``; after each technique step the shadow steps, untimed,
-    and the two are compared.
+    """``baseline, technique, baseline, ...``; after the baseline step that follows each technique
+    step the shadow steps, untimed, and the technique's step is compared with it (NOTE [ timed phase ]).
 
     Returns ``(technique (wall, cpu, faults) samples, baseline samples)``: at least ``min_steps`` technique
     steps, then more until :func:`_settled` (NOTE [ when to stop timing ]) or ``budget_s`` seconds
@@ -249,8 +253,8 @@ def _interleave(problems: _Problems, device, min_steps: int, budget_s: float, cp
     while len(times) < MAX_TIMED_STEPS:
         problems.sync_shadow()
         times.append(_timed(problems.step, device, problems.log))
-        problems.check_last()
         ref.append(_timed(problems.baseline, device, problems.baseline_log))
+        problems.check_last()
         if len(times) < min_steps:
             continue
         if _settled(times, ref, cpu_clock):
