@@ -14,6 +14,7 @@ import pytest
 from gloo_checks import needs_gloo
 
 from memlab.cli import main
+from memlab.sharding.predict import leftover_bytes
 from memlab.sharding.sweep_plan import SHARDED_KIND, parse_strategies, plan_runs, run_key
 
 pytestmark = needs_gloo
@@ -22,6 +23,18 @@ ARGS = ["sweep", "--shard-strategy", "ddp,fsdp", "--world", "1,2", "--model", "m
 PLAN = plan_runs(["mlp"], parse_strategies("ddp,fsdp"), [1, 2], 8)
 #: the figures a rank's row must carry unchanged (bytes)
 BYTES = ("peak_bytes", "peak_above_start_bytes", "start", "peak", "end", "max", "owned_numels")
+
+
+def _figures(row: dict) -> dict:
+    """``row``'s :data:`BYTES`, less DDP's rebuild leftover where a run has one: a 4- or 168-byte block
+    whose free races gloo's thread, so two runs of the same step may differ by it on one rank (NOTE
+    [ DDP's rebuild leftovers ] in memlab/sharding/predict.py; seen in a clean-clone .ci/run, 6 Dec 2026)."""
+    left = leftover_bytes(row)
+    out = {k: row[k] for k in BYTES}
+    out["peak_bytes"] -= left
+    for moment in ("start", "peak", "end", "max"):
+        out[moment] = {**out[moment], "temporaries": out[moment]["temporaries"] - left}
+    return out
 
 
 def _main(argv: list[str]) -> tuple[int, str]:
@@ -75,7 +88,7 @@ def test_rows_hold_the_bytes_run_sharded_gives(swept):
     assert len(direct) == len(swept["rows"]) == 6
     for row in swept["rows"]:
         want = direct[(row["strategy"], row["world"], row["rank"])]
-        assert {k: row[k] for k in BYTES} == {k: want[k] for k in BYTES}, (row["strategy"], row["world"], row["rank"])
+        assert _figures(row) == _figures(want), (row["strategy"], row["world"], row["rank"])
 
 
 def test_resume_runs_nothing_that_is_finished(swept):
@@ -103,7 +116,7 @@ def test_ray_gives_the_same_bytes(swept, tmp_path):
     on_ray, local = _rows(out), [r for r in swept["rows"] if (r["strategy"], r["world"]) == ("ddp", 2)]
     assert [r["rank"] for r in on_ray] == [0, 1] and all(r["sweep"]["executor"] == "ray" for r in on_ray)
     for got, want in zip(on_ray, sorted(local, key=lambda r: r["rank"])):
-        assert {k: got[k] for k in BYTES} == {k: want[k] for k in BYTES}
+        assert _figures(got) == _figures(want)
 
 
 def test_the_sharding_page_draws_the_sweep(swept):
