@@ -161,27 +161,26 @@ def format_answer(ans: dict, model: str, unit: str, fitted: str, checked: list[s
     rests on (``fitted``: the fit points; ``checked``: one line per held-out check)."""
     j, b = answer_json(ans), ans["batch_per_rank"]
     at, nxt = j["at_b"], j["at_b_plus_1"]
-    head = (f"{model} under {ans['strategy']} at N = {ans['world']} ranks, budget {_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])}) "
-            f"per rank")
+    allocated = f"{_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])})"
+    cuda = device == "cuda"
+    budget_text = f"CUDA budget {_c(budget)} B ({_gib(budget)}): allocated peak at most {allocated}" if cuda \
+        else f"budget {allocated}"
+    need = cuda_need(int(at["peak"]))
+    need_line = [f"  CUDA need at b = {max(b, 1):,}: {_c(need)} B ({_gib(need)})"] if cuda else []
     cats = ", ".join(f"{c.replace('_', ' ')} {_c(v)}" for c, v in at.items() if c not in ("peak", "phase", "rank"))
+    lines = [f"{model} under {ans['strategy']} at N = {ans['world']} ranks, {budget_text} per rank"]
     if b:
-        lines = [head, f"  largest per-rank batch: b = {b:,} {unit} (global batch {b * ans['world']:,})",
-                 f"  predicted per-rank peak at b = {b:,}: {_c(at['peak'])} B ({_gib(at['peak'])}), highest on rank "
-                 f"{at['rank']}, in {at['phase']}"]
+        lines += [f"  largest per-rank batch: b = {b:,} {unit} (global batch {b * ans['world']:,})",
+                  f"  predicted per-rank peak at b = {b:,}: {_c(at['peak'])} B ({_gib(at['peak'])}), highest on rank "
+                  f"{at['rank']}, in {at['phase']}", *need_line,
+                  f"  at b = {b + 1:,}: {_c(nxt['peak'])} B ({_gib(nxt['peak'])}) on rank {nxt['rank']}, in "
+                  f"{nxt['phase']}: over the budget by {_c(nxt['peak'] - j['budget_bytes'])} B"]
     else:
-        lines = [head, f"  nothing fits: at b = 1 the predicted per-rank peak is {_c(at['peak'])} B ({_gib(at['peak'])}) "
-                       f"on rank {at['rank']}, in {at['phase']}, over the budget"]
-    if b:
-        lines.append(f"  at b = {b + 1:,}: {_c(nxt['peak'])} B ({_gib(nxt['peak'])}) on rank {nxt['rank']}, in "
-                     f"{nxt['phase']}: over the budget by {_c(nxt['peak'] - j['budget_bytes'])} B")
+        lines += [f"  nothing fits: at b = 1 the predicted per-rank peak is {_c(at['peak'])} B ({_gib(at['peak'])}) "
+                  f"on rank {at['rank']}, in {at['phase']}, over the budget", *need_line]
     lines += [f"  rank {at['rank']} at b = {max(b, 1):,} (bytes): {cats}",
               f"  fitted on {fitted}", *(f"  {c}" for c in checked)]
-    if device == "cuda":
-        lines[0] = lines[0].replace(f"budget {_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])})",
-                                    f"CUDA budget {_c(budget)} B ({_gib(budget)}): allocated peak at most "
-                                    f"{_c(j['budget_bytes'])} B ({_gib(j['budget_bytes'])})")
-        need = f"CUDA need at b = {max(b, 1):,}: {_c(cuda_need(int(at['peak'])))} B ({_gib(cuda_need(int(at['peak'])))})"
-        lines.insert(3 if b else 2, f"  {need}")
+    if cuda:
         lines.append(f"  on CUDA: the allocated peak plus the advisor's stated allocator margin "
                      f"({100 * CUDA_MARGIN['fraction']:.0f}% + {CUDA_MARGIN['fixed_bytes'] // 2**20} MiB + "
                      f"{_gib(CUDA_MARGIN['workspace_bytes'])} of cuBLAS workspaces), as every built-in family's CUDA "
