@@ -188,3 +188,14 @@ def test_the_cuda_answer_solves_for_the_need_and_says_the_margin(capsys):
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "CUDA need at b = " in text and "stated allocator margin" in text and "not for a sharded step" in text
+
+
+def test_a_cuda_budget_below_the_margin_alone_is_named(capsys):
+    from memlab.advisor.advise import cuda_need
+    from memlab.cli import main
+
+    rc = main(["advise", "--model", GPT2, "--shard-strategy", "fsdp", "--world", "64", "--budget", "1MiB",
+               "--rows", str(DATA / "gpt2-tiny-g24.jsonl"), "--device", "cuda"])
+    assert rc == 2
+    assert (f"--budget 1MiB is not valid with --device cuda: the stated allocator margin alone needs "
+            f"{cuda_need(0):,} B; valid: a larger budget") in capsys.readouterr().err

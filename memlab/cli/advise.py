@@ -259,7 +259,13 @@ def _advise_sharded(args, cache_root) -> int:
     fit_rows = [r for r in rows if r["world"] in q["fit"]]
     f = fit(fit_rows)
     checks = check(f, [r for r in rows if r["world"] in q["check"]])
-    ans = largest_batch(f, q["label"], args.world, allocated_budget(q["budget"], args.device))
+    allocated = allocated_budget(q["budget"], args.device)
+    if allocated < 1:
+        from ..advisor.advise import cuda_need  # deferred: heavy, CLI startup
+
+        raise UsageError(f"--budget {args.budget} is not valid with --device {args.device}: the stated allocator "
+                         f"margin alone needs {cuda_need(0):,} B; valid: a larger budget")
+    ans = largest_batch(f, q["label"], args.world, allocated)
     source = ", ".join(args.rows) if args.rows else "runs here (cached)"
     bad = sorted({(r["world"], r["rank"]) for r in rows if not r.get("matches", False)})
     why = doubts(f, q["label"], ans, checks) + ([f"the step of (world, rank) {bad} differs from the single-process "
