@@ -86,13 +86,14 @@ class Advice(memlab.AdvisorModel):
     time_only_sizes = [{"batch": 9, "seq": 7}]
     chunk_cost_scale = {"chunk_size": "batch"}
     chunk_split_work = {"chunk_size": ["layers"]}
+    chunk_cost_work = {"chunk_size": "batch"}
 '''
 
 
 def test_a_file_sets_every_declaration_field_and_each_is_honoured(model_file):
     """Every :class:`Declaration` field a model file's ``AdvisorModel`` sets reaches the declaration,
     lists read as tuples and mappings as dicts (``time_only_sizes``, ``chunk_cost_scale`` and
-    ``chunk_split_work`` were once dropped without a word).  The file sets every field but the three
+    ``chunk_split_work`` were once dropped without a word; ``chunk_cost_work`` is read the same way).  The file sets every field but the three
     ``model_declaration`` derives, so a field added to ``Declaration`` fails here until it is added above."""
     import dataclasses
 
@@ -105,7 +106,8 @@ def test_a_file_sets_every_declaration_field_and_each_is_honoured(model_file):
                             {"batch": 4, "seq": 6}),
                 work={"layers": "batch*seq", "head": "batch"}, time_chunks=(1, 4), max_degree=2, max_quantum=4096,
                 trace_values=(2, 3, 5, 7, 11), time_only_sizes=({"batch": 9, "seq": 7},),
-                chunk_cost_scale={"chunk_size": "batch"}, chunk_split_work={"chunk_size": ("layers",)})
+                chunk_cost_scale={"chunk_size": "batch"}, chunk_split_work={"chunk_size": ("layers",)},
+                chunk_cost_work={"chunk_size": "batch"})
     assert set(want) == {f.name for f in dataclasses.fields(Declaration)} - {"name", "workload", "declared_by"}
     got = {f: getattr(decl, f) for f in want}
     got["entries"] = tuple(e.technique for e in decl.entries)

@@ -8,12 +8,18 @@ from memlab.advisor.fit import time_model
 from memlab.advisor.model import predict_time
 
 
+def _plain_chunking():
+    """The chunking declaration with a constant per-chunk cost only (no ``chunk_cost_work``): the
+    tests of r + (c + (k - 1) * o) / W and of the page-fault term fit that form."""
+    return dataclasses.replace(declaration_of("chunking"), chunk_cost_work={})
+
+
 def _points(r, c, o, works, chunks):
     return [{"work": w, "chunks": k, "relative_step_time": r + (c + (k - 1) * o) / w} for w in works for k in chunks]
 
 
 def test_a_chunked_entry_recovers_its_ratio_and_fixed_costs():
-    fam = declaration_of("chunking")
+    fam = _plain_chunking()
     entry = fam.entry("slice_loop")
     model = time_model(fam, entry, _points(1.1, 3e6, 2e6, (33554432, 536870912), (1, 4, 16)))
     assert model["kind"] == "work" and model["work"] == "n*d*hidden"
@@ -83,7 +89,7 @@ def _fault_family(f, r, c, o, points):
 
 
 def test_time_model_with_the_fault_term_recovers_r_c_o():
-    fam = declaration_of("chunking")
+    fam = _plain_chunking()
     pts = _fault_family(0.5, 1.1, 3e6, 2e6, [(2 ** 25, 1, 0, 0), (2 ** 25, 4, 0, 0), (2 ** 29, 1, 2 ** 27, 2 ** 27),
                                                (2 ** 29, 4, 0, 2 ** 27), (2 ** 31, 16, 0, 2 ** 28)])
     model = time_model(fam, fam.entry("slice_loop"), pts, 0.5)
@@ -94,7 +100,7 @@ def test_time_model_with_the_fault_term_recovers_r_c_o():
 def test_fault_term_finds_the_family_cost_per_byte_and_predicts_with_it_on_cpu_only(monkeypatch):
     import memlab.advisor.fit as fit
 
-    fam = declaration_of("chunking")
+    fam = _plain_chunking()
     # the technique's and the baseline's mapped bytes come from their classes: stand-ins keyed by the point
     mapped = {}
     monkeypatch.setattr(fit, "mmapped_bytes", lambda classes, k, values: mapped[(id(classes), values["n"], k)])
@@ -254,6 +260,26 @@ def test_a_chunked_components_model_recovers_its_per_chunk_cost():
     assert predict_time(fam, {"knobs": ["chunk"], "time": model}, size) == pytest.approx(truth, rel=1e-9)
 
 
+def test_a_components_model_recovers_a_per_chunk_cost_that_grows_with_the_sizes():
+    """``chunk_cost_work`` in a family of work components: chunked_lm_loss with a further chunk costing
+    ``o + q * batch * seq`` (NOTE [ per-chunk costs ]), recovered and predicted."""
+    fam = dataclasses.replace(declaration_of("transformer"), chunk_cost_work={"chunk": "batch*seq"})
+    entry = fam.entry("chunked_lm_loss")
+    r = {"layers": 9700.0, "attention": 40.0, "head": 8.5}
+    pts = _component_points(fam, r, 2e6, 1e5, chunks=(1, 4, 16))
+    for p in pts:
+        p["relative_step_time"] += (p["chunks"] - 1) * 30.0 * p["params"]["batch"] * p["params"]["seq"] \
+            / (p["baseline_step_cpu_s"] * 1e9)
+    model = time_model(fam, entry, pts)
+    assert model["o_work"] == "batch*seq" and model["o_work_cost"] == pytest.approx(30.0, rel=1e-6)
+    assert model["o"] == pytest.approx(1e5, rel=1e-6)
+    size = {"seq": 512, "batch": 2, "vocab": 2048, "chunk": 64, "layers": 4}   # 16 chunks
+    w = {"layers": 4 * 1024, "attention": 4 * 1024 * 512, "head": 1024 * 2048}
+    truth = (2e6 + 15 * (1e5 + 30.0 * 1024) + sum(r[n] * w[n] for n in w)) / (
+        BASE_COST["1"] + sum(BASE_COST[n] * w[n] for n in w))
+    assert predict_time(fam, {"knobs": ["chunk"], "time": model}, size) == pytest.approx(truth, rel=1e-9)
+
+
 def test_the_family_cost_is_pooled_over_entries_and_each_entry_refitted():
     from memlab.advisor.fit import pooled_baseline_cost
 
@@ -338,3 +364,93 @@ def test_a_block_loop_in_every_layer_costs_per_block_per_layer_and_splits_the_at
     old = time_model(old_fam, entry, _attention_points(fam, r, split, 1.6e6, 1e5))
     assert "o_scale" not in old and "r_per_chunk" not in old and old["max_fit_rel_error"] > 0.05
     assert predict_time(old_fam, {"knobs": ["block"], "time": old}, tiny) < 0.8 * truth(tiny, 4096)
+
+
+# -- a per-chunk cost that grows with the sizes (NOTE [ per-chunk costs ]: chunk_cost_work) ------------
+
+def _sized_points(r, c, o, q, sizes, chunks):
+    """Synthetic chunking time points: relative = r + (c + (k - 1) * (o + q * n * d)) / (n * d * hidden)."""
+    out = []
+    for n, d, h in sizes:
+        w = n * d * h
+        for k in chunks:
+            out.append({"params": {"n": n, "d": d, "hidden": h, "chunk_size": -(-n // k)}, "work": w, "chunks": k,
+                        "relative_step_time": r + (c + (k - 1) * (o + q * n * d)) / w})
+    return out
+
+
+SIZES = ((2048, 64, 256), (8192, 128, 512), (16384, 256, 512), (16384, 64, 1024))
+
+
+def test_chunking_declares_a_per_chunk_cost_in_n_times_d():
+    assert declaration_of("chunking").chunk_cost_work == {"chunk_size": "n*d"}
+
+
+def test_a_per_chunk_cost_in_n_d_is_recovered_and_predicted_past_the_timed_chunks():
+    fam = declaration_of("chunking")
+    model = time_model(fam, fam.entry("slice_loop"), _sized_points(1.02, 1e6, 2e5, 4.5, SIZES, (1, 4, 16)))
+    assert model["o_work"] == "n*d" and model["o_work_cost"] == pytest.approx(4.5)
+    assert model["o"] == pytest.approx(2e5) and model["max_fit_rel_error"] < 1e-9
+    entry = {"knobs": ["chunk_size"], "time": model}
+    n, d, h = 10000, 256, 1024
+    want = 1.02 + (1e6 + 99 * (2e5 + 4.5 * n * d)) / (n * d * h)  # 100 chunks: 99 further, each o + q n d
+    assert predict_time(fam, entry, {"n": n, "d": d, "hidden": h, "chunk_size": 100}) == pytest.approx(want)
+    # four coefficients: the band needs a fifth point to speak
+    from memlab.advisor.model import time_band
+    assert time_band({"time": {**model, "points": model["points"][:4]}})["fraction"] is None
+
+
+def test_a_per_chunk_cost_that_would_shrink_with_the_sizes_is_left_out():
+    """A negative ``o_work_cost`` (slice_accumulate, which adds each chunk's gradient into one buffer,
+    fits one from noise) is no cost: the model is fitted again without the term."""
+    fam = declaration_of("chunking")
+    model = time_model(fam, fam.entry("slice_accumulate[backward=manual]"),
+                       _sized_points(1.0, 1e6, 3e5, -0.5, SIZES, (1, 4, 16)))
+    assert "o_work" not in model and "o_work_cost" not in model
+    plain = time_model(_plain_chunking(), fam.entry("slice_accumulate[backward=manual]"),
+                       _sized_points(1.0, 1e6, 3e5, -0.5, SIZES, (1, 4, 16)))
+    assert {k: model[k] for k in ("r", "c", "o")} == {k: plain[k] for k in ("r", "c", "o")}
+
+
+def test_chunk_cost_work_must_map_a_knob_to_a_product_of_sizes():
+    base = declaration_of("chunking")
+    with pytest.raises(ValueError, match=r"chunk_cost_work\['rows'\]='n\*d' must map a knob of the loop \(chunk_size\)"):
+        dataclasses.replace(base, chunk_cost_work={"rows": "n*d"})
+    with pytest.raises(ValueError, match=r"chunk_cost_work\['chunk_size'\]='n\*q' must map a knob"):
+        dataclasses.replace(base, chunk_cost_work={"chunk_size": "n*q"})
+    from memlab.core.declaration import Declaration
+    assert Declaration.from_json(base.to_json()).chunk_cost_work == {"chunk_size": "n*d"}
+
+
+def test_the_committed_time_models_are_what_a_refit_of_their_points_gives(tmp_path):
+    """``python -m memlab.advisor.refit_time`` on a copy of data/models changes nothing: every committed
+    time model is the fit's code applied to its stored points under the registered declaration."""
+    import shutil
+    from pathlib import Path
+
+    from memlab.advisor.refit_time import refit_file
+
+    models = Path(__file__).resolve().parents[1] / "data" / "models"
+    for name in ("cpu-float32-sgd.json", "cpu-float32-adam.json"):
+        shutil.copy(models / name, tmp_path / name)
+        assert refit_file(tmp_path / name, say=lambda s: None) == {}
+        assert (tmp_path / name).read_text() == (models / name).read_text(), name
+
+
+def test_a_refit_leaves_a_family_alone_when_the_declared_time_points_differ(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from memlab.advisor.refit_time import refit_file
+
+    models = Path(__file__).resolve().parents[1] / "data" / "models"
+    shutil.copy(models / "cpu-float32-sgd.json", tmp_path / "m.json")
+    other = dataclasses.replace(declaration_of("chunking"), time_chunks=(1, 4, 16, 64))
+    before = (tmp_path / "m.json").read_text()
+    left = refit_file(tmp_path / "m.json", ("chunking",), declaration_for=lambda name: other, say=lambda s: None)
+    assert "time_chunks [1, 4, 16] in the file, [1, 4, 16, 64] declared" in left["chunking"]
+    assert (tmp_path / "m.json").read_text() == before
+    with pytest.raises(ValueError, match="no family 'nope'"):
+        refit_file(tmp_path / "m.json", ("nope",), say=lambda s: None)
+    assert json.loads(before)["families"]["chunking"]["time_refitted"].startswith("time models refitted")

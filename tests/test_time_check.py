@@ -149,3 +149,88 @@ def test_settings_replace_the_held_out_ones():
     assert [(r["family"], r["label"], r["params"]) for r in rows] == list(chosen)
     assert rows[0]["predicted_floored"] >= rows[0]["predicted"]
     assert rows[0]["band"] is not None
+
+
+UNSEEN_2 = UNSEEN.parent / "unseen-settings-2.json"
+
+
+def test_the_second_unseen_chunking_settings_were_used_by_no_fit_check_or_sweep():
+    """data/models/unseen-settings-2.json (chosen before the per-chunk size term was fitted, issue 43):
+    one setting per chunked entry, none a time point, a held-out setting, an earlier unseen setting
+    or a sweep's; five past the 16 chunks the time points reach."""
+    import math
+
+    from memlab.advisor.model import load_models
+    from memlab.results import list_input_files, sweep_records
+
+    chosen = time_check.read_settings(UNSEEN_2)
+    fam = load_models("sgd")["families"]["chunking"]
+    chunked = {e["label"] for e in fam["entries"] if e["knobs"]}
+    assert sorted(label for _, label, _ in chosen) == sorted(chunked)
+    used = [p["params"] for e in fam["entries"] for p in e["time"]["points"]]
+    used += [p for _, _, p in time_check.HELD_OUT] + [p for _, _, p in time_check.read_settings(UNSEEN)]
+    swept = [{k: r["params"][k] for k in ("n", "d", "hidden", "chunk_size") if k in r["params"]}
+             for path in list_input_files(UNSEEN.parents[1] / "sweeps", ".jsonl")
+             for _, r in sweep_records(path, lambda _: None) if r["family"] == "chunking"]
+    for family, label, params in chosen:
+        assert family == "chunking" and params not in used and params not in swept, (label, params)
+    assert sum(math.ceil(p["n"] / p["chunk_size"]) > 16 for _, _, p in chosen) == 5
+
+
+def test_the_second_unseen_check_is_within_the_goal_with_errors_of_both_signs():
+    doc = json.loads((UNSEEN.parent / "time-check-unseen-settings-2-sgd.json").read_text())
+    assert [(r["family"], r["label"], r["params"]) for r in doc["rows"]] == list(time_check.read_settings(UNSEEN_2))
+    errors = []
+    for r in doc["rows"]:
+        assert len(r["measured_runs"]) == 3 and r["status"] == "ok", r
+        errors.append((r["predicted_floored"] - r["measured"]) / r["measured"])
+    assert all(abs(e) <= time_check.GOAL for e in errors), errors
+    assert any(e > 0 for e in errors) and any(e < 0 for e in errors), errors
+
+
+def test_repredict_keeps_the_measurements_and_predicts_from_the_models_given(tmp_path):
+    from memlab.advisor.model import load_models, predict_time
+
+    src = UNSEEN.parent / "time-check-unseen-settings-2-sgd.json"
+    path = tmp_path / src.name
+    doc = json.loads(src.read_text())
+    for r in doc["rows"]:
+        r["predicted"], r["error"] = 9.0, 7.0   # a stale prediction
+    path.write_text(json.dumps(doc))
+    rows = time_check.repredict(path, UNSEEN.parent)
+    fam = load_models("sgd")["families"]["chunking"]
+    for r, before in zip(rows, doc["rows"]):
+        entry = next(e for e in fam["entries"] if e["label"] == r["label"])
+        assert r["predicted"] == predict_time(fam, entry, r["params"])
+        assert r["measured"] == before["measured"] and r["measured_runs"] == before["measured_runs"]
+        assert r["error"] == pytest.approx((r["predicted"] - r["measured"]) / r["measured"])
+    written = json.loads(path.read_text())
+    assert written["repredicted"]["by"] == "python -m memlab.advisor.time_check --repredict"
+    assert written["worst_abs_error"] == max(abs(r["error"]) for r in rows)
+    with pytest.raises(SystemExit, match="not a time-check file"):
+        bad = tmp_path / "time-check-x-sgd.json"
+        bad.write_text("[]")
+        time_check.repredict(bad)
+
+
+def test_the_committed_checks_are_predicted_by_the_committed_models(tmp_path):
+    """Every committed time-check file states what the committed models predict (a refit is followed
+    by --repredict): repredicting a copy changes no prediction."""
+    import shutil
+
+    for src in sorted(UNSEEN.parent.glob("time-check-*.json")):
+        shutil.copy(src, tmp_path / src.name)
+        before = json.loads(src.read_text())["rows"]
+        after = time_check.repredict(tmp_path / src.name, UNSEEN.parent)
+        assert [r["predicted"] for r in after] == pytest.approx([r["predicted"] for r in before]), src.name
+
+
+def test_the_family_time_error_reads_the_unseen_checks_too():
+    from memlab.advisor.decision import time_error
+
+    terr = time_error("chunking", "sgd")
+    rows = [r for name in ("time-check-sgd.json", "time-check-unseen-settings-sgd.json",
+                           "time-check-unseen-settings-2-sgd.json")
+            for r in json.loads((UNSEEN.parent / name).read_text())["rows"] if r["family"] == "chunking"]
+    assert terr["checks"] == len(rows) == 17
+    assert terr["fraction"] == round(max(abs(r["error"]) for r in rows), 4)

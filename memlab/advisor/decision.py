@@ -15,8 +15,9 @@ does not, the first choice is the fastest setting that fits.  Settings whose pre
 differ by less than that error are ties: one rank (a group starts at its fastest setting and holds
 every setting within the error of it), listed within it as predicted, fastest first: ordering a tie by
 need instead picked settings the sweeps measured 10-13% slower than the fastest that fits.  The error is the family's held-out
-time check (``data/models/time-check-<optimizer>.json``, :mod:`memlab.advisor.time_check`: the largest
-relative error of that family's rows, else the file's worst), since the fit records only its own
+time checks (``data/models/time-check-<optimizer>.json`` and every ``time-check-<settings>-<optimizer>.json``
+of unseen settings beside it, :mod:`memlab.advisor.time_check`: the largest relative error of that
+family's rows in any of them, else the held-out file's worst), since the fit records only its own
 points' error (each setting's own band, NOTE [ the time band ] in :mod:`memlab.advisor.model`, is
 shown beside it).  What a technique buys is backed only by times its model measured the like of: a
 setting with more chunks than its time points had is not offered for headroom or speed (the sweeps
@@ -50,15 +51,23 @@ SWEEPS_DIR = Path(__file__).resolve().parents[2] / "data" / "sweeps"
 
 def time_error(family: str, optimizer: str, models_dir: Path | None = None) -> dict[str, Any]:
     """The relative error of ``family``'s predicted times: ``{"fraction", "text"}`` (fraction None
-    when no held-out time check was recorded: then no setting ties with another)."""
-    path = Path(models_dir or MODELS_DIR) / f"time-check-{optimizer}.json"
+    when no held-out time check was recorded: then no setting ties with another), over the held-out
+    check ``time-check-<optimizer>.json`` and the checks of unseen settings beside it
+    (``time-check-<settings>-<optimizer>.json``): every setting in them is none of the fit's points."""
+    directory = Path(models_dir or MODELS_DIR)
+    path = directory / f"time-check-{optimizer}.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {"fraction": None, "text": f"no held-out time check ({path.name}): times are not grouped into ties"}
-    rows = data.get("rows") if isinstance(data, dict) else None
-    signed = [r["error"] for r in rows or [] if isinstance(r, dict) and r.get("family") == family
-              and r.get("status") == "ok" and is_number(r.get("error"))]
+    files = [(path.name, data)]
+    for other in sorted(directory.glob(f"time-check-*-{optimizer}.json")):
+        try:
+            files.append((other.name, json.loads(other.read_text())))
+        except (OSError, ValueError):
+            continue  # an unreadable unseen check adds nothing; the held-out one still speaks
+    signed = [r["error"] for _, doc in files for r in ((doc.get("rows") if isinstance(doc, dict) else None) or [])
+              if isinstance(r, dict) and r.get("family") == family and r.get("status") == "ok" and is_number(r.get("error"))]
     errors = [abs(e) for e in signed]
     if errors:
         under = sum(e < 0 for e in signed)

@@ -18,8 +18,8 @@ from typing import Any, Callable, Mapping
 
 import memlab
 from ..core.declaration import BASE_K, Declaration, Entry, fitted_range
-from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bodies, encode_poly, mmapped_bytes,
-                    models_path, predict, work_of)
+from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bodies, encode_poly, eval_poly,
+                    mmapped_bytes, models_path, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
 from ..core.atomic import write_text_atomic
@@ -413,6 +413,22 @@ def fit_entry(fam: Declaration, entry: Entry, optimizer: str, *, measure_fn: Cal
 #   1.06, 0.81, 0.87 at 1, 4, 16 chunks (batch 8, seq 96, vocab 3072) and 1.01, 0.84, 0.90 (batch
 #   4, seq 384, vocab 4096), which ``(k - 1) * o`` alone cannot follow (fit error 15.9%; 10.2% with
 #   the split, from the same points).
+# * a further chunk whose cost grows with the sizes.  A slice's backward writes a zeroed full-size
+#   gradient of the sliced input and adds it in (``x[st:ed]``), and an assignment into a slice
+#   (``y[st:ed] = ...``) passes on a copy of the whole output's gradient, so each further chunk costs
+#   ``o + o_work_cost * n * d``, not ``o``: the family declares it (``chunk_cost_work = {"chunk_size":
+#   "n*d"}``) and the time model fits ``o_work_cost`` beside ``o`` (``o_work`` names the product).  A
+#   technique whose chunks add into one gradient buffer (slice_accumulate) fits a negative
+#   ``o_work_cost`` from noise; a negative cost is none, so its model is fitted again without the term.
+#   With ``o`` alone, fitted at 1, 4 and 16 chunks, every sweep row at 100 chunks ran slower than
+#   predicted, by up to 39.5% (slice_loop), and the first choice at 100 chunks was wrong (vmap_chunk
+#   predicted 0.997x, measured 1.255x); refitted from the same points with the term, the six at 100
+#   chunks are within 6.5-18.4% (vmap_chunk 1.107x, and the first choice is slice_accumulate, as
+#   measured), and six settings chosen before the refit (``data/models/unseen-settings-2.json``, five
+#   past 16 chunks) within 3.2%, where ``o`` alone was 18.7% off.  More time points did not do this (a
+#   refit at 64 chunks with ``o`` alone widened the bands to 37%), nor did a term in ``d * hidden``
+#   (the weights each chunk reads), ``d`` or ``hidden`` alone.
+#   Evidence: docs/evidence/time-model-bias.md#a-per-chunk-cost-in-n-times-d
 
 #: nanoseconds per second: a work-components model (NOTE [ work components ]) counts in nanoseconds of thread CPU time
 NS_PER_S = 1e9
@@ -469,14 +485,16 @@ def baseline_cost(fam: Declaration, points: list[dict]) -> dict[str, float] | No
 def _chunk_terms(fam: Declaration, entry: Entry, pts: list[dict]) -> dict[str, Any]:
     """The per-chunk terms of ``entry``'s time model (NOTE [ per-chunk costs ]): ``o_scale`` (the
     product of sizes its per-chunk cost repeats over, or None), ``split`` (the work components the
-    chunks split) and ``bodies`` (:func:`~memlab.advisor.model.chunk_bodies` at each point); none
-    unless the points have two or more chunk counts."""
+    chunks split), ``o_work`` (the product of sizes a further chunk's cost grows with, or None) and
+    ``bodies`` (:func:`~memlab.advisor.model.chunk_bodies` at each point); none unless the points have
+    two or more chunk counts."""
     if not (entry.knobs and len({p["chunks"] for p in pts}) > 1):
-        return {"chunked": False, "o_scale": None, "split": [], "bodies": [0] * len(pts)}
+        return {"chunked": False, "o_scale": None, "split": [], "o_work": None, "bodies": [0] * len(pts)}
     knob = entry.knobs[0]
     scale = fam.chunk_cost_scale.get(knob)
     t = {"o_scale": scale} if scale else {}
     return {"chunked": True, "o_scale": scale, "split": sorted(fam.chunk_split_work.get(knob, ())),
+            "o_work": fam.chunk_cost_work.get(knob),
             "bodies": [chunk_bodies(t, p.get("params") or {}, p["chunks"]) for p in pts]}
 
 
@@ -494,25 +512,37 @@ def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: f
     chunk = _chunk_terms(fam, entry, pts)
     split = chunk["split"]
     den = [base_work(cost, p["work"]) + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
-    rows = [[p["work"][n] / d for n in names] + [1.0 / d] + ([b / d] if chunk["chunked"] else [])
-            + [p["work"][n] / p["chunks"] / d for n in split]
-            for p, d, b in zip(pts, den, chunk["bodies"])]
     target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
-    solution = [float(x) for x in _lstsq_scaled(np.array(rows), np.array(target))]
+
+    def solve(grow: str | None) -> list[float]:
+        rows = [[p["work"][n] / d for n in names] + [1.0 / d] + ([b / d] if chunk["chunked"] else [])
+                + [p["work"][n] / p["chunks"] / d for n in split]
+                + ([b * eval_poly({grow: 1}, p["params"]) / d] if grow else [])
+                for p, d, b in zip(pts, den, chunk["bodies"])]
+        return [float(x) for x in _lstsq_scaled(np.array(rows), np.array(target))]
+
+    grow = chunk["o_work"]
+    solution = solve(grow)
+    if grow and solution[-1] < 0:  # a further chunk costs no less for its size (NOTE [ per-chunk costs ])
+        grow, solution = None, solve(None)
+    per = solution.pop() if grow else 0.0
     r = dict(zip(names, solution))
     c = solution[len(names)]
     o = solution[len(names) + 1] if chunk["chunked"] else 0.0
     s = dict(zip(split, solution[len(names) + 2:]))
     fitted = [(sum(r[n] * p["work"][n] for n in names) + sum(s[n] * p["work"][n] / p["chunks"] for n in split)
-               + c + b * o + per_byte * p.get("mmap_bytes", 0)) / d for p, d, b in zip(pts, den, chunk["bodies"])]
+               + c + b * (o + (per * eval_poly({grow: 1}, p["params"]) if grow else 0.0))
+               + per_byte * p.get("mmap_bytes", 0)) / d for p, d, b in zip(pts, den, chunk["bodies"])]
     rel = [(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts)]
     note = out["note"].replace("r + (c + (k - 1) * o) / W", "(sum_j r_j W_j + c + (k - 1) * o) / (sum_j "
                                "baseline_cost_j W_j + baseline_cost_1), nanoseconds (NOTE [ work components ])")
-    if chunk["o_scale"] or split:
+    if chunk["o_scale"] or split or grow:
         note += (f"; (k - 1) * {chunk['o_scale']} further loop bodies" if chunk["o_scale"] else "") + (
+            f"; o + o_work_cost * {grow} per further loop body" if grow else "") + (
             f"; plus r_per_chunk_j W_j / k for {', '.join(split)}" if split else "") + " (NOTE [ per-chunk costs ])"
     return {**out, "note": note, "kind": "components", "baseline_cost": dict(cost), "r": r, "c": c, "o": o,
             **({"o_scale": chunk["o_scale"]} if chunk["o_scale"] else {}), **({"r_per_chunk": s} if split else {}),
+            **({"o_work": grow, "o_work_cost": per} if grow else {}),
             "max_fit_rel_error": round(max(abs(e) for e in rel), 4)}, sum(e * e for e in rel)
 
 
@@ -536,19 +566,33 @@ def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: floa
         return {**out, "kind": "constant", "a": round(rel[len(rel) // 2], 4)}, 0.0
     if components:
         return _components_fit(fam, entry, pts, per_byte, cost, out)
-    bodies = _chunk_terms(fam, entry, pts)
+    chunk = _chunk_terms(fam, entry, pts)
     den = [p["work"] + per_byte * p.get("baseline_mmap_bytes", 0) for p in pts]
-    rows = [[p["work"] / d, 1.0 / d] + ([b / d] if chunked else []) for p, d, b in zip(pts, den, bodies["bodies"])]
     target = [p["relative_step_time"] - per_byte * p.get("mmap_bytes", 0) / d for p, d in zip(pts, den)]
-    solution = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)[0]
-    r, c = float(solution[0]), float(solution[1])
-    o = float(solution[2]) if chunked else 0.0
-    fitted = [(r * p["work"] + c + b * o + per_byte * p.get("mmap_bytes", 0)) / d
-              for p, d, b in zip(pts, den, bodies["bodies"])]
+
+    def solve(grow: str | None) -> list[float]:
+        rows = [[p["work"] / d, 1.0 / d] + ([b / d] if chunked else [])
+                + ([b * eval_poly({grow: 1}, p["params"]) / d] if grow else [])
+                for p, d, b in zip(pts, den, chunk["bodies"])]
+        return [float(x) for x in np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)[0]]
+
+    grow = chunk["o_work"] if chunked else None
+    solution = solve(grow)
+    if grow and solution[3] < 0:  # a further chunk costs no less for its size: fitted without the term
+        grow, solution = None, solve(None)
+    r, c = solution[0], solution[1]
+    o = solution[2] if chunked else 0.0
+    per = solution[3] if grow else 0.0
+    fitted = [(r * p["work"] + c + b * (o + (per * eval_poly({grow: 1}, p["params"]) if grow else 0.0))
+               + per_byte * p.get("mmap_bytes", 0)) / d for p, d, b in zip(pts, den, chunk["bodies"])]
     worst = max(abs(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts))
     sq = sum(((f - p["relative_step_time"]) / p["relative_step_time"]) ** 2 for f, p in zip(fitted, pts))
+    if grow:
+        out["note"] = out["note"].replace("(k - 1) * o", f"(k - 1) * (o + o_work_cost * {grow})") + \
+            " (NOTE [ per-chunk costs ])"
     return {**out, "kind": "work", "r": round(r, 6), "c": c, "o": o, "max_fit_rel_error": round(worst, 4),
-            **({"o_scale": bodies["o_scale"]} if bodies["o_scale"] else {})}, sq
+            **({"o_scale": chunk["o_scale"]} if chunk["o_scale"] else {}),
+            **({"o_work": grow, "o_work_cost": per} if grow else {})}, sq
 
 
 def pooled_baseline_cost(fam: Declaration, entries: list[dict], *,

@@ -194,12 +194,12 @@ def chunk_bodies(t: Mapping[str, Any], params: Mapping[str, int], k: int) -> int
 
 
 def _components_time(t: Mapping[str, Any], work: Mapping[str, int], k: int, mapped: tuple[float, float],
-                     bodies: int) -> float:
+                     bodies: int, per_chunk: float) -> float:
     """``(sum_j r_j W_j + sum_j s_j W_j / k + c + bodies * o + f M) / (baseline cost + f M_base)`` of a
     ``components`` time model, ``s`` its ``r_per_chunk`` (NOTE [ per-chunk costs ]), ``bodies`` from
-    :func:`chunk_bodies`, ``mapped`` = ``(f M, f M_base)``; summed in the components' sorted order (as
-    choose.js)."""
-    num = t["c"] + bodies * t["o"]
+    :func:`chunk_bodies`, ``o`` = ``per_chunk`` (with its ``o_work`` term), ``mapped`` = ``(f M, f
+    M_base)``; summed in the components' sorted order (as choose.js)."""
+    num = t["c"] + bodies * per_chunk
     for name in sorted(work):
         num += t["r"][name] * work[name]
     split = t.get("r_per_chunk") or {}
@@ -218,6 +218,7 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
     for a ``components`` model (NOTE [ work components ]) ``(sum_j r_j W_j + c + (k - 1) * o [+ f * M])
     / (sum_j b_j W_j + b_0 [+ f * M_base])``, ``b`` the baseline's cost (``time["baseline_cost"]``);
     where the per-chunk cost repeats inside an outer loop ``(k - 1) * o`` is ``(k - 1) * layers * o``,
+    where it grows with a product of sizes ``o`` is ``o + o_work_cost * time["o_work"]`` (``n*d``),
     and a component the chunks split adds ``s_j * W_j / k`` (NOTE [ per-chunk costs ] in
     :mod:`memlab.advisor.fit`: :func:`chunk_bodies`, ``time["r_per_chunk"]``); None without a model.  The family baseline's own entry (``entry["baseline"]``) is 1 by definition:
     its measured points are itself over itself, the timing's noise (an eager_attention fit at 3 rounds
@@ -242,13 +243,14 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
         mine = mmapped_bytes(entry["classes"], *decl.loop_of(params, chunked=bool(entry.get("knobs"))), ceiling)
         base = mmapped_bytes(fault["baseline"], *decl.loop_of(params, chunked=False), ceiling)
     bodies = chunk_bodies(t, params, k)
+    per_chunk = t["o"] + (t["o_work_cost"] * eval_poly({t["o_work"]: 1}, params) if t.get("o_work") else 0.0)
     if t["kind"] == "components":
         mapped = (0.0, 0.0) if mine is None or base is None else (per_byte * mine, per_byte * base)
-        return _components_time(t, work, k, mapped, bodies)
+        return _components_time(t, work, k, mapped, bodies, per_chunk)
     if mine is None or base is None:
-        return float(t["r"] + (t["c"] + bodies * t["o"]) / work)
+        return float(t["r"] + (t["c"] + bodies * per_chunk) / work)
     w = float(work)
-    return float((t["r"] * w + t["c"] + bodies * t["o"] + per_byte * mine) / (w + per_byte * base))
+    return float((t["r"] * w + t["c"] + bodies * per_chunk + per_byte * mine) / (w + per_byte * base))
 
 
 # NOTE [ the time band ]
@@ -267,8 +269,8 @@ def _fitted_coefficients(t: Mapping[str, Any]) -> int:
     """How many coefficients a ``work`` or ``components`` time model fitted (NOTE [ the time band ])."""
     chunked = len({p.get("chunks") for p in t.get("points") or []}) > 1
     if t.get("kind") == "components":
-        return len(t.get("r") or {}) + 1 + chunked + len(t.get("r_per_chunk") or {})
-    return 2 + chunked
+        return len(t.get("r") or {}) + 1 + chunked + len(t.get("r_per_chunk") or {}) + bool(t.get("o_work"))
+    return 2 + chunked + bool(t.get("o_work"))
 
 
 def time_band(entry: Mapping[str, Any]) -> dict[str, Any]:

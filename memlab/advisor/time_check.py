@@ -29,7 +29,7 @@ from .model import MODELS_DIR, clamp_time, load_models, predict_time, time_band
 from .time_runs import fmt_error, fmt_time, measure_in_passes, median_error
 from ..core.setting import DEFAULTS
 
-__all__ = ["HELD_OUT", "GOAL", "held_out", "read_settings", "check_times", "main"]
+__all__ = ["HELD_OUT", "GOAL", "held_out", "read_settings", "check_times", "repredict", "main"]
 
 #: the relative error the check aims for
 GOAL = 0.10
@@ -133,6 +133,32 @@ def _row(family: str, label: str, params: dict, predicted: float | None, ms: lis
             else (getattr(ms[0], "environment", None) or {}).get("timing_cpu")}
 
 
+def repredict(path: Path, models_dir=None) -> list[dict[str, Any]]:
+    """Each row of the check file ``path`` predicted again by the models now in ``models_dir``, its
+    measurements kept: ``predicted``, ``predicted_floored``, ``band`` and ``error`` replaced, the file
+    rewritten with ``repredicted`` (which models predicted: those committed beside it).  For a time model
+    refitted from its stored points (:mod:`memlab.advisor.refit_time`): the settings are none of those
+    points, so the rows stay held out.  Returns the rows."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise SystemExit(f"{path}: not a time-check file; give one written by this module")
+    optimizer = path.stem.rsplit("-", 1)[-1]
+    models = load_models(optimizer, models_dir)
+    for r in data["rows"]:
+        fam, entry = _entry(models, r["family"], r["label"])
+        predicted = predict_time(fam, entry, r["params"])
+        r.update(predicted=predicted, predicted_floored=clamp_time(entry, predicted)[0], band=time_band(entry)["fraction"],
+                 error=median_error(r.get("measured_runs") or [r["measured"]], predicted)[1]
+                 if r.get("measured") is not None else None)
+    errors = [abs(r["error"]) for r in data["rows"] if r["error"] is not None]
+    where = "data/models" if models_dir is None else str(models_dir)
+    data.update(worst_abs_error=max(errors, default=None), repredicted={
+        "by": "python -m memlab.advisor.time_check --repredict",
+        "models": f"{where}/cpu-float32-{optimizer}.json as committed with this file"})
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return data["rows"]
+
+
 def _earlier_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of an earlier check file (none when there is none); a file that is not such a check
     is an error naming it, never overwritten."""
@@ -159,7 +185,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", type=Path, default=None,
                         help="measure the settings of this file instead of the families' held-out ones "
                              "(e.g. data/models/unseen-settings.json; default out: time-check-<stem>-<optimizer>.json)")
+    parser.add_argument("--repredict", type=Path, action="append", default=None, metavar="CHECK_FILE",
+                        help="measure nothing: predict the rows of this earlier check file again from the models now "
+                             "committed, keeping its measurements (after python -m memlab.advisor.refit_time; repeatable)")
     args = parser.parse_args(argv)
+    if args.repredict:
+        for path in args.repredict:
+            rows = repredict(path)
+            worst = max((abs(r["error"]) for r in rows if r["error"] is not None), default=None)
+            print(f"{path}: worst |error| {'-' if worst is None else f'{100 * worst:.1f}%'} over {len(rows)} settings")
+        return 0
     chosen = None if args.settings is None else read_settings(args.settings)
     known = sorted({f for f, _, _ in (held_out() if chosen is None else chosen)})
     for fam in args.family or ():

@@ -128,6 +128,7 @@ class Declaration:
     time_only_sizes: tuple[Mapping[str, int], ...] = ()
     chunk_cost_scale: Mapping[str, str] = field(default_factory=dict)
     chunk_split_work: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    chunk_cost_work: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         self.validate()
@@ -179,8 +180,9 @@ class Declaration:
                              f"(or empty: the primes {PRIMES[0]} to {PRIMES[-1]})")
 
     def _validate_chunk_costs(self, who: str) -> None:
-        """``chunk_cost_scale``: a knob of the loop -> a product of sizes; ``chunk_split_work``: a knob
-        -> work components (NOTE [ per-chunk costs ] in :mod:`memlab.advisor.fit`)."""
+        """``chunk_cost_scale`` and ``chunk_cost_work``: a knob of the loop -> a product of sizes;
+        ``chunk_split_work``: a knob -> work components (NOTE [ per-chunk costs ] in
+        :mod:`memlab.advisor.fit`)."""
         knobs = set(self.loop.knobs())
         for knob, mono in self.chunk_cost_scale.items():
             if knob not in knobs or not (isinstance(mono, str) and _MONOMIAL.match(mono)
@@ -193,6 +195,11 @@ class Declaration:
                 raise ValueError(f"{who}: chunk_split_work[{knob!r}]={parts!r} must map a knob of the loop "
                                  f"({', '.join(sorted(knobs)) or 'none'}) to one or more work components "
                                  f"({', '.join(sorted(names)) or 'none: work is one monomial'})")
+        for knob, mono in self.chunk_cost_work.items():
+            if knob not in knobs or not (isinstance(mono, str) and _MONOMIAL.match(mono)
+                                         and set(mono.split("*")) <= set(self.sizes)):
+                raise ValueError(f"{who}: chunk_cost_work[{knob!r}]={mono!r} must map a knob of the loop "
+                                 f"({', '.join(sorted(knobs)) or 'none'}) to a product of sizes {list(self.sizes)}")
 
     def _validate_work(self, who: str) -> None:
         """``work``: one monomial of the sizes, or named components (NOTE [ work components ] in
@@ -291,7 +298,8 @@ class Declaration:
             return self
         return dataclasses.replace(self, loop=loop, entries=(entry,),
                                    chunk_cost_scale={k: v for k, v in self.chunk_cost_scale.items() if k in entry.knobs},
-                                   chunk_split_work={k: v for k, v in self.chunk_split_work.items() if k in entry.knobs})
+                                   chunk_split_work={k: v for k, v in self.chunk_split_work.items() if k in entry.knobs},
+                                   chunk_cost_work={k: v for k, v in self.chunk_cost_work.items() if k in entry.knobs})
 
     def variable_docs(self, size_docs: Mapping[str, str]) -> dict[str, str]:
         """What each variable of the pieces means: the loop's variables and the sizes (``size_docs``)."""
@@ -312,7 +320,8 @@ class Declaration:
                 **({"time_only_sizes": [dict(p) for p in self.time_only_sizes]} if self.time_only_sizes else {}),
                 **({"chunk_cost_scale": dict(self.chunk_cost_scale)} if self.chunk_cost_scale else {}),
                 **({"chunk_split_work": {k: list(v) for k, v in self.chunk_split_work.items()}}
-                   if self.chunk_split_work else {})}
+                   if self.chunk_split_work else {}),
+                **({"chunk_cost_work": dict(self.chunk_cost_work)} if self.chunk_cost_work else {})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Declaration":
@@ -336,7 +345,8 @@ class Declaration:
                        trace_values=tuple(data.get("trace_values") or ()),
                        time_only_sizes=tuple(dict(p) for p in data.get("time_only_sizes") or ()),
                        chunk_cost_scale={str(k): str(v) for k, v in (data.get("chunk_cost_scale") or {}).items()},
-                       chunk_split_work={str(k): tuple(v) for k, v in (data.get("chunk_split_work") or {}).items()})
+                       chunk_split_work={str(k): tuple(v) for k, v in (data.get("chunk_split_work") or {}).items()},
+                       chunk_cost_work={str(k): str(v) for k, v in (data.get("chunk_cost_work") or {}).items()})
         except (KeyError, TypeError) as exc:
             raise ValueError(f"an advisor declaration without a valid {exc}") from None
 
@@ -414,6 +424,10 @@ class AdvisorModel:
         chunk_split_work: ``{knob: (work components,)}`` whose work the knob's chunks split unequally
             (causal query blocks: block ``i`` scores ``i + 1`` blocks of keys, ``W (k + 1) / (2k)`` in
             all): the time model gives each a term in ``W_j / k`` too (NOTE [ per-chunk costs ]).
+        chunk_cost_work: ``{knob: product of sizes}`` a further chunk's cost grows with, beside its
+            constant (the chunking family's ``"n*d"``: each chunk's slice backward writes a full
+            ``[n, d]`` gradient): the time model fits ``o + o_work_cost * product`` per further loop
+            body (NOTE [ per-chunk costs ]).
     """
 
     family: ClassVar[str] = ""
@@ -432,6 +446,7 @@ class AdvisorModel:
     time_only_sizes: ClassVar[tuple[Mapping[str, int], ...]] = ()
     chunk_cost_scale: ClassVar[Mapping[str, str]] = {}
     chunk_split_work: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    chunk_cost_work: ClassVar[Mapping[str, str]] = {}
 
     def __init_subclass__(cls, family: str | None = None, **kw):
         super().__init_subclass__(**kw)
@@ -475,4 +490,5 @@ class AdvisorModel:
             max_quantum=cls.max_quantum, declared_by=f"{cls.__module__}.{cls.__qualname__}",
             trace_values=tuple(cls.trace_values), time_only_sizes=tuple(dict(p) for p in cls.time_only_sizes),
             chunk_cost_scale=dict(cls.chunk_cost_scale),
-            chunk_split_work={k: tuple(v) for k, v in cls.chunk_split_work.items()})
+            chunk_split_work={k: tuple(v) for k, v in cls.chunk_split_work.items()},
+            chunk_cost_work=dict(cls.chunk_cost_work))

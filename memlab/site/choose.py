@@ -114,11 +114,13 @@ def _components_ok(t: dict, sizes_and_knobs: set[str]) -> bool:
 
 def _chunk_terms_ok(t: dict, sizes_and_knobs: set[str]) -> bool:
     """A time model's optional per-chunk terms (NOTE [ per-chunk costs ] in :mod:`memlab.advisor.fit`):
-    ``o_scale`` a monomial of the sizes, ``r_per_chunk`` a number per work component."""
-    scale, split = t.get("o_scale"), t.get("r_per_chunk")
+    ``o_scale`` a monomial of the sizes, ``r_per_chunk`` a number per work component, ``o_work`` a
+    monomial of the sizes with its number ``o_work_cost``."""
+    scale, split, grow = t.get("o_scale"), t.get("r_per_chunk"), t.get("o_work")
     work = t.get("work") if isinstance(t.get("work"), dict) else {}
     return (scale is None or (isinstance(scale, str) and _poly_ok({scale: 1}, sizes_and_knobs))) and (
-        split is None or (isinstance(split, dict) and set(split) <= set(work) and all(_num(v) for v in split.values())))
+        split is None or (isinstance(split, dict) and set(split) <= set(work) and all(_num(v) for v in split.values()))
+    ) and (grow is None or (isinstance(grow, str) and _poly_ok({grow: 1}, sizes_and_knobs) and _num(t.get("o_work_cost"))))
 
 
 def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[str]) -> str | None:
@@ -144,7 +146,8 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
     if isinstance(t, dict) and t.get("kind") == "work" and not (
             all(_num(t.get(k)) for k in _TIME_KEYS) and _poly_ok({t.get("work"): 1}, sizes | knobs)
             and _chunk_terms_ok(t, sizes | knobs)):
-        return f"{entry['label']}: a work-scaled time model without r, c, o, work"
+        return f"{entry['label']}: a work-scaled time model without r, c, o, work, or with an o_scale or o_work " \
+            "that is not a product of sizes"
     if isinstance(t, dict) and t.get("kind") == "components" and not _components_ok(t, sizes | knobs):
         return (f"{entry['label']}: a work-components time model without work, r, baseline_cost, c, o, or with an "
                 "o_scale or r_per_chunk that is not a product of sizes or a number per component")
@@ -162,8 +165,8 @@ def _entry_problem(entry: Any, variables: set[str], sizes: set[str], knobs: set[
 
 def _compact_entry(entry: dict, dtype: Any = None) -> dict[str, Any]:
     t = entry.get("time") or {}
-    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "baseline_cost", "fault", "o_scale", "r_per_chunk")
-            if k in t} \
+    time = {k: t[k] for k in ("kind", "a", *_TIME_KEYS, "work", "baseline_cost", "fault", "o_scale", "r_per_chunk",
+                              "o_work", "o_work_cost") if k in t} \
         if t.get("kind") in ("constant", "work", "components") else None
     if time and "fault" in time:
         time["fault"] = {k: time["fault"][k] for k in ("per_byte", "ceiling_bytes", "baseline")}

@@ -263,10 +263,12 @@ var memlabChoose = (function () {
     // memlab.advisor.model.chunk_bodies: k - 1 further loop bodies, times o_scale's sizes when the
     // knob's loop runs inside an outer loop (NOTE [ per-chunk costs ])
     var bodies = t.o_scale ? (k - 1) * Number(evalPoly(oneTerm(t.o_scale), params)) : k - 1;
+    // a further chunk's cost o, plus o_work_cost times the sizes it grows with (predict_time's per_chunk)
+    var perChunk = t.o + (t.o_work ? t.o_work_cost * Number(evalPoly(oneTerm(t.o_work), params)) : 0);
     if (t.kind === "components") {   // NOTE [ work components ]: sums in the components' sorted order
       var fm = 0, fmb = 0;
       if (mt !== null && mb !== null) { fm = f * Number(mt); fmb = f * Number(mb); }
-      var num = t.c + bodies * t.o, den = Number(t.baseline_cost["1"]);
+      var num = t.c + bodies * perChunk, den = Number(t.baseline_cost["1"]);
       var split = t.r_per_chunk || {};
       ws.names.forEach(function (n) { num += t.r[n] * ws.values[n]; });
       Object.keys(split).sort().forEach(function (n) { num += split[n] * ws.values[n] / k; });
@@ -274,8 +276,8 @@ var memlabChoose = (function () {
       return (num + fm) / (den + fmb);
     }
     var w = ws.value;   // r + (c + (k - 1) o) / W, with the page-fault term on CPU
-    if (mt === null || mb === null) { return t.r + (t.c + bodies * t.o) / w; }
-    return (t.r * w + t.c + bodies * t.o + f * Number(mt)) / (w + f * Number(mb));
+    if (mt === null || mb === null) { return t.r + (t.c + bodies * perChunk) / w; }
+    return (t.r * w + t.c + bodies * perChunk + f * Number(mt)) / (w + f * Number(mb));
   }
 
   function oneTerm(mono) {   // {mono: 1}, an encoded polynomial of one monomial

@@ -172,3 +172,6 @@ class ChainedMatmulModel(AdvisorModel, family="chunking"):
                   {"n": 16384, "d": 256, "hidden": 512}, {"n": 16384, "d": 64, "hidden": 1024})
     work = "n*d*hidden"
     time_chunks = (1, 4, 16)
+    # a further chunk's cost grows with n*d: a slice's backward writes a full [n, d] gradient per chunk
+    # (NOTE [ per-chunk costs ] in memlab.advisor.fit)
+    chunk_cost_work = {"chunk_size": "n*d"}
