@@ -21,7 +21,8 @@ family's rows in any of them, else the held-out file's worst), since the fit rec
 points' error (each setting's own band, NOTE [ the time band ] in :mod:`memlab.advisor.model`, is
 shown beside it).  What a technique buys is backed only by times its model measured the like of: a
 setting with more chunks than its time points had is not offered for headroom or speed (the sweeps
-measured such settings up to 40% slower than predicted: docs/evidence/time-model-bias.md).  On
+measured such settings up to 18% slower than predicted, 40% before the per-chunk n*d term:
+docs/evidence/time-model-bias.md).  On
 ``--device cuda`` the time is still the CPU-measured ratio: it is marked "relative time measured on
 CPU", and a technique that changes the step's dtype (:attr:`memlab.Technique.changes_dtype`: autocast
 to bfloat16, whose CPU slowdown is a GPU's speed-up) is listed unranked by time.
