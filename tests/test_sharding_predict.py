@@ -101,12 +101,16 @@ def test_fit_says_when_nothing_fits_exactly():
 
 
 def test_predict_cli_refuses_bad_worlds():
-    from memlab.sharding.predict_cli import main, worlds
+    from memlab.sharding.predict_cli import main
+    from memlab.sharding.sweep_plan import parse_worlds
 
-    assert worlds("1,3,6") == [1, 3, 6]
-    for bad in ("0,2", "x", "17"):
-        with pytest.raises(ValueError, match="worlds="):
-            worlds(bad)
+    assert parse_worlds("6,1,3,3", "--fit") == [1, 3, 6]
+    for bad, shown in (("0,2", "'0'"), ("x", "'x'"), ("17", "'17'"), (",", "','")):
+        with pytest.raises(ValueError, match=f"^--fit {shown} is not valid; valid: comma-separated ints in 1..16"):
+            parse_worlds(bad, "--fit")
+    assert parse_worlds("none", "--check-worlds", none_ok=True) == []
+    with pytest.raises(ValueError, match="--world 'none' is not valid"):
+        parse_worlds("none")
     assert main(["--fit", "0"]) == 2
 
 

@@ -12,6 +12,7 @@ from .measure import sharded, sharded_sizes
 from .options import MAX_SHARD_WORLD, ModelOrBuiltin, add_sharding_options, timeout_seconds
 from ..core.params import split_params
 from ..core.setting import DEFAULTS
+from ..sharding.sweep_plan import parse_worlds
 
 __all__ = ["add_parser", "run", "precheck", "MAX_ADVISE_WORLD", "SHARDED_FIT_WORLDS"]
 
@@ -73,17 +74,12 @@ def add_parser(sub, shared) -> None:
 
 
 def _worlds(option: str, text: str) -> list[int]:
-    """``"1,3,6"`` -> [1, 3, 6]; UsageError naming the option and value (valid: ints 1..16)."""
-    if option == "--check-worlds" and text.strip() == "none":
-        return []
+    """:func:`memlab.sharding.sweep_plan.parse_worlds` of ``option``'s value (``none`` for
+    --check-worlds), its ValueError a UsageError."""
     try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        out = []
-    if not out or any(not 1 <= n <= MAX_SHARD_WORLD for n in out):
-        raise UsageError(f"{option} {text!r} is not valid; valid: comma-separated ints in 1..{MAX_SHARD_WORLD}, "
-                         f"e.g. 1,3,6")
-    return sorted(set(out))
+        return parse_worlds(text, option, none_ok=option == "--check-worlds")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _sharded_setup(args) -> dict:

@@ -21,22 +21,12 @@ from ..core.atomic import write_text_atomic
 from .formulas import STRATEGIES
 from .model import MODELS, Sizes
 from .predict import check, fit, predict_rank
+from .sweep_plan import parse_worlds
 
-__all__ = ["main", "parse", "worlds", "table"]
+__all__ = ["main", "parse", "table"]
 
 #: world sizes of the large-N table (per-rank batch fixed)
 TABLE_WORLDS = (8, 16, 32, 64, 128, 256, 512, 1024)
-
-
-def worlds(text: str) -> list[int]:
-    """``"1,3,6"`` -> [1, 3, 6]; ValueError naming the bad value (valid: ints 1..16)."""
-    try:
-        out = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"worlds={text!r} is not valid; valid: comma-separated ints, e.g. 1,3,6,8") from None
-    if not out or any(not 1 <= n <= 16 for n in out):
-        raise ValueError(f"worlds={text!r} is not valid; valid: comma-separated ints in 1..16")
-    return out
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -118,7 +108,7 @@ def _print(fitj: dict, checks: list[dict], tab: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     try:
-        fit_n, check_n = worlds(args.fit), worlds(args.check)
+        fit_n, check_n = parse_worlds(args.fit, "--fit"), parse_worlds(args.check, "--check")
         if args.table_batch < 1:
             raise ValueError(f"table-batch={args.table_batch} is not valid; valid: an int >= 1")
         rows = _rows(args, sorted(set(fit_n) | set(check_n)))

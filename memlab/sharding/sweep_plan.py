@@ -86,9 +86,15 @@ def parse_strategies(text: str) -> list[tuple[str, bool]]:
     return list(dict.fromkeys(STRATEGY_NAMES[n] for n in names))
 
 
-def parse_worlds(text: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]`` (sorted, repeats dropped); ValueError naming the bad value (valid:
-    ints 1..:data:`MAX_WORLD`)."""
+def parse_worlds(text: str, option: str = "--world", *, none_ok: bool = False) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]`` (sorted, repeats dropped): the one parser of a world list, for
+    ``memlab sweep --world``, ``memlab advise --fit-worlds/--check-worlds`` and ``python -m
+    memlab.sharding predict --fit/--check``.  ``option`` is the option's name as the user typed it;
+    with ``none_ok``, ``"none"`` is the empty list.  ValueError naming the option and its first bad
+    value (valid: ints 1..:data:`MAX_WORLD`)."""
+    if none_ok and text.strip() == "none":
+        return []
+    valid = f"valid: comma-separated ints in 1..{MAX_WORLD} (ranks), e.g. 1,2,4{' or none' if none_ok else ''}"
     out = []
     for word in _split(text):
         try:
@@ -96,11 +102,10 @@ def parse_worlds(text: str) -> list[int]:
         except ValueError:
             n = None
         if n is None or not 1 <= n <= MAX_WORLD:
-            raise ValueError(f"--world {word!r} is not valid; valid: comma-separated ints in 1..{MAX_WORLD} "
-                             f"(ranks), e.g. 1,2,4")
+            raise ValueError(f"{option} {word!r} is not valid; {valid}")
         out.append(n)
     if not out:
-        raise ValueError(f"--world {text!r} is not valid; valid: comma-separated ints in 1..{MAX_WORLD}, e.g. 1,2,4")
+        raise ValueError(f"{option} {text!r} is not valid; {valid}")
     return sorted(set(out))
 
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..core.record import SCHEMA_VERSION, Status, row_status
 from ..core.setting import Point
 
 __all__ = ["EXACT_FIELDS", "SERIES_FIELDS", "Difference", "Comparison", "point_key", "compare_sweeps", "read_rows", "sweep_lines",
-           "NotASweepFile"]
+           "NotASweepFile", "first_difference"]
 
 #: deterministic figures of a Measurement (bytes, or structures of bytes)
 EXACT_FIELDS = ("peak_allocated_bytes", "allocated_baseline_bytes", "allocated_after_step_bytes",
@@ -197,6 +197,17 @@ def compare_sweeps(old: str | Path, new: str | Path) -> Comparison:
         out.shared += 1
         _compare_point(out, key, old_rows[key], new_rows[key])
     return out
+
+
+def first_difference(a: dict[str, Any], b: dict[str, Any], fields: tuple[str, ...],
+                     show: Callable[[Any], str] = repr) -> str | None:
+    """``"NAME A vs B"`` for the first of ``fields`` both rows hold with different values (each value
+    written by ``show``), or None when they agree; a field one row lacks is skipped.  ``memlab merge``
+    names a conflict with it, for technique rows and for sharded rank rows alike."""
+    for name in fields:
+        if name in a and name in b and a[name] != b[name]:
+            return f"{name} {show(a[name])} vs {show(b[name])}"
+    return None
 
 
 def _steps(row: dict[str, Any]) -> int | None:

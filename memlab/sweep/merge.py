@@ -25,7 +25,7 @@ from typing import Any, Callable
 from ..core.atomic import write_text_atomic
 from ..core.record import row_status
 from ..core.setting import Point, Setting
-from .compare import EXACT_FIELDS, point_key, sweep_lines
+from .compare import EXACT_FIELDS, first_difference, point_key, sweep_lines
 from .sharded_merge import check_sharded_plan, is_sharded_file, sharded_conflict, sharded_lines
 from ..sharding.sweep_plan import rank_key
 from ..registry import get_technique
@@ -109,10 +109,7 @@ def _conflict(key: tuple, a: dict, b: dict) -> str | None:
     or an exact figure that differs; None when they agree."""
     if row_status(a) != row_status(b):
         return f"status {row_status(a)!r} vs {row_status(b)!r} (two verdicts)"
-    for name in EXACT_FIELDS:
-        if name in a and name in b and a[name] != b[name]:
-            return f"{name} {a[name]!r} vs {b[name]!r}"
-    return None
+    return first_difference(a, b, EXACT_FIELDS)
 
 
 def merge_shards(out: str | os.PathLike, shards: list[str | os.PathLike], *,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..sharding.sweep_plan import EXACT_FIELDS, finished_runs, is_sharded_row, rank_key
-from .compare import NotASweepFile
+from .compare import NotASweepFile, first_difference
 
 __all__ = ["is_sharded_file", "sharded_lines", "sharded_conflict", "check_sharded_plan"]
 
@@ -58,11 +58,9 @@ def sharded_lines(path: str | Path, problems: list[str]) -> Iterator[tuple[int, 
 
 
 def sharded_conflict(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    """Why two rows of one rank cannot be kept as one (an exact figure differs), or None."""
-    for name in EXACT_FIELDS:
-        if name in a and name in b and a[name] != b[name]:
-            return f"{name} {json.dumps(a[name])[:80]} vs {json.dumps(b[name])[:80]}"
-    return None
+    """Why two rows of one rank cannot be kept as one (an exact figure differs, each value shown as
+    its JSON's first 80 characters), or None."""
+    return first_difference(a, b, EXACT_FIELDS, show=lambda v: json.dumps(v)[:80])
 
 
 def check_sharded_plan(rows: list[dict[str, Any]], report: Any) -> str | None:
