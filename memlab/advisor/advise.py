@@ -263,6 +263,7 @@ def advise(family: str, budget: int | str, params: Sequence[str] = (), *, optimi
         "family": family, "sizes": sizes, "budget_bytes": budget_bytes, "optimizer": optimizer, "device": device,
         "workload_fixed": fam["workload_fixed"],
         "models": str(models_path(optimizer, models_dir)), "memlab_commit": models.get("memlab_commit"),
+        "time_refitted": bool(fam.get("time_refitted")),
         "dtype": models.get("dtype"),
         "plain": plain_verdict(candidates, fits, budget_bytes, terr["fraction"], need, fmt_bytes, larger),
         "fits": fits, "time_error": terr, "time_measured_on": "cpu",
@@ -520,7 +521,7 @@ def format_advice(a: Mapping[str, Any], limit: int | None = 15) -> str:
               f"{' '.join(f'{k}={v}' + (' (default)' if k in defaulted else '') for k, v in a['sizes'].items())}, budget "
              f"{fmt_bytes(a['budget_bytes'])}, optimizer {a['optimizer']}, device {a['device']}",
              f"models: {a['models']} (memlab {str(a['memlab_commit'])[:12]}, {a['dtype']}, exact CPU bytes; "
-             f"nothing measured)"]
+             f"nothing measured{'; time models refitted from their stored points' if a.get('time_refitted') else ''})"]
     if a.get("kernel_warning"):
         lines.append("warning: " + a["kernel_warning"])
     by_reason: dict[str, list[str]] = {}  # the family's techniques no entry covers, one line per reason
