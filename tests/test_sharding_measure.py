@@ -34,7 +34,7 @@ def test_the_cli_s_torch_free_copies_equal_memlab_sharding_s():
     from memlab.sharding.launch import MAX_WORLD
     from memlab.sharding.model import MODELS, Sizes
 
-    assert SHARD_SIZES == {f.name: f.default for f in dataclasses.fields(Sizes) if f.name != "model"}
+    assert SHARD_SIZES == {f.name: f.default for f in dataclasses.fields(Sizes) if f.name not in ("model", "checkpoint_blocks")}
     assert SHARDED_MODELS == MODELS and MAX_SHARD_WORLD == MAX_WORLD and SHARD_STRATEGIES == ("none", *STRATEGIES)
 
 

@@ -40,7 +40,7 @@ def add_parser(sub, shared) -> None:
 
 def sharded(args) -> bool:
     """Whether ``args`` ask for a sharded step (any sharding option, or a built-in sharded model)."""
-    return (args.shard_strategy != "none" or args.world is not None or args.no_reshard
+    return (args.shard_strategy != "none" or args.world is not None or args.no_reshard or args.checkpoint_blocks
             or getattr(args, "shard_model", None) is not None)
 
 
@@ -51,12 +51,15 @@ def sharded_sizes(args, worlds: list[int]) -> dict:
     strategy = args.shard_strategy
     if strategy == "none":
         what = "--model " + args.shard_model if getattr(args, "shard_model", None) else \
-            "--no-reshard" if args.no_reshard else "--world"
+            "--no-reshard" if args.no_reshard else "--checkpoint-blocks" if args.checkpoint_blocks else "--world"
+        more = {"--model": " (or a model file, *.py)",
+                "--checkpoint-blocks": " (on one process: the technique checkpoint_blocks, --model FILE.py)"}
         raise UsageError(f"{what} needs --shard-strategy; valid: --shard-strategy {'|'.join(('ddp', 'zero1', 'fsdp'))}"
-                         f"{' (or a model file, *.py)' if what.startswith('--model') else ''}")
+                         f"{more.get(what.split()[0], '')}")
     if args.no_reshard and strategy != "fsdp":
         raise UsageError(f"--no-reshard is not valid with --shard-strategy {strategy}; valid: with fsdp only")
-    sizes = dict(SHARD_SIZES, model=getattr(args, "shard_model", None) or args.model or SHARDED_MODELS[0])
+    sizes = dict(SHARD_SIZES, model=getattr(args, "shard_model", None) or args.model or SHARDED_MODELS[0],
+                 checkpoint_blocks=bool(args.checkpoint_blocks))
     for name, text in split_params(args.param or []).items():
         if name not in SHARD_SIZES:
             raise UsageError(f"--param {name} is not valid with --shard-strategy; valid: {', '.join(SHARD_SIZES)}")
@@ -146,7 +149,8 @@ def _run_sharded(args) -> int:
               f"({'gloo, cpu' if args.device == 'cpu' else 'nccl, cuda'}): global batch {sizes.batch} "
               f"({sizes.batch // world} per rank){'' if sizes.model == 'mlp' else f', seq {sizes.seq}'}; one "
               f"float32 Adam step per rank, every "
-              f"allocation traced (exact bytes)")
+              f"allocation traced (exact bytes)"
+              f"{'; every block checkpointed (non-reentrant torch.utils.checkpoint)' if sizes.checkpoint_blocks else ''}")
         for row in rows:
             print("\n".join(measure_lines(row)))
     bad = [r["rank"] for r in rows if not r["matches"]]

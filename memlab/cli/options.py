@@ -11,7 +11,7 @@ from ..sharding.sweep_plan import BUILTIN_MODELS, DEFAULT_BATCH, MAX_WORLD
 
 __all__ = ["MAX_TIMEOUT_S", "timeout_seconds", "OneLineParser", "pair_hint", "Shared", "shared_options",
            "SHARD_STRATEGIES", "SHARDED_MODELS", "SHARD_SIZES", "MAX_SHARD_WORLD", "ModelOrBuiltin",
-           "add_sharding_options"]
+           "add_sharding_options", "CHECKPOINT_BLOCKS_HELP"]
 
 #: ``--shard-strategy`` values: ``none`` (one process, the step memlab measures without sharding) and
 #: the strategies :mod:`memlab.sharding` runs (``memlab.sharding.formulas.STRATEGIES``)
@@ -97,15 +97,22 @@ class ModelOrBuiltin(argparse.Action):
             setattr(namespace, self.dest, values)
 
 
+#: ``--checkpoint-blocks``'s help (``memlab measure``, ``memlab advise``, ``memlab sweep``)
+CHECKPOINT_BLOCKS_HELP = ("with --shard-strategy: every block runs under non-reentrant torch.utils.checkpoint, "
+                          "inside each FSDP unit (only each block's input is saved for backward; the technique "
+                          "checkpoint_blocks on one process)")
+
+
 def add_sharding_options(parser: argparse.ArgumentParser, what: str) -> None:
-    """``--shard-strategy``, ``--world`` and ``--no-reshard`` (``memlab measure``, ``memlab advise``);
-    ``what``: the sentence ``--world`` ends with."""
+    """``--shard-strategy``, ``--world``, ``--no-reshard`` and ``--checkpoint-blocks`` (``memlab measure``,
+    ``memlab advise``); ``what``: the sentence ``--world`` ends with."""
     parser.add_argument("--shard-strategy", default="none", choices=SHARD_STRATEGIES, metavar="STRATEGY",
                         help=f"{'|'.join(SHARD_STRATEGIES)}: none (default) is one process; ddp, zero1 and fsdp "
                              "start --world gloo processes (NCCL on cuda) and trace every rank (docs/sharding.md)")
     parser.add_argument("--world", type=int, default=None, metavar="N", help=what)
     parser.add_argument("--no-reshard", action="store_true",
                         help="with --shard-strategy fsdp: reshard_after_forward=False (the label fsdp(keep))")
+    parser.add_argument("--checkpoint-blocks", action="store_true", help=CHECKPOINT_BLOCKS_HELP)
 
 
 def _measuring(meas: argparse.ArgumentParser) -> None:

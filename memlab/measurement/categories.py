@@ -54,7 +54,7 @@ from ..core.record import ACTIVATION_CATEGORIES, CATEGORIES, Category
 from .alloc_trace import AllocEvent, Window
 
 __all__ = ["CATEGORIES", "ACTIVATION_CATEGORIES", "Probe", "IterationCategories", "baseline_categories",
-           "categorise", "refuses_saved_hooks", "Block", "pair_blocks", "block_categories", "category_of"]
+           "categorise", "refuses_saved_hooks", "Block", "pair_blocks", "block_categories", "category_of", "mark_saved"]
 
 
 _MARK = "memlab::"
@@ -76,6 +76,12 @@ def _mark(kind: str, t: torch.Tensor | None) -> None:
     if ptr:
         with record_function(f"{_MARK}{kind}:{ptr}"):
             pass
+
+
+def mark_saved(t: torch.Tensor | None) -> None:
+    """Mark ``t``'s storage as saved for backward now (``memlab::saved:ADDR``): for a saved-tensor
+    hook that keeps tensors its own way (memlab.sharding.checkpointing's recomputation)."""
+    _mark("saved", t)
 
 
 def _pack(t: torch.Tensor):

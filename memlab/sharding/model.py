@@ -45,7 +45,9 @@ class Sizes:
     L, global batch ``batch`` G rows or sequences (split over the ranks: a multiple of the world size);
     ``heads``, ``vocab`` V and ``seq`` T for the transformer.  ``model`` may instead be a model file's
     path (``*.py``: :mod:`memlab.sharding.model_file`): then ``batch`` and ``seq`` (where the file's
-    ``batch()`` takes one) are what count."""
+    ``batch()`` takes one) are what count.  ``checkpoint_blocks``: every block runs under
+    non-reentrant ``torch.utils.checkpoint`` in the sharded step (:mod:`memlab.sharding.checkpointing`;
+    the reference never does)."""
 
     dim: int = 32
     hidden: int = 128
@@ -56,6 +58,7 @@ class Sizes:
     heads: int = 4
     vocab: int = 256
     seq: int = 16
+    checkpoint_blocks: bool = False
 
     def check(self, world: int) -> None:
         if is_model_file(self.model):
@@ -70,6 +73,8 @@ class Sizes:
                 raise ValueError(f"{name}={v!r} is not valid; valid: an int >= 1")
         if self.batch % world:
             raise ValueError(f"batch={self.batch} is not valid at world={world}; valid: a multiple of {world}")
+        if not isinstance(self.checkpoint_blocks, bool):
+            raise ValueError(f"checkpoint_blocks={self.checkpoint_blocks!r} is not valid; valid: True or False")
 
     @property
     def psi(self) -> int:

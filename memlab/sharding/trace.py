@@ -42,6 +42,7 @@ from ..core.record import CATEGORIES
 from ..measurement.alloc_trace import AllocationRecorder, window
 from ..measurement.categories import (IterationCategories, Probe, baseline_categories, block_categories, categorise,
                                       category_of, pair_blocks)
+from .checkpointing import checkpointing
 from .formulas import PHASES
 from .model import Sizes, batch, build_model, loss_of
 from .strategies import Wrapped, local, local_optimizer, wrap
@@ -227,17 +228,19 @@ def _uncategorised(events, windows, baseline, *, across: bool) -> dict[str, int]
 def traced_step(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: int,
                 device: torch.device, warmup: int = 2) -> TracedStep:
     """Build, wrap, warm up (``warmup`` steps) and trace one step on this rank (NOTE [ a rank's traced
-    step ])."""
+    step ]); with ``sizes.checkpoint_blocks`` every block checkpointed (:mod:`.checkpointing`)."""
     losses: list[float] = []
     gc.collect()   # a previous strategy's cycles freed now, not inside this recording
     with AllocationRecorder(device) as rec:
-        w = wrap(build_model(sizes, device), strategy, reshard=reshard)
-        x, target = batch(sizes, device, rank, world)
-        step = _step_fn(sizes, w, x, target, losses, Probe([]))
-        for _ in range(warmup):
-            step()
-        gc.collect()
-        rec.iterations(step, 1)
+        model = build_model(sizes, device)
+        with checkpointing(model, sizes.checkpoint_blocks):
+            w = wrap(model, strategy, reshard=reshard)
+            x, target = batch(sizes, device, rank, world)
+            step = _step_fn(sizes, w, x, target, losses, Probe([]))
+            for _ in range(warmup):
+                step()
+            gc.collect()
+            rec.iterations(step, 1)
     events, windows = rec.result()
     events, count, nbytes = repair_dropped_frees(events)
     base = _baseline(w, x, target)

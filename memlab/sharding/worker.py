@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.atomic import write_text_atomic
+from .checkpointing import checkpointing
 from .formulas import exact_adam_state_bytes
 from .model import Sizes, batch, build_model, loss_of, param_units, reference_run
 from .strategies import full_params, local, owned_numels, strategy_label, wrap
@@ -95,6 +96,7 @@ def run_strategy(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: i
     grad_diff = gradient_diff(sizes, strategy, reshard, rank, world, device, ref)
     return {"machine": socket.gethostname() or None,
             "strategy": strategy_label(strategy, reshard), "model": sizes.model, "rank": rank, "world": world,
+            "checkpoint_blocks": sizes.checkpoint_blocks,
             "psi": sum(p.numel() for p in ref.params.values()),
             "sizes": vars(sizes), "peak_bytes": c.total_peak_bytes, "peak_above_start_bytes": c.peak_above_start_bytes,
             "start": c.start, "peak": c.peak, "end": c.end, "max": t.maxima,
@@ -115,9 +117,11 @@ def gradient_diff(sizes: Sizes, strategy: str, reshard: bool, rank: int, world: 
     """The first step's gradients of a fresh wrapped model (untraced; averaged over the ranks by the
     strategy, gathered whole) against the reference's: the largest absolute difference over the largest
     reference entry (NOTE [ sharded step checks ])."""
-    w = wrap(build_model(sizes, device), strategy, reshard=reshard)
-    x, target = batch(sizes, device, rank, world)
-    loss_of(sizes, w.module, x, target).backward()
+    model = build_model(sizes, device)
+    with checkpointing(model, sizes.checkpoint_blocks):
+        w = wrap(model, strategy, reshard=reshard)
+        x, target = batch(sizes, device, rank, world)
+        loss_of(sizes, w.module, x, target).backward()
     grads = full_params(w, grads=True)
     scale = max(float(g.abs().max()) for g in ref.grads.values())
     return max(float((grads[n] - g).abs().max()) for n, g in ref.grads.items()) / scale
