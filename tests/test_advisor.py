@@ -392,12 +392,14 @@ def test_advisor_imports_no_torch_and_is_quick():
            "assert 'torch' not in sys.modules, 'torch imported'")
     p = subprocess.run([sys.executable, "-c", cli], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
-    code = ("import sys, time; t = time.perf_counter(); from memlab.advisor import advise, format_advice; "
+    # quick because nothing heavy is imported: checked as the modules loaded, not as a time (a wall-clock
+    # bound failed at 28 s under a load of 7 on two cores, for an answer that takes well under a second idle)
+    code = ("import sys; from memlab.advisor import advise, format_advice; "
             "a = advise('reversible', '1GiB', ['depth=32']); text = format_advice(a); "
-            "assert 'torch' not in sys.modules; print(time.perf_counter() - t)")
+            "print(' '.join(m for m in ('torch', 'numpy', 'pandas', 'scipy', 'jinja2', 'plotly') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert p.returncode == 0, p.stderr
-    assert float(p.stdout.strip().splitlines()[-1]) < 2.0
+    assert p.stdout.strip() == "", f"the advice imported {p.stdout.strip()}"
 
 
 def test_budget_units_and_knob_candidates():
