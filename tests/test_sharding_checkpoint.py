@@ -121,6 +121,7 @@ def test_sizes_refuse_a_checkpoint_flag_that_is_not_a_bool():
                                          "ddp|zero1|fsdp (on one process: the technique checkpoint_blocks"),
     (["advise", "--checkpoint-blocks", "--budget", "1GiB"], "--checkpoint-blocks needs --shard-strategy"),
     (["measure", "--shard-strategy", "ddp", "--checkpoint-blocks", "--world", "17"], "--world 17 is not valid"),
+    (["sweep", "--checkpoint-blocks"], "--checkpoint-blocks needs --shard-strategy (a sweep of the sharded step)"),
 ])
 def test_checkpoint_blocks_without_a_strategy_is_refused_before_torch(argv, words):
     from process_checks import cli_probe
@@ -129,3 +130,51 @@ def test_checkpoint_blocks_without_a_strategy_is_refused_before_torch(argv, word
     assert rc == 2, err
     assert torch_modules == [], f"torch imported before the refusal: {torch_modules[:5]}"
     assert words in err, err
+
+
+@needs_gloo
+def test_a_checkpointed_sweep_s_rows_say_so_and_advise_reads_them_apart(tmp_path, capsys):
+    """``memlab sweep --checkpoint-blocks``: every row carries ``"checkpoint_blocks": true`` and the
+    table names the run ``ddp+ckpt``; ``memlab advise --rows`` fits such rows only with
+    ``--checkpoint-blocks`` and, without it, says which rows the file holds."""
+    import contextlib
+    import io
+    import json
+
+    from memlab.cli import main
+
+    path = tmp_path / "ckpt.jsonl"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(["sweep", "--shard-strategy", "ddp", "--world", "1,2", "--model", "mlp", "--batch", "8",
+                       "--checkpoint-blocks", "--out", str(path)])
+    assert status == 0, out.getvalue()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert len(rows) == 3 and all(r["checkpoint_blocks"] is True and r["matches"] for r in rows)
+    assert "ddp+ckpt" in out.getvalue()
+    capsys.readouterr()
+    argv = ["advise", "--model", "mlp", "--shard-strategy", "ddp", "--world", "8", "--budget", "1MiB",
+            "--rows", str(path), "--fit-worlds", "1,2", "--check-worlds", "none"]
+    assert main(argv) == 2
+    assert "--rows hold no rows of model 'mlp' under ddp; valid: one of mlp ddp --checkpoint-blocks" \
+        in capsys.readouterr().err
+    with contextlib.redirect_stdout(io.StringIO()) as answer:
+        main([*argv, "--checkpoint-blocks"])
+    assert answer.getvalue().startswith("mlp, every block checkpointed, under ddp at N = 8 ranks")
+
+
+def test_the_advise_cache_keeps_checkpointed_runs_apart(tmp_path):
+    """NOTE [ sharded rows cache ]: the key hashes the sizes, ``checkpoint_blocks`` among them, and a
+    cached file of the other setting does not read as this run's rows."""
+    import json
+
+    from memlab.cli.options import SHARD_SIZES
+    from memlab.sharding.advise_rows import _cached, rows_key
+
+    plain = dict(SHARD_SIZES, model="mlp", checkpoint_blocks=False)
+    ckpt = {**plain, "checkpoint_blocks": True}
+    assert rows_key(plain, "fsdp", 2) != rows_key(ckpt, "fsdp", 2)
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"strategy": "fsdp", "world": 2, "checkpoint_blocks": False}) + "\n"
+                            for _ in range(2)))
+    assert _cached(path, "fsdp", 2, False) is not None and _cached(path, "fsdp", 2, True) is None

@@ -5,6 +5,7 @@ sweep's ``--run`` file.  Rows are the committed ``data/sharding/mlp-g24.jsonl`` 
 sweep's (real bytes; nothing is spawned here)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -68,8 +69,8 @@ def test_the_plan_and_its_defaults_match_the_torch_side():
     assert (BUILTIN_MODELS, PLAN_MAX, DEFAULT_BATCH) == (MODELS, MAX_WORLD, Sizes().batch)
     assert parse_strategies("fsdp_keep,ddp,fsdp(keep)") == [("fsdp", False), ("ddp", True)]
     runs = plan_from_options("ddp,fsdp_keep", "4,1,2,2", None, ["transformer", "mlp"])
-    assert [r.key() for r in runs[:3]] == [("transformer", "ddp", 1, 16), ("transformer", "fsdp(keep)", 1, 16),
-                                           ("transformer", "ddp", 2, 16)]
+    assert [r.key() for r in runs[:3]] == [("transformer", "ddp", 1, 16, False), ("transformer", "fsdp(keep)", 1, 16, False),
+                                           ("transformer", "ddp", 2, 16, False)]
     assert len(runs) == 2 * 2 * 3 and all(r.label == strategy_label(r.strategy, r.reshard) for r in runs)
     with pytest.raises(ValueError, match=r"--model 'README.md' is not valid with --shard-strategy; valid: mlp, "
                                          r"transformer or a model file \(\*\.py\)"):
@@ -147,8 +148,12 @@ def test_resume_counts_a_run_finished_only_with_every_rank():
     rows = _sweep_rows(PLAN[:6])
     assert finished_runs(rows) == {r.key() for r in PLAN[:6]}
     partial = [r for r in rows if not (r["world"] == 2 and r["rank"] == 1 and r["strategy"] == "zero1")]
-    assert finished_runs(partial) == {r.key() for r in PLAN[:6]} - {("mlp", "zero1", 2, 24)}
+    assert finished_runs(partial) == {r.key() for r in PLAN[:6]} - {("mlp", "zero1", 2, 24, False)}
     assert finished_runs([{**r, "kind": "other"} for r in rows]) == set()
+    # a checkpointed run is another run: the plain run's rows do not finish it, nor its rows the plain run
+    checkpointed = [dataclasses.replace(r, checkpoint_blocks=True) for r in PLAN[:6]]
+    assert not finished_runs(rows) & {r.key() for r in checkpointed}
+    assert finished_runs([{**r, "checkpoint_blocks": True} for r in rows]) == {r.key() for r in checkpointed}
 
 
 def test_an_out_of_rank_rows_is_not_replaced_without_force(tmp_path):

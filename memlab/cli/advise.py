@@ -249,7 +249,8 @@ def _advise_sharded(args, cache_root) -> int:
     model = getattr(args, "shard_model", None) or args.model or "mlp"
     worlds = sorted(set(q["fit"]) | set(q["check"]))
     if args.rows:
-        rows = [r for r in read_rows([Path(p) for p in args.rows], model, q["label"]) if r["world"] in worlds]
+        rows = [r for r in read_rows([Path(p) for p in args.rows], model, q["label"], args.checkpoint_blocks)
+                if r["world"] in worlds]
     else:
         rows = cached_rows(q["sizes"], q["label"], worlds, cache_root, say)
     fit_rows = [r for r in rows if r["world"] in q["fit"]]
@@ -268,10 +269,11 @@ def _advise_sharded(args, cache_root) -> int:
                                                   f"reference (MISMATCH)"] if bad else [])
     if args.json:
         print(json.dumps({**answer_json(ans), "device": args.device, "device_budget_bytes": q["budget"],
-                          "model": model, "unit": unit_of(fit_rows[0]), "fit_worlds": q["fit"],
+                          "model": model, "checkpoint_blocks": args.checkpoint_blocks, "unit": unit_of(fit_rows[0]), "fit_worlds": q["fit"],
                           "checks": [{**c, "diff": str(c["diff"])} for c in checks], "rows": source, "doubts": why}))
     else:
-        print_or_drop(format_answer(ans, model, unit_of(fit_rows[0]), fit_text(f, q["label"], fit_rows, source, ans),
+        shown = f"{model}, every block checkpointed," if args.checkpoint_blocks else model
+        print_or_drop(format_answer(ans, shown, unit_of(fit_rows[0]), fit_text(f, q["label"], fit_rows, source, ans),
                                     check_lines(checks), device=args.device, budget=q["budget"]))
     for line in why:
         say(f"memlab: {q['label']}: not to be trusted: {line}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import names
 from .common import UsageError, check_file, measure_kwargs, model_file, print_or_drop, say, setting_of
+from .options import CHECKPOINT_BLOCKS_HELP
 from ..core.setting import DEFAULTS
 from ..sharding.sweep_plan import BUILTIN_MODELS, DEFAULT_BATCH, MAX_WORLD, plan_from_options
 
@@ -49,6 +50,7 @@ def add_parser(sub, shared) -> None:
                                                         f"1..{MAX_WORLD}), e.g. 1,2,4")
     s.add_argument("--batch", type=int, metavar="G", help=f"with --shard-strategy: the global batch (rows or "
                    f"sequences) split evenly over the ranks: a multiple of every --world (default {DEFAULT_BATCH})")
+    s.add_argument("--checkpoint-blocks", action="store_true", help=CHECKPOINT_BLOCKS_HELP)
     s.add_argument("--family", help="the family to sweep (default: every family); memlab list names them")
     s.add_argument("--technique", action="append", help="restrict to these techniques (repeatable)")
     s.add_argument("--quick", action="store_true", help="small grid (about a minute per family on 2 cores)")
@@ -94,6 +96,7 @@ def _sharded_runs(args) -> list | None:
     builtin = [m for m in args.shard_models or [] if m in BUILTIN_MODELS]
     if args.shard_strategy is None:
         given = [o for o, v in (("--world", args.world), ("--batch", args.batch)) if v is not None]
+        given += ["--checkpoint-blocks"] if args.checkpoint_blocks else []
         given += [f"--model {m}" for m in builtin]
         if given:
             raise UsageError(f"{given[0]} needs --shard-strategy (a sweep of the sharded step); a technique "
@@ -103,7 +106,8 @@ def _sharded_runs(args) -> list | None:
         if getattr(args, attr) != unset:
             raise UsageError(f"{option} does not apply with --shard-strategy: the sharded step is one float32 Adam "
                              f"step per rank, traced exactly (docs/sharding.md); leave {option} out")
-    runs = plan_from_options(args.shard_strategy, args.world, args.batch, args.shard_models or [], args.device)
+    runs = plan_from_options(args.shard_strategy, args.world, args.batch, args.shard_models or [], args.device,
+                             args.checkpoint_blocks)
     for m in {r.model for r in runs} - set(BUILTIN_MODELS):
         check_file("model file", m)
     if args.resume and not args.out:

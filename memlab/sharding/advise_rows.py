@@ -2,9 +2,9 @@
 at a few small worlds and cached (``memlab advise --shard-strategy``).
 
 # NOTE [ sharded rows cache ]
-A run's rows are kept per world in ``<cache>/sharding/<model>-<label>-n<N>-<key>.jsonl``, ``key`` a
-hash of everything the bytes depend on: the model file's bytes (or the built-in model's name), the
-sizes, the strategy label, N, the torch version and the source of the step, its trace and its
+A run's rows are kept per world in ``<cache>/sharding/<model>[-ckpt]-<label>-n<N>-<key>.jsonl``, ``key``
+a hash of everything the bytes depend on: the model file's bytes (or the built-in model's name), the
+sizes (``checkpoint_blocks`` among them: ``-ckpt``), the strategy label, N, the torch version and the source of the step, its trace and its
 categories (:data:`STEP_SOURCES`: a change to what the step allocates runs it again).  A file that
 does not read as rows of that run is run again.  The cache is ``--models DIR``, else
 ``$MEMLAB_CACHE``, else ``~/.cache/memlab/advise``, as for ``memlab advise --model``.
@@ -26,8 +26,9 @@ __all__ = ["read_rows", "cached_rows", "cache_root", "rows_key", "STEP_SOURCES"]
 _HERE = Path(__file__).resolve().parent
 #: the sources whose change can change a run's bytes (the step, its trace and categories)
 STEP_SOURCES = tuple(_HERE / n for n in ("launch.py", "worker.py", "trace.py", "strategies.py", "model.py",
-                                          "model_file.py")) + \
-    tuple(_HERE.parent / "measurement" / n for n in ("alloc_trace.py", "categories.py"))
+                                          "model_file.py", "checkpointing.py")) + \
+    tuple(_HERE.parent / "measurement" / n for n in ("alloc_trace.py", "categories.py")) + \
+    (_HERE.parent / "functional" / "blocks.py",)
 
 
 def _same_model(a: str, b: str) -> bool:
@@ -36,19 +37,28 @@ def _same_model(a: str, b: str) -> bool:
     return a == b
 
 
-def read_rows(paths: list[Path], model: str, label: str) -> list[dict]:
+def _checkpointed(row: dict) -> bool:
+    """Whether the row's step checkpointed every block (a row from before the option: no)."""
+    return row.get("checkpoint_blocks", False) is True
+
+
+def read_rows(paths: list[Path], model: str, label: str, checkpoint_blocks: bool = False) -> list[dict]:
     """Rows of ``model`` under strategy ``label`` from JSON Lines ``paths`` (as ``python -m
-    memlab.sharding predict --save`` writes them); ValueError naming the models and labels the files
-    hold when none match, FileNotFoundError naming a missing file."""
+    memlab.sharding predict --save`` writes them), with every block checkpointed or not as
+    ``checkpoint_blocks`` says; ValueError naming the models and labels the files hold when none
+    match, FileNotFoundError naming a missing file."""
     rows = []
     for p in paths:
         if not Path(p).is_file():
             raise FileNotFoundError(f"--rows {str(p)!r} does not exist")
         rows += [json.loads(line) for line in Path(p).read_text(encoding="utf-8").splitlines() if line.strip()]
-    mine = [r for r in rows if _same_model(r.get("model", ""), model) and r.get("strategy") == label]
+    mine = [r for r in rows if _same_model(r.get("model", ""), model) and r.get("strategy") == label
+            and _checkpointed(r) == checkpoint_blocks]
     if not mine:
-        held = sorted({f"{r.get('model')} {r.get('strategy')}" for r in rows})
-        raise ValueError(f"--rows hold no rows of model {model!r} under {label}; valid: one of {', '.join(held) or '(none)'}")
+        held = sorted({f"{r.get('model')} {r.get('strategy')}{' --checkpoint-blocks' if _checkpointed(r) else ''}"
+                       for r in rows})
+        asked = f"{label}{' --checkpoint-blocks' if checkpoint_blocks else ''}"
+        raise ValueError(f"--rows hold no rows of model {model!r} under {asked}; valid: one of {', '.join(held) or '(none)'}")
     return mine
 
 
@@ -76,12 +86,13 @@ def rows_key(sizes: dict, label: str, world: int) -> str:
     return h.hexdigest()[:16]
 
 
-def _cached(path: Path, label: str, world: int) -> list[dict] | None:
+def _cached(path: Path, label: str, world: int, checkpointed: bool) -> list[dict] | None:
     try:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, ValueError):
         return None
-    ok = len(rows) == world and all(r.get("strategy") == label and r.get("world") == world for r in rows)
+    ok = len(rows) == world and all(r.get("strategy") == label and r.get("world") == world and
+                                    _checkpointed(r) == checkpointed for r in rows)
     return rows if ok else None
 
 
@@ -91,11 +102,11 @@ def cached_rows(sizes: dict, label: str, worlds: list[int], root: Path | None,
     reshard-after-forward) at each of ``worlds``: from the cache, else run (one process group per
     world) and cached (NOTE [ sharded rows cache ])."""
     folder = cache_root(root)
-    stem = Path(sizes["model"]).stem
+    stem = Path(sizes["model"]).stem + ("-ckpt" if sizes.get("checkpoint_blocks") else "")
     out = []
     for n in worlds:
         path = folder / f"{stem}-{label}-n{n}-{rows_key(sizes, label, n)}.jsonl"
-        rows = _cached(path, label, n)
+        rows = _cached(path, label, n, sizes.get("checkpoint_blocks", False) is True)
         if rows is None:
             from .launch import run_sharded  # deferred: torch line
             from .model import Sizes  # deferred: torch line

@@ -21,7 +21,7 @@ from .formulas import STRATEGIES
 
 __all__ = ["SHARDED_KIND", "STRATEGY_NAMES", "BUILTIN_MODELS", "MAX_WORLD", "DEFAULT_BATCH", "ShardedRun",
            "parse_strategies", "parse_worlds", "check_batch", "plan_runs", "plan_from_options", "is_sharded_row", "run_key",
-           "rank_key", "EXACT_FIELDS", "finished_runs"]
+           "rank_key", "EXACT_FIELDS", "finished_runs", "planned_key"]
 
 #: ``--shard-strategy`` names -> (strategy, reshard_after_forward); ``fsdp_keep`` is FSDP2 with
 #: ``reshard_after_forward=False``, whose rows say ``fsdp(keep)`` (the label
@@ -43,22 +43,25 @@ EXACT_FIELDS = ("psi", "peak_bytes", "peak_above_start_bytes", "start", "peak", 
 class ShardedRun:
     """One traced step: ``model`` (``mlp``, ``transformer`` or a model file's path), ``strategy`` (one
     of :data:`~memlab.sharding.formulas.STRATEGIES`), ``reshard`` (FSDP's ``reshard_after_forward``),
-    ``world`` N ranks, global ``batch`` G (rows or sequences; G / N per rank)."""
+    ``world`` N ranks, global ``batch`` G (rows or sequences; G / N per rank), ``checkpoint_blocks``
+    (every block under activation checkpointing: :mod:`memlab.sharding.checkpointing`)."""
 
     model: str
     strategy: str
     reshard: bool
     world: int
     batch: int
+    checkpoint_blocks: bool = False
 
     @property
     def label(self) -> str:
         """The strategy as the rows name it: ``fsdp(keep)`` for FSDP without resharding."""
         return f"{self.strategy}(keep)" if self.strategy == "fsdp" and not self.reshard else self.strategy
 
-    def key(self) -> tuple[str, str, int, int]:
-        """``(model, strategy label, world, global batch)``: what :func:`run_key` reads off its rows."""
-        return self.model, self.label, self.world, self.batch
+    def key(self) -> tuple[str, str, int, int, bool]:
+        """``(model, strategy label, world, global batch, checkpoint_blocks)``: what :func:`run_key`
+        reads off its rows."""
+        return self.model, self.label, self.world, self.batch, self.checkpoint_blocks
 
     def plan_key(self) -> list:
         """The run as plain data, for a shard's canonical order and the plan's digest (:mod:`memlab.sweep.shard`)."""
@@ -66,7 +69,7 @@ class ShardedRun:
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "strategy": self.strategy, "reshard": self.reshard, "world": self.world,
-                "batch": self.batch}
+                "batch": self.batch, "checkpoint_blocks": self.checkpoint_blocks}
 
 
 def _split(text: str) -> list[str]:
@@ -131,17 +134,17 @@ def _gcd(a: int, b: int) -> int:
 
 
 def plan_runs(models: Iterable[str], strategies: Iterable[tuple[str, bool]], worlds: Iterable[int],
-              batch: int) -> list[ShardedRun]:
+              batch: int, checkpoint_blocks: bool = False) -> list[ShardedRun]:
     """Every (model, strategy, world) at global batch ``batch``: models outer, then worlds, then strategies."""
-    return [ShardedRun(m, s, reshard, n, batch) for m in dict.fromkeys(models) for n in worlds
+    return [ShardedRun(m, s, reshard, n, batch, checkpoint_blocks) for m in dict.fromkeys(models) for n in worlds
             for s, reshard in strategies]
 
 
 def plan_from_options(strategies: str, worlds: str | None, batch: int | None, models: list[str],
-                      device: str = "cpu") -> list[ShardedRun]:
+                      device: str = "cpu", checkpoint_blocks: bool = False) -> list[ShardedRun]:
     """The runs ``memlab sweep --shard-strategy STRATEGIES --world WORLDS [--batch G] [--model M]...
-    [--device D]`` asks for (:func:`plan_runs`; models default to ``mlp``, G to :data:`DEFAULT_BATCH`),
-    each value checked: ValueError naming the bad one and the valid range."""
+    [--device D] [--checkpoint-blocks]`` asks for (:func:`plan_runs`; models default to ``mlp``, G to
+    :data:`DEFAULT_BATCH`), each value checked: ValueError naming the bad one and the valid range."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"--device {device!r} is not valid with --shard-strategy; valid: cpu (gloo) or cuda "
                          f"(nccl: rank r on cuda:r)")
@@ -155,12 +158,20 @@ def plan_from_options(strategies: str, worlds: str | None, batch: int | None, mo
         if m not in BUILTIN_MODELS and not m.endswith(".py"):
             raise ValueError(f"--model {m!r} is not valid with --shard-strategy; valid: {', '.join(BUILTIN_MODELS)} "
                              f"or a model file (*.py)")
-    return plan_runs(models or ["mlp"], plan, ns, batch)
+    return plan_runs(models or ["mlp"], plan, ns, batch, checkpoint_blocks)
 
 
-def run_key(row: dict) -> tuple[str, str, int, int]:
-    """``(model, strategy label, world, global batch)`` of a rank row (:meth:`ShardedRun.key`)."""
-    return str(row["model"]), str(row["strategy"]), int(row["world"]), int(row["sizes"]["batch"])
+def run_key(row: dict) -> tuple[str, str, int, int, bool]:
+    """``(model, strategy label, world, global batch, checkpoint_blocks)`` of a rank row
+    (:meth:`ShardedRun.key`; a row without ``checkpoint_blocks``, from before the option, ran without)."""
+    return (str(row["model"]), str(row["strategy"]), int(row["world"]), int(row["sizes"]["batch"]),
+            row.get("checkpoint_blocks", False) is True)
+
+
+def planned_key(key: list) -> tuple[str, str, int, int, bool]:
+    """A run as a shard's record lists it (:meth:`ShardedRun.plan_key`) as a :func:`run_key`: a record
+    written before ``checkpoint_blocks`` lists four fields (those runs ran without)."""
+    return (*key, False) if len(key) == 4 else tuple(key)
 
 
 def rank_key(row: dict) -> tuple:
@@ -168,7 +179,7 @@ def rank_key(row: dict) -> tuple:
     return (*run_key(row), json.dumps(row["sizes"], sort_keys=True), int(row["rank"]))
 
 
-def finished_runs(rows: Iterable[dict]) -> set[tuple[str, str, int, int]]:
+def finished_runs(rows: Iterable[dict]) -> set[tuple[str, str, int, int, bool]]:
     """The run keys whose every rank (0..N-1) has a row among ``rows`` (``--resume`` skips them)."""
     ranks: dict[tuple, set[int]] = {}
     for row in rows:

@@ -45,7 +45,8 @@ def run_one(run: ShardedRun | dict[str, Any], device: str = "cpu", executor: str
     rank's exception)."""
     run = run if isinstance(run, ShardedRun) else ShardedRun(**run)
     before, started = load_average(), time.perf_counter()
-    rows, = run_sharded([(run.strategy, run.reshard)], run.world, [Sizes(model=run.model, batch=run.batch)], device)
+    sizes = Sizes(model=run.model, batch=run.batch, checkpoint_blocks=run.checkpoint_blocks)
+    rows, = run_sharded([(run.strategy, run.reshard)], run.world, [sizes], device)
     record = {"executor": executor, "seconds": round(time.perf_counter() - started, 3), "load_before": before,
               "load_after": load_average(), "cores": _cores(), "torch": torch.__version__, "commit": git_commit(),
               "kernel_host": kernel_host()}

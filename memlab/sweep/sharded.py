@@ -57,7 +57,8 @@ def shard_of(runs: list[ShardedRun], text: str, device: str) -> tuple[list[Shard
     """``--shard i/n``: this shard's runs (plan order) and the record each of its rows carries (every
     planned run named, so that ``memlab merge`` names the missing ones).  ValueError for a bad ``text``."""
     index, count = parse_shard(text)
-    record = shard_record(index, count, runs, {"kind": SHARDED_KIND, "device": device},
+    checkpointed = {"checkpoint_blocks": True} if any(r.checkpoint_blocks for r in runs) else {}
+    record = shard_record(index, count, runs, {"kind": SHARDED_KIND, "device": device, **checkpointed},
                           {"runs": [r.plan_key() for r in runs]})
     mine = select_shard(runs, index, count, run_cost)
     share = summarise(runs, count, run_cost).shares[index - 1]

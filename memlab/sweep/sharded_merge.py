@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..sharding.sweep_plan import EXACT_FIELDS, finished_runs, is_sharded_row, rank_key
+from ..sharding.sweep_plan import EXACT_FIELDS, finished_runs, is_sharded_row, planned_key, rank_key
 from .compare import NotASweepFile, first_difference
 
 __all__ = ["is_sharded_file", "sharded_lines", "sharded_conflict", "check_sharded_plan"]
@@ -82,7 +82,8 @@ def check_sharded_plan(rows: list[dict[str, Any]], report: Any) -> str | None:
     seen = {int(r["index"]) for r in recs}
     report.missing_shards = [i for i in range(1, report.shard_count + 1) if i not in seen]
     done = finished_runs(rows)
-    planned = [tuple(k) for k in (first.get("plan_args") or {}).get("runs", [])]
-    report.missing_points = [f"{m} {s} N={n} G={g}" for m, s, n, g in planned if (m, s, n, g) not in done]
+    planned = [planned_key(k) for k in (first.get("plan_args") or {}).get("runs", [])]
+    report.missing_points = [f"{m} {s} N={n} G={g}{' checkpointed' if c else ''}" for m, s, n, g, c in planned
+                             if (m, s, n, g, c) not in done]
     report.missing_count = len(report.missing_points) if planned else max(0, report.planned - len(done))
     return None

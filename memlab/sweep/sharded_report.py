@@ -29,8 +29,9 @@ def run_summary(rows: list[dict]) -> dict[str, Any]:
     """One run's rank rows as one line of the table: its key, the per-rank peak's smallest and largest
     (bytes), how many ranks, and whether every rank matched the single-process reference."""
     peaks = [int(r["peak_bytes"]) for r in rows]
-    model, strategy, world, batch = run_key(rows[0])
-    return {"model": model, "strategy": strategy, "world": world, "batch_per_rank": batch // world,
+    model, strategy, world, batch, checkpointed = run_key(rows[0])
+    return {"model": model, "strategy": strategy + ("+ckpt" if checkpointed else ""), "world": world,
+            "batch_per_rank": batch // world,
             "peak_min": min(peaks), "peak_max": max(peaks), "ranks": len(rows),
             "matches": all(r.get("matches") is True for r in rows), "machine": rows[0].get("machine")}
 
@@ -55,7 +56,7 @@ def progress_line(done: int, total: int, run: Any, rows: list[dict] | None, erro
                   eta: float) -> str:
     """``[k/n] mlp ddp N=2 (G=16): peak 401,234..401,298 B, ok (3.2 s, ETA 20 s)``; a failed run names
     its error."""
-    head = f"[{done}/{total}] {run.model} {run.label} N={run.world} (G={run.batch})"
+    head = f"[{done}/{total}] {run.model} {run.label}{'+ckpt' if run.checkpoint_blocks else ''} N={run.world} (G={run.batch})"
     if rows is None:
         return f"{head}: FAILED: {error} ({seconds:.1f} s, ETA {_left(eta)})"
     s = run_summary(rows)
