@@ -178,3 +178,35 @@ def test_the_advise_cache_keeps_checkpointed_runs_apart(tmp_path):
     path.write_text("".join(json.dumps({"strategy": "fsdp", "world": 2, "checkpoint_blocks": False}) + "\n"
                             for _ in range(2)))
     assert _cached(path, "fsdp", 2, False) is not None and _cached(path, "fsdp", 2, True) is None
+
+
+def _advise(argv: list[str]) -> tuple[int, dict]:
+    import contextlib
+    import io
+    import json
+
+    from memlab.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = main(["advise", "--model", "transformer", "--shard-strategy", "fsdp", "--world", "64",
+                       "--budget", "1GiB", "--json", *argv])
+    return status, json.loads(out.getvalue())
+
+
+def test_advise_answers_from_the_committed_checkpointed_rows_exactly_at_n_3_6_8():
+    """data/sharding/transformer-ckpt-g24-fsdp.jsonl (docs/sharding.md#checkpointing-under-a-sharding-strategy):
+    fitted at N = 3, 6, 8 every rank at N = 2 and 4 is predicted to the byte, and the answer holds
+    more sequences per rank than the plain step's from its own committed rows at the same points;
+    at the default points (2, 3, 6) the N = 4 check misses and the answer says so (exit 1)."""
+    from pathlib import Path
+
+    data = str(Path(__file__).resolve().parents[1] / "data" / "sharding") + "/"
+    points = ["--fit-worlds", "3,6,8", "--check-worlds", "2,4"]
+    status, ckpt = _advise([*points, "--checkpoint-blocks", "--rows", data + "transformer-ckpt-g24-fsdp.jsonl"])
+    assert status == 0 and ckpt["doubts"] == [] and ckpt["checkpoint_blocks"] is True
+    assert len(ckpt["checks"]) == 6 and all(int(c["diff"]) == 0 for c in ckpt["checks"])
+    status, plain = _advise([*points, "--rows", data + "transformer-g24.jsonl"])
+    assert status == 0 and ckpt["batch_per_rank"] > plain["batch_per_rank"]
+    status, default = _advise(["--checkpoint-blocks", "--rows", data + "transformer-ckpt-g24-fsdp.jsonl"])
+    assert status == 1 and any("held-out check at N = 4 missed" in d for d in default["doubts"])
