@@ -210,3 +210,32 @@ def test_advise_answers_from_the_committed_checkpointed_rows_exactly_at_n_3_6_8(
     assert status == 0 and ckpt["batch_per_rank"] > plain["batch_per_rank"]
     status, default = _advise(["--checkpoint-blocks", "--rows", data + "transformer-ckpt-g24-fsdp.jsonl"])
     assert status == 1 and any("held-out check at N = 4 missed" in d for d in default["doubts"])
+
+
+def test_measure_says_checkpointing_was_on(monkeypatch, capsys):
+    """``memlab measure --shard-strategy fsdp --checkpoint-blocks``: the head line says every block was
+    checkpointed and the step gets ``Sizes(checkpoint_blocks=True)`` (the ranks' rows stand in for
+    a run: the committed checkpointed rows at N = 2)."""
+    import json
+    from pathlib import Path
+
+    import memlab.sharding
+    from memlab.cli import main
+
+    path = Path(__file__).resolve().parents[1] / "data" / "sharding" / "transformer-ckpt-g24-fsdp.jsonl"
+    rows = [r for r in map(json.loads, path.read_text().splitlines()) if r["world"] == 2]
+    asked = []
+
+    def fake_run(plan, world, sizes, device):
+        asked.append((plan, world, sizes))
+        return [rows]
+
+    monkeypatch.setattr(memlab.sharding, "run_sharded", fake_run)
+    argv = ["measure", "--model", "transformer", "--shard-strategy", "fsdp", "--world", "2", "--param", "batch=24"]
+    assert main([*argv, "--checkpoint-blocks"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.endswith("; every block checkpointed (non-reentrant torch.utils.checkpoint)"), head
+    assert asked[0][2].checkpoint_blocks is True
+    assert main(argv) == 0
+    assert "checkpointed" not in capsys.readouterr().out.splitlines()[0]
+    assert asked[1][2].checkpoint_blocks is False

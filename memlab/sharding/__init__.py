@@ -1,7 +1,8 @@
 """Past one device: each rank's exact memory under DDP, ZeRO-1 and FSDP2 (issue 48, first slice).
 
 ``run_sharded(plan, world)`` (:mod:`.launch`) starts ``world`` processes (gloo on CPU, NCCL on CUDA),
-each of which builds the small model of :mod:`.model`, wraps it for a strategy (:mod:`.strategies`),
+each of which builds the small model of :mod:`.model` (every block checkpointed with ``checkpoint_blocks``:
+:mod:`.checkpointing`), wraps it for a strategy (:mod:`.strategies`),
 traces one Adam training step with memlab's exact allocation trace (:mod:`.trace`), and checks the
 step against the single-process reference (:mod:`.worker`).  :mod:`.formulas` is the ZeRO paper's
 model-state formula (torch-free); :mod:`.report` puts both side by side; :mod:`.layout` and
