@@ -41,6 +41,8 @@ from memlab.advisor.model import CATEGORIES, eval_poly, load_models, models_path
 from memlab.advisor.trace import raw_trace
 from memlab.core.host import ISA_LEVELS, KERNEL_INDEPENDENT_CATEGORIES, describe, kernel_host
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 OPTIMIZERS = ("sgd", "adam")
 #: random held-out settings drawn per entry; the one with the smallest predicted peak in the checked
 #: class is traced
@@ -196,6 +198,9 @@ stale = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(stale)
 from memlab.advisor.model import load_models
 from memlab.core.host import kernel_host
+import gc, torch
+gc.collect()
+gc.freeze()  # as conftest.frozen_heap: the traces' gc.collect() scan only their own objects
 fams = load_models({optimizer!r}, host=kernel_host())["families"]
 dependent = sorted((n, e["label"]) for n, f in fams.items() if f.get("host_dependent") for e in f["entries"])
 print(json.dumps({{"host": kernel_host(), "other": sorted(n for n, f in fams.items() if f.get("other_kernels")),
