@@ -15,6 +15,8 @@ from memlab.measurement.micro_batches import BatchDoesNotSplit, micro_problems
 from memlab.measurement.step import make_step
 from memlab.measurement.step_check import ReferenceAsTechnique, StepLog
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 TINY = {"batch": 8, "depth": 3, "width": 4, "hidden": 8}
 

@@ -16,6 +16,8 @@ from memlab.own_model.checks import MEASURED_MAX, check_micro
 from memlab.own_model.advice import (MICRO_BATCHES, MICRO_TRACED, advise_model, fitted_family, format_model_advice,
                                      micro_batched, micro_declaration, model_declaration, predict_micro)
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 TINY = '''
 import torch
 from torch import nn

@@ -22,6 +22,8 @@ from memlab.advisor.trace import SymEvent
 from memlab.cli import main
 from process_checks import HANG_GUARD_S
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 OPTIMIZERS = ("sgd", "adam")
 
 

@@ -25,6 +25,8 @@ from memlab.families.chunking.workload import ChainedMatmulModel
 from test_advisor import EXACT_AT_ONE_THREAD_ONLY
 from process_checks import HANG_GUARD_S
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

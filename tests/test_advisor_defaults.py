@@ -12,6 +12,9 @@ from memlab.advisor.fit import OPTIMIZERS_FITTED, small_held_out_points
 from memlab.core.setting import DEFAULTS, STEPPED_OPTIMIZERS
 from memlab.own_model.advice import advise_model
 from memlab.own_model.checks import check_beyond
+import pytest
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the files that may spell the default optimizer's name: where it is named, and the step that builds it

@@ -25,6 +25,8 @@ import pytest
 import torch
 from process_checks import HANG_GUARD_S
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # the benchmarks are a top-level package of the working tree, as asv sees them
     sys.path.insert(0, str(ROOT))

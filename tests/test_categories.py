@@ -9,6 +9,8 @@ from memlab.measurement.categories import CATEGORIES
 from memlab.measurement.inprocess import traced_steps
 from memlab.measurement.step import baseline_objects, make_step, tensors_bytes
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 FULL = 1000 * 1000 * 4      # bytes of one [1000, 1000] float32 tensor (x, grad_output, out)
 W = 1000 * 4                # bytes of w [1000] and of its gradient

@@ -11,6 +11,8 @@ import pytest
 from memlab.measurement.technique_checks import CheckOutcome, check_all, check_timeout
 from memlab.cli import main
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 #: A plug-in of techniques that attack the checking process (written to a temporary file per test).
 PLUGIN = textwrap.dedent('''
     import os

@@ -13,6 +13,8 @@ import memlab
 from memlab.families.chunking.reproductions._slice_backward import slice_backward_allocations, slice_backward_lifetimes
 from memlab.families.chunking.workload import ChainedMatmul, analytic_floor
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 SMALL = dict(n=2000, d=64, hidden=256)
 E = 4  # float32 bytes

@@ -10,7 +10,8 @@ import pytest
 import memlab
 from memlab.measurement import cpu_pin
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this platform"),
+              pytest.mark.usefixtures("frozen_heap")]  # in-process measurements (conftest.frozen_heap)
 
 
 @pytest.fixture(autouse=True)

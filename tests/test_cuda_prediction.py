@@ -11,6 +11,8 @@ from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, 
 from memlab.families.chunking.reproductions.chunked_slicing_backward_spike import slice_backward_reserved_answer
 from memlab.technique import TechniqueUnavailable
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 MiB = 1024 * 1024
 
 

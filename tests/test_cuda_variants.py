@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from memlab.cuda import variants
 from memlab.reproductions import find_reproduction, list_reproductions
+import pytest
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 
 
 def test_hook_adds_the_seeds_own_keys(monkeypatch):

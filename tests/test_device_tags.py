@@ -16,6 +16,8 @@ from memlab.cuda_replay.prediction import predict_cuda, rounded_replay_peak
 from memlab.measurement.alloc_trace import AllocEvent, Window, iteration_stats, trace_allocations
 from memlab.measurement.host_tags import rng_state_bytes, tag_events
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 KiB = 1024
 MiB = 1024 * 1024
 CPU = torch.device("cpu")

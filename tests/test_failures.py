@@ -1,6 +1,9 @@
 """Failures become rows (status oom / error) and never stop a sweep."""
 import memlab
 from memlab.sweep import SweepPoint, run_sweep, read_jsonl
+import pytest
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 
 
 def test_error_and_oom_in_process(patterns):

@@ -10,6 +10,8 @@ import pytest
 import memlab
 from memlab.measurement.harness_cost import quick_points, quick_techniques
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 FAMILIES = memlab.list_families()
 BUILTIN = [n for n in memlab.list_techniques() if memlab.get_technique(n).__module__.startswith("memlab.families.")]
 #: techniques whose ``twin`` pairs them with a technique on the same path without a claim to save

@@ -6,6 +6,8 @@ import pytest
 from memlab.cli import main
 from memlab.sweep import parse_grid
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 PLUGIN = '''
 import torch
 import memlab

@@ -15,6 +15,8 @@ import pytest
 from memlab.cli import main
 from memlab.core.record import SCHEMA_VERSION, Measurement
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 PLUGINS = Path(__file__).parent / "plugins"
 GATES = PLUGINS / "hostile_gates.py"
 ROOT = Path(__file__).resolve().parents[1]

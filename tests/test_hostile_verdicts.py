@@ -16,6 +16,8 @@ import pytest
 from memlab.cli import main
 from memlab.core.record import STATUSES, Measurement, row_status
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = Path(__file__).parent / "plugins" / "hostile_verdicts.py"
 TWO_STEPS = "leak unknown: 2 steps measured, 3 needed (--iterations 3)"

@@ -16,6 +16,8 @@ from memlab.core.errors import TechniqueUnavailable
 from memlab.own_model import load_model, measure_model, model_techniques
 from memlab.own_model.lora import LoRALinear, adapter_parameters, add_adapters
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 CHAIN = Path(__file__).parent / "models" / "chain_blocks.py"
 D, N = 32, 8  # chain_blocks: N blocks of nn.Linear(D, D)

@@ -6,6 +6,8 @@ from memlab.measurement.alloc_trace import trace_allocations, iteration_stats
 
 import torch
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 FULL = 1000 * 1000 * 4      # bytes of one [1000, 1000] float32 tensor
 W = 1000 * 4                # bytes of w [1000] and of its gradient
 

@@ -13,6 +13,8 @@ from memlab.functional.blocks import find_blocks, resolve_blocks
 from memlab.own_model import load_model, model_techniques
 from memlab.own_model.workload import ModelFileError
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAIN = ROOT / "tests" / "models" / "chain_blocks.py"
 EXAMPLES = ROOT / "examples"

@@ -7,6 +7,8 @@ import memlab
 from memlab.cli import main
 from memlab.measurement.inprocess import traced_steps
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 FULL = 1000 * 1000 * 4      # x, grad_output and out of the pattern workload, bytes
 W = 1000 * 4                # w and its gradient

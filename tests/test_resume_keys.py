@@ -1,6 +1,9 @@
 """--resume skips finished points measured the same way, and only those."""
 import memlab
 from memlab.sweep import already_measured
+import pytest
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 
 
 def test_resume_keys_follow_status_optimizer_and_loss(tmp_path):

@@ -13,6 +13,8 @@ from memlab.functional.reversible import (Coupling, check_invertibility, couple,
 from memlab.measurement.step import make_step
 from memlab.families.reversible.workload import ResidualStack
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 SMALL = {"batch": 8, "width": 8, "hidden": 16}
 CONV = {"block": "conv", "batch": 2, "width": 2, "hidden": 3, "spatial": 4}

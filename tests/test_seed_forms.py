@@ -14,6 +14,8 @@ from memlab.measurement.alloc_trace import iteration_stats, trace_allocations
 from memlab.families.chunking.split import split_saving_bytes
 from memlab.families.tensor_train.report import extra_backward_bytes, report_tt_matmul
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 
 
 def peak(name: str, **params) -> int:

@@ -15,6 +15,8 @@ from memlab.core.record import Measurement
 from memlab.core.setting import DEFAULTS, KEY_FIELDS, Point, Setting
 from process_checks import HANG_GUARD_S
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 ROOT = Path(__file__).resolve().parent.parent
 MEMLAB = ROOT / "memlab"
 SWEEPS = sorted((ROOT / "data" / "sweeps").glob("*.jsonl"))

@@ -9,6 +9,8 @@ from memlab.families.chunking.chained_matmul import (chained_matmul, chained_mat
 from memlab.functional.slice_accumulate import slice_accumulate
 from memlab.measurement.alloc_trace import iteration_stats, trace_allocations
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 
 def tanh_chain(xc, w1, w2):
     return torch.tanh(xc @ w1) @ w2

@@ -24,6 +24,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import common  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 SWEEPS = ROOT / "data" / "sweeps"
 RANKED = ("ok", "leak_unknown")
 

@@ -21,6 +21,8 @@ from memlab.measurement.step import make_step
 from memlab.measurement.step_check import StepLog
 from memlab.own_model import measure_model
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 CPU = torch.device("cpu")
 TINY = {"batch": 8, "depth": 3, "width": 4, "hidden": 8}
 CHAIN = Path(__file__).parent / "models" / "chain_blocks.py"

@@ -4,6 +4,8 @@ import pytest
 import memlab
 from memlab.measurement.timing import step_time_fields
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 
 def test_median_and_interquartile_range():
     f = step_time_fields([0.5, 0.1, 0.2, 0.3, 0.4], samples_per_step=10)

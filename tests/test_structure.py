@@ -11,6 +11,9 @@ import tokenize
 from collections import Counter
 from pathlib import Path
 from process_checks import HANG_GUARD_S
+import pytest
+
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
 
 MEMLAB = Path(__file__).resolve().parent.parent / "memlab"
 

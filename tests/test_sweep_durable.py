@@ -22,6 +22,8 @@ from memlab.core.record import Measurement
 from memlab.sweep import SweepOutputBusy, open_sweep_output
 from process_checks import HANG_GUARD_S
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 HELPERS = Path(__file__).parent / "plugins" / "sweep_helpers.py"
 SWEEP = ["sweep", "--plugin", str(HELPERS), "--technique", "sweep_tiny_right", "--iterations", "1", "--repeats", "1"]
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,6 +13,8 @@ from memlab.families.tensor_train.layer import TensorTrainLinear, TTPath
 from memlab.measurement.verify import verify_technique
 from memlab.families.tensor_train.workload import TTLinear, einsum_reconstruct
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 TT_TECHNIQUES = ("tt_factorized", "tt_reconstructed", "tt_chunked")
 CPU = torch.device("cpu")
 

@@ -29,7 +29,8 @@ PEERS = ["torchtune_chunked_loss", "cut_cross_entropy", "gpt2_hf", "gpt2_hf_chec
 
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: exact bytes at one intra-op thread
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.usefixtures("frozen_heap")]  # conftest: exact bytes at one intra-op thread; in-process measurements (conftest.frozen_heap)
 
 def _tech(name, **params):
     return memlab.get_technique(name)(**{**KNOBS.get(name, {}), **params})

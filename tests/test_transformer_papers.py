@@ -17,7 +17,8 @@ SMALL = {"seq": 32, "batch": 2, "hidden": 16, "heads": 4, "vocab": 40, "dropout"
 
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: exact bytes at one intra-op thread
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.usefixtures("frozen_heap")]  # conftest: exact bytes at one intra-op thread; in-process measurements (conftest.frozen_heap)
 
 def test_the_three_pages_are_registered():
     seeds = list_reproductions()

@@ -13,6 +13,8 @@ from memlab.families.tensor_train.tt import (BLOCKS_FIRST_FIRST, BLOCKS_LAST_FIR
                                   plan_candidates, plan_contraction, plan_report, tt_contract, tt_contract_chunked)
 from memlab.families.tensor_train.workload import einsum_reconstruct
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 E = 4  # float32
 SWEEP = Path(__file__).resolve().parents[1] / "data" / "sweeps" / "cpu.jsonl"
 SHAPES = [

@@ -12,6 +12,8 @@ import memlab
 from memlab.cli import main
 from memlab.measurement.verdict import leak_per_step
 
+pytestmark = pytest.mark.usefixtures("frozen_heap")  # in-process measurements (conftest.frozen_heap)
+
 HOSTILE = Path(__file__).parent / "plugins" / "hostile_maths.py"
 SMALL = {"n": 64, "d": 16, "hidden": 32}
 LEAK_BYTES = 4 * 1024 * 1024
