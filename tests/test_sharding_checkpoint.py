@@ -239,3 +239,18 @@ def test_measure_says_checkpointing_was_on(monkeypatch, capsys):
     assert main(argv) == 0
     assert "checkpointed" not in capsys.readouterr().out.splitlines()[0]
     assert asked[1][2].checkpoint_blocks is False
+
+
+def test_a_fit_refuses_checkpointed_and_plain_rows_together():
+    import json
+    from pathlib import Path
+
+    from memlab.sharding.predict import fit
+
+    data = Path(__file__).resolve().parents[1] / "data" / "sharding"
+    ckpt = [json.loads(line) for line in (data / "transformer-ckpt-g24-fsdp.jsonl").read_text().splitlines()]
+    plain = [r for r in map(json.loads, (data / "transformer-g24.jsonl").read_text().splitlines())
+             if r["strategy"] == "fsdp" and r["world"] in (3, 6, 8)]
+    assert fit([r for r in ckpt if r["world"] in (3, 6, 8)]).categories and fit(plain).categories
+    with pytest.raises(ValueError, match="rows of checkpointed and plain steps together are not valid"):
+        fit(plain + ckpt)

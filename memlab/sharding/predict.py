@@ -206,6 +206,9 @@ def fit(rows: list[dict]) -> Fit:
     models = {(r["model"], tuple(map(tuple, r["param_shapes"]))) for r in rows}
     if len(models) != 1:
         raise ValueError(f"rows of {len(models)} models are not valid; valid: rows of one model (by name and shapes)")
+    if len({r.get("checkpoint_blocks", False) is True for r in rows}) != 1:
+        raise ValueError("rows of checkpointed and plain steps together are not valid; valid: rows of one setting "
+                         "(checkpoint_blocks all true or all false)")
     shapes, units = _shapes(rows[0]), rows[0]["param_units"]
     layers = max(units) + 1
     cats: dict[str, dict[str, dict[str, CategoryFit]]] = {}
