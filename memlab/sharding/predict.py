@@ -15,7 +15,8 @@ backward, the others in the optimizer step).  Per phase and category:
   computed from the shapes: for FSDP a block's and the root's gathered (padded, unsharded) bytes
   and their shards (a gathered unit, an all-gather output, a reduce-scatter input or output), for
   every strategy Adam's step temporaries over the tensors the rank steps, in its order, and 4·N
-  (FSDP's per-rank index tensors).  The ``k_j`` are counts of live buffers, so small integers: :func:`fit_category`
+  (FSDP's per-rank index tensors), each only in the categories that can hold it (NOTE [ which
+  buffers each category holds ]).  The ``k_j`` are counts of live buffers, so small integers: :func:`fit_category`
   tries every combination in range, solves ``c0, c1`` exactly (rational least squares) and keeps
   the combinations that reproduce every fit point to the byte; among several it takes the one that
   leaves the smallest constant ``|c0|`` (the buffers, not a constant, should carry the bytes that
@@ -24,6 +25,31 @@ backward, the others in the optimizer step).  Per phase and category:
   combination fits exactly is kept with its best combination and flagged ``exact=False`` with its
   residuals (those of no buffer counted): nothing is rounded away.  FSDP on one rank gathers
 nothing (its shards are whole), a different program: FSDP's fit takes the runs at N >= 2 only.
+
+# NOTE [ which buffers each category holds ]
+At one global batch G the per-rank batch is b = G/N, so a shard (``4·ceil(d0/N)·rest`` bytes per
+tensor) is ``(4Ψ_unit/G)·b`` plus its padding: the fit points tell a shard from per-sample bytes by
+the padding alone, and at N = 2, 3, 6 (b = 12, 8, 4) that padding is itself linear in b for every
+dim 0 that is 0 or 2 mod 6 (the transformer's 32, 96, 128): its block shard, 25,408, 17,204 and
+9,000 bytes, lies on ``796 + 2,051·b``.  A free shard count then fits anywhere, and the
+smallest-constant tie-break chose wrongly: backward's saved activations ``768 + 138,112·b`` were
+taken as ``-28 + 136,061·b`` plus one block shard, 398 bytes low at N = 4 (b = 6: 12,704 for
+13,102) and 597 at N = 8.  So each category is fitted with only the buffers it can hold, from what
+the category is (NOTE [ memory categories ] in :mod:`memlab.measurement.categories`):
+``inputs`` the batch, no buffer; ``saved_activations`` what autograd saves: activations, and the
+gathered units fsdp(keep) keeps from forward to backward, never a shard (a rank's shards are
+parameters); ``gradients`` the storages that held a leaf's ``.grad``: under FSDP the reduce-scatter
+outputs, shard-sized, and nothing per sample (``c1 = 0``: a gradient has its parameter's shape
+whatever b), which makes the shard counts identifiable (the shards are not constant in N);
+``temporaries`` the all-gather outputs and reduce-scatter inputs (gathered), the 4·N index
+tensors and Adam's step temporaries, no shard (the reduce-scatter output is the gradient).
+Evidence: fitted on every committed world without the restriction (data/sharding/), every exact
+FSDP category held shards only in the gradients and gathered units, 4·N and Adam's term only in the
+temporaries (ddp's Adam term is the same at every N, one with the constant); with the restriction
+the default fits of ``memlab advise --shard-strategy`` (1, 3, 6 for ddp and zero1; 2, 3, 6 for
+fsdp) predict N = 4 to the byte for the MLP stack, the transformer (plain and checkpointed) and
+examples/gpt2.py (tests/test_sharding_advise.py).  A step whose buffers break the rule fits
+inexactly and says so; nothing is hidden.
 
 # NOTE [ DDP's rebuild leftovers ]
 DDP rebuilds its buckets at the second step's forward (the warm-up's) and broadcasts the new bucket
@@ -52,12 +78,18 @@ from .formulas import PHASES
 from .layout import F32, adam_step_temporary_numel, gathered_numels, model_state_bytes, step_order_numels
 
 __all__ = ["leftover_bytes", "Fit", "CategoryFit", "features", "fit", "fit_category", "predict_rank", "check", "FITTED",
-           "ANALYTIC", "base_strategy"]
+           "ANALYTIC", "CATEGORY_FEATURES", "PER_SAMPLE", "base_strategy"]
 
 #: categories fitted from the runs
 FITTED = ("inputs", "gradients", "saved_activations", "temporaries")
 #: categories computed from the shapes
 ANALYTIC = ("parameters", "optimizer_state")
+#: the buffer features each fitted category can hold (NOTE [ which buffers each category holds ])
+CATEGORY_FEATURES = {"inputs": (), "saved_activations": ("block_gathered", "root_gathered"),
+                     "gradients": ("block_shard", "root_shard"),
+                     "temporaries": ("adam_step", "world", "block_gathered", "root_gathered")}
+#: the fitted categories with a per-sample term ``c1·b`` (gradients are parameter-shaped: none)
+PER_SAMPLE = {"inputs": True, "saved_activations": True, "gradients": False, "temporaries": True}
 
 
 def base_strategy(label: str) -> str:
@@ -86,15 +118,20 @@ def features(label: str, shapes: list[tuple[int, ...]], units: list[int], world:
     return out
 
 
-def _ranges(label: str, layers: int) -> dict[str, range]:
+def _ranges(label: str, layers: int, category: str | None = None) -> dict[str, range]:
     """The counts tried for each feature: up to every block plus one for block buffers, up to 2 for
     the root's, 0..1 for the optimizer's step temporaries, 0..8 for blocks of N float32 (FSDP's
-    per-rank index tensors)."""
+    per-rank index tensors); with ``category``, only the features that category can hold
+    (:data:`CATEGORY_FEATURES`, NOTE [ which buffers each category holds ])."""
     out = {"adam_step": range(2), "world": range(9)}
     if base_strategy(label) == "fsdp":
         out.update(block_gathered=range(layers + 2), root_gathered=range(3), block_shard=range(layers + 2),
                    root_shard=range(3))
-    return out
+    if category is None:
+        return out
+    if category not in CATEGORY_FEATURES:
+        raise ValueError(f"category={category!r} is not valid; valid: {', '.join(CATEGORY_FEATURES)}")
+    return {j: k for j, k in out.items() if j in CATEGORY_FEATURES[category]}
 
 
 @dataclass(frozen=True)
@@ -122,45 +159,48 @@ class CategoryFit:
         return self.c0 + self.c1 * b + sum(k * feats[j] for j, k in self.counts.items())
 
 
-def _affine(points: list[Point], counts: dict[str, int]) -> tuple[Fraction, Fraction, list[Fraction]]:
+def _affine(points: list[Point], counts: dict[str, int],
+            per_sample: bool = True) -> tuple[Fraction, Fraction, list[Fraction]]:
     """Exact least squares of ``y - Σ counts·f`` on ``c0 + c1·b``: (c0, c1, residuals); c1 = 0 when
-    every point has the same b."""
+    every point has the same b or ``per_sample`` is false (``c0`` alone: their mean)."""
     ys = [Fraction(p.y - sum(k * p.feats[j] for j, k in counts.items())) for p in points]
     bs = [Fraction(p.b) for p in points]
     n = len(points)
     mb, my = sum(bs) / n, sum(ys) / n
-    sbb = sum((b - mb) ** 2 for b in bs)
+    sbb = sum((b - mb) ** 2 for b in bs) if per_sample else 0
     c1 = sum((b - mb) * (y - my) for b, y in zip(bs, ys)) / sbb if sbb else Fraction(0)
     c0 = my - c1 * mb
     return c0, c1, [y - c0 - c1 * b for b, y in zip(bs, ys)]
 
 
-def _screen(points: list[Point], counts: dict[str, int]) -> bool:
+def _screen(points: list[Point], counts: dict[str, int], per_sample: bool = True) -> bool:
     """A float pre-check of :func:`_affine`: could this count set reproduce every point exactly?"""
     ys = [p.y - sum(k * p.feats[j] for j, k in counts.items()) for p in points]
     bs = [float(p.b) for p in points]
     n = len(points)
     mb, my = sum(bs) / n, sum(ys) / n
-    sbb = sum((b - mb) ** 2 for b in bs)
+    sbb = sum((b - mb) ** 2 for b in bs) if per_sample else 0.0
     c1 = sum((b - mb) * (y - my) for b, y in zip(bs, ys)) / sbb if sbb else 0.0
     return max(abs(y - (my - c1 * mb) - c1 * b) for b, y in zip(bs, ys)) < 0.5
 
 
-def fit_category(points: list[Point], ranges: dict[str, range]) -> CategoryFit:
-    """The fewest-buffer count set whose affine rest reproduces every point exactly (NOTE [ the
-    per-rank peak as a function of N ]); the least-residual one, ``exact=False``, when none does."""
+def fit_category(points: list[Point], ranges: dict[str, range], per_sample: bool = True) -> CategoryFit:
+    """The count set whose affine rest reproduces every point exactly, the smallest constant first
+    (NOTE [ the per-rank peak as a function of N ]); the least-residual one, ``exact=False``, when
+    none does.  ``per_sample`` false: no ``c1·b`` term (c1 = 0; the gradients, NOTE [ which buffers
+    each category holds ])."""
     if not points:
         raise ValueError("points=[] is not valid; valid: at least one measured rank")
     names = sorted(ranges)
     exact = []
     for combo in itertools.product(*(ranges[n] for n in names)):
         counts = {n: k for n, k in zip(names, combo) if k}
-        if _screen(points, counts):
-            c0, c1, res = _affine(points, counts)
+        if _screen(points, counts, per_sample):
+            c0, c1, res = _affine(points, counts, per_sample)
             if not any(res):
                 exact.append((sum(combo), combo, CategoryFit(c0, c1, counts, True, res)))
     if not exact:
-        c0, c1, res = _affine(points, {})
+        c0, c1, res = _affine(points, {}, per_sample)
         return CategoryFit(c0, c1, {}, False, res)
     exact.sort(key=lambda t: (abs(t[2].c0), t[0], t[1]))
     chosen = exact[0][2]
@@ -219,7 +259,7 @@ def fit(rows: list[dict]) -> Fit:
         feats = [features(label, shapes, units, r["world"], r["rank"]) for r in mine]
         phases = [p for p in PHASES if all(p in r["phase_peaks"] for r in mine)]
         cats[label] = {p: {c: fit_category([Point(r["batch_per_rank"], f, _measured(r, c, p)) for r, f in zip(mine, feats)],
-                                           _ranges(label, layers)) for c in FITTED} for p in phases}
+                                           _ranges(label, layers, c), PER_SAMPLE[c]) for c in FITTED} for p in phases}
     return Fit(shapes, units, layers, sorted({r["world"] for r in rows}), cats)
 
 
