@@ -92,6 +92,31 @@ def test_fit_recovers_counts_and_predicts_exactly():
     assert cf.value(12, {"g": 1024, "s": 150}) == truth(2, 12)
 
 
+def test_a_shard_on_a_line_in_b_is_fixed_only_without_a_per_sample_term():
+    """NOTE [ which buffers each category holds ]: at N = 2, 3, 6 of G = 24 the transformer block's
+    shard (from the shapes) lies on a line in b = 24/N, so with a per-sample term every shard count
+    reproduces the points; without one (the gradients) only the true count does, and it predicts
+    N = 4, where the shard leaves the line."""
+    from memlab.sharding.predict import _ranges, features
+
+    shapes = [(32,), (32,), (96, 32), (96,), (32, 32), (32,), (32,), (32,), (128, 32), (128,), (32, 128), (32,)]
+    units = [0] * len(shapes)
+    shard = {n: features("fsdp", shapes, units, n, 0)["block_shard"] for n in (2, 3, 4, 6)}
+    assert (shard[2] - shard[3]) * 2 == shard[2] - shard[6]    # b = 12, 8, 4: on one line
+    assert (shard[2] - shard[4]) * 4 != (shard[2] - shard[6]) * 3    # b = 6 is off it
+    pts = [Point(24 // n, {"block_shard": shard[n]}, 3 * shard[n]) for n in (2, 3, 6)]
+    counts = range(5)
+    free = fit_category(pts, {"block_shard": counts})
+    assert len(free.alternatives) == len(counts) - 1    # every count fits the three points
+    fixed = fit_category(pts, {"block_shard": counts}, per_sample=False)
+    assert fixed.exact and fixed.counts == {"block_shard": 3} and fixed.alternatives == [] and fixed.c1 == 0
+    assert fixed.value(6, {"block_shard": shard[4]}) == 3 * shard[4]
+    assert "block_shard" not in _ranges("fsdp", 3, "saved_activations")
+    assert set(_ranges("fsdp", 3, "gradients")) == {"block_shard", "root_shard"}
+    with pytest.raises(ValueError, match="category='peak' is not valid; valid: inputs, "):
+        _ranges("fsdp", 3, "peak")
+
+
 def test_fit_says_when_nothing_fits_exactly():
     pts = [Point(b, {}, y) for b, y in ((1, 10), (2, 20), (3, 31))]
     cf = fit_category(pts, {})
