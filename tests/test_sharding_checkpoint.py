@@ -198,7 +198,8 @@ def test_advise_answers_from_the_committed_checkpointed_rows_exactly_at_n_3_6_8(
     """data/sharding/transformer-ckpt-g24-fsdp.jsonl (docs/sharding.md#checkpointing-under-a-sharding-strategy):
     fitted at N = 3, 6, 8 every rank at N = 2 and 4 is predicted to the byte, and the answer holds
     more sequences per rank than the plain step's from its own committed rows at the same points;
-    at the default points (2, 3, 6) the N = 4 check misses and the answer says so (exit 1)."""
+    the default points (2, 3, 6, checked at 4) give the same answer, exactly (NOTE [ which buffers
+    each category holds ] in memlab/sharding/predict.py: before it they missed N = 4 by 1,592 B)."""
     from pathlib import Path
 
     data = str(Path(__file__).resolve().parents[1] / "data" / "sharding") + "/"
@@ -209,7 +210,7 @@ def test_advise_answers_from_the_committed_checkpointed_rows_exactly_at_n_3_6_8(
     status, plain = _advise([*points, "--rows", data + "transformer-g24.jsonl"])
     assert status == 0 and ckpt["batch_per_rank"] > plain["batch_per_rank"]
     status, default = _advise(["--checkpoint-blocks", "--rows", data + "transformer-ckpt-g24-fsdp.jsonl"])
-    assert status == 1 and any("held-out check at N = 4 missed" in d for d in default["doubts"])
+    assert status == 0 and default["doubts"] == [] and default["batch_per_rank"] == ckpt["batch_per_rank"]
 
 
 def test_measure_says_checkpointing_was_on(monkeypatch, capsys):
