@@ -18,8 +18,19 @@ from memlab.site import build_site
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
+    """The quick reproduction's JSON.  ``reproduce`` measures its model file from a temporary folder,
+    loaded as a plug-in (memlab.own_model.run) and deleted when it returns: the process's plug-in list is
+    put back as it was, else every later isolated measurement in this worker (another test file's)
+    would load the deleted file and fail."""
+    from memlab import registry
+
+    before = dict(registry._PLUGINS)
     out = tmp_path_factory.mktemp("sources")
-    return run_one(sp, out, quick=True)
+    try:
+        yield run_one(sp, out, quick=True)
+    finally:
+        registry._PLUGINS.clear()
+        registry._PLUGINS.update(before)
 
 
 def test_each_gap_is_its_named_term_to_the_byte(written):
