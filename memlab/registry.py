@@ -416,6 +416,14 @@ def loaded_plugins() -> list[str]:
     return list(_PLUGINS)
 
 
+def forget_plugin(path: str | os.PathLike) -> bool:
+    """Drop ``path`` from :func:`loaded_plugins` (True if it was there): for a plug-in loaded from a
+    folder that is about to be deleted.  An isolated measurement hands every loaded plug-in to its
+    child process, which would fail to find the deleted file; the techniques it registered stay
+    registered in this process."""
+    return _PLUGINS.pop(str(Path(path).expanduser().resolve()), None) is not None
+
+
 def list_techniques(family: str | None = None) -> list[str]:
     """Sorted names of the registered techniques (optionally of one family)."""
     discover()

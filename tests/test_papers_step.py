@@ -19,18 +19,15 @@ from memlab.site import build_site
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     """The quick reproduction's JSON.  ``reproduce`` measures its model file from a temporary folder,
-    loaded as a plug-in (memlab.own_model.run) and deleted when it returns: the process's plug-in list is
-    put back as it was, else every later isolated measurement in this worker (another test file's)
-    would load the deleted file and fail."""
+    loaded as a plug-in (memlab.own_model.run) and deleted when it returns: it must leave the process's
+    plug-in list as it was, else every later isolated measurement in this worker (another test file's)
+    would hand the deleted file to its child and fail."""
     from memlab import registry
 
-    before = dict(registry._PLUGINS)
+    before = registry.loaded_plugins()
     out = tmp_path_factory.mktemp("sources")
-    try:
-        yield run_one(sp, out, quick=True)
-    finally:
-        registry._PLUGINS.clear()
-        registry._PLUGINS.update(before)
+    yield run_one(sp, out, quick=True)
+    assert registry.loaded_plugins() == before
 
 
 def test_each_gap_is_its_named_term_to_the_byte(written):

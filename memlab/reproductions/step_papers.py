@@ -74,16 +74,20 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure the model file (isolated, exact CPU bytes) as each source's claim needs and lay the
     sources' figures beside memlab's (bytes)."""
     from ..own_model import measure_model  # deferred: torch line
+    from ..registry import forget_plugin
 
     layers, width = SIZES[quick]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "linear_stack.py"
         path.write_text(MODEL.format(layers=layers, width=width))
-        shapes, linears = _shapes(path)
-        runs = {"plain": measure_model(path, "plain", optimizer="sgd_momentum", **_RUN),
-                "in_backward": measure_model(path, "plain", optimizer="sgd_momentum_in_backward", **_RUN),
-                "adafactor": measure_model(path, "plain", optimizer="adafactor", **_RUN),
-                "lora": measure_model(path, "lora", rank=RANK, optimizer="adam", grads="zero", **_RUN)}
+        try:
+            shapes, linears = _shapes(path)
+            runs = {"plain": measure_model(path, "plain", optimizer="sgd_momentum", **_RUN),
+                    "in_backward": measure_model(path, "plain", optimizer="sgd_momentum_in_backward", **_RUN),
+                    "adafactor": measure_model(path, "plain", optimizer="adafactor", **_RUN),
+                    "lora": measure_model(path, "lora", rank=RANK, optimizer="adam", grads="zero", **_RUN)}
+        finally:  # the folder goes: a later isolated measurement must not hand its file to a child
+            forget_plugin(path)
     bad = {k: m.error for k, m in runs.items() if m.status != "ok"}
     if bad:
         raise RuntimeError(f"step sources: measurements not ok: {bad}")
