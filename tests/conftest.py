@@ -4,34 +4,6 @@ import pytest
 
 PLUGIN = Path(__file__).parent / "plugins" / "patterns.py"
 
-#: The test files that take longest (seconds of their tests' setup, call and teardown on 2 cores, in
-#: docs/evidence/test-suite-time.md), longest first: :func:`pytest_collection_modifyitems` puts them
-#: ahead of the rest.  A file renamed or removed is ignored; a file missing here only runs later.
-LONG_FILES = ("test_site_browser.py", "test_sharding_sweep.py", "test_sweep_ray.py", "test_forkserver.py",
-              "test_family_folder.py", "test_benchmarks.py", "test_site_machines.py", "test_plugin_family.py",
-              "test_sharding_checkpoint.py", "test_advisor_declaration.py", "test_sweep_parallel.py",
-              "test_reversible_memory_accounting.py", "test_model_contract.py", "test_advisor.py")
-
-
-# NOTE [ longest files first ]
-# `make test` hands whole files to two workers (pytest-xdist --dist loadfile), by default in order of
-# their number of tests, most first: the files of a few long end-to-end tests (the browser's site
-# builds, Ray, the sharded sweeps) went last, so the suite ended with one worker running such a file
-# while the other had nothing left.  Longest first (the longest-processing-time rule) lets the short
-# files fill in at the end.  Within a file the tests keep their order; the order of files does not
-# change what any test asserts.
-def pytest_configure(config):
-    """Send files to the workers in collection order (:func:`pytest_collection_modifyitems`'), not by
-    their number of tests (xdist's --loadscope-reorder, on by default): NOTE [ longest files first ]."""
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(config, items):
-    """:data:`LONG_FILES` first, longest first; every other file after them in its collection order."""
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's tests keep their order
-
 
 @pytest.fixture(scope="session")
 def patterns():

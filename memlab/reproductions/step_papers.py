@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import run_one
+from ..registry import forget_plugin
 from .papers import STEP_COLUMNS, adafactor_rows, in_backward_row, lora_rows, paper_report, table
 
 __all__ = ["SEED", "TITLE", "CLAIM", "MODEL", "SIZES", "reproduce", "main"]
@@ -74,7 +75,6 @@ def reproduce(quick: bool = False) -> dict[str, Any]:
     """Measure the model file (isolated, exact CPU bytes) as each source's claim needs and lay the
     sources' figures beside memlab's (bytes)."""
     from ..own_model import measure_model  # deferred: torch line
-    from ..registry import forget_plugin
 
     layers, width = SIZES[quick]
     with tempfile.TemporaryDirectory() as folder:
