@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 import memlab
 from ..core.declaration import BASE_K, Declaration, Entry, fitted_range
 from .model import (CATEGORIES, MMAP_CEILING_BYTES, SCHEMA, base_work, chunk_bodies, encode_poly, eval_poly,
-                    mmapped_bytes, models_path, predict, work_of)
+                    mmapped_bytes, models_path, per_chunk_cost, predict, work_of)
 from .structure import (LOOP_VAR, OUTER_VAR, Insertion, infer_loops, loop_baseline, pieces_of, poly_add, poly_scale,
                         poly_substitute, prune, split_baseline)
 from ..core.atomic import write_text_atomic
@@ -531,7 +531,7 @@ def _components_fit(fam: Declaration, entry: Entry, pts: list[dict], per_byte: f
     o = solution[len(names) + 1] if chunk["chunked"] else 0.0
     s = dict(zip(split, solution[len(names) + 2:]))
     fitted = [(sum(r[n] * p["work"][n] for n in names) + sum(s[n] * p["work"][n] / p["chunks"] for n in split)
-               + c + b * (o + (per * eval_poly({grow: 1}, p["params"]) if grow else 0.0))
+               + c + b * per_chunk_cost(o, grow, per, p.get("params") or {})
                + per_byte * p.get("mmap_bytes", 0)) / d for p, d, b in zip(pts, den, chunk["bodies"])]
     rel = [(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts)]
     note = out["note"].replace("r + (c + (k - 1) * o) / W", "(sum_j r_j W_j + c + (k - 1) * o) / (sum_j "
@@ -583,7 +583,7 @@ def _time_fit(fam: Declaration, entry: Entry, points: list[dict], per_byte: floa
     r, c = solution[0], solution[1]
     o = solution[2] if chunked else 0.0
     per = solution[3] if grow else 0.0
-    fitted = [(r * p["work"] + c + b * (o + (per * eval_poly({grow: 1}, p["params"]) if grow else 0.0))
+    fitted = [(r * p["work"] + c + b * per_chunk_cost(o, grow, per, p.get("params") or {})
                + per_byte * p.get("mmap_bytes", 0)) / d for p, d, b in zip(pts, den, chunk["bodies"])]
     worst = max(abs(f - p["relative_step_time"]) / p["relative_step_time"] for f, p in zip(fitted, pts))
     sq = sum(((f - p["relative_step_time"]) / p["relative_step_time"]) ** 2 for f, p in zip(fitted, pts))

@@ -193,6 +193,13 @@ def chunk_bodies(t: Mapping[str, Any], params: Mapping[str, int], k: int) -> int
     return (k - 1) * (eval_poly({scale: 1}, params) if scale else 1)
 
 
+def per_chunk_cost(o: float, grow: str | None, grow_cost: float, params: Mapping[str, int]) -> float:
+    """A further loop body's cost: ``o``, plus ``grow_cost`` times the product of sizes ``grow`` (a time
+    model's ``o_work`` and ``o_work_cost``; none when ``grow`` is None) at ``params`` (NOTE [ per-chunk
+    costs ] in :mod:`memlab.advisor.fit`)."""
+    return o + (grow_cost * eval_poly({grow: 1}, params) if grow else 0.0)
+
+
 def _components_time(t: Mapping[str, Any], work: Mapping[str, int], k: int, mapped: tuple[float, float],
                      bodies: int, per_chunk: float) -> float:
     """``(sum_j r_j W_j + sum_j s_j W_j / k + c + bodies * o + f M) / (baseline cost + f M_base)`` of a
@@ -243,7 +250,7 @@ def predict_time(family: Declaration | Mapping[str, Any], entry: Mapping[str, An
         mine = mmapped_bytes(entry["classes"], *decl.loop_of(params, chunked=bool(entry.get("knobs"))), ceiling)
         base = mmapped_bytes(fault["baseline"], *decl.loop_of(params, chunked=False), ceiling)
     bodies = chunk_bodies(t, params, k)
-    per_chunk = t["o"] + (t["o_work_cost"] * eval_poly({t["o_work"]: 1}, params) if t.get("o_work") else 0.0)
+    per_chunk = per_chunk_cost(t["o"], t.get("o_work"), t.get("o_work_cost", 0.0), params)
     if t["kind"] == "components":
         mapped = (0.0, 0.0) if mine is None or base is None else (per_byte * mine, per_byte * base)
         return _components_time(t, work, k, mapped, bodies, per_chunk)

@@ -109,14 +109,19 @@ def check_times(optimizer: str = DEFAULTS.optimizer, *, measure_fn: Callable | N
                 f"{fmt_time(m.relative_step_time)} ({m.status})")
 
     measured = measure_in_passes(settings, runs, measure, line, say)
-    rows = [{**_row(family, label, params, predict_time(fam, entry, params), ms),
-             "predicted_floored": clamp_time(entry, predict_time(fam, entry, params))[0],
-             "band": time_band(entry)["fraction"]}
+    rows = [{**_row(family, label, params, predict_time(fam, entry, params), ms), **_stated(fam, entry, params)}
             for (family, label, params, fam, entry), ms in zip(settings, measured)]
     for r in rows:
         say(f"{r['family']:10} {r['label']:34} {json.dumps(r['params']):70} predicted {fmt_time(r['predicted'])} "
             f"measured {fmt_time(r['measured'])} ({r['status']}) error {fmt_error(r['error'])}")
     return rows
+
+
+def _stated(fam: dict[str, Any], entry: dict[str, Any], params: dict) -> dict[str, Any]:
+    """What the advisor states beside a setting's prediction: the floored time (NOTE [ no faster than
+    plain unless measured so ]) and the entry's own band (NOTE [ the time band ])."""
+    return {"predicted_floored": clamp_time(entry, predict_time(fam, entry, params))[0],
+            "band": time_band(entry)["fraction"]}
 
 
 def _row(family: str, label: str, params: dict, predicted: float | None, ms: list) -> dict[str, Any]:
@@ -147,7 +152,7 @@ def repredict(path: Path, models_dir=None) -> list[dict[str, Any]]:
     for r in data["rows"]:
         fam, entry = _entry(models, r["family"], r["label"])
         predicted = predict_time(fam, entry, r["params"])
-        r.update(predicted=predicted, predicted_floored=clamp_time(entry, predicted)[0], band=time_band(entry)["fraction"],
+        r.update(predicted=predicted, **_stated(fam, entry, r["params"]),
                  error=median_error(r.get("measured_runs") or [r["measured"]], predicted)[1]
                  if r.get("measured") is not None else None)
     errors = [abs(r["error"]) for r in data["rows"] if r["error"] is not None]
